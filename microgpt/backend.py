@@ -1,0 +1,133 @@
+"""Backends: the ops the model is written against, on NumPy or on CUDA.
+
+Every op takes its outputs first, then its inputs, and writes into buffers the model
+allocated once per batch shape; the CUDA backend (``microgpt.cuda_backend``) has the
+same methods with the same signatures, backed by ``microgpt.kernels``. Gradient outputs
+of parameters (dweight, dbias, dwte, ...) and ``dinp`` of ``layernorm_backward`` are
+accumulated into (+=); every other output is overwritten.
+
+The NumPy backend runs the reference (``microgpt.reference``) and copies its results into
+the model's buffers, so the model that trains on the CPU is the oracle itself.
+"""
+import numpy as np
+
+from microgpt import reference as ref
+
+
+class BackendError(RuntimeError):
+    """The requested backend cannot run here (e.g. cuda without a GPU)."""
+
+
+class NumpyBackend:
+    name = "numpy"
+
+    def __init__(self, dtype=np.float32):
+        self.dtype = np.dtype(dtype)
+
+    # memory ------------------------------------------------------------------------
+    def zeros(self, shape, dtype=None):
+        return np.zeros(shape, dtype or self.dtype)
+
+    def to_device(self, host):
+        return np.array(host, dtype=host.dtype if host.dtype.kind == "i" else self.dtype)
+
+    def to_host(self, arr):
+        return np.array(arr)
+
+    def copy(self, dst, src):
+        dst[...] = src
+
+    def fill_zero(self, arr):
+        arr[...] = 0
+
+    def synchronize(self):
+        pass
+
+    # the ops -----------------------------------------------------------------------
+    def encoder_forward(self, out, idx, wte, wpe):
+        out[...] = ref.encoder_forward(idx, wte, wpe)
+
+    def encoder_backward(self, dwte, dwpe, dout, idx):
+        dw, dp = ref.encoder_backward(dout, idx, *dwte.shape[:1], dwpe.shape[0])
+        dwte += dw
+        dwpe += dp
+
+    def layernorm_forward(self, out, mean, rstd, inp, weight, bias):
+        out[...], mean[...], rstd[...] = ref.layernorm_forward(inp, weight, bias)
+
+    def layernorm_backward(self, dinp, dweight, dbias, dout, inp, weight, mean, rstd):
+        dx, dw, db = ref.layernorm_backward(dout, inp, weight, mean, rstd)
+        dinp += dx
+        dweight += dw
+        dbias += db
+
+    def matmul(self, out, a, b, transpose_a=False, transpose_b=False, accumulate=False):
+        """out (M, N) = op(a) @ op(b), op transposing when asked; += when accumulate."""
+        product = (a.T if transpose_a else a) @ (b.T if transpose_b else b)
+        if accumulate:
+            out += product
+        else:
+            out[...] = product
+
+    def split_heads_forward(self, q, k, v, qkv):
+        q[...], k[...], v[...] = ref.split_heads_forward(qkv, q.shape[1])
+
+    def split_heads_backward(self, dqkv, dq, dk, dv):
+        dqkv[...] = ref.split_heads_backward(dq, dk, dv)
+
+    def merge_heads_forward(self, out, y):
+        out[...] = ref.merge_heads_forward(y)
+
+    def merge_heads_backward(self, dy, dout):
+        dy[...] = ref.merge_heads_backward(dout, dy.shape[1])
+
+    def attention_forward(self, out, lse, q, k, v):
+        out[...], lse[...] = ref.attention_forward(q, k, v)
+
+    def attention_backward(self, dq, dk, dv, dout, q, k, v, out, lse):
+        dq[...], dk[...], dv[...] = ref.attention_backward(dout, q, k, v, out, lse)
+
+    def residual_forward(self, out, a, b):
+        np.add(a, b, out=out)
+
+    def gelu_forward(self, out, inp):
+        out[...] = ref.gelu_forward(inp)
+
+    def gelu_backward(self, dinp, dout, inp):
+        dinp[...] = ref.gelu_backward(dout, inp)
+
+    def crossentropy_forward(self, losses, lse, logits, targets):
+        losses[...], lse[...] = ref.crossentropy_forward(logits, targets)
+
+    def crossentropy_backward(self, dlogits, logits, lse, targets, dloss):
+        dlogits[...] = ref.crossentropy_backward(dloss, logits, lse, targets)
+
+    def mean(self, x):
+        """The mean of x as a Python float (the one value a step reports)."""
+        return float(np.mean(x, dtype=np.float64))
+
+    # the optimizer -------------------------------------------------------------------
+    def global_norm_squared(self, out, grad):
+        """out (1,) = sum of squares of the flat gradient."""
+        out[0] = ref.global_norm(grad) ** 2
+
+    def adamw_update(self, param, grad, m, v, norm_squared, *, lr, step, weight_decay,
+                     n_decay, max_norm, beta1, beta2, eps):
+        """One AdamW step on flat buffers: the first n_decay elements are decayed, the
+        gradient is clipped to max_norm using norm_squared (1,), as computed above."""
+        scale = ref.clip_scale(float(np.sqrt(norm_squared[0])), max_norm)
+        for part, wd in ((slice(0, n_decay), weight_decay), (slice(n_decay, None), 0.0)):
+            param[part], m[part], v[part] = ref.adamw_update(
+                param[part], grad[part], m[part], v[part], lr=lr, step=step,
+                weight_decay=wd, beta1=beta1, beta2=beta2, eps=eps, grad_scale=scale)
+
+
+def get_backend(name, dtype=np.float32):
+    if name == "numpy":
+        return NumpyBackend(dtype)
+    if name == "cuda":
+        if np.dtype(dtype) != np.float32:
+            raise BackendError("the cuda backend runs float32 only")
+        from microgpt.cuda_backend import CudaBackend
+        return CudaBackend()
+    raise BackendError(f"unknown backend {name!r}; choose numpy or cuda")

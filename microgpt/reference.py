@@ -1,0 +1,205 @@
+"""The NumPy reference: every operation of a GPT training step, forward and backward.
+
+This module is the oracle. Each function is plain NumPy, works in float32 and float64,
+and returns its outputs (plus what its backward needs) instead of writing into buffers.
+The CUDA kernel of the same name in ``microgpt.kernels`` is held to it by the tests; the
+numpy backend (``microgpt.backend``) runs the model on it.
+
+Shapes: B batch, T time, C = d_model, H heads, D = head_dim = C // H, V vocabulary.
+Weights multiply from the right: ``y = x @ W``.
+"""
+import math
+
+import numpy as np
+
+LN_EPS = 1e-5
+GELU_SCALE = math.sqrt(2.0 / math.pi)
+
+
+# ----------------------------------------------------------------------------------
+# token + position embedding
+
+def encoder_forward(idx, wte, wpe):
+    """idx (B, T) int, wte (V, C), wpe (context, C) -> x (B, T, C)."""
+    T = idx.shape[1]
+    return wte[idx] + wpe[:T]
+
+
+def encoder_backward(dx, idx, vocab_size, context):
+    """dx (B, T, C) -> dwte (V, C), dwpe (context, C); repeated tokens add up."""
+    B, T, C = dx.shape
+    dwte = np.zeros((vocab_size, C), dx.dtype)
+    np.add.at(dwte, idx.reshape(-1), dx.reshape(-1, C))
+    dwpe = np.zeros((context, C), dx.dtype)
+    dwpe[:T] = dx.sum(axis=0)
+    return dwte, dwpe
+
+
+# ----------------------------------------------------------------------------------
+# LayerNorm over the last axis
+
+def layernorm_forward(x, weight, bias, eps=LN_EPS):
+    """x (N, C) -> y (N, C), mean (N,), rstd (N,)."""
+    mean = x.mean(axis=-1)
+    xc = x - mean[:, None]
+    rstd = 1.0 / np.sqrt((xc * xc).mean(axis=-1) + eps)
+    xhat = xc * rstd[:, None]
+    return xhat * weight + bias, mean, rstd
+
+
+def layernorm_backward(dy, x, weight, mean, rstd):
+    """-> dx (N, C), dweight (C,), dbias (C,)."""
+    xhat = (x - mean[:, None]) * rstd[:, None]
+    dxhat = dy * weight
+    dx = rstd[:, None] * (dxhat
+                          - dxhat.mean(axis=-1, keepdims=True)
+                          - xhat * (dxhat * xhat).mean(axis=-1, keepdims=True))
+    return dx, (dy * xhat).sum(axis=0), dy.sum(axis=0)
+
+
+# ----------------------------------------------------------------------------------
+# matmul: the fused QKV projection, W_O, the MLP and the tied LM head are all this
+
+def matmul_forward(x, w):
+    """x (N, K) @ w (K, M) -> (N, M)."""
+    return x @ w
+
+
+def matmul_backward(dy, x, w):
+    """-> dx = dy @ w.T (N, K), dw = x.T @ dy (K, M)."""
+    return dy @ w.T, x.T @ dy
+
+
+# ----------------------------------------------------------------------------------
+# split heads / merge heads: the reshape + transpose around attention
+
+def split_heads_forward(qkv, n_head):
+    """qkv (B, T, 3C) -> q, k, v each (B, H, T, D), each head's T x D slice contiguous.
+
+    Columns [0:C] of qkv are Q, [C:2C] K, [2C:3C] V; head h owns columns h*D:(h+1)*D of
+    each, so the fused projection's W_Q[:, h*D:(h+1)*D] is head h's W_Q^h.
+    """
+    B, T, C3 = qkv.shape
+    D = C3 // 3 // n_head
+    heads = qkv.reshape(B, T, 3, n_head, D).transpose(2, 0, 3, 1, 4)  # (3, B, H, T, D)
+    q, k, v = (np.ascontiguousarray(a) for a in heads)
+    return q, k, v
+
+
+def split_heads_backward(dq, dk, dv):
+    """dq, dk, dv (B, H, T, D) -> dqkv (B, T, 3C)."""
+    B, H, T, D = dq.shape
+    stacked = np.stack([dq, dk, dv])                                   # (3, B, H, T, D)
+    return np.ascontiguousarray(stacked.transpose(1, 3, 0, 2, 4)).reshape(B, T, 3 * H * D)
+
+
+def merge_heads_forward(y):
+    """y (B, H, T, D) -> (B, T, C), heads side by side: the concat that W_O mixes."""
+    B, H, T, D = y.shape
+    return np.ascontiguousarray(y.transpose(0, 2, 1, 3)).reshape(B, T, H * D)
+
+
+def merge_heads_backward(dout, n_head):
+    """dout (B, T, C) -> dy (B, H, T, D)."""
+    B, T, C = dout.shape
+    return np.ascontiguousarray(dout.reshape(B, T, n_head, C // n_head).transpose(0, 2, 1, 3))
+
+
+# ----------------------------------------------------------------------------------
+# causal scaled-dot-product attention, one (batch, head) slice at a time in spirit
+
+def attention_weights(q, k):
+    """q, k (B, H, T, D) -> P (B, H, T, T): causal softmax(q k^T / sqrt(D)), and its
+    row-wise logsumexp (B, H, T), the one statistic the backward needs."""
+    T, D = q.shape[-2:]
+    scores = q @ k.swapaxes(-1, -2) / math.sqrt(D)
+    future = np.triu(np.ones((T, T), dtype=bool), k=1)
+    scores = np.where(future, -np.inf, scores)
+    row_max = scores.max(axis=-1, keepdims=True)
+    expd = np.exp(scores - row_max)
+    row_sum = expd.sum(axis=-1, keepdims=True)
+    lse = (row_max + np.log(row_sum))[..., 0]
+    return expd / row_sum, lse
+
+
+def attention_forward(q, k, v):
+    """-> out (B, H, T, D), lse (B, H, T)."""
+    p, lse = attention_weights(q, k)
+    return p @ v, lse
+
+
+def attention_backward(dout, q, k, v, out, lse):
+    """-> dq, dk, dv (B, H, T, D). P is recomputed from q, k and lse, as a fused kernel does."""
+    T, D = q.shape[-2:]
+    scores = q @ k.swapaxes(-1, -2) / math.sqrt(D)
+    future = np.triu(np.ones((T, T), dtype=bool), k=1)
+    p = np.where(future, 0.0, np.exp(scores - lse[..., None])).astype(q.dtype)
+    dv = p.swapaxes(-1, -2) @ dout
+    dp = dout @ v.swapaxes(-1, -2)
+    # softmax backward: dS = P * (dP - rowsum(dP * P)), and rowsum(dP * P) = rowsum(dout * out)
+    ds = p * (dp - (dout * out).sum(axis=-1, keepdims=True)) / math.sqrt(D)
+    return ds @ k, ds.swapaxes(-1, -2) @ q, dv
+
+
+# ----------------------------------------------------------------------------------
+# residual add and the tanh-approximated GELU
+
+def residual_forward(a, b):
+    return a + b
+
+
+def gelu_forward(x):
+    return 0.5 * x * (1.0 + np.tanh(GELU_SCALE * (x + 0.044715 * x ** 3)))
+
+
+def gelu_backward(dy, x):
+    u = GELU_SCALE * (x + 0.044715 * x ** 3)
+    t = np.tanh(u)
+    du = GELU_SCALE * (1.0 + 3 * 0.044715 * x * x)
+    return dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
+
+
+# ----------------------------------------------------------------------------------
+# softmax cross-entropy over the vocabulary
+
+def crossentropy_forward(logits, targets):
+    """logits (N, V), targets (N,) int -> losses (N,), lse (N,)."""
+    row_max = logits.max(axis=-1)
+    lse = row_max + np.log(np.exp(logits - row_max[:, None]).sum(axis=-1))
+    losses = lse - logits[np.arange(len(targets)), targets]
+    return losses, lse
+
+
+def crossentropy_backward(dloss, logits, lse, targets):
+    """d(sum_i dloss * losses_i)/dlogits = dloss * (softmax(logits) - onehot(targets)).
+
+    dloss is one scalar: 1/N for the mean loss over N tokens."""
+    dlogits = np.exp(logits - lse[:, None])
+    dlogits[np.arange(len(targets)), targets] -= 1.0
+    return (dloss * dlogits).astype(logits.dtype)
+
+
+# ----------------------------------------------------------------------------------
+# AdamW with decoupled weight decay; the gradient clip is folded in as grad_scale
+
+def global_norm(grad):
+    """The L2 norm of a (flat) gradient, accumulated in float64."""
+    g = grad.astype(np.float64, copy=False)
+    return float(np.sqrt(np.dot(g.ravel(), g.ravel())))
+
+
+def clip_scale(norm, max_norm):
+    """The factor that brings a gradient of this norm to at most max_norm."""
+    return min(1.0, max_norm / (norm + 1e-6))
+
+
+def adamw_update(param, grad, m, v, *, lr, step, weight_decay, beta1=0.9, beta2=0.95,
+                 eps=1e-8, grad_scale=1.0):
+    """One AdamW step (step counts from 1); returns new param, m, v."""
+    g = grad * grad_scale
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * g * g
+    m_hat = m / (1 - beta1 ** step)
+    v_hat = v / (1 - beta2 ** step)
+    param = param - lr * (m_hat / (np.sqrt(v_hat) + eps) + weight_decay * param)
+    return param, m, v

@@ -1,0 +1,37 @@
+"""Shared by the tests: relative error against a float64 reference, poisoning, random data."""
+import os
+
+import numpy as np
+
+ON_GPU = os.environ.get("MICROGPT_TEST_DEVICE", "sim") == "gpu"
+
+# ||out - ref|| / ||ref||, DESIGN.md's tolerances
+TOL_F32_OP = 1e-5
+TOL_F32_MODEL = 1e-4
+
+POISON = np.float32(np.nan)
+
+
+def rel_error(out, ref):
+    """||out - ref|| / ||ref|| in float64; NaN (an unwritten, poisoned element) never passes."""
+    out = np.asarray(out, np.float64)
+    ref = np.asarray(ref, np.float64)
+    assert out.shape == ref.shape, f"shape {out.shape} != reference {ref.shape}"
+    if not np.all(np.isfinite(out)):
+        return np.inf
+    denom = np.linalg.norm(ref)
+    return np.linalg.norm(out - ref) / (denom if denom > 0 else 1.0)
+
+
+def assert_close(out, ref, tol, what=""):
+    err = rel_error(out, ref)
+    assert err < tol, f"{what}: relative error {err:.3e} >= {tol:.0e}"
+
+
+def randn(rng, *shape, scale=1.0, dtype=np.float32):
+    """Fresh normal draws, never zeros."""
+    return (rng.standard_normal(shape) * scale).astype(dtype)
+
+
+def poisoned(shape, dtype=np.float32):
+    return np.full(shape, np.nan if np.dtype(dtype).kind == "f" else -1, dtype)
