@@ -122,6 +122,15 @@ class NumpyBackend:
                 weight_decay=wd, beta1=beta1, beta2=beta2, eps=eps, grad_scale=scale)
 
 
+def cuda_available():
+    """True when numba can see a real GPU (the simulator does not count)."""
+    try:
+        from numba import config, cuda
+    except ImportError:
+        return False
+    return not config.ENABLE_CUDASIM and cuda.is_available()
+
+
 def get_backend(name, dtype=np.float32):
     if name == "numpy":
         return NumpyBackend(dtype)
