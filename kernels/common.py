@@ -26,7 +26,7 @@ def check_array(name, arr, shape, dtype=np.float32):
         raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(arr.shape)}")
     if arr.dtype != np.dtype(dtype):
         raise TypeError(f"{name}: expected dtype {np.dtype(dtype)}, got {arr.dtype}")
-    if not cuda.is_cuda_array(arr):
+    if not cuda.devicearray.is_cuda_ndarray(arr):
         raise TypeError(f"{name}: expected a device array, got {type(arr).__name__} "
                         "(copy it with numba.cuda.to_device first)")
 
