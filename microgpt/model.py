@@ -198,7 +198,6 @@ class GPT:
         a = self._forward(idx)
         B, T = idx.shape
         ops.crossentropy_forward(a.losses, a.logits_lse, rows(a.logits), targets.reshape(B * T))
-        loss = ops.mean(a.losses)
 
         ops.fill_zero(self.grads_flat)
         dlogits = rows(a.logits)                                                 # in place
@@ -237,7 +236,7 @@ class GPT:
                                    rows(a.dln), rows(a.resid[i]), p[h + "ln_1.weight"],
                                    *a.ln_1_stats[i])
         ops.encoder_backward(g["wte"], g["wpe"], a.dresid, idx)
-        return loss
+        return ops.mean(a.losses)   # read back last, so the host never waits mid-step
 
     def loss_and_grads(self, idx, targets):
         """-> (mean loss, {name: gradient as a host numpy array})."""
