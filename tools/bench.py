@@ -1,0 +1,301 @@
+#!/usr/bin/env python3
+"""Speed and memory of microgpt's CUDA backend, against PyTorch measured in the same run.
+
+    python tools/bench.py --out bench/RESULTS.md            # everything (needs a GPU + torch)
+    python tools/bench.py --only kernels --out /tmp/k.md
+
+Two sections:
+  kernels  every backend op at andrea-120m shapes (B 16, T 1024, C 768, 12 heads of 64,
+           V 50304), timed with CUDA events, beside the PyTorch op that does the same work
+           in float32 (TF32 off);
+  steps    tokens/s and peak device memory of a whole training step (forward, backward,
+           AdamW) for andrea-12m (B 64, T 256) and andrea-120m (B 16, T 1024), beside a
+           PyTorch model of the same architecture in float32 (TF32 off) and bf16 autocast.
+The file written holds the machine, the versions and the command. Ratios are what count:
+absolute figures move 10-30% between runs.
+"""
+import argparse
+import datetime
+import importlib.metadata
+import platform
+import sys
+import time
+
+import numpy as np
+
+
+def cuda_time(fn, reps, warmup=2):
+    """Mean milliseconds of fn() over reps, by CUDA events on the default stream."""
+    from numba import cuda
+    for _ in range(warmup):
+        fn()
+    start, stop = cuda.event(timing=True), cuda.event(timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    stop.record()
+    stop.synchronize()
+    return cuda.event_elapsed_time(start, stop) / reps
+
+
+def torch_time(fn, reps, warmup=2):
+    import torch
+    for _ in range(warmup):
+        fn()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) / reps
+
+
+# ----------------------------------------------------------------------------------
+# kernels at andrea-120m shapes
+
+def bench_kernels(reps):
+    import torch
+    import torch.nn.functional as F
+    from microgpt.cuda_backend import CudaBackend
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    ops = CudaBackend()
+    B, T, C, H, V = 16, 1024, 768, 12, 50304
+    D, N = C // H, B * T
+    rng = np.random.default_rng(0)
+
+    def dev(*shape, scale=1.0):
+        return ops.to_device((rng.standard_normal(shape) * scale).astype(np.float32))
+
+    def tdev(*shape, scale=1.0, grad=False):
+        return (torch.randn(*shape, device="cuda") * scale).requires_grad_(grad)
+
+    x, w_qkv, qkv = dev(N, C), dev(C, 3 * C, scale=0.02), dev(B, T, 3 * C)
+    w_o, proj = dev(C, C, scale=0.02), dev(N, C)
+    q, k, v, y, lse = dev(B, H, T, D), dev(B, H, T, D), dev(B, H, T, D), dev(B, H, T, D), dev(B, H, T)
+    dq, dk, dv = dev(B, H, T, D), dev(B, H, T, D), dev(B, H, T, D)
+    merged, fc, fc_out = dev(B, T, C), dev(N, 4 * C), dev(N, 4 * C)
+    ln_w, ln_b, mean, rstd, ln_out = dev(C), dev(C), dev(N), dev(N), dev(N, C)
+    logits, losses, targets = dev(N, V), dev(N), ops.to_device(rng.integers(0, V, N))
+    wte, wpe, idx = dev(V, C, scale=0.02), dev(T, C, scale=0.02), ops.to_device(rng.integers(0, V, (B, T)))
+    logits_lse = dev(N)
+    ops.attention_forward(y, lse, q, k, v)          # realistic lse for the backward
+    flat = 124_392_960                              # andrea-120m's parameter count
+    p, g, m = dev(flat, scale=0.02), dev(flat, scale=1e-3), dev(flat, scale=1e-3)
+    vv, nsq = ops.zeros((flat,)), ops.zeros((1,))
+
+    tx, tw, tw_o = tdev(N, C), tdev(C, 3 * C, scale=0.02), tdev(C, C, scale=0.02)
+    tq, tk, tv = (tdev(B, H, T, D, grad=True) for _ in range(3))
+    tlogits, ttargets = tdev(N, V), torch.randint(0, V, (N,), device="cuda")
+    tfc = tdev(N, 4 * C)
+    tln_w, tln_b = tdev(C), tdev(C)
+    tsdpa = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+    tdo = torch.randn_like(tsdpa)
+
+    rows = [
+        ("fused QKV GEMM 16384x768 @ 768x2304", lambda: ops.matmul(qkv.reshape(N, 3 * C), x, w_qkv),
+         lambda: torch.mm(tx, tw), 2 * N * C * 3 * C),
+        ("split heads (B,T,3C) -> 3 x (B,H,T,D)", lambda: ops.split_heads_forward(q, k, v, qkv), None, 0),
+        ("attention forward, causal", lambda: ops.attention_forward(y, lse, q, k, v),
+         lambda: F.scaled_dot_product_attention(tq, tk, tv, is_causal=True), 2 * B * H * T * T * D),
+        ("attention backward", lambda: ops.attention_backward(dq, dk, dv, y, q, k, v, y, lse),
+         lambda: torch.autograd.grad(tsdpa, (tq, tk, tv), tdo, retain_graph=True), 5 * B * H * T * T * D),
+        ("merge heads (B,H,T,D) -> (B,T,C)", lambda: ops.merge_heads_forward(merged, y), None, 0),
+        ("W_O GEMM 16384x768 @ 768x768", lambda: ops.matmul(proj, merged.reshape(N, C), w_o),
+         lambda: torch.mm(tx, tw_o), 2 * N * C * C),
+        ("layernorm forward", lambda: ops.layernorm_forward(ln_out, mean, rstd, x, ln_w, ln_b),
+         lambda: F.layer_norm(tx, (C,), tln_w, tln_b), 0),
+        ("gelu forward (N, 4C)", lambda: ops.gelu_forward(fc_out, fc),
+         lambda: F.gelu(tfc, approximate="tanh"), 0),
+        ("encoder forward", lambda: ops.encoder_forward(merged, idx, wte, wpe), None, 0),
+        ("crossentropy forward (16384 x 50304)", lambda: ops.crossentropy_forward(losses, logits_lse, logits, targets),
+         lambda: F.cross_entropy(tlogits, ttargets), 0),
+        ("LM head GEMM 16384x768 @ (50304x768)^T", lambda: ops.matmul(logits, x, wte, transpose_b=True),
+         None, 2 * N * C * V),
+        ("global grad norm (124M)", lambda: ops.global_norm_squared(nsq, g), None, 0),
+        ("AdamW update (124M)", lambda: ops.adamw_update(p, g, m, vv, nsq, lr=1e-4, step=1, weight_decay=0.1,
+                                                         n_decay=flat // 2, max_norm=1.0, beta1=0.9, beta2=0.95, eps=1e-8),
+         None, 0),
+    ]
+    out = []
+    for name, ours, theirs, flops in rows:
+        ms = cuda_time(ours, reps)
+        ref_ms = torch_time(theirs, reps) if theirs else None
+        out.append((name, ms, ref_ms, flops))
+        print(f"  {name:45s} {ms:9.3f} ms" + (f"   torch {ref_ms:8.3f} ms" if ref_ms else ""), flush=True)
+    return out
+
+
+# ----------------------------------------------------------------------------------
+# whole training steps
+
+def torch_gpt(cfg):
+    """A PyTorch GPT of the same architecture: pre-LN, bias-free linears, tied head."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            C = cfg.d_model
+            self.ln_1, self.ln_2 = nn.LayerNorm(C), nn.LayerNorm(C)
+            self.w_qkv = nn.Linear(C, 3 * C, bias=False)
+            self.w_o = nn.Linear(C, C, bias=False)
+            self.w_fc = nn.Linear(C, 4 * C, bias=False)
+            self.w_proj = nn.Linear(4 * C, C, bias=False)
+
+        def forward(self, x):
+            B, T, C = x.shape
+            q, k, v = self.w_qkv(self.ln_1(x)).split(C, dim=2)
+            q, k, v = (t.view(B, T, cfg.n_head, -1).transpose(1, 2) for t in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.w_o(y.transpose(1, 2).reshape(B, T, C))
+            return x + self.w_proj(F.gelu(self.w_fc(self.ln_2(x)), approximate="tanh"))
+
+    class TorchGPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+            self.wpe = nn.Embedding(cfg.context, cfg.d_model)
+            self.h = nn.ModuleList(Block() for _ in range(cfg.n_layer))
+            self.ln_f = nn.LayerNorm(cfg.d_model)
+
+        def forward(self, idx, targets):
+            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
+            for block in self.h:
+                x = block(x)
+            logits = self.ln_f(x) @ self.wte.weight.T
+            return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+    return TorchGPT().cuda()
+
+
+def bench_steps(reps):
+    import torch
+    from numba import cuda
+    from microgpt import GPT, get_config
+    from microgpt.optim import AdamW, AdamWConfig
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    out = []
+    for name, B, T in (("andrea-12m", 64, 256), ("andrea-120m", 16, 1024)):
+        cfg = get_config(name)
+        rng = np.random.default_rng(0)
+        idx = rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
+        targets = rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
+
+        free_before, total = cuda.current_context().get_memory_info()
+        model = GPT(cfg, backend="cuda")
+        opt = AdamW(model, AdamWConfig())
+        d_idx, d_targets = model.backend.to_device(idx), model.backend.to_device(targets)
+
+        def ours_step():
+            model.forward_backward(d_idx, d_targets)
+            opt.step(1e-4)
+
+        ours_step()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            ours_step()
+        model.backend.synchronize()
+        ours_s = (time.perf_counter() - t0) / reps
+        free_after, _ = cuda.current_context().get_memory_info()
+        ours_gib = (free_before - free_after) / 2**30
+        del model, opt, d_idx, d_targets
+
+        row = {"config": name, "B": B, "T": T, "ours_tok_s": B * T / ours_s, "ours_gib": ours_gib}
+        t_idx, t_targets = torch.from_numpy(idx).long().cuda(), torch.from_numpy(targets).long().cuda()
+        for label, autocast in (("torch_fp32", False), ("torch_bf16", True)):
+            tmodel = torch_gpt(cfg)
+            topt = torch.optim.AdamW(tmodel.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=True)
+            torch.cuda.reset_peak_memory_stats()
+
+            def torch_step():
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+                    loss = tmodel(t_idx, t_targets)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(tmodel.parameters(), 1.0)
+                topt.step()
+                topt.zero_grad(set_to_none=True)
+                return loss.item()
+
+            torch_step()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                torch_step()
+            torch.cuda.synchronize()
+            row[label + "_tok_s"] = B * T * reps / (time.perf_counter() - t0)
+            row[label + "_gib"] = torch.cuda.max_memory_allocated() / 2**30
+            del tmodel, topt
+            torch.cuda.empty_cache()
+        out.append(row)
+        print("  ", row, flush=True)
+    return out
+
+
+# ----------------------------------------------------------------------------------
+
+def versions():
+    import numba
+    import torch
+    from numba import cuda
+    dev = cuda.get_current_device()
+    return (f"GPU {dev.name.decode() if isinstance(dev.name, bytes) else dev.name}, "
+            f"cc {dev.compute_capability}; python {platform.python_version()}, numpy {np.__version__}, "
+            f"numba {numba.__version__}, numba-cuda {importlib.metadata.version('numba-cuda')}, "
+            f"torch {torch.__version__} (CUDA {torch.version.cuda})")
+
+
+def write_report(path, kernels, steps, command):
+    lines = [f"# Benchmark results ({datetime.date.today().isoformat()})", "",
+             f"Machine: {versions()}; {platform.node()}", "",
+             f"Command: `{command}`", "",
+             "Same-run ratios are what count; absolute figures move 10-30% between runs.", ""]
+    if kernels:
+        lines += ["## Kernels at andrea-120m shapes (B 16, T 1024, C 768, 12 heads of 64, V 50304)", "",
+                  "| op | microgpt ms | TFLOP/s | PyTorch fp32 ms | PyTorch / microgpt |",
+                  "|---|---:|---:|---:|---:|"]
+        for name, ms, ref_ms, flops in kernels:
+            tflops = f"{flops / ms / 1e9:.1f}" if flops else ""
+            ref = f"{ref_ms:.3f}" if ref_ms else "n/a"
+            ratio = f"{ref_ms / ms:.2f}" if ref_ms else ""
+            lines.append(f"| {name} | {ms:.3f} | {tflops} | {ref} | {ratio} |")
+        lines.append("")
+    if steps:
+        lines += ["## Whole training step (forward + backward + AdamW)", "",
+                  "| config | B x T | microgpt tok/s | mem GiB | PyTorch fp32 tok/s | mem GiB | "
+                  "PyTorch bf16 tok/s | mem GiB | microgpt / PyTorch fp32 |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in steps:
+            lines.append(f"| {r['config']} | {r['B']} x {r['T']} | {r['ours_tok_s']:,.0f} | {r['ours_gib']:.1f} | "
+                         f"{r['torch_fp32_tok_s']:,.0f} | {r['torch_fp32_gib']:.1f} | {r['torch_bf16_tok_s']:,.0f} | "
+                         f"{r['torch_bf16_gib']:.1f} | {r['ours_tok_s'] / r['torch_fp32_tok_s']:.2f} |")
+        lines.append("")
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+    print(f"wrote {path}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", choices=["kernels", "steps"], help="run one section")
+    parser.add_argument("--reps", type=int, default=10, help="timed repetitions per measurement")
+    parser.add_argument("--out", default="bench/RESULTS.md", help="markdown file to write")
+    args = parser.parse_args(argv)
+    from microgpt.backend import cuda_available
+    if not cuda_available():
+        print("bench.py: no CUDA GPU found; the benchmarks need one (and PyTorch)", file=sys.stderr)
+        return 2
+    kernels = bench_kernels(args.reps) if args.only in (None, "kernels") else []
+    steps = bench_steps(max(2, args.reps // 2)) if args.only in (None, "steps") else []
+    write_report(args.out, kernels, steps, "python tools/bench.py " + " ".join(argv or sys.argv[1:]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
