@@ -1,0 +1,46 @@
+"""Data parallelism on the CPU: 2 MPI ranks against one process with the same global batch."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import rel_error
+
+import dp_worker
+from microgpt import distributed
+
+TESTS = Path(__file__).parent
+
+
+def mpiexec():
+    found = shutil.which("mpiexec") or shutil.which("mpiexec", path=str(Path(sys.executable).parent))
+    if not found:
+        pytest.fail("mpiexec not found: install the test extra (pip install '.[test]', which "
+                    "brings mpi4py and the mpich wheel)")
+    return found
+
+
+def test_two_ranks_match_one_process(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run([mpiexec(), "-n", "2", sys.executable, str(TESTS / "dp_worker.py"), str(tmp_path)],
+                   check=True, env=env, timeout=300)
+    single = tmp_path / "single"
+    single.mkdir()
+    dp_worker.train(distributed.SingleProcess(), str(single))
+
+    rank0, rank1 = np.load(tmp_path / "params-0.npz"), np.load(tmp_path / "params-1.npz")
+    one = np.load(single / "params-0.npz")
+    for name in one.files:
+        np.testing.assert_array_equal(rank0[name], rank1[name], err_msg=f"ranks differ on {name}")
+        assert rel_error(rank0[name], one[name]) < 1e-5, name
+        assert not np.array_equal(one[name], 0)
+
+
+def test_single_process_outside_mpirun(monkeypatch):
+    for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"):
+        monkeypatch.delenv(var, raising=False)
+    world = distributed.init("cpu")
+    assert (world.rank, world.world_size) == (0, 1)
