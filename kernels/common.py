@@ -31,6 +31,14 @@ def check_array(name, arr, shape, dtype=np.float32):
                         "(copy it with numba.cuda.to_device first)")
 
 
+def check_block_size(block, multiple=1):
+    """A launcher's block-size check: at most 1024 threads, a multiple of `multiple` (WARP
+    for kernels that call block_sum / block_max, whose shuffles need whole warps)."""
+    if not (0 < block <= 1024 and block % multiple == 0):
+        raise ValueError(f"block size must be a multiple of {multiple} in [{multiple}, 1024], "
+                         f"got {block}")
+
+
 # ----------------------------------------------------------------------------------
 # block reductions: warp shuffles on the GPU, a shared-memory twin in the simulator
 
