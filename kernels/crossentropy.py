@@ -1,0 +1,107 @@
+"""Softmax cross-entropy over the vocabulary, forward and backward, one block per row.
+
+NumPy twins: ``microgpt.reference.crossentropy_forward`` and ``crossentropy_backward``.
+
+Forward: each thread walks its strided columns of the row once (coalesced across the
+block), keeping an online (running max, running sum of exp(x - max)) pair; the block then
+combines the pairs (block max, then block sum of each sum rescaled to the block max). It
+writes the row's logsumexp and loss = lse - logits[target]: no probabilities tensor.
+
+Backward: dlogits = dloss * (exp(logits - lse) - onehot(target)), recomputing the softmax
+from the saved lse. Each element is read and then written by the same thread, so dlogits
+may be logits itself: the (N, V) logits buffer becomes its own gradient in place.
+"""
+import math
+
+import numpy as np
+from numba import cuda, float32, int32
+
+from microgpt.kernels.common import (REDUCE_SCRATCH, WARP, block_max, block_sum,
+                                     check_array, check_block_size)
+
+ONE = np.float32(1.0)
+ZERO = np.float32(0.0)
+
+BLOCK = 512      # V = 50304 gives each thread ~100 columns
+
+
+# ----------------------------------------------------------------------------------
+# kernels
+
+@cuda.jit
+def _crossentropy_forward_kernel(losses, lse, logits, targets):
+    # losses (N,), lse (N,), logits (N, V), targets (N,) int32; block = row
+    scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
+    row = cuda.blockIdx.x
+    tid, n_threads = cuda.threadIdx.x, cuda.blockDim.x
+    V = logits.shape[1]
+
+    running_max = float32(-math.inf)
+    running_sum = float32(0.0)          # sum of exp(x - running_max) over this thread's x
+    for j in range(tid, V, n_threads):
+        x = logits[row, j]
+        if x > running_max:
+            running_sum = running_sum * math.exp(running_max - x) + ONE
+            running_max = x
+        else:
+            running_sum += math.exp(x - running_max)
+    row_max = block_max(running_max, scratch)
+    # a thread that saw no column has running_sum 0 and contributes 0 * exp(-inf) = 0
+    row_sum = block_sum(running_sum * math.exp(running_max - row_max), scratch)
+    if tid == 0:
+        row_lse = row_max + math.log(row_sum)
+        lse[row] = row_lse
+        losses[row] = row_lse - logits[row, targets[row]]
+
+
+@cuda.jit
+def _crossentropy_backward_kernel(dlogits, logits, lse, targets, dloss):
+    # dlogits (N, V), logits (N, V) (may be the same array), lse (N,), targets (N,) int32,
+    # dloss float32; block = row
+    row = cuda.blockIdx.x
+    row_lse, target = lse[row], targets[row]
+    for j in range(cuda.threadIdx.x, logits.shape[1], cuda.blockDim.x):
+        onehot = ONE if j == target else ZERO
+        dlogits[row, j] = dloss * (math.exp(logits[row, j] - row_lse) - onehot)
+
+
+PTX_SIGNATURES = [
+    (_crossentropy_forward_kernel, (float32[::1], float32[::1], float32[:, ::1],
+                                    int32[::1])),
+    (_crossentropy_backward_kernel, (float32[:, ::1], float32[:, ::1], float32[::1],
+                                     int32[::1], float32)),
+]
+
+
+# ----------------------------------------------------------------------------------
+# launchers
+
+def _check_rows(logits, lse, targets):
+    """The shapes both passes share; returns (N, V). Targets are not range-checked here
+    (that would copy them to the host): the model checks token ids when they arrive."""
+    if len(logits.shape) != 2:
+        raise ValueError(f"logits: expected shape (N, V), got {tuple(logits.shape)}")
+    N, V = logits.shape
+    check_array("logits", logits, (N, V))
+    check_array("lse", lse, (N,))
+    check_array("targets", targets, (N,), np.int32)
+    return N, V
+
+
+def crossentropy_forward(losses, lse, logits, targets, *, stream=0, block=BLOCK):
+    """losses (N,) = lse - logits[target] and lse (N,) = logsumexp of each row of logits
+    (N, V), for targets (N,) int32."""
+    check_block_size(block, WARP)
+    N, _ = _check_rows(logits, lse, targets)
+    check_array("losses", losses, (N,))
+    _crossentropy_forward_kernel[N, block, stream](losses, lse, logits, targets)
+
+
+def crossentropy_backward(dlogits, logits, lse, targets, dloss, *, stream=0, block=BLOCK):
+    """dlogits (N, V) = dloss * (softmax(logits) - onehot(targets)), dloss a float (1/N
+    for the mean loss); dlogits may be logits itself (in place)."""
+    check_block_size(block)
+    N, V = _check_rows(logits, lse, targets)
+    check_array("dlogits", dlogits, (N, V))
+    _crossentropy_backward_kernel[N, block, stream](dlogits, logits, lse, targets,
+                                                    np.float32(dloss))

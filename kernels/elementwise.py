@@ -1,0 +1,89 @@
+"""Elementwise kernels: the residual add and the tanh-approximated GELU, forward and backward.
+
+NumPy twins: ``microgpt.reference.residual_forward``, ``gelu_forward``, ``gelu_backward``.
+The launchers take arrays of any shape (all of one shape, C-contiguous) and run one thread
+per element over their flat views. Every constant is a float32 so that no float64
+arithmetic slips into the kernels.
+"""
+import math
+
+import numpy as np
+from numba import cuda, float32
+
+from microgpt.kernels.common import ceil_div, check_array, check_block_size
+from microgpt.reference import GELU_SCALE as _GELU_SCALE
+
+GELU_SCALE = np.float32(_GELU_SCALE)          # sqrt(2 / pi)
+GELU_CUBIC = np.float32(0.044715)
+GELU_CUBIC_3 = np.float32(3 * 0.044715)       # d/dx of the cubic term's coefficient
+HALF = np.float32(0.5)
+ONE = np.float32(1.0)
+
+BLOCK = 256
+
+
+# ----------------------------------------------------------------------------------
+# kernels; every array is a flat (n,) view
+
+@cuda.jit
+def _residual_forward_kernel(out, a, b):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a[i] + b[i]
+
+
+@cuda.jit
+def _gelu_forward_kernel(out, inp):
+    i = cuda.grid(1)
+    if i < out.size:
+        x = inp[i]
+        u = GELU_SCALE * (x + GELU_CUBIC * x * x * x)
+        out[i] = HALF * x * (ONE + math.tanh(u))
+
+
+@cuda.jit
+def _gelu_backward_kernel(dinp, dout, inp):
+    # dinp may be dout itself: each thread reads its dout element before writing it
+    i = cuda.grid(1)
+    if i < dinp.size:
+        x = inp[i]
+        t = math.tanh(GELU_SCALE * (x + GELU_CUBIC * x * x * x))
+        du = GELU_SCALE * (ONE + GELU_CUBIC_3 * x * x)
+        dinp[i] = dout[i] * (HALF * (ONE + t) + HALF * x * (ONE - t * t) * du)
+
+
+PTX_SIGNATURES = [
+    (_residual_forward_kernel, (float32[::1], float32[::1], float32[::1])),
+    (_gelu_forward_kernel, (float32[::1], float32[::1])),
+    (_gelu_backward_kernel, (float32[::1], float32[::1], float32[::1])),
+]
+
+
+# ----------------------------------------------------------------------------------
+# launchers
+
+def _launch_flat(kernel, arrays, names, stream, block):
+    """Check that every array has the first one's shape, then run kernel over flat views."""
+    check_block_size(block)
+    shape = arrays[0].shape
+    for name, arr in zip(names, arrays):
+        check_array(name, arr, shape)
+    n = arrays[0].size
+    if n:
+        kernel[ceil_div(n, block), block, stream](*(arr.reshape(n) for arr in arrays))
+
+
+def residual_forward(out, a, b, *, stream=0, block=BLOCK):
+    """out = a + b, all of one shape."""
+    _launch_flat(_residual_forward_kernel, (out, a, b), ("out", "a", "b"), stream, block)
+
+
+def gelu_forward(out, inp, *, stream=0, block=BLOCK):
+    """out = gelu(inp), tanh approximation, both of one shape."""
+    _launch_flat(_gelu_forward_kernel, (out, inp), ("out", "inp"), stream, block)
+
+
+def gelu_backward(dinp, dout, inp, *, stream=0, block=BLOCK):
+    """dinp = dout * gelu'(inp); dinp may be the same array as dout (in place)."""
+    _launch_flat(_gelu_backward_kernel, (dinp, dout, inp), ("dinp", "dout", "inp"),
+                 stream, block)
