@@ -149,11 +149,11 @@ def residual_forward(a, b):
 
 
 def gelu_forward(x):
-    return 0.5 * x * (1.0 + np.tanh(GELU_SCALE * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1.0 + np.tanh(GELU_SCALE * (x + 0.044715 * x * x * x)))
 
 
 def gelu_backward(dy, x):
-    u = GELU_SCALE * (x + 0.044715 * x ** 3)
+    u = GELU_SCALE * (x + 0.044715 * x * x * x)
     t = np.tanh(u)
     du = GELU_SCALE * (1.0 + 3 * 0.044715 * x * x)
     return dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
