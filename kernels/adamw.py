@@ -14,8 +14,8 @@ import math
 import numpy as np
 from numba import cuda, float32, int64
 
+from microgpt.kernels import reductions
 from microgpt.kernels.common import ceil_div, check_array, check_block_size
-from microgpt.kernels.reductions import sum_squares_to
 
 CLIP_EPS = np.float32(1e-6)
 ONE = np.float32(1.0)
@@ -55,9 +55,9 @@ PTX_SIGNATURES = [
 # ----------------------------------------------------------------------------------
 # launchers
 
-def global_norm_squared(out, grad, *, stream=0):
+def global_norm_squared(out, grad, *, stream=0, block=reductions.BLOCK):
     """out (1,) = the sum of squares of the flat gradient grad (n,)."""
-    sum_squares_to(out, grad, stream=stream)
+    reductions.sum_squares_to(out, grad, stream=stream, block=block)
 
 
 def adamw_update(param, grad, m, v, norm_squared, *, lr, step, weight_decay, n_decay,

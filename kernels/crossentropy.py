@@ -3,13 +3,16 @@
 NumPy twins: ``microgpt.reference.crossentropy_forward`` and ``crossentropy_backward``.
 
 Forward: each thread walks its strided columns of the row once (coalesced across the
-block), keeping an online (running max, running sum of exp(x - max)) pair; the block then
-combines the pairs (block max, then block sum of each sum rescaled to the block max). It
-writes the row's logsumexp and loss = lse - logits[target]: no probabilities tensor.
+block), keeping an online pair (running max, sum of exp(x - max) over its other columns);
+the block combines the pairs (a block max, then a block sum of the rescaled sums). It
+writes the row's logsumexp and loss = (max - logits[target]) + log1p(sum): the max's own
+term of 1 is kept out of the sum so that the loss of a confidently right token (1 + tiny)
+keeps its relative accuracy. No probabilities tensor is written.
 
 Backward: dlogits = dloss * (exp(logits - lse) - onehot(target)), recomputing the softmax
-from the saved lse. Each element is read and then written by the same thread, so dlogits
-may be logits itself: the (N, V) logits buffer becomes its own gradient in place.
+from the saved lse, with expm1 at the target for the same reason. Each element is read and
+then written by the same thread, so dlogits may be logits itself: the (N, V) logits buffer
+becomes its own gradient in place.
 """
 import math
 
@@ -36,22 +39,33 @@ def _crossentropy_forward_kernel(losses, lse, logits, targets):
     tid, n_threads = cuda.threadIdx.x, cuda.blockDim.x
     V = logits.shape[1]
 
+    # online over this thread's columns: the running max, and the sum of exp(x - max) over
+    # every column but the max itself (its term is exactly 1, kept out so that log1p can
+    # resolve a sum of 1 + tiny: the loss of a confidently right token)
     running_max = float32(-math.inf)
-    running_sum = float32(0.0)          # sum of exp(x - running_max) over this thread's x
+    running_rest = float32(0.0)
     for j in range(tid, V, n_threads):
         x = logits[row, j]
         if x > running_max:
-            running_sum = running_sum * math.exp(running_max - x) + ONE
+            # the old max joins the rest
+            running_rest = (running_rest + ONE) * math.exp(running_max - x)
             running_max = x
         else:
-            running_sum += math.exp(x - running_max)
+            running_rest += math.exp(x - running_max)
     row_max = block_max(running_max, scratch)
-    # a thread that saw no column has running_sum 0 and contributes 0 * exp(-inf) = 0
-    row_sum = block_sum(running_sum * math.exp(running_max - row_max), scratch)
+
+    # every thread's own max joins the row's rest, except one thread holding the row's max:
+    # the lowest-numbered one. A thread that saw no column has rescale exp(-inf) = 0.
+    holds_row_max = running_max == row_max
+    owner = -block_max(float32(-tid) if holds_row_max else float32(-math.inf), scratch)
+    rescale = math.exp(running_max - row_max)
+    own_max_term = ZERO if float32(tid) == owner else rescale
+    row_rest = block_sum(running_rest * rescale + own_max_term, scratch)
     if tid == 0:
-        row_lse = row_max + math.log(row_sum)
-        lse[row] = row_lse
-        losses[row] = row_lse - logits[row, targets[row]]
+        log_sum = math.log1p(row_rest)            # log of sum(exp(x - row_max))
+        lse[row] = row_max + log_sum
+        # both terms are >= 0, so the loss keeps its relative accuracy however small
+        losses[row] = (row_max - logits[row, targets[row]]) + log_sum
 
 
 @cuda.jit
@@ -61,8 +75,9 @@ def _crossentropy_backward_kernel(dlogits, logits, lse, targets, dloss):
     row = cuda.blockIdx.x
     row_lse, target = lse[row], targets[row]
     for j in range(cuda.threadIdx.x, logits.shape[1], cuda.blockDim.x):
-        onehot = ONE if j == target else ZERO
-        dlogits[row, j] = dloss * (math.exp(logits[row, j] - row_lse) - onehot)
+        log_p = logits[row, j] - row_lse
+        # p - 1 at the target as expm1: exact when the target is all but certain
+        dlogits[row, j] = dloss * (math.expm1(log_p) if j == target else math.exp(log_p))
 
 
 PTX_SIGNATURES = [

@@ -1,0 +1,87 @@
+"""The fused softmax cross-entropy kernels against the float64 reference
+(kernels/crossentropy.py), the in-place backward included."""
+import numpy as np
+import pytest
+from helpers import ON_GPU, TOL_F32_OP, assert_close, poisoned, randn
+from hypothesis import given
+from hypothesis import strategies as st
+from numba import cuda
+
+from microgpt import reference as ref
+from microgpt.kernels import crossentropy
+
+# (N, V): tiny in the simulator (V above the block size too), GPT-2's vocabulary on a GPU
+if ON_GPU:
+    SHAPES = st.one_of(st.just((1024, 50304)),
+                       st.tuples(st.integers(1, 1024), st.integers(1, 50304)))
+    BLOCKS = st.sampled_from([32, 128, 512, 1024])
+else:
+    SHAPES = st.tuples(st.integers(1, 4), st.integers(1, 64))
+    BLOCKS = st.just(32)
+SEEDS = st.integers(0, 2**32 - 1)
+# flat to peaked softmax; large logits test that the row max is taken out before exp
+SCALES = st.sampled_from([0.5, 3.0, 30.0])
+
+
+def draw_case(seed, N, V, scale):
+    rng = np.random.default_rng(seed)
+    logits = randn(rng, N, V, scale=scale) + randn(rng, N, 1, scale=scale)
+    return logits, rng.integers(0, V, N).astype(np.int32)
+
+
+@given(shape=SHAPES, block=BLOCKS, scale=SCALES, seed=SEEDS)
+def test_crossentropy_forward(shape, block, scale, seed):
+    N, V = shape
+    logits, targets = draw_case(seed, N, V, scale)
+    losses, lse = cuda.to_device(poisoned(N)), cuda.to_device(poisoned(N))
+    crossentropy.crossentropy_forward(losses, lse, cuda.to_device(logits),
+                                      cuda.to_device(targets), block=block)
+    losses_ref, lse_ref = ref.crossentropy_forward(logits.astype(np.float64), targets)
+    assert_close(lse.copy_to_host(), lse_ref, TOL_F32_OP, "logsumexp")
+    assert_close(losses.copy_to_host(), losses_ref, TOL_F32_OP, "losses")
+
+
+@given(shape=SHAPES, block=BLOCKS, scale=SCALES, in_place=st.booleans(), seed=SEEDS)
+def test_crossentropy_backward(shape, block, scale, in_place, seed):
+    N, V = shape
+    logits, targets = draw_case(seed, N, V, scale)
+    # the reference sees the very lse the kernel gets: the forward's, rounded to float32
+    lse = ref.crossentropy_forward(logits.astype(np.float64), targets)[1].astype(np.float32)
+    d_logits = cuda.to_device(logits)
+    dlogits = d_logits if in_place else cuda.to_device(poisoned((N, V)))
+    crossentropy.crossentropy_backward(dlogits, d_logits, cuda.to_device(lse),
+                                       cuda.to_device(targets), 1.0 / N, block=block)
+    expected = ref.crossentropy_backward(1.0 / N, logits.astype(np.float64),
+                                         lse.astype(np.float64), targets)
+    assert_close(dlogits.copy_to_host(), expected, TOL_F32_OP, f"dlogits, in place {in_place}")
+
+
+def test_confidently_right_tokens_keep_relative_accuracy():
+    """Target = argmax by a wide margin: the loss is about exp(-gap) and the gradient as
+    small, both far below float32's resolution of 1 + tiny."""
+    logits = np.array([[0.0, 20.0, -3.0], [7.0, -9.0, 30.0]], np.float32)
+    targets = np.array([1, 2], np.int32)
+    losses, lse = cuda.to_device(poisoned(2)), cuda.to_device(poisoned(2))
+    d_logits, d_targets = cuda.to_device(logits), cuda.to_device(targets)
+    crossentropy.crossentropy_forward(losses, lse, d_logits, d_targets, block=32)
+    losses_ref, _ = ref.crossentropy_forward(logits.astype(np.float64), targets)
+    assert_close(losses.copy_to_host(), losses_ref, TOL_F32_OP, "tiny losses")
+
+    lse32 = lse.copy_to_host()
+    crossentropy.crossentropy_backward(d_logits, d_logits, lse, d_targets, 0.5, block=32)
+    expected = ref.crossentropy_backward(0.5, logits.astype(np.float64), lse32.astype(np.float64),
+                                         targets)
+    assert_close(d_logits.copy_to_host(), expected, TOL_F32_OP, "tiny dlogits")
+
+
+def test_launchers_reject_bad_arguments():
+    logits = cuda.to_device(np.ones((3, 7), np.float32))
+    rows = cuda.to_device(np.ones(3, np.float32))
+    targets = cuda.to_device(np.zeros(3, np.int32))
+    with pytest.raises(TypeError, match="targets: expected dtype int32"):
+        crossentropy.crossentropy_forward(rows, rows, logits, cuda.to_device(np.zeros(3, np.int64)))
+    with pytest.raises(ValueError, match=r"losses: expected shape \(3,\)"):
+        crossentropy.crossentropy_forward(cuda.to_device(np.ones(4, np.float32)), rows, logits,
+                                          targets)
+    with pytest.raises(ValueError, match=r"dlogits: expected shape \(3, 7\)"):
+        crossentropy.crossentropy_backward(rows, logits, rows, targets, 1 / 3)

@@ -1,0 +1,84 @@
+"""The token + position embedding kernels against the float64 reference
+(kernels/embedding.py), repeated tokens included."""
+import numpy as np
+import pytest
+from helpers import ON_GPU, TOL_F32_OP, assert_close, poisoned, randn
+from hypothesis import given
+from hypothesis import strategies as st
+from numba import cuda
+
+from microgpt import reference as ref
+from microgpt.kernels import embedding
+
+# (B, T, C, V): tiny in the simulator (V small, so tokens repeat), andrea-120m's on a GPU
+if ON_GPU:
+    SHAPES = st.one_of(st.just((16, 1024, 768, 50304)),
+                       st.tuples(st.integers(1, 16), st.integers(1, 1024), st.integers(1, 768),
+                                 st.integers(1, 50304)))
+    BLOCKS = st.sampled_from([32, 96, 256, 1024])
+else:
+    SHAPES = st.tuples(st.integers(1, 2), st.integers(1, 6), st.integers(1, 9),
+                       st.integers(1, 5))
+    BLOCKS = st.sampled_from([32, 48])
+SEEDS = st.integers(0, 2**32 - 1)
+
+
+def draw_tokens(rng, B, T, V):
+    """Token ids (B, T) int32 in which the last one repeats the first (when B*T > 1)."""
+    idx = rng.integers(0, V, (B, T)).astype(np.int32)
+    idx.reshape(-1)[-1] = idx.reshape(-1)[0]
+    return idx
+
+
+@given(shape=SHAPES, extra_context=st.integers(0, 3), block=BLOCKS, seed=SEEDS)
+def test_encoder_forward(shape, extra_context, block, seed):
+    B, T, C, V = shape
+    rng = np.random.default_rng(seed)
+    idx = draw_tokens(rng, B, T, V)
+    wte, wpe = randn(rng, V, C), randn(rng, T + extra_context, C)
+    out = cuda.to_device(poisoned((B, T, C)))
+    embedding.encoder_forward(out, cuda.to_device(idx), cuda.to_device(wte),
+                              cuda.to_device(wpe), block=block)
+    expected = ref.encoder_forward(idx, wte.astype(np.float64), wpe.astype(np.float64))
+    assert_close(out.copy_to_host(), expected, TOL_F32_OP, "encoder forward")
+
+
+@given(shape=SHAPES, extra_context=st.integers(0, 3), block=BLOCKS, seed=SEEDS)
+def test_encoder_backward_accumulates(shape, extra_context, block, seed):
+    B, T, C, V = shape
+    context = T + extra_context
+    rng = np.random.default_rng(seed)
+    idx = draw_tokens(rng, B, T, V)
+    dout = randn(rng, B, T, C)
+    dwte_start, dwpe_start = randn(rng, V, C), randn(rng, context, C)
+    dwte, dwpe = cuda.to_device(dwte_start), cuda.to_device(dwpe_start)
+    embedding.encoder_backward(dwte, dwpe, cuda.to_device(dout), cuda.to_device(idx),
+                               block=block)
+    dwte_ref, dwpe_ref = ref.encoder_backward(dout.astype(np.float64), idx, V, context)
+    assert_close(dwte.copy_to_host(), dwte_start + dwte_ref, TOL_F32_OP, "dwte")
+    assert_close(dwpe.copy_to_host(), dwpe_start + dwpe_ref, TOL_F32_OP, "dwpe")
+
+
+def test_encoder_backward_adds_up_one_repeated_token():
+    """Every position holds the same token: its row of dwte receives the whole sum."""
+    B, T, C, V = 2, 3, 4, 3
+    dout = np.random.default_rng(0).standard_normal((B, T, C)).astype(np.float32)
+    idx = np.full((B, T), 1, np.int32)
+    dwte = cuda.to_device(np.zeros((V, C), np.float32))
+    dwpe = cuda.to_device(np.zeros((T, C), np.float32))
+    embedding.encoder_backward(dwte, dwpe, cuda.to_device(dout), cuda.to_device(idx))
+    expected = np.zeros((V, C))
+    expected[1] = dout.sum(axis=(0, 1), dtype=np.float64)
+    assert_close(dwte.copy_to_host(), expected, TOL_F32_OP, "dwte of one repeated token")
+
+
+def test_launchers_reject_bad_arguments():
+    idx = cuda.to_device(np.zeros((2, 4), np.int32))
+    wte = cuda.to_device(np.ones((5, 3), np.float32))
+    out = cuda.to_device(np.ones((2, 4, 3), np.float32))
+    with pytest.raises(ValueError, match=r"wpe: expected shape \(context >= 4, 3\)"):
+        embedding.encoder_forward(out, idx, wte, cuda.to_device(np.ones((3, 3), np.float32)))
+    with pytest.raises(TypeError, match="idx: expected dtype int32"):
+        embedding.encoder_forward(out, cuda.to_device(np.zeros((2, 4), np.int64)), wte, wte)
+    with pytest.raises(ValueError, match=r"dout: expected shape \(2, 4, 3\)"):
+        embedding.encoder_backward(wte, wte, cuda.to_device(np.ones((2, 4, 2), np.float32)), idx)

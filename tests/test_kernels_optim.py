@@ -1,0 +1,109 @@
+"""The device reductions, the global gradient norm and the fused clip + AdamW kernel against
+the float64 reference (kernels/reductions.py, kernels/adamw.py)."""
+import numpy as np
+import pytest
+from helpers import ON_GPU, TOL_F32_OP, assert_close, poisoned, randn
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numba import cuda
+
+from microgpt import reference as ref
+from microgpt.kernels import adamw, reductions
+
+ANDREA_120M_PARAMS = 124_392_960
+# flat lengths: tiny in the simulator; on a GPU up to andrea-120m's whole parameter buffer,
+# whose examples cost seconds of host reference each, hence fewer of them
+if ON_GPU:
+    LENGTHS = st.one_of(st.just(ANDREA_120M_PARAMS), st.integers(1, 1 << 22))
+    REDUCE_BLOCKS = st.sampled_from([32, 256, 512, 1024])
+    MAX_BLOCKS = st.sampled_from([1, 7, 1024])
+    ADAMW_BLOCKS = st.sampled_from([32, 96, 256, 1024])
+    FLAT_EXAMPLES = settings(max_examples=12)
+else:
+    LENGTHS = st.integers(1, 300)
+    REDUCE_BLOCKS = st.just(32)
+    MAX_BLOCKS = st.integers(1, 3)
+    ADAMW_BLOCKS = st.sampled_from([32, 48])
+    FLAT_EXAMPLES = settings()
+SEEDS = st.integers(0, 2**32 - 1)
+
+
+@FLAT_EXAMPLES
+@given(n=LENGTHS, block=REDUCE_BLOCKS, max_blocks=MAX_BLOCKS, seed=SEEDS)
+def test_sum_to(n, block, max_blocks, seed):
+    losses = np.random.default_rng(seed).uniform(0.1, 12.0, n).astype(np.float32)
+    out = cuda.to_device(poisoned(1))
+    reductions.sum_to(out, cuda.to_device(losses), block=block, max_blocks=max_blocks)
+    assert_close(out.copy_to_host(), [losses.sum(dtype=np.float64)], TOL_F32_OP, "sum")
+
+
+@FLAT_EXAMPLES
+@given(n=LENGTHS, block=REDUCE_BLOCKS, max_blocks=MAX_BLOCKS, seed=SEEDS)
+def test_sum_squares_to(n, block, max_blocks, seed):
+    grad = randn(np.random.default_rng(seed), n)
+    out = cuda.to_device(poisoned(1))
+    reductions.sum_squares_to(out, cuda.to_device(grad), block=block, max_blocks=max_blocks)
+    assert_close(out.copy_to_host(), [ref.global_norm(grad) ** 2], TOL_F32_OP, "sum of squares")
+
+
+@FLAT_EXAMPLES
+@given(n=LENGTHS, block=REDUCE_BLOCKS, seed=SEEDS)
+def test_global_norm_squared(n, block, seed):
+    grad = randn(np.random.default_rng(seed), n, scale=1e-3)
+    out = cuda.to_device(poisoned(1))
+    adamw.global_norm_squared(out, cuda.to_device(grad), block=block)
+    assert_close(out.copy_to_host(), [ref.global_norm(grad) ** 2], TOL_F32_OP, "norm squared")
+
+
+def reference_step(param, grad, m, v, norm_squared, hp):
+    """NumpyBackend.adamw_update's semantics in float64: the clip from norm_squared, decay on
+    [0, n_decay) only."""
+    param, m, v = (a.astype(np.float64) for a in (param, m, v))
+    scale = ref.clip_scale(float(np.sqrt(np.float64(norm_squared))), hp["max_norm"])
+    for part, wd in ((slice(0, hp["n_decay"]), hp["weight_decay"]),
+                     (slice(hp["n_decay"], None), 0.0)):
+        param[part], m[part], v[part] = ref.adamw_update(
+            param[part], grad[part].astype(np.float64), m[part], v[part], lr=hp["lr"],
+            step=hp["step"], weight_decay=wd, beta1=hp["beta1"], beta2=hp["beta2"],
+            eps=hp["eps"], grad_scale=scale)
+    return param, m, v
+
+
+@FLAT_EXAMPLES
+@given(n=LENGTHS, decay_fraction=st.sampled_from([0.0, 1.0]) | st.floats(0.0, 1.0),
+       clipped=st.booleans(), clip_ratio=st.floats(0.1, 0.9), step=st.integers(1, 10_000),
+       lr=st.floats(1e-4, 1.0), weight_decay=st.floats(0.01, 0.5),
+       beta1=st.floats(0.8, 0.95), beta2=st.floats(0.9, 0.999), block=ADAMW_BLOCKS,
+       seed=SEEDS)
+def test_adamw_update(n, decay_fraction, clipped, clip_ratio, step, lr, weight_decay, beta1,
+                      beta2, block, seed):
+    rng = np.random.default_rng(seed)
+    param, grad, m = randn(rng, n), randn(rng, n), randn(rng, n, scale=0.1)
+    v = np.abs(randn(rng, n, scale=0.1))
+    norm_squared = np.float32(ref.global_norm(grad) ** 2)
+    norm = float(np.sqrt(np.float64(norm_squared)))
+    # the clip is active when max_norm lies below the norm, inactive when above it
+    max_norm = norm * clip_ratio if clipped else norm / clip_ratio
+    hp = dict(lr=lr, step=step, weight_decay=weight_decay, n_decay=round(decay_fraction * n),
+              max_norm=max_norm, beta1=beta1, beta2=beta2, eps=1e-8)
+    d_param, d_m, d_v = cuda.to_device(param), cuda.to_device(m), cuda.to_device(v)
+    adamw.adamw_update(d_param, cuda.to_device(grad), d_m, d_v,
+                       cuda.to_device(np.array([norm_squared])), block=block, **hp)
+    expected = reference_step(param, grad, m, v, norm_squared, hp)
+    for name, got, want in zip(("param", "m", "v"), (d_param, d_m, d_v), expected):
+        assert_close(got.copy_to_host(), want, TOL_F32_OP, f"adamw {name}")
+
+
+def test_launchers_reject_bad_arguments():
+    flat, one = cuda.to_device(np.ones(10, np.float32)), cuda.to_device(np.ones(1, np.float32))
+    hp = dict(lr=1e-3, weight_decay=0.1, max_norm=1.0, beta1=0.9, beta2=0.95, eps=1e-8)
+    with pytest.raises(ValueError, match="step counts from 1"):
+        adamw.adamw_update(flat, flat, flat, flat, one, step=0, n_decay=5, **hp)
+    with pytest.raises(ValueError, match=r"n_decay must lie in \[0, 10\]"):
+        adamw.adamw_update(flat, flat, flat, flat, one, step=1, n_decay=11, **hp)
+    with pytest.raises(ValueError, match=r"m: expected shape \(10,\)"):
+        adamw.adamw_update(flat, flat, one, flat, one, step=1, n_decay=5, **hp)
+    with pytest.raises(ValueError, match=r"out: expected shape \(1,\)"):
+        adamw.global_norm_squared(flat, flat)
+    with pytest.raises(ValueError, match="expected a flat"):
+        reductions.sum_to(one, cuda.to_device(np.ones((2, 5), np.float32)))
