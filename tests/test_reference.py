@@ -1,0 +1,354 @@
+"""The NumPy reference (microgpt/reference.py), the oracle everything else is held to.
+
+Every op's backward is checked against central finite differences in float64, through
+sum(dy * f(x)) with a random upstream dy so that every output element counts; then the
+properties the seed documents state about the attention pipeline: the per-head and the
+fused projections are one function, merge inverts split, W_O mixes heads as a sum of
+per-head products, attention is causal and its weights are distributions.
+"""
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pytest
+from helpers import TOL_F32_OP, assert_close, rel_error
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from microgpt import GPT, reference as ref
+from microgpt.config import GPTConfig
+
+CPU = settings(settings.get_profile("cpu"))   # NumPy only: cheap enough for more examples
+TOL_FD = 1e-6        # float64 backward vs central differences, ||a - b|| / ||b||
+TOL_SAME = 1e-12     # one float64 value computed two ways (a different summation order)
+FD_STEP = 1e-5       # truncation error ~ step^2, round-off ~ 1e-16 / step: both far below TOL_FD
+SEEDS = st.integers(0, 2**32 - 1)
+# the tensor-core head_dims 32 and 64 and the fallback ones (4, 72, odd sizes)
+HEAD_DIMS = st.sampled_from([1, 3, 4, 32, 64, 72])
+
+
+def draw_heads(draw, min_T=1):
+    """(B, H, T, D), T kept short for the large head_dims so finite differences stay quick."""
+    D = draw(HEAD_DIMS)
+    T = draw(st.integers(min_T, 6 if D <= 8 else 3))
+    return draw(st.integers(1, 2)), draw(st.integers(1, 3)), T, D
+
+
+def numerical_gradient(loss, x, step=FD_STEP):
+    """Central differences of the scalar loss() with respect to every element of x.
+
+    loss reads x, which is perturbed in place one element at a time and restored."""
+    assert x.flags.c_contiguous, "x must be contiguous so its flat view writes through"
+    grad = np.empty_like(x)
+    flat, grad_flat = x.reshape(-1), grad.reshape(-1)
+    for i in range(flat.size):
+        saved = flat[i]
+        flat[i] = saved + step
+        up = loss()
+        flat[i] = saved - step
+        down = loss()
+        flat[i] = saved
+        grad_flat[i] = (up - down) / (2 * step)
+    return grad
+
+
+# ----------------------------------------------------------------------------------
+# every reference op as a case: drawn inputs, a forward and a backward
+
+@dataclass
+class OpCase:
+    """forward(inputs) -> {output name: array}; backward(inputs, upstream) -> {input name:
+    gradient}, where upstream holds d(loss)/d(output) for each of forward's outputs."""
+    inputs: dict
+    forward: Callable
+    backward: Callable
+
+
+def encoder_case(draw, rng):
+    B, T = draw(st.integers(1, 2)), draw(st.integers(1, 5))
+    V, C = draw(st.integers(1, 5)), draw(st.integers(1, 8))    # few tokens: repeats add up
+    context = T + draw(st.integers(0, 2))                       # rows past T get no gradient
+    idx = rng.integers(0, V, (B, T))
+
+    def forward(p):
+        return {"x": ref.encoder_forward(idx, p["wte"], p["wpe"])}
+
+    def backward(p, dy):
+        dwte, dwpe = ref.encoder_backward(dy["x"], idx, V, context)
+        return {"wte": dwte, "wpe": dwpe}
+
+    inputs = {"wte": rng.standard_normal((V, C)), "wpe": rng.standard_normal((context, C))}
+    return OpCase(inputs, forward, backward)
+
+
+def layernorm_case(draw, rng):
+    # Not C = 2: a normalised pair is (-1, 1) whatever x is, so dx is only the eps term,
+    # ~eps / var, and a relative error of it measures round-off.
+    N, C = draw(st.integers(1, 6)), draw(st.integers(1, 24).filter(lambda c: c != 2))
+    # rows with their own offset and spread, as a residual stream has
+    x = rng.standard_normal((N, C)) * rng.uniform(0.5, 3.0, (N, 1)) + rng.normal(0, 2, (N, 1))
+
+    def forward(p):
+        return {"y": ref.layernorm_forward(p["x"], p["weight"], p["bias"])[0]}
+
+    def backward(p, dy):
+        _, mean, rstd = ref.layernorm_forward(p["x"], p["weight"], p["bias"])
+        dx, dweight, dbias = ref.layernorm_backward(dy["y"], p["x"], p["weight"], mean, rstd)
+        return {"x": dx, "weight": dweight, "bias": dbias}
+
+    inputs = {"x": x, "weight": rng.standard_normal(C), "bias": rng.standard_normal(C)}
+    return OpCase(inputs, forward, backward)
+
+
+def matmul_case(draw, rng):
+    N, K, M = (draw(st.integers(1, 8)) for _ in range(3))
+
+    def forward(p):
+        return {"y": ref.matmul_forward(p["x"], p["w"])}
+
+    def backward(p, dy):
+        dx, dw = ref.matmul_backward(dy["y"], p["x"], p["w"])
+        return {"x": dx, "w": dw}
+
+    return OpCase({"x": rng.standard_normal((N, K)), "w": rng.standard_normal((K, M))},
+                  forward, backward)
+
+
+def split_heads_case(draw, rng):
+    B, H, T, D = draw_heads(draw)
+
+    def forward(p):
+        q, k, v = ref.split_heads_forward(p["qkv"], H)
+        return {"q": q, "k": k, "v": v}
+
+    def backward(p, dy):
+        return {"qkv": ref.split_heads_backward(dy["q"], dy["k"], dy["v"])}
+
+    return OpCase({"qkv": rng.standard_normal((B, T, 3 * H * D))}, forward, backward)
+
+
+def merge_heads_case(draw, rng):
+    B, H, T, D = draw_heads(draw)
+
+    def forward(p):
+        return {"out": ref.merge_heads_forward(p["y"])}
+
+    def backward(p, dy):
+        return {"y": ref.merge_heads_backward(dy["out"], H)}
+
+    return OpCase({"y": rng.standard_normal((B, H, T, D))}, forward, backward)
+
+
+def attention_case(draw, rng):
+    # T = 1 has dq = dk = 0 exactly, which float32 meets only to round-off: its own test below
+    B, H, T, D = draw_heads(draw, min_T=2)
+
+    def forward(p):
+        return {"out": ref.attention_forward(p["q"], p["k"], p["v"])[0]}
+
+    def backward(p, dy):
+        out, lse = ref.attention_forward(p["q"], p["k"], p["v"])
+        dq, dk, dv = ref.attention_backward(dy["out"], p["q"], p["k"], p["v"], out, lse)
+        return {"q": dq, "k": dk, "v": dv}
+
+    return OpCase({name: rng.standard_normal((B, H, T, D)) for name in "qkv"}, forward, backward)
+
+
+def residual_case(draw, rng):
+    shape = (draw(st.integers(1, 2)), draw(st.integers(1, 5)), draw(st.integers(1, 8)))
+
+    def forward(p):
+        return {"y": ref.residual_forward(p["a"], p["b"])}
+
+    def backward(p, dy):
+        # the model routes the residual stream's gradient to both branches unchanged
+        return {"a": dy["y"], "b": dy["y"]}
+
+    return OpCase({"a": rng.standard_normal(shape), "b": rng.standard_normal(shape)},
+                  forward, backward)
+
+
+def gelu_case(draw, rng):
+    def forward(p):
+        return {"y": ref.gelu_forward(p["x"])}
+
+    def backward(p, dy):
+        return {"x": ref.gelu_backward(dy["y"], p["x"])}
+
+    # Errors are norm-wise over the array: at least a few elements, because a lone input
+    # deep in the negative tail, where the tanh form's 1 + tanh(u) cancels, has no
+    # float32-relative precision (|gelu| < 1e-3 there).
+    return OpCase({"x": rng.standard_normal(draw(st.integers(8, 64))) * 3.0}, forward, backward)
+
+
+def crossentropy_case(draw, rng):
+    N, V = draw(st.integers(1, 8)), draw(st.integers(1, 12))
+    targets = rng.integers(0, V, N)
+
+    # The backward takes one scalar, d(loss)/d(mean loss) (the model's is 1), so the
+    # upstream gradient here is a random scalar on the mean.
+    def forward(p):
+        losses, _ = ref.crossentropy_forward(p["logits"], targets)
+        return {"loss": losses.mean()}
+
+    def backward(p, dy):
+        _, lse = ref.crossentropy_forward(p["logits"], targets)
+        return {"logits": ref.crossentropy_backward(dy["loss"] / N, p["logits"], lse, targets)}
+
+    return OpCase({"logits": rng.standard_normal((N, V)) * 2.0}, forward, backward)
+
+
+CASES = {"encoder": encoder_case, "layernorm": layernorm_case, "matmul": matmul_case,
+         "split_heads": split_heads_case, "merge_heads": merge_heads_case,
+         "attention": attention_case, "residual": residual_case, "gelu": gelu_case,
+         "crossentropy": crossentropy_case}
+
+
+def random_upstream(outputs, rng):
+    return {name: rng.standard_normal(np.shape(out)) for name, out in outputs.items()}
+
+
+@pytest.mark.parametrize("op", CASES)
+@CPU
+@given(data=st.data(), seed=SEEDS)
+def test_backward_matches_finite_differences(op, data, seed):
+    rng = np.random.default_rng(seed)
+    case = CASES[op](data.draw, rng)
+    upstream = random_upstream(case.forward(case.inputs), rng)
+
+    def weighted_sum():
+        outputs = case.forward(case.inputs)
+        return sum(float(np.sum(upstream[name] * out)) for name, out in outputs.items())
+
+    analytic = case.backward(case.inputs, upstream)
+    assert analytic.keys() == case.inputs.keys()
+    for name, x in case.inputs.items():
+        assert_close(analytic[name], numerical_gradient(weighted_sum, x), TOL_FD, f"{op} d{name}")
+
+
+@pytest.mark.parametrize("op", CASES)
+@CPU
+@given(data=st.data(), seed=SEEDS)
+def test_float32_agrees_with_float64(op, data, seed):
+    rng = np.random.default_rng(seed)
+    case = CASES[op](data.draw, rng)
+    upstream = random_upstream(case.forward(case.inputs), rng)
+
+    def run(dtype):
+        # both runs start from the same float32-representable numbers
+        inputs = {n: x.astype(np.float32).astype(dtype) for n, x in case.inputs.items()}
+        dy = {n: np.asarray(u, np.float32).astype(dtype) for n, u in upstream.items()}
+        return {**case.forward(inputs), **{"d" + n: g for n, g in case.backward(inputs, dy).items()}}
+
+    single, double = run(np.float32), run(np.float64)
+    for name, expected in double.items():
+        assert np.asarray(single[name]).dtype == np.float32, f"{op} {name} left float32"
+        assert_close(single[name], expected, TOL_F32_OP, f"{op} {name}")
+
+
+# ----------------------------------------------------------------------------------
+# the attention pipeline's properties
+
+@CPU
+@given(data=st.data(), seed=SEEDS)
+def test_per_head_projections_are_the_fused_projection_split_into_heads(data, seed):
+    B, H, T, D = draw_heads(data.draw)
+    C = H * D
+    rng = np.random.default_rng(seed)
+    x, w_qkv = rng.standard_normal((B, T, C)), rng.standard_normal((C, 3 * C))
+    fused = ref.matmul_forward(x.reshape(B * T, C), w_qkv).reshape(B, T, 3 * C)
+    for part, heads in zip(range(3), ref.split_heads_forward(fused, H)):   # q, k, v
+        w = w_qkv[:, part * C:(part + 1) * C]                               # W_Q, W_K or W_V
+        for h in range(H):
+            own = x @ w[:, h * D:(h + 1) * D]                               # X W^h (B, T, D)
+            assert rel_error(heads[:, h], own) < TOL_SAME, f"part {part} head {h}"
+
+
+@CPU
+@given(data=st.data(), seed=SEEDS)
+def test_merge_inverts_split_and_each_backward_inverts_its_forward(data, seed):
+    B, H, T, D = draw_heads(data.draw)
+    rng = np.random.default_rng(seed)
+    qkv, y = rng.standard_normal((B, T, 3 * H * D)), rng.standard_normal((B, H, T, D))
+    q, k, v = ref.split_heads_forward(qkv, H)
+    merged = np.concatenate([ref.merge_heads_forward(part) for part in (q, k, v)], axis=-1)
+    np.testing.assert_array_equal(merged, qkv)
+    np.testing.assert_array_equal(ref.split_heads_backward(q, k, v), qkv)
+    np.testing.assert_array_equal(ref.merge_heads_backward(ref.merge_heads_forward(y), H), y)
+
+
+@CPU
+@given(data=st.data(), seed=SEEDS)
+def test_output_projection_is_the_sum_of_per_head_products(data, seed):
+    B, H, T, D = draw_heads(data.draw)
+    C = H * D
+    rng = np.random.default_rng(seed)
+    y, w_o = rng.standard_normal((B, H, T, D)), rng.standard_normal((C, C))
+    concat = ref.merge_heads_forward(y).reshape(B * T, C)
+    per_head = sum(y[:, h].reshape(B * T, D) @ w_o[h * D:(h + 1) * D] for h in range(H))
+    assert rel_error(ref.matmul_forward(concat, w_o), per_head) < TOL_SAME
+
+
+@CPU
+@given(data=st.data(), seed=SEEDS)
+def test_attention_weights_are_causal_distributions(data, seed):
+    B, H, T, D = draw_heads(data.draw)
+    rng = np.random.default_rng(seed)
+    q, k = (rng.standard_normal((B, H, T, D)) * 3.0 for _ in range(2))   # peaked rows too
+    p, lse = ref.attention_weights(q, k)
+    future = np.triu(np.ones((T, T), dtype=bool), k=1)
+    assert np.all(p[..., future] == 0.0)
+    assert np.all(p >= 0.0)
+    np.testing.assert_allclose(p.sum(axis=-1), 1.0, rtol=0, atol=TOL_SAME)
+    # lse is the log-normaliser the backward recomputes the weights from
+    scores = q @ k.swapaxes(-1, -2) / math.sqrt(D)
+    np.testing.assert_allclose(p[..., ~future], np.exp(scores - lse[..., None])[..., ~future],
+                               rtol=TOL_SAME)
+
+
+@CPU
+@given(data=st.data(), seed=SEEDS)
+def test_attention_output_up_to_t_ignores_inputs_after_t(data, seed):
+    B, H, T, D = draw_heads(data.draw)
+    t = data.draw(st.integers(0, T - 1))
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((B, H, T, D)) for _ in range(3))
+    before, _ = ref.attention_forward(q, k, v)
+    for x in (q, k, v):
+        x[..., t + 1:, :] = rng.standard_normal(x[..., t + 1:, :].shape)
+    after, _ = ref.attention_forward(q, k, v)
+    assert rel_error(after[..., :t + 1, :], before[..., :t + 1, :]) < TOL_SAME
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@CPU
+@given(data=st.data(), seed=SEEDS)
+def test_attention_over_one_position_copies_v_and_sends_no_gradient_to_q_k(dtype, data, seed):
+    B, H, _, D = draw_heads(data.draw)
+    rng = np.random.default_rng(seed)
+    q, k, v, dout = (rng.standard_normal((B, H, 1, D)).astype(dtype) for _ in range(4))
+    out, lse = ref.attention_forward(q, k, v)
+    np.testing.assert_array_equal(out, v)
+    dq, dk, dv = ref.attention_backward(dout, q, k, v, out, lse)
+    np.testing.assert_array_equal(dv, dout)
+    # the softmax backward's dout.v - sum(dout * out) is zero up to the round-off of two
+    # sums of D terms; dq and dk are it times k and q
+    ds_bound = 2 * D * np.finfo(dtype).eps * np.abs(dout * v).sum(axis=-1, keepdims=True)
+    assert np.all(np.abs(dq) <= ds_bound * np.abs(k) / math.sqrt(D))
+    assert np.all(np.abs(dk) <= ds_bound * np.abs(q) / math.sqrt(D))
+
+
+@CPU
+@given(data=st.data(), seed=SEEDS)
+def test_model_logits_up_to_t_ignore_tokens_after_t(data, seed):
+    cfg = GPTConfig(n_layer=2, d_model=8, n_head=2, context=6, vocab_size=11)
+    model = GPT(cfg, seed=seed, dtype=np.float64)
+    B, T = data.draw(st.integers(1, 2)), data.draw(st.integers(1, cfg.context))
+    t = data.draw(st.integers(0, T - 1))
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, cfg.vocab_size, (B, T))
+    before = model.forward(idx)
+    idx[:, t + 1:] = rng.integers(0, cfg.vocab_size, (B, T - t - 1))
+    after = model.forward(idx)
+    assert rel_error(after[:, :t + 1], before[:, :t + 1]) < TOL_SAME
