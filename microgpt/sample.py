@@ -1,0 +1,107 @@
+"""Sampling from a trained model, and the device choice shared with the trainer.
+
+    python -m microgpt.sample --checkpoint runs/NAME --prompt "def " --tokens 200
+"""
+import sys
+
+import numpy as np
+
+from microgpt.backend import BackendError, cuda_available
+from microgpt.checkpoint import load_checkpoint
+from microgpt.errors import ArgumentParser, UserError, non_negative, positive_int, run_cli
+from microgpt.model import GPT
+
+PROG = "microgpt.sample"
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def backend_for(device):
+    """--device -> the model's backend name: cpu is numpy, auto takes a GPU when numba sees one."""
+    if device == "auto":
+        return "cuda" if cuda_available() else "numpy"
+    return {"cpu": "numpy", "cuda": "cuda"}[device]
+
+
+def build_model(config, device, seed=0):
+    """GPT(config) on the device's backend; a backend that cannot run here is a UserError."""
+    try:
+        return GPT(config, backend=backend_for(device), seed=seed)
+    except BackendError as err:
+        raise UserError(f"--device {device}: {err}") from None
+    except ImportError as err:
+        raise UserError(f"--device {device}: the cuda backend is not available ({err}); "
+                        "use --device cpu") from None
+
+
+def generate(model, prompt_ids, n_tokens, *, temperature, top_k, rng, vocab_limit):
+    """Extend prompt_ids by n_tokens sampled tokens -> the new ids (a list of int).
+
+    Every step feeds the model one fixed (1, context) window, the tokens left-aligned and
+    padded with zeros: causal attention keeps the padding from reaching the last real
+    position, and one shape means the model allocates its buffers once. Only the first
+    vocab_limit logits are eligible (the model's vocabulary may be padded beyond the
+    tokenizer's). temperature 0 is greedy; top_k 0 keeps every token."""
+    context = model.config.context
+    ids = list(prompt_ids)
+    window = np.zeros((1, context), np.int32)
+    new = []
+    for _ in range(n_tokens):
+        recent = ids[-context:]
+        window[0, :len(recent)] = recent
+        logits = model.forward(window)[0, len(recent) - 1, :vocab_limit].astype(np.float64)
+        if temperature == 0:
+            token = int(np.argmax(logits))
+        else:
+            logits /= temperature
+            if 0 < top_k < logits.size:
+                logits[logits < np.partition(logits, -top_k)[-top_k]] = -np.inf
+            p = np.exp(logits - logits.max())
+            token = int(rng.choice(logits.size, p=p / p.sum()))
+        ids.append(token)
+        new.append(token)
+    return new
+
+
+def sample_text(model, tokenizer, prompt, n_tokens, *, temperature=0.8, top_k=40, seed=0):
+    """The prompt and its continuation as text; no prompt starts a new document."""
+    prompt_ids = tokenizer.encode(prompt) if prompt else list(tokenizer.start_ids)
+    if not prompt_ids:
+        raise UserError("the prompt encodes to no tokens; pass a longer --prompt")
+    new = generate(model, prompt_ids, n_tokens, temperature=temperature, top_k=top_k,
+                   rng=np.random.default_rng(seed),
+                   vocab_limit=min(tokenizer.vocab_size, model.config.vocab_size))
+    return (prompt or "") + tokenizer.decode(new)
+
+
+def parse_args(argv):
+    p = ArgumentParser(prog=PROG,
+                                description="Generate text from a microgpt checkpoint.")
+    p.add_argument("--checkpoint", required=True, metavar="DIR",
+                   help="a checkpoint directory, or a run directory (its latest checkpoint)")
+    p.add_argument("--prompt", default="", help="text to continue (default: a new document)")
+    p.add_argument("--tokens", type=positive_int, default=200, help="tokens to generate")
+    p.add_argument("--temperature", type=non_negative(float), default=0.8,
+                   help="softmax temperature; 0 is greedy")
+    p.add_argument("--top-k", type=non_negative(int), default=40,
+                   help="sample among the k likeliest tokens; 0 for all")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", choices=DEVICES, default="auto")
+    return p.parse_args(argv)
+
+
+def run(argv):
+    args = parse_args(argv)
+    ckpt = load_checkpoint(args.checkpoint)
+    model = build_model(ckpt.config, args.device)
+    model.load_state_dict(ckpt.params)
+    print(sample_text(model, ckpt.tokenizer, args.prompt, args.tokens,
+                      temperature=args.temperature, top_k=args.top_k, seed=args.seed))
+    return 0
+
+
+def main(argv=None):
+    return run_cli(PROG, run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

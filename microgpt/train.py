@@ -1,0 +1,447 @@
+"""Train a GPT: ``python -m microgpt.train [options]`` (docs/training.md).
+
+With no arguments it trains, on the CPU, a small member of the microgpt family on the
+Python standard library's own source: long enough to learn visibly, short enough (about
+four minutes on two cores, tokenizer included) to watch to the end. The trainer drives the
+model through its public API only, so it runs unchanged on any backend.
+"""
+import dataclasses
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from microgpt.checkpoint import LATEST, find_checkpoint, load_checkpoint, save_checkpoint
+from microgpt.config import CONFIGS, get_config
+from microgpt.data import (BatchLoader, default_cache_dir, load_tokens, shard_paths,
+                           unigram_entropy)
+from microgpt.errors import (EXIT_INTERRUPTED, ArgumentParser, UserError, non_negative,
+                             positive_int, run_cli)
+from microgpt.optim import AdamW, AdamWConfig, lr_at
+from microgpt.sample import DEVICES, build_model, sample_text
+from microgpt.tokenizer import BPETokenizer, ByteTokenizer, TokenIds
+
+PROG = "microgpt.train"
+EXIT_DIVERGED = 1
+
+# The run with no arguments (docs/training.md has the measurements behind it): the
+# microgpt family at this size learns Python's syntax and vocabulary within the budget.
+CPU_DEFAULT_MODEL = dict(n_layer=4, d_model=128, n_head=4, context=128)
+DEFAULT_BPE_VOCAB = 1024
+DEFAULTS = dict(steps=600, batch_size=16, lr=2e-3, eval_every=100, eval_batches=8,
+                sample_every=200, checkpoint_every=200, log_every=10, seed=0)
+SAMPLE_TOKENS = 120          # per sample printed during training
+FINAL_SAMPLES = 2            # written to samples.txt at the end, FINAL_SAMPLE_TOKENS each
+FINAL_SAMPLE_TOKENS = 200
+
+
+@dataclass(frozen=True)
+class TrainArgs:
+    """Everything a run was started with; state.json keeps it, so --resume rebuilds the run."""
+    config: str | None       # None: the CPU default, "microgpt" with CPU_DEFAULT_MODEL
+    n_layer: int | None      # overrides of the config's fields
+    d_model: int | None
+    n_head: int | None
+    context: int | None
+    vocab_size: int | None
+    data: str | None         # None: the standard library
+    tokenizer: str | None    # "bpe", "bytes" or a tokenizer.json; None: bpe for text
+    batch_size: int
+    lr: float
+    warmup: int
+    seed: int
+    steps: int
+    eval_every: int
+    eval_batches: int
+    sample_every: int
+    checkpoint_every: int
+    log_every: int
+
+
+# What defines the run: --resume takes these from the checkpoint and refuses other values.
+PINNED = ("config", "n_layer", "d_model", "n_head", "context", "vocab_size", "data",
+          "tokenizer", "batch_size", "lr", "warmup", "seed")
+
+
+# ----------------------------------------------------------------------------------
+# arguments
+
+def parse_args(argv):
+    p = ArgumentParser(prog=PROG, description="Train a GPT from scratch. With no arguments: "
+                       "a small model on the Python standard library's source, on the CPU, "
+                       "in about four minutes.")
+    g = p.add_argument_group("model")
+    g.add_argument("--config", help=f"one of {', '.join(CONFIGS)} (default: microgpt with "
+                   + ", ".join(f"{k} {v}" for k, v in CPU_DEFAULT_MODEL.items()) + ")")
+    for field in ("n_layer", "d_model", "n_head", "context", "vocab_size"):
+        g.add_argument("--" + field.replace("_", "-"), type=positive_int, metavar="N",
+                       help=f"override the config's {field}")
+    g = p.add_argument_group("data")
+    g.add_argument("--data", metavar="PATH", help="a UTF-8 text file, a directory of text "
+                   "files, or llm.c .bin token shards (default: the Python standard library)")
+    g.add_argument("--tokenizer", metavar="KIND", help="bpe (train byte-level BPE at the "
+                   "vocab size), bytes (vocab 256) or a tokenizer.json (default: bpe for text)")
+    g.add_argument("--cache-dir", metavar="DIR", help="where tokenizers and token shards are "
+                   f"cached (default: $MICROGPT_CACHE_DIR or {default_cache_dir()})")
+    g = p.add_argument_group("training")
+    g.add_argument("--device", choices=DEVICES, default="auto",
+                   help="cpu runs NumPy, cuda the GPU kernels; auto takes a GPU if there is one")
+    g.add_argument("--steps", type=positive_int, help=f"optimizer steps in all ({DEFAULTS['steps']})")
+    g.add_argument("--batch-size", type=positive_int, help=f"sequences per step ({DEFAULTS['batch_size']})")
+    g.add_argument("--lr", type=positive_float, help=f"peak learning rate ({DEFAULTS['lr']})")
+    g.add_argument("--warmup", type=non_negative(int), help="linear warmup steps (5%% of --steps)")
+    g.add_argument("--seed", type=int, help=f"model init and batch order ({DEFAULTS['seed']})")
+    g = p.add_argument_group("output")
+    g.add_argument("--out", metavar="DIR", help="run directory: checkpoints, loss.png, "
+                   "samples.txt (default: runs/DATE-TIME; on --resume, the checkpoint's run)")
+    g.add_argument("--resume", metavar="DIR", help="continue from a checkpoint, or from a run "
+                   "directory's latest one; the run's settings come from the checkpoint")
+    g.add_argument("--eval-every", type=non_negative(int), metavar="N",
+                   help=f"validation loss every N steps, 0 for only at the end ({DEFAULTS['eval_every']})")
+    g.add_argument("--eval-batches", type=positive_int, metavar="N",
+                   help=f"batches in the validation set ({DEFAULTS['eval_batches']})")
+    g.add_argument("--sample-every", type=non_negative(int), metavar="N",
+                   help=f"print a sample every N steps, 0 for never ({DEFAULTS['sample_every']})")
+    g.add_argument("--checkpoint-every", type=non_negative(int), metavar="N",
+                   help=f"checkpoint every N steps, 0 for only at the end ({DEFAULTS['checkpoint_every']})")
+    g.add_argument("--log-every", type=positive_int, metavar="N",
+                   help=f"a log line every N steps ({DEFAULTS['log_every']})")
+    g.add_argument("--stop-at", type=positive_int, metavar="STEP", help="checkpoint and exit "
+                   "after this step, the schedule still spanning --steps (continue with --resume)")
+    return p.parse_args(argv)
+
+
+def positive_float(text):
+    value = float(text)
+    if not value > 0 or math.isinf(value):
+        raise ValueError(text)
+    return value
+
+
+def resolve_args(ns, saved):
+    """argparse's namespace (None where not given) + a checkpoint's saved args -> TrainArgs.
+    On --resume the PINNED fields come from the checkpoint; a different value is an error."""
+    given = {f.name: getattr(ns, f.name) for f in dataclasses.fields(TrainArgs)}
+    for key in ("data", "tokenizer"):   # paths are kept absolute, so --resume works from anywhere
+        if given[key] is not None and given[key] not in ("bpe", "bytes"):
+            given[key] = str(Path(given[key]).resolve())
+    if saved is None:
+        values = {k: v if v is not None else DEFAULTS.get(k) for k, v in given.items()}
+        if values["warmup"] is None:
+            values["warmup"] = values["steps"] // 20
+        return TrainArgs(**values)
+    missing = given.keys() - (saved.keys() if isinstance(saved, dict) else set())
+    if missing:
+        raise UserError(f"the checkpoint's state.json lacks the run's settings "
+                        f"({', '.join(sorted(missing))}); it cannot be resumed, start a new run")
+    for key in PINNED:
+        if given[key] is not None and given[key] != saved[key]:
+            flag = "--" + key.replace("_", "-")
+            raise UserError(f"{flag} {given[key]} differs from the checkpoint's {saved[key]}; "
+                            f"a resumed run keeps its settings: drop {flag}, or start a new run")
+    return TrainArgs(**{k: saved[k] if given[k] is None else given[k] for k in given})
+
+
+def check_output_dir(out, resuming):
+    """Fail before any work if out cannot be written, or would mix two runs."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file; pass a directory")
+    if not resuming and (out / LATEST).exists():
+        raise UserError(f"--out {out} already holds a run; continue it with --resume {out} "
+                        "or pass another --out")
+    existing = out
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"--out {out} cannot be written ({existing} is not a writable "
+                        "directory); pass a writable --out DIR")
+
+
+# ----------------------------------------------------------------------------------
+# setting up a run
+
+def planned_tokenizer(args, shards):
+    """--tokenizer -> a tokenizer object, or None for "train BPE on the corpus"."""
+    if args.tokenizer == "bytes":
+        return ByteTokenizer()
+    if args.tokenizer in (None, "bpe"):
+        if shards and args.tokenizer == "bpe":
+            raise UserError("--tokenizer bpe trains on text, but --data holds token shards; pass "
+                            "the tokenizer.json they were made with, or no --tokenizer")
+        return None
+    path = Path(args.tokenizer)
+    if not path.is_file():
+        raise UserError(f"--tokenizer {args.tokenizer} is not bpe, bytes or a tokenizer.json file")
+    return BPETokenizer.from_file(path)
+
+
+def model_config(args, vocab_size):
+    """The GPTConfig the arguments describe, with vocab_size where neither --vocab-size nor
+    the named config fixes one."""
+    name = args.config or "microgpt"
+    overrides = dict(CPU_DEFAULT_MODEL) if args.config is None else {}
+    overrides.update({k: getattr(args, k) for k in ("n_layer", "d_model", "n_head", "context",
+                                                     "vocab_size") if getattr(args, k) is not None})
+    overrides.setdefault("vocab_size", CONFIGS.get(name, {}).get("vocab_size") or vocab_size)
+    return get_config(name, **overrides)
+
+
+@dataclass
+class Run:
+    """A run ready to train: everything the loop touches."""
+    args: TrainArgs
+    out: Path
+    model: object
+    optimizer: AdamW
+    tokenizer: object
+    loader: BatchLoader
+    val_batches: list       # [(inputs, targets)], int32 (B, T) each
+    entropy: float
+    step: int               # optimizer steps taken
+    history: dict           # "train": [loss per step], "val": [[step, loss], ...]
+
+
+def setup(ns):
+    ckpt = load_checkpoint(ns.resume) if ns.resume else None
+    args = resolve_args(ns, ckpt.state.get("args", {}) if ckpt else None)
+    if ns.out:
+        out = Path(ns.out)
+    elif ckpt:
+        out = find_checkpoint(ns.resume).parent
+    else:
+        out = Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    check_output_dir(out, resuming=ckpt is not None)
+    start = ckpt.state["step"] if ckpt else 0
+    if start >= args.steps:
+        raise UserError(f"the checkpoint is at step {start} of --steps {args.steps}: nothing "
+                        "left to train; pass a larger --steps to go on")
+    if ns.stop_at is not None and not start < ns.stop_at <= args.steps:
+        raise UserError(f"--stop-at {ns.stop_at} must lie after step {start} and at most "
+                        f"--steps {args.steps}")
+
+    shards = args.data is not None and bool(shard_paths(Path(args.data)))
+    tokenizer = ckpt.tokenizer if ckpt else planned_tokenizer(args, shards)
+    # fail on a bad config before the slow part (tokenizer training, tokenization)
+    config = ckpt.config if ckpt else model_config(
+        args, tokenizer.vocab_size if tokenizer else DEFAULT_BPE_VOCAB)
+    data = load_tokens(args.data, tokenizer, config.vocab_size,
+                       ns.cache_dir or default_cache_dir())
+    tokenizer = data.tokenizer or TokenIds(config.vocab_size)
+    if not ckpt:
+        config = model_config(args, tokenizer.vocab_size)
+    if config.vocab_size < tokenizer.vocab_size:
+        raise UserError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model's "
+                        f"vocabulary is {config.vocab_size}; pass --vocab-size "
+                        f"{tokenizer.vocab_size} or more")
+
+    T = config.context
+    loader = BatchLoader(data.train, args.batch_size, T, config.vocab_size, args.seed)
+    val_batches = BatchLoader(data.val, args.batch_size, T, config.vocab_size, args.seed,
+                              split="validation").fixed_batches(args.eval_batches)
+    model = build_model(config, ns.device, seed=args.seed)
+    optimizer = AdamW(model, AdamWConfig(lr=args.lr, warmup_steps=args.warmup,
+                                         total_steps=args.steps))
+    history = {"train": [], "val": []}
+    if ckpt:
+        model.load_state_dict(ckpt.params)
+        try:
+            optimizer.load_state_dict(ckpt.moments, ckpt.state["optimizer"])
+            loader.load_state_dict(ckpt.state["loader"])
+            history = {"train": list(ckpt.state["history"]["train"]),
+                       "val": list(ckpt.state["history"]["val"])}
+        except (KeyError, TypeError, ValueError) as err:
+            raise UserError(f"checkpoint {ckpt.path}: state.json is damaged ({err!r}); it cannot "
+                            "be resumed, use another checkpoint") from None
+        print(f"resuming {ckpt.path} at step {start}")
+    print(f"model: {describe(config)}, {model.layout.size:,} parameters, on "
+          f"{model.backend.name}")
+    entropy = unigram_entropy(data.train, config.vocab_size)
+    print(f"data: {data.source}, {sum(map(len, data.train)):,} train and "
+          f"{sum(map(len, data.val)):,} val tokens ({tokenizer.kind} tokenizer, "
+          f"{tokenizer.vocab_size} tokens); unigram entropy {entropy:.3f} nats/token")
+    print(f"run: {args.steps} steps of {args.batch_size} x {T} tokens, lr {args.lr:g} "
+          f"(warmup {args.warmup}, cosine to {args.lr * optimizer.cfg.min_lr_ratio:g}), "
+          f"out {out}")
+    return Run(args, out, model, optimizer, tokenizer, loader, val_batches, entropy, start,
+               history)
+
+
+def describe(config):
+    return ", ".join(f"{f.name} {getattr(config, f.name)}" for f in dataclasses.fields(config))
+
+
+# ----------------------------------------------------------------------------------
+# the loop
+
+class StopRequest:
+    """Ctrl-C during training asks the loop to stop after the current step, so the
+    checkpoint it saves is a consistent one; a second Ctrl-C quits at once."""
+
+    def __enter__(self):
+        self.requested = False
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print("\nCtrl-C: stopping after this step to save a checkpoint "
+              "(Ctrl-C again quits without saving)", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+class Progress:
+    """Log lines on stdout; on a terminal, also a live line on stderr between them."""
+
+    def __init__(self, total_steps):
+        self.total = total_steps
+        self.live = sys.stderr.isatty()
+        self.step_times = []          # seconds per step since the last log line
+
+    def step(self, step, loss, seconds):
+        self.step_times.append(seconds)
+        if self.live:
+            eta = (self.total - step) * seconds
+            sys.stderr.write(f"\rstep {step}/{self.total} | loss {loss:.4f} | "
+                             f"{seconds * 1e3:.0f} ms/step | eta {format_duration(eta)}  ")
+            sys.stderr.flush()
+
+    def log(self, line):
+        if self.live:
+            sys.stderr.write("\r\033[K")
+        print(line, flush=True)
+
+    def log_step(self, step, loss, val, lr, norm, tokens_per_step):
+        seconds = float(np.mean(self.step_times))
+        self.step_times = []
+        val_text = f" | val {val:.4f}" if val is not None else ""
+        self.log(f"step {step:>{len(str(self.total))}}/{self.total} | loss {loss:.4f}{val_text} | "
+                 f"lr {lr:.2e} | norm {norm:.4f} | {seconds * 1e3:.0f} ms/step | "
+                 f"{tokens_per_step / seconds:,.0f} tok/s")
+
+
+def train(run, stop_at):
+    """Run the loop to args.steps (or stop_at, or Ctrl-C) -> exit status."""
+    args, model = run.args, run.model
+    progress = Progress(args.steps)
+    tokens_per_step = args.batch_size * model.config.context
+    started = time.perf_counter()
+    first_step = run.step
+    with StopRequest() as stop:
+        while run.step < args.steps:
+            inputs, targets = run.loader.next_batch()
+            t0 = time.perf_counter()
+            loss = model.forward_backward(inputs, targets)
+            lr = lr_at(run.step, run.optimizer.cfg)
+            norm = run.optimizer.step(lr)
+            seconds = time.perf_counter() - t0
+            run.step += 1
+            run.history["train"].append(loss)
+            if not math.isfinite(loss):
+                print(f"{PROG}: step {run.step}: the loss is {loss}, training diverged; the "
+                      "last checkpoint is untouched; start again with a smaller --lr",
+                      file=sys.stderr)
+                return EXIT_DIVERGED
+            progress.step(run.step, loss, seconds)
+            last = run.step == args.steps
+            val = None
+            if last or (args.eval_every and run.step % args.eval_every == 0):
+                val = evaluate(run)
+                run.history["val"].append([run.step, val])
+            if last or val is not None or run.step == 1 or run.step % args.log_every == 0:
+                progress.log_step(run.step, loss, val, lr, norm, tokens_per_step)
+            if args.sample_every and run.step % args.sample_every == 0 and not last:
+                text = sample_text(model, run.tokenizer, "", SAMPLE_TOKENS, seed=args.seed + run.step)
+                progress.log(f"--- sample at step {run.step} ---\n{text}\n---")
+            if stop.requested or (run.step == stop_at and not last):
+                save(run, progress)
+                progress.log(f"stopped at step {run.step}; continue with: python -m "
+                             f"microgpt.train --resume {run.out}")
+                return EXIT_INTERRUPTED if stop.requested else 0
+            if last or (args.checkpoint_every and run.step % args.checkpoint_every == 0):
+                save(run, progress)
+    elapsed = time.perf_counter() - started
+    finish(run, progress, elapsed, run.step - first_step)
+    return 0
+
+
+def evaluate(run):
+    """Mean loss over the fixed validation batches."""
+    return float(np.mean([run.model.evaluate(x, y) for x, y in run.val_batches]))
+
+
+def save(run, progress):
+    state = {"step": run.step, "loader": run.loader.state_dict(),
+             "args": dataclasses.asdict(run.args), "history": run.history}
+    path = save_checkpoint(run.out, run.model, run.optimizer, run.tokenizer, state)
+    plot_losses(run.history, run.entropy, run.out / "loss.png")
+    progress.log(f"checkpoint: {path}")
+    return path
+
+
+def finish(run, progress, elapsed, steps_taken):
+    samples = [sample_text(run.model, run.tokenizer, "", FINAL_SAMPLE_TOKENS,
+                           seed=run.args.seed + i) for i in range(FINAL_SAMPLES)]
+    (run.out / "samples.txt").write_text("".join(f"--- sample {i + 1} ---\n{s}\n"
+                                                 for i, s in enumerate(samples)))
+    val = run.history["val"][-1][1]
+    progress.log(f"--- samples ---\n{samples[0]}\n---")
+    progress.log(f"done: {steps_taken} steps in {format_duration(elapsed)}; val loss {val:.4f} "
+                 f"nats/token (unigram entropy {run.entropy:.4f})")
+    progress.log(f"loss curve {run.out / 'loss.png'}, samples {run.out / 'samples.txt'}; "
+                 f"sample more with: python -m microgpt.sample --checkpoint {run.out}")
+
+
+def plot_losses(history, entropy, path):
+    """Train loss per step and val loss per evaluation, with the unigram entropy for scale."""
+    fig = Figure(figsize=(8, 5), tight_layout=True)
+    ax = fig.add_subplot()
+    train = np.asarray(history["train"])
+    steps = np.arange(1, len(train) + 1)
+    ax.plot(steps, train, lw=0.6, alpha=0.5, color="C0", label="train (per step)")
+    if len(train) >= 20:   # a moving average reads better than per-step noise
+        width = len(train) // 20
+        smooth = np.convolve(train, np.ones(width) / width, mode="valid")
+        ax.plot(steps[width - 1:], smooth, color="C0", label=f"train ({width}-step mean)")
+    if history["val"]:
+        val_steps, val = zip(*history["val"])
+        ax.plot(val_steps, val, "o-", color="C1", label="val")
+    ax.axhline(entropy, ls="--", color="gray", label="unigram entropy")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats/token)")
+    ax.legend()
+    fig.savefig(path, dpi=100)
+
+
+def format_duration(seconds):
+    minutes, seconds = divmod(int(round(seconds)), 60)
+    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
+
+
+# ----------------------------------------------------------------------------------
+
+def run_training(argv):
+    ns = parse_args(argv)
+    run = setup(ns)
+    return train(run, ns.stop_at)
+
+
+def main(argv=None):
+    return run_cli(PROG, run_training, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
