@@ -1,0 +1,170 @@
+"""The whole model on the NumPy backend (microgpt/model.py): gradients, learning, the API."""
+import math
+
+import numpy as np
+import pytest
+from helpers import assert_close
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from microgpt import GPT, reference as ref
+from microgpt.config import GPTConfig, get_config
+from microgpt.optim import AdamW, AdamWConfig, lr_at
+
+CPU = settings(settings.get_profile("cpu"))
+TOL_FD = 1e-6        # float64 backward vs central differences, per parameter tensor
+FD_STEP = 1e-5
+TINY = GPTConfig(n_layer=2, d_model=8, n_head=2, context=6, vocab_size=11)
+
+
+def random_tokens(rng, cfg, B, T):
+    """idx, targets (B, T): random tokens, so every row of wte gets some gradient."""
+    return rng.integers(0, cfg.vocab_size, (B, T)), rng.integers(0, cfg.vocab_size, (B, T))
+
+
+def test_gradients_match_finite_differences_for_every_parameter():
+    model = GPT(TINY, seed=0, dtype=np.float64)
+    rng = np.random.default_rng(1)
+    # GPT-2 init makes the gradient of most tensors tiny; larger weights make every one count
+    model.params_flat[:] = rng.standard_normal(model.layout.size) * 0.5
+    idx, targets = random_tokens(rng, TINY, 2, TINY.context)    # T = context: every wpe row
+    _, analytic = model.loss_and_grads(idx, targets)
+
+    numerical = np.empty(model.layout.size)
+    for i in range(model.layout.size):
+        saved = model.params_flat[i]
+        model.params_flat[i] = saved + FD_STEP
+        up = model.evaluate(idx, targets)
+        model.params_flat[i] = saved - FD_STEP
+        down = model.evaluate(idx, targets)
+        model.params_flat[i] = saved
+        numerical[i] = (up - down) / (2 * FD_STEP)
+
+    for name, expected in model.layout.views(numerical).items():
+        assert_close(analytic[name], expected, TOL_FD, name)
+
+
+@pytest.mark.parametrize("vocab_size", [11, 256, 4096])
+def test_loss_at_init_is_close_to_ln_vocab(vocab_size):
+    """Init logits are near zero (std ~0.02 * sqrt(d_model)), so the prediction is near
+    uniform: the loss exceeds ln V by about half the logits' variance, ~0.003 here."""
+    cfg = get_config("microgpt", vocab_size=vocab_size)
+    model = GPT(cfg, seed=0)
+    idx, targets = random_tokens(np.random.default_rng(2), cfg, 4, cfg.context)
+    assert abs(model.evaluate(idx, targets) - math.log(vocab_size)) < 0.05
+
+
+def test_a_few_dozen_adamw_steps_memorise_one_batch():
+    cfg = GPTConfig(n_layer=2, d_model=16, n_head=2, context=8, vocab_size=11)
+    model = GPT(cfg, seed=0)
+    tokens = np.random.default_rng(3).integers(0, cfg.vocab_size, (2, cfg.context + 1))
+    idx, targets = tokens[:, :-1], tokens[:, 1:]
+    opt_cfg = AdamWConfig(lr=3e-2, total_steps=30)
+    opt = AdamW(model, opt_cfg)
+    first = model.evaluate(idx, targets)
+    for step in range(opt_cfg.total_steps):
+        model.forward_backward(idx, targets)
+        opt.step(lr_at(step, opt_cfg))
+    assert first > 2.0                                   # ln 11 = 2.40
+    assert model.evaluate(idx, targets) < 0.1
+
+
+def test_forward_backward_loss_matches_the_logits_and_grads_do_not_accumulate():
+    model = GPT(TINY, seed=0)
+    idx, targets = random_tokens(np.random.default_rng(4), TINY, 2, 5)
+    logits = model.forward(idx).astype(np.float64)
+    losses, _ = ref.crossentropy_forward(logits.reshape(-1, TINY.vocab_size), targets.reshape(-1))
+    loss, grads = model.loss_and_grads(idx, targets)
+    assert loss == pytest.approx(losses.mean(), rel=1e-6)
+    assert model.evaluate(idx, targets) == pytest.approx(loss, rel=1e-6)
+    _, again = model.loss_and_grads(idx, targets)
+    for name in grads:
+        np.testing.assert_array_equal(again[name], grads[name])
+
+
+def test_init_is_gpt2s():
+    cfg = GPTConfig(n_layer=4, d_model=64, n_head=4, context=64, vocab_size=512)
+    state = GPT(cfg, seed=0).state_dict()
+    residual_std = 0.02 / math.sqrt(2 * cfg.n_layer)
+    for name, tensor in state.items():
+        if name.endswith(".weight"):
+            np.testing.assert_array_equal(tensor, 1.0, err_msg=name)
+        elif name.endswith(".bias"):
+            np.testing.assert_array_equal(tensor, 0.0, err_msg=name)
+        else:
+            std = residual_std if name.endswith(("attn.w_o", "mlp.w_proj")) else 0.02
+            assert tensor.std() == pytest.approx(std, rel=0.05), name
+            assert abs(tensor.mean()) < 0.1 * std, name
+
+
+def test_same_seed_same_parameters_other_seed_others():
+    a, b, c = GPT(TINY, seed=7), GPT(TINY, seed=7), GPT(TINY, seed=8)
+    np.testing.assert_array_equal(a.params_flat, b.params_flat)
+    assert not np.array_equal(a.params_flat, c.params_flat)
+
+
+def test_state_dict_round_trip():
+    source, target = GPT(TINY, seed=0), GPT(TINY, seed=1)
+    state = source.state_dict()
+    assert list(state) == [s.name for s in source.layout.specs]
+    assert all(t.dtype == np.float32 for t in state.values())
+    target.load_state_dict(state)
+    for name, tensor in target.state_dict().items():
+        np.testing.assert_array_equal(tensor, state[name], err_msg=name)
+    idx = np.random.default_rng(5).integers(0, TINY.vocab_size, (2, 4))
+    np.testing.assert_array_equal(target.forward(idx), source.forward(idx))
+    # the state is a copy: changing it leaves the model alone
+    state["wte"][...] = 0.0
+    assert np.any(source.state_dict()["wte"] != 0.0)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda s: s.pop("h.1.attn.w_o"), r"missing \['h.1.attn.w_o'\]"),
+    (lambda s: s.update({"h.2.attn.w_o": s["h.1.attn.w_o"]}), r"unexpected \['h.2.attn.w_o'\]"),
+    (lambda s: s.update({"wpe": s["wpe"][:-1]}), r"parameter wpe has shape \(5, 8\).*\(6, 8\)"),
+])
+def test_load_state_dict_rejects_wrong_names_and_shapes(change, message):
+    model = GPT(TINY, seed=0)
+    state = model.state_dict()
+    change(state)
+    before = model.state_dict()
+    with pytest.raises(ValueError, match=message):
+        model.load_state_dict(state)
+    for name, tensor in model.state_dict().items():       # nothing was half-loaded
+        np.testing.assert_array_equal(tensor, before[name], err_msg=name)
+
+
+@pytest.mark.parametrize("idx, message", [
+    (np.zeros((1, TINY.context + 1), np.int64), "sequence length 7 exceeds the model's context 6"),
+    (np.full((1, 3), TINY.vocab_size), r"token indices must lie in \[0, 11\)"),
+    (np.full((1, 3), -1), r"token indices must lie in \[0, 11\)"),
+    (np.zeros(3, np.int64), r"token indices must be \(B, T\)"),
+])
+def test_forward_rejects_bad_tokens_with_a_clear_error(idx, message):
+    with pytest.raises(ValueError, match=message):
+        GPT(TINY, seed=0).forward(idx)
+
+
+@st.composite
+def configs(draw):
+    """Small configs over the head_dims that matter: tensor-core 32, 64, fallback 4, 72."""
+    head_dim, n_head = draw(st.sampled_from([4, 32, 64, 72])), draw(st.integers(1, 3))
+    return GPTConfig(n_layer=draw(st.integers(1, 2)), d_model=head_dim * n_head, n_head=n_head,
+                     context=draw(st.integers(1, 8)), vocab_size=draw(st.integers(1, 20)))
+
+
+@CPU
+@given(cfg=configs(), data=st.data(), seed=st.integers(0, 2**32 - 1))
+def test_any_config_runs_and_its_grads_mirror_the_state_dict(cfg, data, seed):
+    B, T = data.draw(st.integers(1, 2)), data.draw(st.integers(1, cfg.context))
+    model = GPT(cfg, seed=seed)
+    idx, targets = random_tokens(np.random.default_rng(seed), cfg, B, T)
+    logits = model.forward(idx)
+    assert logits.shape == (B, T, cfg.vocab_size) and np.all(np.isfinite(logits))
+    loss, grads = model.loss_and_grads(idx, targets)
+    assert np.isfinite(loss)
+    state = model.state_dict()
+    assert grads.keys() == state.keys()
+    for name, grad in grads.items():
+        assert grad.shape == state[name].shape, name
+        assert np.all(np.isfinite(grad)), name
