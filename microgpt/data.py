@@ -30,6 +30,7 @@ VAL_FRACTION = 0.1
 SPLIT_SEED = 20240520        # the document shuffle before the split: fixed, not the run's seed
 CACHE_VERSION = 1            # bump when the cached bytes would change for the same inputs
 ENTROPY_SAMPLE = 1 << 24     # tokens the unigram entropy is measured on, at most
+ENCODE_CHUNK = 64            # documents per call into the tokenizer
 
 
 # ----------------------------------------------------------------------------------
@@ -140,8 +141,11 @@ def encode_documents(tokenizer, docs):
     """-> tokens (n,) uint16, each document preceded by <|endoftext|> when the tokenizer has
     one (GPT-2's convention), so the model sees where documents begin."""
     prefix = [] if tokenizer.eot_id is None else [tokenizer.eot_id]
-    parts = [np.asarray(prefix + ids, np.uint16) for ids in tokenizer.encode_batch(docs)]
-    return np.concatenate(parts) if parts else np.zeros(0, np.uint16)
+    parts = [np.zeros(0, np.uint16)]
+    for start in range(0, len(docs), ENCODE_CHUNK):   # Python int lists are big: few at a time
+        parts += [np.asarray(prefix + ids, np.uint16)
+                  for ids in tokenizer.encode_batch(docs[start:start + ENCODE_CHUNK])]
+    return np.concatenate(parts)
 
 
 # ----------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ class ByteTokenizer:
         return [self.encode(t) for t in texts]
 
     def decode(self, ids):
-        return bytes(ids).decode("utf-8", errors="replace")
+        return bytes(list(ids)).decode("utf-8", errors="replace")   # list: numpy ids too
 
     def reference(self):
         return {"kind": self.kind}
