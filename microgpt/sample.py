@@ -64,13 +64,14 @@ def generate(model, prompt_ids, n_tokens, *, temperature, top_k, rng, vocab_limi
 
 def sample_text(model, tokenizer, prompt, n_tokens, *, temperature=0.8, top_k=40, seed=0):
     """The prompt and its continuation as text; no prompt starts a new document."""
-    prompt_ids = tokenizer.encode(prompt) if prompt else list(tokenizer.start_ids)
+    prompt_ids = list(tokenizer.encode(prompt) if prompt else tokenizer.start_ids)
     if not prompt_ids:
         raise UserError("the prompt encodes to no tokens; pass a longer --prompt")
     new = generate(model, prompt_ids, n_tokens, temperature=temperature, top_k=top_k,
                    rng=np.random.default_rng(seed),
                    vocab_limit=min(tokenizer.vocab_size, model.config.vocab_size))
-    return (prompt or "") + tokenizer.decode(new)
+    # decoded together, so a character split between prompt and continuation survives
+    return tokenizer.decode(prompt_ids + new) if prompt else tokenizer.decode(new)
 
 
 def parse_args(argv):
