@@ -21,18 +21,22 @@ else:
 SEEDS = st.integers(0, 2**32 - 1)
 # flat to peaked softmax; large logits test that the row max is taken out before exp
 SCALES = st.sampled_from([0.5, 3.0, 30.0])
+# logits rounded to integers tie often, the row max included, within and across threads
+TIES = st.booleans()
 
 
-def draw_case(seed, N, V, scale):
+def draw_case(seed, N, V, scale, ties):
     rng = np.random.default_rng(seed)
     logits = randn(rng, N, V, scale=scale) + randn(rng, N, 1, scale=scale)
+    if ties:
+        logits = np.round(logits)
     return logits, rng.integers(0, V, N).astype(np.int32)
 
 
-@given(shape=SHAPES, block=BLOCKS, scale=SCALES, seed=SEEDS)
-def test_crossentropy_forward(shape, block, scale, seed):
+@given(shape=SHAPES, block=BLOCKS, scale=SCALES, ties=TIES, seed=SEEDS)
+def test_crossentropy_forward(shape, block, scale, ties, seed):
     N, V = shape
-    logits, targets = draw_case(seed, N, V, scale)
+    logits, targets = draw_case(seed, N, V, scale, ties)
     losses, lse = cuda.to_device(poisoned(N)), cuda.to_device(poisoned(N))
     crossentropy.crossentropy_forward(losses, lse, cuda.to_device(logits),
                                       cuda.to_device(targets), block=block)
@@ -41,10 +45,11 @@ def test_crossentropy_forward(shape, block, scale, seed):
     assert_close(losses.copy_to_host(), losses_ref, TOL_F32_OP, "losses")
 
 
-@given(shape=SHAPES, block=BLOCKS, scale=SCALES, in_place=st.booleans(), seed=SEEDS)
-def test_crossentropy_backward(shape, block, scale, in_place, seed):
+@given(shape=SHAPES, block=BLOCKS, scale=SCALES, ties=TIES, in_place=st.booleans(),
+       seed=SEEDS)
+def test_crossentropy_backward(shape, block, scale, ties, in_place, seed):
     N, V = shape
-    logits, targets = draw_case(seed, N, V, scale)
+    logits, targets = draw_case(seed, N, V, scale, ties)
     # the reference sees the very lse the kernel gets: the forward's, rounded to float32
     lse = ref.crossentropy_forward(logits.astype(np.float64), targets)[1].astype(np.float32)
     d_logits = cuda.to_device(logits)
@@ -58,8 +63,9 @@ def test_crossentropy_backward(shape, block, scale, in_place, seed):
 
 def test_confidently_right_tokens_keep_relative_accuracy():
     """Target = argmax by a wide margin: the loss is about exp(-gap) and the gradient as
-    small, both far below float32's resolution of 1 + tiny."""
-    logits = np.array([[0.0, 20.0, -3.0], [7.0, -9.0, 30.0]], np.float32)
+    small, both far below float32's resolution of 1 + tiny. The row max sits near 0 so
+    that the float32 lse still carries the tiny part the backward needs."""
+    logits = np.array([[-20.0, 0.0, -23.0], [-23.0, -39.0, 0.5]], np.float32)
     targets = np.array([1, 2], np.int32)
     losses, lse = cuda.to_device(poisoned(2)), cuda.to_device(poisoned(2))
     d_logits, d_targets = cuda.to_device(logits), cuda.to_device(targets)
@@ -72,6 +78,21 @@ def test_confidently_right_tokens_keep_relative_accuracy():
     expected = ref.crossentropy_backward(0.5, logits.astype(np.float64), lse32.astype(np.float64),
                                          targets)
     assert_close(d_logits.copy_to_host(), expected, TOL_F32_OP, "tiny dlogits")
+
+
+def test_row_max_tied_across_threads():
+    """The max appears in columns 0, 32 (thread 0 twice) and 33 (thread 1) of a 32-thread
+    block: its exp(0) = 1 must be counted three times, no more, no less."""
+    V = 40
+    logits = np.random.default_rng(1).uniform(-4.0, 0.0, (1, V)).astype(np.float32)
+    logits[0, [0, 32, 33]] = 2.0
+    targets = np.array([5], np.int32)
+    losses, lse = cuda.to_device(poisoned(1)), cuda.to_device(poisoned(1))
+    crossentropy.crossentropy_forward(losses, lse, cuda.to_device(logits),
+                                      cuda.to_device(targets), block=32)
+    losses_ref, lse_ref = ref.crossentropy_forward(logits.astype(np.float64), targets)
+    assert_close(lse.copy_to_host(), lse_ref, TOL_F32_OP, "lse with a tied max")
+    assert_close(losses.copy_to_host(), losses_ref, TOL_F32_OP, "loss with a tied max")
 
 
 def test_launchers_reject_bad_arguments():
