@@ -1,0 +1,91 @@
+"""The GEMM kernel (kernels/gemm.py) against a float64 matmul: every transpose and
+accumulate combination, edge tiles, tile overrides, and the model's real shapes on a GPU."""
+import numpy as np
+import pytest
+from helpers import ON_GPU, TOL_F32_OP, assert_close, poisoned, randn
+from hypothesis import given
+from hypothesis import strategies as st
+from numba import cuda
+
+from microgpt.kernels import gemm
+from microgpt.kernels.gemm import GemmTile
+
+# (M, N, K, transpose_a, transpose_b, accumulate) as the model calls it, andrea-120m
+# (B*T = 16384 token rows, C = 768; the LM head on 1024 rows, V = 50304)
+MODEL_PRODUCTS = [
+    (16384, 2304, 768, False, False, False),     # fused QKV: X @ W_qkv
+    (16384, 768, 2304, False, True, False),      # dX = dqkv @ W_qkv^T
+    (768, 2304, 16384, True, False, True),       # dW_qkv += X^T @ dqkv
+    (768, 768, 16384, True, False, True),        # dW_O
+    (16384, 768, 3072, False, False, False),     # MLP projection
+    (1024, 50304, 768, False, True, False),      # logits = x @ wte^T
+    (1024, 768, 50304, False, False, False),     # dx = dlogits @ wte
+    (50304, 768, 1024, True, False, True),       # dwte += dlogits^T @ x
+]
+FLAGS = st.tuples(st.booleans(), st.booleans(), st.booleans())
+if ON_GPU:
+    PRODUCTS = st.one_of(
+        st.sampled_from(MODEL_PRODUCTS),
+        st.tuples(st.integers(1, 16384), st.integers(1, 3072), st.integers(1, 3072)).flatmap(
+            lambda mnk: FLAGS.map(lambda flags: mnk + flags)))
+    TILES = st.sampled_from([None, gemm.LARGE_TILE, gemm.MEDIUM_TILE, GemmTile(32, 32, 8, 4, 4),
+                             GemmTile(64, 32, 16, 4, 2), GemmTile(128, 64, 8, 8, 4)])
+else:
+    # a few simulated threads per block; every size straddles a tile edge now and then
+    PRODUCTS = st.tuples(st.integers(1, 20), st.integers(1, 20), st.integers(1, 24)).flatmap(
+        lambda mnk: FLAGS.map(lambda flags: mnk + flags))
+    TILES = st.sampled_from([GemmTile(8, 8, 4, 2, 2), GemmTile(16, 8, 4, 4, 2),
+                             GemmTile(8, 16, 8, 2, 4), GemmTile(4, 4, 4, 1, 1)])
+SEEDS = st.integers(0, 2**32 - 1)
+
+
+def check_matmul(M, N, K, transpose_a, transpose_b, accumulate, tile, seed):
+    rng = np.random.default_rng(seed)
+    a = randn(rng, *((K, M) if transpose_a else (M, K)))
+    b = randn(rng, *((N, K) if transpose_b else (K, N)))
+    out0 = randn(rng, M, N) if accumulate else poisoned((M, N))
+    out = cuda.to_device(out0)
+    gemm.matmul(out, cuda.to_device(a), cuda.to_device(b), transpose_a, transpose_b,
+                accumulate, tile=tile)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    expected = (a64.T if transpose_a else a64) @ (b64.T if transpose_b else b64)
+    if accumulate:
+        expected += out0
+    assert_close(out.copy_to_host(), expected, TOL_F32_OP,
+                 f"matmul {M}x{N}x{K} ta={transpose_a} tb={transpose_b} acc={accumulate} {tile}")
+
+
+@given(product=PRODUCTS, tile=TILES, seed=SEEDS)
+def test_matmul_matches_reference(product, tile, seed):
+    check_matmul(*product, tile, seed)
+
+
+@pytest.mark.parametrize("tile", [gemm.LARGE_TILE, gemm.MEDIUM_TILE])
+def test_default_tiles(tile):
+    """The tiles the GPU runs by default, once each in the simulator too (odd edges)."""
+    check_matmul(tile.rows + 3, tile.cols - 5, 11, True, False, True, tile, seed=7)
+
+
+def test_default_tile_fills_the_gpu():
+    assert gemm.default_tile(16384, 2304) == gemm.LARGE_TILE
+    assert gemm.default_tile(768, 768) == gemm.MEDIUM_TILE
+
+
+def test_matmul_rejects_bad_arguments():
+    x = cuda.to_device(np.ones((4, 3), np.float32))
+    w = cuda.to_device(np.ones((3, 5), np.float32))
+    out = cuda.to_device(np.ones((4, 5), np.float32))
+    with pytest.raises(ValueError, match="b: expected shape"):
+        gemm.matmul(out, x, w, transpose_b=True)
+    with pytest.raises(ValueError, match="a: expected a 2-D matrix"):
+        gemm.matmul(out, cuda.to_device(np.ones((4, 3, 1), np.float32)), w)
+    with pytest.raises(TypeError, match="a: expected dtype float32"):
+        gemm.matmul(out, cuda.to_device(np.ones((4, 3), np.float64)), w)
+    with pytest.raises(TypeError, match="expected a device array"):
+        gemm.matmul(out, np.ones((4, 3), np.float32), w)
+    with pytest.raises(ValueError, match="thread_rows"):
+        gemm.matmul(out, x, w, tile=GemmTile(8, 8, 4, 3, 2))
+    with pytest.raises(ValueError, match="more than 1024"):
+        gemm.matmul(out, x, w, tile=GemmTile(64, 64, 8, 1, 2))
+    with pytest.raises(ValueError, match="multiples of the"):
+        gemm.matmul(out, x, w, tile=GemmTile(8, 8, 1, 1, 1))
