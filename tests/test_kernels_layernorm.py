@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 from helpers import ON_GPU, TOL_F32_OP, assert_close, poisoned, randn
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import cuda
 
@@ -11,11 +11,14 @@ from microgpt.kernels import layernorm
 
 # (N, C) rows: tiny in the simulator (C above the block size too), andrea-120m's on a GPU
 if ON_GPU:
+    # a real-shape example costs seconds of host-side data and float64 reference
+    EXAMPLES = settings(max_examples=12)
     SHAPES = st.one_of(st.just((16384, 768)),
                        st.tuples(st.integers(1, 16384), st.integers(1, 1536)))
     BLOCKS = st.sampled_from([32, 128, 256, 1024])
     ROWS_PER_BLOCK = st.integers(1, 64)
 else:
+    EXAMPLES = settings()
     SHAPES = st.tuples(st.integers(1, 5), st.integers(1, 40))
     BLOCKS = st.just(32)
     ROWS_PER_BLOCK = st.integers(1, 3)
@@ -23,10 +26,14 @@ SEEDS = st.integers(0, 2**32 - 1)
 
 
 def draw_rows(rng, N, C):
-    """Rows with their own offset and spread, as a residual stream has."""
-    return randn(rng, N, C) * randn(rng, N, 1, scale=3.0) + randn(rng, N, 1, scale=2.0)
+    """Rows with their own offset and spread, as a residual stream has. The spread stays
+    well above the offset's float32 resolution: a nearly constant row is ill-conditioned
+    for any float32 LayerNorm."""
+    spread = rng.uniform(0.2, 5.0, (N, 1)).astype(np.float32)
+    return randn(rng, N, C) * spread + randn(rng, N, 1, scale=2.0)
 
 
+@EXAMPLES
 @given(shape=SHAPES, block=BLOCKS, seed=SEEDS)
 def test_layernorm_forward(shape, block, seed):
     N, C = shape
@@ -40,6 +47,7 @@ def test_layernorm_forward(shape, block, seed):
         assert_close(got.copy_to_host(), want, TOL_F32_OP, f"layernorm forward {name}")
 
 
+@EXAMPLES
 @given(shape=SHAPES, block=BLOCKS, rows_per_block=ROWS_PER_BLOCK, seed=SEEDS)
 def test_layernorm_backward_accumulates(shape, block, rows_per_block, seed):
     N, C = shape
