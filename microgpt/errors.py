@@ -45,6 +45,13 @@ def positive_int(text):
     return value
 
 
+def positive_float(text):
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
 def non_negative(kind):
     """An argparse type: kind(text), refusing negatives."""
     def parse(text):

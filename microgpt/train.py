@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from microgpt.checkpoint import LATEST, find_checkpoint, load_checkpoint, save_checkpoint
+from microgpt.checkpoint import LATEST, load_checkpoint, save_checkpoint
 from microgpt.config import CONFIGS, get_config
 from microgpt.data import (BatchLoader, default_cache_dir, load_tokens, shard_paths,
                            unigram_entropy)
 from microgpt.errors import (EXIT_INTERRUPTED, ArgumentParser, UserError, non_negative,
-                             positive_int, run_cli)
+                             positive_float, positive_int, run_cli)
 from microgpt.optim import AdamW, AdamWConfig, lr_at
 from microgpt.sample import DEVICES, build_model, sample_text
 from microgpt.tokenizer import BPETokenizer, ByteTokenizer, TokenIds
@@ -118,13 +118,6 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def positive_float(text):
-    value = float(text)
-    if not value > 0 or math.isinf(value):
-        raise ValueError(text)
-    return value
-
-
 def resolve_args(ns, saved):
     """argparse's namespace (None where not given) + a checkpoint's saved args -> TrainArgs.
     On --resume the PINNED fields come from the checkpoint; a different value is an error."""
@@ -209,14 +202,11 @@ class Run:
 
 
 def setup(ns):
+    """Check every input, then load or build everything the loop needs -> Run."""
     ckpt = load_checkpoint(ns.resume) if ns.resume else None
     args = resolve_args(ns, ckpt.state.get("args", {}) if ckpt else None)
-    if ns.out:
-        out = Path(ns.out)
-    elif ckpt:
-        out = find_checkpoint(ns.resume).parent
-    else:
-        out = Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    out = Path(ns.out) if ns.out else (ckpt.path.parent if ckpt else
+                                       Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
     check_output_dir(out, resuming=ckpt is not None)
     start = ckpt.state["step"] if ckpt else 0
     if start >= args.steps:
@@ -225,21 +215,8 @@ def setup(ns):
     if ns.stop_at is not None and not start < ns.stop_at <= args.steps:
         raise UserError(f"--stop-at {ns.stop_at} must lie after step {start} and at most "
                         f"--steps {args.steps}")
-
-    shards = args.data is not None and bool(shard_paths(Path(args.data)))
-    tokenizer = ckpt.tokenizer if ckpt else planned_tokenizer(args, shards)
-    # fail on a bad config before the slow part (tokenizer training, tokenization)
-    config = ckpt.config if ckpt else model_config(
-        args, tokenizer.vocab_size if tokenizer else DEFAULT_BPE_VOCAB)
-    data = load_tokens(args.data, tokenizer, config.vocab_size,
-                       ns.cache_dir or default_cache_dir())
-    tokenizer = data.tokenizer or TokenIds(config.vocab_size)
-    if not ckpt:
-        config = model_config(args, tokenizer.vocab_size)
-    if config.vocab_size < tokenizer.vocab_size:
-        raise UserError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model's "
-                        f"vocabulary is {config.vocab_size}; pass --vocab-size "
-                        f"{tokenizer.vocab_size} or more")
+    data, config = load_data(args, ckpt, ns.cache_dir or default_cache_dir())
+    tokenizer = data.tokenizer
 
     T = config.context
     loader = BatchLoader(data.train, args.batch_size, T, config.vocab_size, args.seed)
@@ -248,29 +225,54 @@ def setup(ns):
     model = build_model(config, ns.device, seed=args.seed)
     optimizer = AdamW(model, AdamWConfig(lr=args.lr, warmup_steps=args.warmup,
                                          total_steps=args.steps))
-    history = {"train": [], "val": []}
+    entropy = unigram_entropy(data.train, config.vocab_size)
+    run = Run(args, out, model, optimizer, tokenizer, loader, val_batches, entropy, start,
+              {"train": [], "val": []})
     if ckpt:
-        model.load_state_dict(ckpt.params)
-        try:
-            optimizer.load_state_dict(ckpt.moments, ckpt.state["optimizer"])
-            loader.load_state_dict(ckpt.state["loader"])
-            history = {"train": list(ckpt.state["history"]["train"]),
-                       "val": list(ckpt.state["history"]["val"])}
-        except (KeyError, TypeError, ValueError) as err:
-            raise UserError(f"checkpoint {ckpt.path}: state.json is damaged ({err!r}); it cannot "
-                            "be resumed, use another checkpoint") from None
-        print(f"resuming {ckpt.path} at step {start}")
+        restore(run, ckpt)
     print(f"model: {describe(config)}, {model.layout.size:,} parameters, on "
           f"{model.backend.name}")
-    entropy = unigram_entropy(data.train, config.vocab_size)
     print(f"data: {data.source}, {sum(map(len, data.train)):,} train and "
           f"{sum(map(len, data.val)):,} val tokens ({tokenizer.kind} tokenizer, "
           f"{tokenizer.vocab_size} tokens); unigram entropy {entropy:.3f} nats/token")
     print(f"run: {args.steps} steps of {args.batch_size} x {T} tokens, lr {args.lr:g} "
           f"(warmup {args.warmup}, cosine to {args.lr * optimizer.cfg.min_lr_ratio:g}), "
-          f"out {out}")
-    return Run(args, out, model, optimizer, tokenizer, loader, val_batches, entropy, start,
-               history)
+          f"out {out}", flush=True)
+    return run
+
+
+def load_data(args, ckpt, cache_dir):
+    """-> (TokenData whose tokenizer is set, GPTConfig). The config is checked before the
+    slow part (training a tokenizer, tokenizing); its vocabulary can come from the tokenizer."""
+    if ckpt:
+        tokenizer, config = ckpt.tokenizer, ckpt.config
+    else:
+        shards = args.data is not None and bool(shard_paths(Path(args.data)))
+        tokenizer = planned_tokenizer(args, shards)
+        config = model_config(args, tokenizer.vocab_size if tokenizer else DEFAULT_BPE_VOCAB)
+    data = load_tokens(args.data, tokenizer, config.vocab_size, cache_dir)
+    data.tokenizer = data.tokenizer or TokenIds(config.vocab_size)
+    if not ckpt:
+        config = model_config(args, data.tokenizer.vocab_size)
+    if config.vocab_size < data.tokenizer.vocab_size:
+        raise UserError(f"the tokenizer has {data.tokenizer.vocab_size} tokens but the model's "
+                        f"vocabulary is {config.vocab_size}; pass --vocab-size "
+                        f"{data.tokenizer.vocab_size} or more")
+    return data, config
+
+
+def restore(run, ckpt):
+    """Put the checkpoint's parameters, moments, loader RNG and history into run."""
+    run.model.load_state_dict(ckpt.params)
+    try:
+        run.optimizer.load_state_dict(ckpt.moments, ckpt.state["optimizer"])
+        run.loader.load_state_dict(ckpt.state["loader"])
+        run.history = {"train": list(ckpt.state["history"]["train"]),
+                       "val": list(ckpt.state["history"]["val"])}
+    except (KeyError, TypeError, ValueError) as err:
+        raise UserError(f"checkpoint {ckpt.path}: state.json is damaged ({err!r}); it cannot "
+                        "be resumed, use another checkpoint") from None
+    print(f"resuming {ckpt.path} at step {run.step}")
 
 
 def describe(config):
