@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from microgpt import sample, train
+from microgpt import GPT, get_config, sample, train
 from microgpt.backend import cuda_available
 from microgpt.checkpoint import LATEST, load_checkpoint
 from microgpt.data import write_shard
@@ -283,6 +283,42 @@ def test_bad_resume(damage, extra, message, tiny, tmp_path, capsys):
     assert status == 2
     assert err.count("\n") == 1 and message in err
     assert sorted(p.name for p in run_dir.rglob("*")) == before
+
+
+def test_generate_pads_slides_and_respects_the_vocabulary():
+    model = GPT(get_config("microgpt", vocab_size=64), seed=1)
+    rng = np.random.default_rng()
+    prompt = list(rng.integers(0, 64, 5))
+    greedy = sample.generate(model, prompt, 20, temperature=0, top_k=0, rng=rng, vocab_limit=64)
+    # the padded window gives what the unpadded sequence gives, also past the context (16)
+    ids = prompt + greedy
+    for i in range(len(prompt), len(ids)):
+        window = np.array([ids[max(0, i - 16):i]])
+        assert ids[i] == int(np.argmax(model.forward(window)[0, -1]))
+    assert sample.generate(model, prompt, 20, temperature=1.0, top_k=1, rng=rng,
+                           vocab_limit=64) == greedy
+    limited = sample.generate(model, prompt, 50, temperature=2.0, top_k=0, rng=rng, vocab_limit=10)
+    assert all(0 <= t < 10 for t in limited)
+
+
+def test_progress_draws_a_live_line_on_a_terminal(monkeypatch, capsys):
+    class Terminal:
+        written = ""
+        def isatty(self):
+            return True
+        def write(self, text):
+            self.written += text
+        def flush(self):
+            pass
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    progress = train.Progress(total_steps=10)
+    progress.step(3, 2.5, 0.25)
+    assert terminal.written.startswith("\rstep 3/10 | loss 2.5000") and "eta 2s" in terminal.written
+    progress.log_step(3, 2.5, None, 1e-3, 0.5, tokens_per_step=1000)
+    assert terminal.written.endswith("\r\033[K")                    # the live line is cleared
+    assert capsys.readouterr().out == ("step  3/10 | loss 2.5000 | lr 1.00e-03 | norm 0.5000 | "
+                                       "250 ms/step | 4,000 tok/s\n")
 
 
 def test_sample_bad_checkpoint(tmp_path, capsys):
