@@ -29,6 +29,16 @@ def check_array(name, arr, shape, dtype=np.float32):
     if not cuda.devicearray.is_cuda_ndarray(arr):
         raise TypeError(f"{name}: expected a device array, got {type(arr).__name__} "
                         "(copy it with numba.cuda.to_device first)")
+    if not arr.is_c_contiguous():
+        raise ValueError(f"{name}: expected a C-contiguous array, got a strided view "
+                         "(the kernels are compiled for dense C-order arrays)")
+
+
+def row_block(row_length, cap):
+    """Threads for a block that walks rows of row_length elements: enough warps to give
+    every thread a column, at most cap. A short row needs no idle warps (which would also
+    cost the simulator ~2 ms each per thread)."""
+    return min(cap, ceil_div(row_length, WARP) * WARP)
 
 
 def check_block_size(block, multiple=1):

@@ -20,7 +20,7 @@ import numpy as np
 from numba import cuda, float32, int32
 
 from microgpt.kernels.common import (REDUCE_SCRATCH, WARP, block_max, block_sum,
-                                     check_array, check_block_size)
+                                     check_array, check_block_size, row_block)
 
 ONE = np.float32(1.0)
 ZERO = np.float32(0.0)
@@ -103,20 +103,22 @@ def _check_rows(logits, lse, targets):
     return N, V
 
 
-def crossentropy_forward(losses, lse, logits, targets, *, stream=0, block=BLOCK):
+def crossentropy_forward(losses, lse, logits, targets, *, stream=0, block=None):
     """losses (N,) = lse - logits[target] and lse (N,) = logsumexp of each row of logits
     (N, V), for targets (N,) int32."""
+    N, V = _check_rows(logits, lse, targets)
+    block = block or row_block(V, BLOCK)
     check_block_size(block, WARP)
-    N, _ = _check_rows(logits, lse, targets)
     check_array("losses", losses, (N,))
     _crossentropy_forward_kernel[N, block, stream](losses, lse, logits, targets)
 
 
-def crossentropy_backward(dlogits, logits, lse, targets, dloss, *, stream=0, block=BLOCK):
+def crossentropy_backward(dlogits, logits, lse, targets, dloss, *, stream=0, block=None):
     """dlogits (N, V) = dloss * (softmax(logits) - onehot(targets)), dloss a float (1/N
     for the mean loss); dlogits may be logits itself (in place)."""
-    check_block_size(block)
     N, V = _check_rows(logits, lse, targets)
+    block = block or row_block(V, BLOCK)
+    check_block_size(block)
     check_array("dlogits", dlogits, (N, V))
     _crossentropy_backward_kernel[N, block, stream](dlogits, logits, lse, targets,
                                                     np.float32(dloss))

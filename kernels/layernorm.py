@@ -18,7 +18,7 @@ import numpy as np
 from numba import cuda, float32, int64
 
 from microgpt.kernels.common import (REDUCE_SCRATCH, WARP, ceil_div, check_array,
-                                     check_block_size, block_sum)
+                                     check_block_size, block_sum, row_block)
 from microgpt.reference import LN_EPS as _LN_EPS
 
 LN_EPS = np.float32(_LN_EPS)
@@ -125,21 +125,23 @@ def _check_rows(inp, weight, mean, rstd, **rows_like_inp):
     return N, C
 
 
-def layernorm_forward(out, mean, rstd, inp, weight, bias, *, stream=0, block=FORWARD_BLOCK):
+def layernorm_forward(out, mean, rstd, inp, weight, bias, *, stream=0, block=None):
     """out (N, C) = layernorm(inp (N, C)) * weight (C,) + bias (C,), eps 1e-5; writes the
     row statistics mean (N,) and rstd (N,) for the backward."""
-    check_block_size(block, WARP)
     N, C = _check_rows(inp, weight, mean, rstd, out=out)
+    block = block or row_block(C, FORWARD_BLOCK)
+    check_block_size(block, WARP)
     check_array("bias", bias, (C,))
     _layernorm_forward_kernel[N, block, stream](out, mean, rstd, inp, weight, bias)
 
 
 def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, *, stream=0,
-                       block=BACKWARD_BLOCK, rows_per_block=ROWS_PER_BLOCK):
+                       block=None, rows_per_block=ROWS_PER_BLOCK):
     """dinp (N, C), dweight (C,) and dbias (C,) += the gradients of the forward given dout
     (N, C); all three accumulate (dinp is the residual stream's gradient)."""
-    check_block_size(block, WARP)
     N, C = _check_rows(inp, weight, mean, rstd, dinp=dinp, dout=dout)
+    block = block or row_block(C, BACKWARD_BLOCK)
+    check_block_size(block, WARP)
     check_array("dweight", dweight, (C,))
     check_array("dbias", dbias, (C,))
     if rows_per_block < 1:
