@@ -34,7 +34,7 @@ import math
 import numpy as np
 from numba import cuda, float32
 
-from microgpt.kernels.common import ceil_div, check_array, check_block_size
+from microgpt.kernels.common import ceil_div, check_array, check_block_size, row_block
 
 ROWS = 64                        # default rows (threads) per block
 MAX_TILE = 32                    # rows of the other side staged at a time
@@ -72,8 +72,8 @@ def _tile_length(shared, D, rows):
 
 def _geometry(shared, D, T, n_heads, block, blocks_per_head):
     """(rows per block, staged tile length, grid x) for a kernel with this shared budget."""
-    if block is None:
-        block = ROWS
+    if block is None:     # whole warps, no more than the rows there are
+        block = row_block(T, ROWS)
         while block > 1 and _tile_length(shared, D, block) < 1:
             block //= 2
     check_block_size(block)

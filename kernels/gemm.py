@@ -42,9 +42,11 @@ class GemmTile(NamedTuple):
 
 # 128 x 128 with 8 x 8 per thread: 16 shared loads per 64 FMAs, 256 threads
 LARGE_TILE = GemmTile(128, 128, 8, 8, 8)
-# 64 x 64 with 4 x 4 per thread: four times the blocks, for outputs too small to fill the GPU
+# 64 x 64 and 32 x 32 with 4 x 4 per thread (256 and 64 threads): more blocks, for outputs
+# too small to fill the GPU with large tiles (the weight gradients, small models)
 MEDIUM_TILE = GemmTile(64, 64, 8, 4, 4)
-# the GPU is full once the grid has about two large-tile blocks per SM (132 on an H200)
+SMALL_TILE = GemmTile(32, 32, 8, 4, 4)
+# the GPU is full once the grid has about two blocks per SM (132 SMs on an H200)
 FULL_GRID_BLOCKS = 264
 # padding of a k-major shared slab's rows: the k-contiguous fetch writes depth values of one
 # row at a time, and a row length of 4 mod 32 spreads those writes over distinct banks
@@ -66,10 +68,11 @@ def check_tile(tile):
 
 
 def default_tile(M, N):
-    """The large tile, unless its grid would leave SMs idle."""
-    if ceil_div(M, LARGE_TILE.rows) * ceil_div(N, LARGE_TILE.cols) >= FULL_GRID_BLOCKS:
-        return LARGE_TILE
-    return MEDIUM_TILE
+    """The largest tile whose grid still fills the GPU, else the small one."""
+    for tile in (LARGE_TILE, MEDIUM_TILE):
+        if ceil_div(M, tile.rows) * ceil_div(N, tile.cols) >= FULL_GRID_BLOCKS:
+            return tile
+    return SMALL_TILE
 
 
 # ----------------------------------------------------------------------------------
@@ -194,7 +197,8 @@ PTX_SIGNATURES = [
         (True, False, True),     # dW += X^T @ dY
         (True, True, True),      # every flag flipped at once
     ]
-] + [(_matmul_kernel(False, False, False, MEDIUM_TILE), (_MATRIX,) * 3)]
+] + [(_matmul_kernel(False, False, False, tile), (_MATRIX,) * 3)
+       for tile in (MEDIUM_TILE, SMALL_TILE)]
 
 
 # ----------------------------------------------------------------------------------

@@ -12,12 +12,13 @@ copy heads -> fused. The direction is a compile-time constant of one kernel body
 
 Launch: grid (ceil(P*C / block), T, B), one thread per fused element, so reads or writes
 of the fused side are fully coalesced and the per-head side moves in contiguous runs of D.
+block defaults to 256 threads, fewer (whole warps) when a fused row is shorter.
 """
 import functools
 
 from numba import cuda, float32
 
-from microgpt.kernels.common import ceil_div, check_array, check_block_size
+from microgpt.kernels.common import ceil_div, check_array, check_block_size, row_block
 
 BLOCK = 256
 
@@ -53,36 +54,39 @@ PTX_SIGNATURES = [(_head_copy_kernel(to_heads), (float32[:, :, ::1],) + (_HEADS,
 def _copy(to_heads, fused_name, fused, head_names, heads, block, stream):
     """Check shapes, then launch the copy between fused (B, T, P*C) and the P arrays of
     heads, each (B, H, T, D)."""
-    check_block_size(block)
     if len(heads[0].shape) != 4:
         raise ValueError(f"{head_names[0]}: expected shape (B, H, T, D), "
                          f"got {tuple(heads[0].shape)}")
     B, H, T, D = heads[0].shape
     for name, arr in zip(head_names, heads):
         check_array(name, arr, (B, H, T, D))
-    check_array(fused_name, fused, (B, T, len(heads) * H * D))
+    width = len(heads) * H * D
+    check_array(fused_name, fused, (B, T, width))
+    if block is None:
+        block = row_block(width, BLOCK)
+    check_block_size(block)
     if fused.size == 0:
         return
-    grid = (ceil_div(len(heads) * H * D, block), T, B)
+    grid = (ceil_div(width, block), T, B)
     q, k, v = heads * (3 // len(heads))    # merge passes its one array in all three slots
     _head_copy_kernel(to_heads)[grid, block, stream](fused, q, k, v)
 
 
-def split_heads_forward(q, k, v, qkv, *, block=BLOCK, stream=0):
+def split_heads_forward(q, k, v, qkv, *, block=None, stream=0):
     """qkv (B, T, 3C) -> q, k, v each (B, H, T, D); H is read from q's shape."""
     _copy(True, "qkv", qkv, ("q", "k", "v"), (q, k, v), block, stream)
 
 
-def split_heads_backward(dqkv, dq, dk, dv, *, block=BLOCK, stream=0):
+def split_heads_backward(dqkv, dq, dk, dv, *, block=None, stream=0):
     """dq, dk, dv (B, H, T, D) -> dqkv (B, T, 3C), overwritten."""
     _copy(False, "dqkv", dqkv, ("dq", "dk", "dv"), (dq, dk, dv), block, stream)
 
 
-def merge_heads_forward(out, y, *, block=BLOCK, stream=0):
+def merge_heads_forward(out, y, *, block=None, stream=0):
     """y (B, H, T, D) -> out (B, T, C), heads side by side."""
     _copy(False, "out", out, ("y",), (y,), block, stream)
 
 
-def merge_heads_backward(dy, dout, *, block=BLOCK, stream=0):
+def merge_heads_backward(dy, dout, *, block=None, stream=0):
     """dout (B, T, C) -> dy (B, H, T, D); H is read from dy's shape."""
     _copy(True, "dout", dout, ("dy",), (dy,), block, stream)

@@ -19,18 +19,18 @@ if ON_GPU:
         st.integers(1, 16), st.integers(1, 12), st.integers(1, 1024), HEAD_DIMS))
     ATTENTION_BLOCKS = st.sampled_from([None, 32, 64, 128])
     BLOCKS_PER_HEAD = st.sampled_from([None, 1, 3])
-    COPY_BLOCKS = st.sampled_from([32, 96, 256, 1024])
+    COPY_BLOCKS = st.sampled_from([None, 32, 96, 1024])
     PIPELINE_SHAPES = HEAD_SHAPES
     # the defaults, as the model launches them
-    PIPELINE_BLOCKS = dict(gemm_tile=None, copy_block=heads.BLOCK, attention_block=None)
+    PIPELINE_BLOCKS = dict(gemm_tile=None, copy_block=None, attention_block=None)
 else:
     # simulated threads are slow: T <= 16 and D <= 16, or T <= 4 with the real head_dims
     HEAD_SHAPES = st.one_of(
         st.tuples(st.integers(1, 2), st.integers(1, 2), st.integers(1, 16), st.integers(1, 16)),
         st.tuples(st.just(1), st.just(1), st.integers(1, 4), st.sampled_from([32, 64, 72])))
-    ATTENTION_BLOCKS = st.sampled_from([None, 1, 4, 8, 16])
+    ATTENTION_BLOCKS = st.sampled_from([None, 1, 4, 8, 16, attention.ROWS])
     BLOCKS_PER_HEAD = st.sampled_from([None, 1, 2, 3])
-    COPY_BLOCKS = st.sampled_from([8, 32])
+    COPY_BLOCKS = st.sampled_from([None, 8, 32])
     PIPELINE_SHAPES = st.tuples(st.integers(1, 2), st.integers(1, 2), st.integers(1, 8),
                                 st.integers(1, 8))
     # few idle simulated threads: the default blocks (256 threads) cost seconds here
@@ -149,6 +149,7 @@ def test_attention_geometry():
             assert grid_x == 6          # 1024 / 192 blocks, at most 1024 / 64 tiles
         assert attention._geometry(shared, 64, 1024, 4096, None, None)[2] == 1
         assert attention._geometry(shared, 64, 100, 1, 32, 99)[2] == 4
+        assert attention._geometry(shared, 16, 8, 1, None, None)[0] == 32
 
 
 def test_attention_rejects_bad_arguments():

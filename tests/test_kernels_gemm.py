@@ -28,7 +28,7 @@ if ON_GPU:
         st.sampled_from(MODEL_PRODUCTS),
         st.tuples(st.integers(1, 16384), st.integers(1, 3072), st.integers(1, 3072)).flatmap(
             lambda mnk: FLAGS.map(lambda flags: mnk + flags)))
-    TILES = st.sampled_from([None, gemm.LARGE_TILE, gemm.MEDIUM_TILE, GemmTile(32, 32, 8, 4, 4),
+    TILES = st.sampled_from([None, gemm.LARGE_TILE, gemm.MEDIUM_TILE, gemm.SMALL_TILE,
                              GemmTile(64, 32, 16, 4, 2), GemmTile(128, 64, 8, 8, 4)])
 else:
     # a few simulated threads per block; every size straddles a tile edge now and then
@@ -60,7 +60,7 @@ def test_matmul_matches_reference(product, tile, seed):
     check_matmul(*product, tile, seed)
 
 
-@pytest.mark.parametrize("tile", [gemm.LARGE_TILE, gemm.MEDIUM_TILE])
+@pytest.mark.parametrize("tile", [gemm.LARGE_TILE, gemm.MEDIUM_TILE, gemm.SMALL_TILE])
 def test_default_tiles(tile):
     """The tiles the GPU runs by default, once each in the simulator too (odd edges)."""
     check_matmul(tile.rows + 3, tile.cols - 5, 11, True, False, True, tile, seed=7)
@@ -68,7 +68,8 @@ def test_default_tiles(tile):
 
 def test_default_tile_fills_the_gpu():
     assert gemm.default_tile(16384, 2304) == gemm.LARGE_TILE
-    assert gemm.default_tile(768, 768) == gemm.MEDIUM_TILE
+    assert gemm.default_tile(768, 2304) == gemm.MEDIUM_TILE
+    assert gemm.default_tile(768, 768) == gemm.SMALL_TILE
 
 
 def test_matmul_rejects_bad_arguments():
@@ -83,6 +84,8 @@ def test_matmul_rejects_bad_arguments():
         gemm.matmul(out, cuda.to_device(np.ones((4, 3), np.float64)), w)
     with pytest.raises(TypeError, match="expected a device array"):
         gemm.matmul(out, np.ones((4, 3), np.float32), w)
+    with pytest.raises(ValueError, match="a: expected a C-contiguous array"):
+        gemm.matmul(out, cuda.to_device(np.ones((4, 6), np.float32))[:, ::2], w)
     with pytest.raises(ValueError, match="thread_rows"):
         gemm.matmul(out, x, w, tile=GemmTile(8, 8, 4, 3, 2))
     with pytest.raises(ValueError, match="more than 1024"):
