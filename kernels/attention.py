@@ -7,8 +7,9 @@ scaled scores, the one statistic the backward needs.
 One kernel body per pass, launched on grid (blocks_per_head, H, B): the grid carries all
 heads and the kernel never knows there are several. Each block walks the row tiles of its
 (batch, head) that are its own: tiles x, x + blocks_per_head, ... With blocks_per_head = 1
-this is the seed's kernel, one thread block per (batch, head); more blocks per head put
-the tiles on the grid, the default whenever (B * H) alone would leave the GPU idle.
+this is the seed's kernel, one thread block per (batch, head), the default once B * H
+alone fills the GPU; below that every row tile gets a block of its own (query tiles on
+the grid), which also balances the causal rows' unequal work across SMs.
 Threads of a block own one row each, cooperate in staging tiles of the other side in
 shared memory, and no T x T matrix ever reaches global memory:
 
@@ -39,8 +40,9 @@ from microgpt.kernels.common import ceil_div, check_array, check_block_size, row
 ROWS = 64                        # default rows (threads) per block
 MAX_TILE = 32                    # rows of the other side staged at a time
 SHARED_FLOATS = 48 * 1024 // 4   # static shared memory of a block, in float32s
-# blocks_per_head grows until the grid holds about this many blocks (132 SMs on an H200)
-TARGET_BLOCKS = 1024
+# with this many (batch, head) pairs one block each already fills an H200 (132 SMs, ~8
+# resident blocks each); below it, every row tile gets its own block
+FULL_GRID_HEADS = 1024
 NEG_INF = np.float32(-np.inf)
 ZERO = np.float32(0.0)
 
@@ -83,7 +85,7 @@ def _geometry(shared, D, T, n_heads, block, blocks_per_head):
                          f"{SHARED_FLOATS * 4} bytes of shared memory; use a smaller block")
     n_tiles = ceil_div(T, block)
     if blocks_per_head is None:
-        blocks_per_head = ceil_div(TARGET_BLOCKS, n_heads)
+        blocks_per_head = 1 if n_heads >= FULL_GRID_HEADS else n_tiles
     if blocks_per_head < 1:
         raise ValueError(f"blocks_per_head must be at least 1, got {blocks_per_head}")
     return block, tile, min(blocks_per_head, n_tiles)

@@ -48,8 +48,8 @@ MEDIUM_TILE = GemmTile(64, 64, 8, 4, 4)
 SMALL_TILE = GemmTile(32, 32, 8, 4, 4)
 # the GPU is full once the grid has about two blocks per SM (132 SMs on an H200)
 FULL_GRID_BLOCKS = 264
-# padding of a k-major shared slab's rows: the k-contiguous fetch writes depth values of one
-# row at a time, and a row length of 4 mod 32 spreads those writes over distinct banks
+# padding of a k-major shared slab's rows: a warp's store of a k-contiguous operand spans
+# depth slab rows, which a row length of 4 mod 32 puts in distinct banks (depth 8)
 SLAB_PAD = 4
 
 

@@ -10,6 +10,7 @@ from numba import cuda
 
 from microgpt import reference as ref
 from microgpt.kernels import attention, gemm, heads
+from microgpt.kernels.common import ceil_div
 
 SEEDS = st.integers(0, 2**32 - 1)
 ANDREA_120M = (16, 12, 1024, 64)     # (B, H, T, D) of andrea-120m at full context
@@ -146,8 +147,8 @@ def test_attention_geometry():
             fixed, per_row = shared(D, rows)
             assert 1 <= tile <= attention.MAX_TILE
             assert fixed + tile * per_row <= attention.SHARED_FLOATS
-            assert grid_x == 6          # 1024 / 192 blocks, at most 1024 / 64 tiles
-        assert attention._geometry(shared, 64, 1024, 4096, None, None)[2] == 1
+            assert grid_x == ceil_div(1024, rows)     # 192 heads: every tile on the grid
+        assert attention._geometry(shared, 64, 1024, attention.FULL_GRID_HEADS, None, None)[2] == 1
         assert attention._geometry(shared, 64, 100, 1, 32, 99)[2] == 4
         assert attention._geometry(shared, 16, 8, 1, None, None)[0] == 32
 
