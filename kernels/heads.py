@@ -8,7 +8,8 @@ All four are one copy between a fused row layout, fused (B, T, P*C) with P = 3 p
 and the per-head layout (B, H, T, D), one array per part, each head's T x D slice
 contiguous. Column c of a fused row is part c // C, head (c % C) // D, dim c % D.
 split forward and merge backward copy fused -> heads; split backward and merge forward
-copy heads -> fused. The direction is a compile-time constant of one kernel body.
+copy heads -> fused. The direction, H and D are compile-time constants of one kernel
+body (H and D are fixed per model), so the index arithmetic divides by constants.
 
 Launch: grid (ceil(P*C / block), T, B), one thread per fused element, so reads or writes
 of the fused side are fully coalesced and the per-head side moves in contiguous runs of D.
@@ -24,11 +25,10 @@ BLOCK = 256
 
 
 @functools.cache
-def _head_copy_kernel(to_heads):
+def _head_copy_kernel(to_heads, H, D):
     @cuda.jit
     def head_copy_kernel(fused, q, k, v):
         # fused (B, T, P*C); q, k, v (B, H, T, D), of which the first P are used
-        H, D = q.shape[1], q.shape[3]
         col = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
         t, b = cuda.blockIdx.y, cuda.blockIdx.z
         if col >= fused.shape[2]:
@@ -47,8 +47,9 @@ def _head_copy_kernel(to_heads):
 
 
 _HEADS = float32[:, :, :, ::1]
-PTX_SIGNATURES = [(_head_copy_kernel(to_heads), (float32[:, :, ::1],) + (_HEADS,) * 3)
-                  for to_heads in (True, False)]
+PTX_SIGNATURES = [(_head_copy_kernel(to_heads, H, D), (float32[:, :, ::1],) + (_HEADS,) * 3)
+                  for to_heads in (True, False)
+                  for H, D in [(12, 64), (3, 72)]]     # andrea-120m's heads; an odd D
 
 
 def _copy(to_heads, fused_name, fused, head_names, heads, block, stream):
@@ -69,7 +70,7 @@ def _copy(to_heads, fused_name, fused, head_names, heads, block, stream):
         return
     grid = (ceil_div(width, block), T, B)
     q, k, v = heads * (3 // len(heads))    # merge passes its one array in all three slots
-    _head_copy_kernel(to_heads)[grid, block, stream](fused, q, k, v)
+    _head_copy_kernel(to_heads, H, D)[grid, block, stream](fused, q, k, v)
 
 
 def split_heads_forward(q, k, v, qkv, *, block=None, stream=0):
