@@ -9,7 +9,6 @@ reducing its threads' partials (kernels.common.block_sum) and adding the block's
 the output with one atomic. MAX_BLOCKS blocks are enough to keep every SM of an H200
 streaming while keeping the atomics (and their rounding) few.
 """
-import numpy as np
 from numba import boolean, cuda, float32
 
 from microgpt.kernels.common import (REDUCE_SCRATCH, WARP, block_sum, ceil_div, check_array,

@@ -4,7 +4,7 @@ QKV GEMM -> split -> attention -> merge -> W_O GEMM, forward and backward."""
 import numpy as np
 import pytest
 from helpers import ON_GPU, TOL_F32_OP, assert_close, poisoned, randn
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from numba import cuda
 
@@ -17,7 +17,6 @@ ANDREA_120M = (16, 12, 1024, 64)     # (B, H, T, D) of andrea-120m at full conte
 if ON_GPU:
     # each head_dim x block compiles three kernels, and the float64 reference of a full
     # andrea-120m attention takes seconds: a few real-shape examples
-    EXAMPLES = settings(max_examples=12)
     HEAD_DIMS = st.sampled_from([4, 32, 64, 72])
     HEAD_SHAPES = st.tuples(st.integers(1, 16), st.integers(1, 12), st.integers(1, 1024),
                             HEAD_DIMS)
@@ -29,7 +28,6 @@ if ON_GPU:
     # the defaults, as the model launches them
     PIPELINE_BLOCKS = dict(gemm_tile=None, copy_block=None, attention_block=None)
 else:
-    EXAMPLES = settings()
     # simulated threads are slow: T <= 16 and D <= 16, or T <= 4 with the real head_dims
     HEAD_SHAPES = st.one_of(
         st.tuples(st.integers(1, 2), st.integers(1, 2), st.integers(1, 16), st.integers(1, 16)),
@@ -55,7 +53,6 @@ def host64(*arrays):
 # ----------------------------------------------------------------------------------
 # split / merge heads: pure copies, so they must be exact
 
-@EXAMPLES
 @given(shape=HEAD_SHAPES, block=COPY_BLOCKS, seed=SEEDS)
 def test_split_heads(shape, block, seed):
     B, H, T, D = shape
@@ -72,7 +69,6 @@ def test_split_heads(shape, block, seed):
     np.testing.assert_array_equal(dqkv.copy_to_host(), ref.split_heads_backward(*grads))
 
 
-@EXAMPLES
 @given(shape=HEAD_SHAPES, block=COPY_BLOCKS, seed=SEEDS)
 def test_merge_heads(shape, block, seed):
     B, H, T, D = shape
@@ -143,13 +139,11 @@ def check_attention_backward(shape, block, blocks_per_head, seed):
             assert np.all(np.linalg.norm(got, axis=-1) <= bound), f"{what} {name}"
 
 
-@EXAMPLES
 @given(shape=HEAD_SHAPES, block=ATTENTION_BLOCKS, blocks_per_head=BLOCKS_PER_HEAD, seed=SEEDS)
 def test_attention_forward(shape, block, blocks_per_head, seed):
     check_attention_forward(shape, block, blocks_per_head, seed)
 
 
-@EXAMPLES
 @given(shape=HEAD_SHAPES, block=ATTENTION_BLOCKS, blocks_per_head=BLOCKS_PER_HEAD, seed=SEEDS)
 def test_attention_backward(shape, block, blocks_per_head, seed):
     check_attention_backward(shape, block, blocks_per_head, seed)
@@ -263,7 +257,6 @@ def check_pipeline(shape, seed):
     assert_close(dw_o.copy_to_host(), want_dw_o + dw_o0, TOL_F32_OP, f"pipeline {shape} dw_o")
 
 
-@EXAMPLES
 @given(shape=PIPELINE_SHAPES, seed=SEEDS)
 def test_pipeline_matches_reference(shape, seed):
     check_pipeline(shape, seed)

@@ -20,7 +20,7 @@ if ON_GPU:
     REDUCE_BLOCKS = st.sampled_from([32, 256, 512, 1024])
     MAX_BLOCKS = st.sampled_from([1, 7, 1024])
     ADAMW_BLOCKS = st.sampled_from([32, 96, 256, 1024])
-    PARAM_EXAMPLES = settings(max_examples=6)
+    PARAM_EXAMPLES = settings(max_examples=max(1, settings().max_examples // 2))
 else:
     LENGTHS = PARAM_LENGTHS = st.integers(1, 300)
     REDUCE_BLOCKS = st.just(32)

@@ -205,7 +205,7 @@ def bench_steps(reps):
         ours_s = (time.perf_counter() - t0) / reps
         free_after, _ = cuda.current_context().get_memory_info()
         ours_gib = (free_before - free_after) / 2**30
-        del model, opt, d_idx, d_targets
+        model = opt = d_idx = d_targets = None     # free the device memory before PyTorch runs
 
         row = {"config": name, "B": B, "T": T, "ours_tok_s": B * T / ours_s, "ours_gib": ours_gib}
         t_idx, t_targets = torch.from_numpy(idx).long().cuda(), torch.from_numpy(targets).long().cuda()
@@ -231,7 +231,7 @@ def bench_steps(reps):
             torch.cuda.synchronize()
             row[label + "_tok_s"] = B * T * reps / (time.perf_counter() - t0)
             row[label + "_gib"] = torch.cuda.max_memory_allocated() / 2**30
-            del tmodel, topt
+            tmodel = topt = None
             torch.cuda.empty_cache()
         out.append(row)
         print("  ", row, flush=True)
