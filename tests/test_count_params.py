@@ -41,8 +41,10 @@ def test_andrea_12m_total_of_the_design():
     assert count_params.count_params(get_config("andrea-12m"))[1] == 12_297_984
 
 
-@pytest.mark.parametrize("cfg", [GPTConfig(n_layer=3, d_model=12, n_head=3, context=5, vocab_size=7),
-                                 get_config("microgpt", vocab_size=256)])
+@pytest.mark.parametrize("cfg", [
+    GPTConfig(n_layer=3, d_model=12, n_head=3, context=5, vocab_size=7),
+    get_config("microgpt", vocab_size=256),
+])
 def test_counts_are_what_the_model_allocates(cfg):
     groups, total = by_group(cfg)
     state = GPT(cfg, seed=0).state_dict()

@@ -128,7 +128,8 @@ def test_clipping_leaves_a_gradient_below_max_norm_alone():
         opt_clipped.step(0.01)
         opt_unclipped.step(0.01)
     np.testing.assert_array_equal(clipped.params_flat, unclipped.params_flat)
-    np.testing.assert_array_equal(opt_clipped.state_dict()[0]["v"], opt_unclipped.state_dict()[0]["v"])
+    moments_clipped, moments_unclipped = opt_clipped.state_dict()[0], opt_unclipped.state_dict()[0]
+    np.testing.assert_array_equal(moments_clipped["v"], moments_unclipped["v"])
 
 
 def test_clipping_brings_a_large_gradient_to_max_norm():
