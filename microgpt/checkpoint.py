@@ -60,7 +60,8 @@ def save_checkpoint(run_dir, model, optimizer, tokenizer, state):
              "tokenizer": tokenizer.reference()}
     try:
         with atomic_directory(run_dir / name) as tmp:
-            (tmp / MODEL_FILE).write_bytes(save(model.state_dict(), metadata={"format": "microgpt"}))
+            (tmp / MODEL_FILE).write_bytes(save(model.state_dict(),
+                                                metadata={"format": "microgpt"}))
             (tmp / OPTIMIZER_FILE).write_bytes(save(
                 {k: np.ascontiguousarray(v, np.float32) for k, v in moments.items()}))
             (tmp / CONFIG_FILE).write_text(json.dumps(asdict(model.config), indent=2) + "\n")

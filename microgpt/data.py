@@ -113,15 +113,16 @@ class Corpus:
 def stdlib_corpus():
     """The running interpreter's standard library sources, Lib/**/*.py (no site-packages)."""
     root = Path(sysconfig.get_paths()["stdlib"])
+    installed = {"site-packages", "dist-packages"}
     files = sorted(p for p in root.rglob("*.py")
-                   if p.is_file() and not {"site-packages", "dist-packages"} & set(p.relative_to(root).parts))
+                   if p.is_file() and not installed & set(p.relative_to(root).parts))
     return Corpus("the Python standard library", root, tuple(files), skip_undecodable=True)
 
 
 def visible_files(directory):
     """Regular files under directory, sorted, skipping hidden names (.git, .DS_Store)."""
-    return sorted(p for p in directory.rglob("*")
-                  if p.is_file() and not any(part.startswith(".") for part in p.relative_to(directory).parts))
+    return sorted(p for p in directory.rglob("*") if p.is_file() and not any(
+        part.startswith(".") for part in p.relative_to(directory).parts))
 
 
 def split_documents(docs):
@@ -229,7 +230,8 @@ def _text_tokens(corpus, tokenizer, bpe_vocab_size, cache_dir):
         key = _hash(fingerprint, "bpe", bpe_vocab_size)
         tokenizer_path = cache_dir / "tokenizers" / key / TOKENIZER_FILE
         if not tokenizer_path.is_file():
-            print(f"training a {bpe_vocab_size}-token BPE tokenizer on {corpus.name} ...", flush=True)
+            print(f"training a {bpe_vocab_size}-token BPE tokenizer on {corpus.name} ...",
+                  flush=True)
             trained = BPETokenizer.train(train_val_documents()[0], bpe_vocab_size)
             _write_cache_dir(tokenizer_path.parent, lambda tmp: trained.save(tmp / TOKENIZER_FILE))
         tokenizer = BPETokenizer.from_file(tokenizer_path)

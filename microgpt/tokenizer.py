@@ -10,7 +10,6 @@ encodes and decodes back to itself. Decoding arbitrary ids (a sample from the mo
 produce invalid UTF-8; those bytes decode to U+FFFD instead of failing.
 """
 import hashlib
-import json
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

@@ -74,12 +74,14 @@ PINNED = ("config", "n_layer", "d_model", "n_head", "context", "vocab_size", "da
 # arguments
 
 def parse_args(argv):
+    """-> argparse.Namespace; a flag not given is None (resolve_args fills it in)."""
     p = ArgumentParser(prog=PROG, description="Train a GPT from scratch. With no arguments: "
                        "a small model on the Python standard library's source, on the CPU, "
                        "in under four minutes.")
     g = p.add_argument_group("model")
-    g.add_argument("--config", metavar="NAME", help=f"one of {', '.join(CONFIGS)} (default: microgpt with "
-                   + ", ".join(f"{k} {v}" for k, v in CPU_DEFAULT_MODEL.items()) + ")")
+    g.add_argument("--config", metavar="NAME", help=f"one of {', '.join(CONFIGS)} (default: "
+                   "microgpt with " + ", ".join(f"{k} {v}" for k, v in CPU_DEFAULT_MODEL.items())
+                   + ")")
     for field in ("n_layer", "d_model", "n_head", "context", "vocab_size"):
         g.add_argument("--" + field.replace("_", "-"), type=positive_int, metavar="N",
                        help=f"override the config's {field}")
@@ -93,29 +95,38 @@ def parse_args(argv):
     g = p.add_argument_group("training")
     g.add_argument("--device", choices=DEVICES, default="auto",
                    help="cpu runs NumPy, cuda the GPU kernels; auto takes a GPU if there is one")
-    g.add_argument("--steps", type=positive_int, metavar="N", help=f"optimizer steps in all ({DEFAULTS['steps']})")
-    g.add_argument("--batch-size", type=positive_int, metavar="B", help=f"sequences per step ({DEFAULTS['batch_size']})")
-    g.add_argument("--lr", type=positive_float, metavar="LR", help=f"peak learning rate ({DEFAULTS['lr']})")
-    g.add_argument("--warmup", type=non_negative(int), metavar="N", help="linear warmup steps (5%% of --steps)")
-    g.add_argument("--seed", type=int, metavar="N", help=f"model init and batch order ({DEFAULTS['seed']})")
+    g.add_argument("--steps", type=positive_int, metavar="N",
+                   help="optimizer steps in all" + by_default("steps"))
+    g.add_argument("--batch-size", type=positive_int, metavar="B",
+                   help="sequences per step" + by_default("batch_size"))
+    g.add_argument("--lr", type=positive_float, metavar="LR",
+                   help="peak learning rate" + by_default("lr"))
+    g.add_argument("--warmup", type=non_negative(int), metavar="N",
+                   help="linear warmup steps (default: 5%% of --steps)")
+    g.add_argument("--seed", type=int, metavar="N",
+                   help="model init and batch order" + by_default("seed"))
     g = p.add_argument_group("output")
     g.add_argument("--out", metavar="DIR", help="run directory: checkpoints, loss.png, "
                    "samples.txt (default: runs/DATE-TIME; on --resume, the checkpoint's run)")
     g.add_argument("--resume", metavar="DIR", help="continue from a checkpoint, or from a run "
                    "directory's latest one; the run's settings come from the checkpoint")
-    g.add_argument("--eval-every", type=non_negative(int), metavar="N",
-                   help=f"validation loss every N steps, 0 for only at the end ({DEFAULTS['eval_every']})")
+    g.add_argument("--eval-every", type=non_negative(int), metavar="N", help="validation loss "
+                   "every N steps, 0 for only at the end" + by_default("eval_every"))
     g.add_argument("--eval-batches", type=positive_int, metavar="N",
-                   help=f"batches in the validation set ({DEFAULTS['eval_batches']})")
+                   help="batches in the validation set" + by_default("eval_batches"))
     g.add_argument("--sample-every", type=non_negative(int), metavar="N",
-                   help=f"print a sample every N steps, 0 for never ({DEFAULTS['sample_every']})")
-    g.add_argument("--checkpoint-every", type=non_negative(int), metavar="N",
-                   help=f"checkpoint every N steps, 0 for only at the end ({DEFAULTS['checkpoint_every']})")
+                   help="print a sample every N steps, 0 for never" + by_default("sample_every"))
+    g.add_argument("--checkpoint-every", type=non_negative(int), metavar="N", help="checkpoint "
+                   "every N steps, 0 for only at the end" + by_default("checkpoint_every"))
     g.add_argument("--log-every", type=positive_int, metavar="N",
-                   help=f"a log line every N steps ({DEFAULTS['log_every']})")
+                   help="a log line every N steps" + by_default("log_every"))
     g.add_argument("--stop-at", type=positive_int, metavar="STEP", help="checkpoint and exit "
                    "after this step, the schedule still spanning --steps (continue with --resume)")
     return p.parse_args(argv)
+
+
+def by_default(key):
+    return f" (default: {DEFAULTS[key]})"
 
 
 def resolve_args(ns, saved):
@@ -367,7 +378,8 @@ def train(run, stop_at):
             if last or val is not None or run.step == 1 or run.step % args.log_every == 0:
                 progress.log_step(run.step, loss, val, lr, norm, tokens_per_step)
             if args.sample_every and run.step % args.sample_every == 0 and not last:
-                text = sample_text(model, run.tokenizer, "", SAMPLE_TOKENS, seed=args.seed + run.step)
+                text = sample_text(model, run.tokenizer, "", SAMPLE_TOKENS,
+                                   seed=args.seed + run.step)
                 progress.log(f"--- sample at step {run.step} ---\n{text}\n---")
             if stop.requested or (run.step == stop_at and not last):
                 save(run, progress)
