@@ -10,6 +10,7 @@ same way. Shards are memory-mapped, never read whole.
 llm.c's shard format: a header of 256 little-endian int32 (magic 20240520, version 1, the
 token count, the rest zero), then the tokens as little-endian uint16.
 """
+import functools
 import hashlib
 import os
 import sysconfig
@@ -190,7 +191,7 @@ def load_tokens(data, tokenizer, bpe_vocab_size, cache_dir):
 
 
 def shard_paths(path):
-    """The llm.c shards path names: itself if it is a .bin file, else the .bin files
+    """The llm.c shards that path names: itself if it is a .bin file, else the .bin files
     directly inside it; [] means a text corpus."""
     if path.is_dir():
         return sorted(path.glob("*.bin"))
@@ -218,13 +219,8 @@ def _shard_tokens(shards, tokenizer, source):
 
 def _text_tokens(corpus, tokenizer, bpe_vocab_size, cache_dir):
     fingerprint = corpus.fingerprint()
-    splits = None
-
-    def train_val_documents():
-        nonlocal splits
-        if splits is None:
-            splits = split_documents(corpus.documents())
-        return splits
+    # read and split only if the cache lacks the tokenizer or the tokens, and then once
+    train_val_documents = functools.cache(lambda: split_documents(corpus.documents()))
 
     if tokenizer is None:
         key = _hash(fingerprint, "bpe", bpe_vocab_size)

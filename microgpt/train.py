@@ -365,8 +365,8 @@ def train(run, stop_at):
             run.step += 1
             run.history["train"].append(loss)
             if not math.isfinite(loss):
-                print(f"{PROG}: step {run.step}: the loss is {loss}, training diverged; the "
-                      "last checkpoint is untouched; start again with a smaller --lr",
+                print(f"{PROG}: the loss at step {run.step} is {loss}: training diverged "
+                      "(no checkpoint written); start again with a smaller --lr",
                       file=sys.stderr)
                 return EXIT_DIVERGED
             progress.step(run.step, loss, seconds)
@@ -404,7 +404,6 @@ def save(run, progress):
     path = save_checkpoint(run.out, run.model, run.optimizer, run.tokenizer, state)
     plot_losses(run.history, run.entropy, run.out / "loss.png")
     progress.log(f"checkpoint: {path}")
-    return path
 
 
 def finish(run, progress, elapsed, steps_taken):
