@@ -1,5 +1,5 @@
 """The whole model on the cuda backend against the float64 NumPy reference: the loss, every
-gradient, and the parameters after three AdamW steps.
+gradient, the AdamW moments and the parameters, over three AdamW steps.
 
 In the simulator (CI) the tiny config runs; on a GPU (MICROGPT_TEST_DEVICE=gpu) the andrea-12m
 and andrea-120m geometries do. Every activation buffer is poisoned with NaN before the first
@@ -32,8 +32,23 @@ def poison_activations(model, B, T):
                 ops.copy(buf, ops.to_device(np.full(buf.shape, np.nan, np.float32)))
 
 
+def assert_all_close(got, want, what):
+    """Every tensor within the whole-model tolerance; the message lists the worst three."""
+    errors = {name: rel_error(got[name], want[name]) for name in want}
+    worst = sorted(errors, key=errors.get, reverse=True)[:3]
+    assert errors[worst[0]] < TOL_F32_MODEL, f"{what}: " + ", ".join(
+        f"{name} {errors[name]:.2e}" for name in worst)
+
+
 @pytest.mark.parametrize("name,overrides,B,T", CASES)
-def test_cuda_step_matches_reference(name, overrides, B, T):
+def test_cuda_steps_match_reference(name, overrides, B, T):
+    """Three AdamW steps, each checked from a common state: the reference takes the device
+    model's parameters and moments, both compute the loss and gradients (compared), then
+    the reference optimizer steps on the device's gradients, so the moments and parameters
+    compare the AdamW arithmetic alone. AdamW's update is m/sqrt(v): on its first step the
+    sign of g, so an element whose gradient is within float32 round-off of zero moves by
+    +-lr either way; comparing free-running float32 and float64 trajectories would measure
+    that conditioning, not the kernels."""
     cfg = get_config(name, **overrides)
     rng = np.random.default_rng(abs(hash((name, B, T))) % 2**32)
     ref = GPT(cfg, backend="numpy", seed=3, dtype=np.float64)
@@ -43,21 +58,22 @@ def test_cuda_step_matches_reference(name, overrides, B, T):
     opt_cfg = AdamWConfig(lr=1e-3, warmup_steps=1, total_steps=3)
     opt_ref, opt_dev = AdamW(ref, opt_cfg), AdamW(dev, opt_cfg)
     for step in range(3):
+        ref.load_state_dict(dev.state_dict())
+        opt_ref.load_state_dict(*opt_dev.state_dict())
         idx = rng.integers(0, cfg.vocab_size, (B, T))
         targets = rng.integers(0, cfg.vocab_size, (B, T))
         loss_ref, grads_ref = ref.loss_and_grads(idx, targets)
         loss_dev, grads_dev = dev.loss_and_grads(idx, targets)
         assert abs(loss_dev - loss_ref) / abs(loss_ref) < TOL_F32_MODEL, (step, loss_dev, loss_ref)
-        for pname, g in grads_ref.items():
-            assert_close(grads_dev[pname], g, TOL_F32_MODEL, f"step {step} grad {pname}")
+        assert_all_close(grads_dev, grads_ref, f"step {step} gradient")
+
+        ref.grads_flat[...] = dev.backend.to_host(dev.grads_flat)
         lr = lr_at(step, opt_cfg)
         norm_ref, norm_dev = opt_ref.step(lr), opt_dev.step(lr)
         assert abs(norm_dev - norm_ref) / norm_ref < TOL_F32_MODEL
-
-    state_ref, state_dev = ref.state_dict(), dev.state_dict()
-    errors = {p: rel_error(state_dev[p], state_ref[p]) for p in state_ref}
-    worst = max(errors, key=errors.get)
-    assert errors[worst] < TOL_F32_MODEL, f"after 3 AdamW steps {worst}: {errors[worst]:.2e}"
+        (moments_ref, _), (moments_dev, _) = opt_ref.state_dict(), opt_dev.state_dict()
+        assert_all_close(moments_dev, moments_ref, f"step {step} AdamW moment")
+        assert_all_close(dev.state_dict(), ref.state_dict(), f"after step {step}, parameter")
 
 
 def test_cuda_forward_and_state_round_trip():
