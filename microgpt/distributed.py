@@ -4,7 +4,8 @@ Launch with MPI, as users of the field already do:
 
     mpirun -n 4 python -m microgpt.train --device cuda ...
 
-Every rank holds the whole model and optimizer, reads its own slice of each global batch,
+Every rank holds the whole model and optimizer, reads its own rows of each global batch
+(--batch-size is the global batch; every rank draws the same batches and takes its slice),
 and after the backward pass the flat gradient buffer is averaged across ranks, so every
 rank takes the same AdamW step and the parameters stay identical. MPI (mpi4py) starts the
 ranks and carries the small messages; the gradients travel over NCCL (CuPy's binding, on
@@ -12,8 +13,10 @@ the numba device buffer itself, no copy) on the cuda backend, and over MPI on nu
 """
 import os
 
+from microgpt.errors import UserError
 
-class DistributedError(RuntimeError):
+
+class DistributedError(UserError):
     """Data-parallel set-up failed: the message says what to install or change."""
 
 
@@ -26,6 +29,12 @@ class SingleProcess:
 
     def mean(self, value):
         return value
+
+    def any(self, flag):
+        return flag
+
+    def barrier(self):
+        pass
 
 
 class MPIWorld:
@@ -43,6 +52,13 @@ class MPIWorld:
     def mean(self, value):
         """The mean of a Python float over the ranks (the logged loss)."""
         return self.comm.allreduce(value) / self.world_size
+
+    def any(self, flag):
+        """True on every rank when flag is true on one (a Ctrl-C that reached one rank)."""
+        return bool(self.comm.allreduce(int(flag)))
+
+    def barrier(self):
+        self.comm.Barrier()
 
 
 class NCCLWorld(MPIWorld):
@@ -68,8 +84,8 @@ def _launched_by_mpi():
                                          "MPI_LOCALNRANKS"))
 
 
-def init(device):
-    """The world this process belongs to; device is "cpu" or "cuda".
+def init(backend):
+    """The world this process belongs to; backend is "numpy" or "cuda".
 
     Outside mpirun (or with one rank) this is SingleProcess. On cuda, each rank selects the
     GPU of its local rank before any CUDA memory is allocated."""
@@ -83,7 +99,7 @@ def init(device):
     comm = MPI.COMM_WORLD
     if comm.Get_size() == 1:
         return SingleProcess()
-    if device == "cpu":
+    if backend == "numpy":
         return MPIWorld(comm)
     from numba import cuda
     local_rank = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from microgpt import distributed
 from microgpt.checkpoint import LATEST, load_checkpoint, save_checkpoint
 from microgpt.config import CONFIGS, get_config
 from microgpt.data import (BatchLoader, default_cache_dir, load_tokens, shard_paths,
@@ -25,7 +26,7 @@ from microgpt.data import (BatchLoader, default_cache_dir, load_tokens, shard_pa
 from microgpt.errors import (EXIT_INTERRUPTED, ArgumentParser, UserError, non_negative,
                              positive_float, positive_int, run_cli)
 from microgpt.optim import AdamW, AdamWConfig, lr_at
-from microgpt.sample import DEVICES, build_model, sample_text
+from microgpt.sample import DEVICES, backend_for, build_model, sample_text
 from microgpt.tokenizer import BPETokenizer, ByteTokenizer, TokenIds
 
 PROG = "microgpt.train"
@@ -211,12 +212,27 @@ class Run:
     entropy: float
     step: int               # optimizer steps taken
     history: dict           # "train": [loss per step], "val": [[step, loss], ...]
+    world: object           # distributed.SingleProcess, or this rank's data-parallel world
+
+    @property
+    def rows(self):
+        """This rank's rows of every (global) batch."""
+        local = self.args.batch_size // self.world.world_size
+        return slice(self.world.rank * local, (self.world.rank + 1) * local)
+
+    @property
+    def lead(self):
+        """Rank 0 logs, samples and writes checkpoints; the others only train."""
+        return self.world.rank == 0
 
 
-def setup(ns):
+def setup(ns, world):
     """Check every input, then load or build everything the loop needs -> Run."""
     ckpt = load_checkpoint(ns.resume) if ns.resume else None
     args = resolve_args(ns, ckpt.state.get("args", {}) if ckpt else None)
+    if args.batch_size % world.world_size:
+        raise UserError(f"--batch-size {args.batch_size} (the global batch) must divide among "
+                        f"{world.world_size} ranks; pass a multiple of {world.world_size}")
     out = Path(ns.out) if ns.out else (ckpt.path.parent if ckpt else
                                        Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
     check_output_dir(out, own_run=ckpt.path.parent if ckpt else None)
@@ -227,7 +243,12 @@ def setup(ns):
     if ns.stop_at is not None and not start < ns.stop_at <= args.steps:
         raise UserError(f"--stop-at {ns.stop_at} must lie after step {start} and at most "
                         f"--steps {args.steps}")
-    data, config = load_data(args, ckpt, ns.cache_dir or default_cache_dir())
+    cache_dir = ns.cache_dir or default_cache_dir()
+    if world.rank != 0:       # rank 0 trains the tokenizer and fills the cache; the rest read it
+        world.barrier()
+    data, config = load_data(args, ckpt, cache_dir)
+    if world.rank == 0:
+        world.barrier()
     tokenizer = data.tokenizer
 
     T = config.context
@@ -239,9 +260,14 @@ def setup(ns):
                                          total_steps=args.steps))
     entropy = unigram_entropy(data.train, config.vocab_size)
     run = Run(args, out, model, optimizer, tokenizer, loader, val_batches, entropy, start,
-              {"train": [], "val": []})
+              {"train": [], "val": []}, world)
     if ckpt:
         restore(run, ckpt)
+    if not run.lead:
+        return run
+    if world.world_size > 1:
+        print(f"data parallel: {world.world_size} ranks, {args.batch_size // world.world_size} "
+              "sequences each per step")
     print(f"model: {describe(config)}, {model.layout.size:,} parameters, on "
           f"{model.backend.name}")
     print(f"data: {data.source}, {sum(map(len, data.train)):,} train and "
@@ -284,7 +310,8 @@ def restore(run, ckpt):
     except (KeyError, TypeError, ValueError) as err:
         raise UserError(f"checkpoint {ckpt.path}: state.json is damaged ({err!r}); it cannot "
                         "be resumed, use another checkpoint") from None
-    print(f"resuming {ckpt.path} at step {run.step}")
+    if run.lead:
+        print(f"resuming {ckpt.path} at step {run.step}")
 
 
 def describe(config):
@@ -318,11 +345,13 @@ class StopRequest:
 
 
 class Progress:
-    """Log lines on stdout; on a terminal, also a live line on stderr between them."""
+    """Log lines on stdout; on a terminal, also a live line on stderr between them. A
+    silent one (the data-parallel ranks but the first) only keeps the step times."""
 
-    def __init__(self, total_steps):
+    def __init__(self, total_steps, silent=False):
         self.total = total_steps
-        self.live = sys.stderr.isatty()
+        self.silent = silent
+        self.live = sys.stderr.isatty() and not silent
         self.step_times = []          # seconds per step since the last log line
 
     def step(self, step, loss, seconds):
@@ -334,6 +363,8 @@ class Progress:
             sys.stderr.flush()
 
     def log(self, line):
+        if self.silent:
+            return
         if self.live:
             sys.stderr.write("\r\033[K")
         print(line, flush=True)
@@ -349,8 +380,8 @@ class Progress:
 
 def train(run, stop_at):
     """Run the loop to args.steps (or stop_at, or Ctrl-C) -> exit status."""
-    args, model = run.args, run.model
-    progress = Progress(args.steps)
+    args, model, world = run.args, run.model, run.world
+    progress = Progress(args.steps, silent=not run.lead)
     tokens_per_step = args.batch_size * model.config.context
     started = time.perf_counter()
     first_step = run.step
@@ -358,7 +389,9 @@ def train(run, stop_at):
         while run.step < args.steps:
             inputs, targets = run.loader.next_batch()
             t0 = time.perf_counter()
-            loss = model.forward_backward(inputs, targets)
+            loss = model.forward_backward(inputs[run.rows], targets[run.rows])
+            world.allreduce_mean(model.grads_flat, model.backend)
+            loss = world.mean(loss)
             lr = lr_at(run.step, run.optimizer.cfg)
             norm = run.optimizer.step(lr)
             seconds = time.perf_counter() - t0
@@ -377,28 +410,34 @@ def train(run, stop_at):
                 run.history["val"].append([run.step, val])
             if last or val is not None or run.step == 1 or run.step % args.log_every == 0:
                 progress.log_step(run.step, loss, val, lr, norm, tokens_per_step)
-            if args.sample_every and run.step % args.sample_every == 0 and not last:
+            if (run.lead and args.sample_every and run.step % args.sample_every == 0
+                    and not last):
                 text = sample_text(model, run.tokenizer, "", SAMPLE_TOKENS,
                                    seed=args.seed + run.step)
                 progress.log(f"--- sample at step {run.step} ---\n{text}\n---")
-            if stop.requested or (run.step == stop_at and not last):
+            interrupted = world.any(stop.requested)
+            if interrupted or (run.step == stop_at and not last):
                 save(run, progress)
                 progress.log(f"stopped at step {run.step}; continue with: python -m "
                              f"microgpt.train --resume {run.out}")
-                return EXIT_INTERRUPTED if stop.requested else 0
+                return EXIT_INTERRUPTED if interrupted else 0
             if last or (args.checkpoint_every and run.step % args.checkpoint_every == 0):
                 save(run, progress)
     elapsed = time.perf_counter() - started
-    finish(run, progress, elapsed, run.step - first_step)
+    if run.lead:
+        finish(run, progress, elapsed, run.step - first_step)
     return 0
 
 
 def evaluate(run):
-    """Mean loss over the fixed validation batches."""
-    return float(np.mean([run.model.evaluate(x, y) for x, y in run.val_batches]))
+    """Mean loss over the fixed validation batches, each rank taking its rows."""
+    local = np.mean([run.model.evaluate(x[run.rows], y[run.rows]) for x, y in run.val_batches])
+    return run.world.mean(float(local))
 
 
 def save(run, progress):
+    if not run.lead:
+        return
     state = {"step": run.step, "loader": run.loader.state_dict(),
              "args": dataclasses.asdict(run.args), "history": run.history}
     path = save_checkpoint(run.out, run.model, run.optimizer, run.tokenizer, state)
@@ -449,7 +488,9 @@ def format_duration(seconds):
 
 def run_training(argv):
     ns = parse_args(argv)
-    run = setup(ns)
+    # under mpirun this also picks the rank's GPU, before the model allocates anything
+    world = distributed.init(backend_for(ns.device))
+    run = setup(ns, world)
     return train(run, ns.stop_at)
 
 

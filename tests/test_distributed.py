@@ -42,5 +42,39 @@ def test_two_ranks_match_one_process(tmp_path):
 def test_single_process_outside_mpirun(monkeypatch):
     for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"):
         monkeypatch.delenv(var, raising=False)
-    world = distributed.init("cpu")
+    world = distributed.init("numpy")
     assert (world.rank, world.world_size) == (0, 1)
+
+
+def test_mpirun_trainer_matches_one_process(tmp_path):
+    """`mpirun -n 2 python -m microgpt.train` logs the same losses and writes the same
+    parameters (rank 0's checkpoint) as one process with the same global batch."""
+    from safetensors.numpy import load_file
+    flags = ["-m", "microgpt.train", "--config", "microgpt", "--tokenizer", "bytes",
+             "--data", str(Path(__file__)), "--steps", "4", "--batch-size", "4",
+             "--eval-every", "2", "--log-every", "1", "--sample-every", "0",
+             "--cache-dir", str(tmp_path / "cache")]
+    single = subprocess.run([sys.executable, *flags, "--out", str(tmp_path / "one")],
+                            capture_output=True, text=True, timeout=300, check=True)
+    parallel = subprocess.run([mpiexec(), "-n", "2", sys.executable, *flags,
+                               "--out", str(tmp_path / "two")],
+                              capture_output=True, text=True, timeout=300, check=True)
+    assert "data parallel: 2 ranks, 2 sequences each" in parallel.stdout
+
+    def losses(log):
+        return [line.split("|")[1] for line in log.splitlines() if line.startswith("step ")]
+    assert losses(parallel.stdout) == losses(single.stdout) and len(losses(single.stdout)) == 4
+    one = load_file(str(tmp_path / "one" / "ckpt-000004" / "model.safetensors"))
+    two = load_file(str(tmp_path / "two" / "ckpt-000004" / "model.safetensors"))
+    for name in one:
+        assert rel_error(two[name], one[name]) < 1e-5, name
+
+
+def test_batch_must_divide_among_ranks(tmp_path):
+    run = subprocess.run([mpiexec(), "-n", "2", sys.executable, "-m", "microgpt.train",
+                          "--config", "microgpt", "--tokenizer", "bytes",
+                          "--data", str(Path(__file__)), "--batch-size", "3", "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    assert "--batch-size 3 (the global batch) must divide among 2 ranks" in run.stderr
+    assert not (tmp_path / "out").exists()
