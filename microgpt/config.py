@@ -18,7 +18,8 @@ class GPTConfig:
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"config field {f.name} must be a positive integer, got {value!r}")
+                raise ConfigError(f"config field {f.name} must be a positive integer, "
+                                  f"got {value!r}")
         if self.d_model % self.n_head:
             raise ConfigError(f"config field d_model ({self.d_model}) must be divisible by "
                               f"n_head ({self.n_head})")

@@ -100,7 +100,8 @@ class Activations:
         C, H, D, V, L = cfg.d_model, cfg.n_head, cfg.head_dim, cfg.vocab_size, cfg.n_layer
         z = backend.zeros
         self.B, self.T = B, T
-        self.resid = [z((B, T, C)) for _ in range(L + 1)]   # input of each block, and the last output
+        # the input of each block, and the last block's output
+        self.resid = [z((B, T, C)) for _ in range(L + 1)]
         self.ln_1 = [z((B, T, C)) for _ in range(L)]
         self.ln_1_stats = [(z((B * T,)), z((B * T,))) for _ in range(L)]  # (mean, rstd)
         self.q = [z((B, H, T, D)) for _ in range(L)]
@@ -150,7 +151,8 @@ class GPT:
 
     def _activations(self, B, T):
         if T > self.config.context:
-            raise ValueError(f"sequence length {T} exceeds the model's context {self.config.context}")
+            raise ValueError(f"sequence length {T} exceeds the model's context "
+                             f"{self.config.context}")
         if self._acts is None or (self._acts.B, self._acts.T) != (B, T):
             self._acts = None   # free the old buffers before allocating the new ones
             self._acts = Activations(self.backend, self.config, B, T)

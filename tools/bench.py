@@ -14,6 +14,7 @@ Two sections:
 The file written holds the machine, the versions and the command. Ratios are what count:
 absolute figures move 10-30% between runs.
 """
+
 import argparse
 import datetime
 import importlib.metadata
@@ -27,6 +28,7 @@ import numpy as np
 def cuda_time(fn, reps, warmup=2):
     """Mean milliseconds of fn() over reps, by CUDA events on the default stream."""
     from numba import cuda
+
     for _ in range(warmup):
         fn()
     start, stop = cuda.event(timing=True), cuda.event(timing=True)
@@ -40,6 +42,7 @@ def cuda_time(fn, reps, warmup=2):
 
 def torch_time(fn, reps, warmup=2):
     import torch
+
     for _ in range(warmup):
         fn()
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -53,6 +56,7 @@ def torch_time(fn, reps, warmup=2):
 
 # ----------------------------------------------------------------------------------
 # kernels at andrea-120m shapes
+
 
 def bench_kernels(reps):
     import torch
@@ -74,15 +78,25 @@ def bench_kernels(reps):
 
     x, w_qkv, qkv = dev(N, C), dev(C, 3 * C, scale=0.02), dev(B, T, 3 * C)
     w_o, proj = dev(C, C, scale=0.02), dev(N, C)
-    q, k, v, y, lse = dev(B, H, T, D), dev(B, H, T, D), dev(B, H, T, D), dev(B, H, T, D), dev(B, H, T)
+    q, k, v, y, lse = (
+        dev(B, H, T, D),
+        dev(B, H, T, D),
+        dev(B, H, T, D),
+        dev(B, H, T, D),
+        dev(B, H, T),
+    )
     dq, dk, dv = dev(B, H, T, D), dev(B, H, T, D), dev(B, H, T, D)
     merged, fc, fc_out = dev(B, T, C), dev(N, 4 * C), dev(N, 4 * C)
     ln_w, ln_b, mean, rstd, ln_out = dev(C), dev(C), dev(N), dev(N), dev(N, C)
     logits, losses, targets = dev(N, V), dev(N), ops.to_device(rng.integers(0, V, N))
-    wte, wpe, idx = dev(V, C, scale=0.02), dev(T, C, scale=0.02), ops.to_device(rng.integers(0, V, (B, T)))
+    wte, wpe, idx = (
+        dev(V, C, scale=0.02),
+        dev(T, C, scale=0.02),
+        ops.to_device(rng.integers(0, V, (B, T))),
+    )
     logits_lse = dev(N)
-    ops.attention_forward(y, lse, q, k, v)          # realistic lse for the backward
-    flat = 124_392_960                              # andrea-120m's parameter count
+    ops.attention_forward(y, lse, q, k, v)  # realistic lse for the backward
+    flat = 124_392_960  # andrea-120m's parameter count
     p, g, m = dev(flat, scale=0.02), dev(flat, scale=1e-3), dev(flat, scale=1e-3)
     vv, nsq = ops.zeros((flat,)), ops.zeros((1,))
 
@@ -95,41 +109,99 @@ def bench_kernels(reps):
     tdo = torch.randn_like(tsdpa)
 
     rows = [
-        ("fused QKV GEMM 16384x768 @ 768x2304", lambda: ops.matmul(qkv.reshape(N, 3 * C), x, w_qkv),
-         lambda: torch.mm(tx, tw), 2 * N * C * 3 * C),
-        ("split heads (B,T,3C) -> 3 x (B,H,T,D)", lambda: ops.split_heads_forward(q, k, v, qkv), None, 0),
-        ("attention forward, causal", lambda: ops.attention_forward(y, lse, q, k, v),
-         lambda: F.scaled_dot_product_attention(tq, tk, tv, is_causal=True), 2 * B * H * T * T * D),
-        ("attention backward", lambda: ops.attention_backward(dq, dk, dv, y, q, k, v, y, lse),
-         lambda: torch.autograd.grad(tsdpa, (tq, tk, tv), tdo, retain_graph=True), 5 * B * H * T * T * D),
+        (
+            "fused QKV GEMM 16384x768 @ 768x2304",
+            lambda: ops.matmul(qkv.reshape(N, 3 * C), x, w_qkv),
+            lambda: torch.mm(tx, tw),
+            2 * N * C * 3 * C,
+        ),
+        (
+            "split heads (B,T,3C) -> 3 x (B,H,T,D)",
+            lambda: ops.split_heads_forward(q, k, v, qkv),
+            None,
+            0,
+        ),
+        (
+            "attention forward, causal",
+            lambda: ops.attention_forward(y, lse, q, k, v),
+            lambda: F.scaled_dot_product_attention(tq, tk, tv, is_causal=True),
+            2 * B * H * T * T * D,
+        ),
+        (
+            "attention backward",
+            lambda: ops.attention_backward(dq, dk, dv, y, q, k, v, y, lse),
+            lambda: torch.autograd.grad(tsdpa, (tq, tk, tv), tdo, retain_graph=True),
+            5 * B * H * T * T * D,
+        ),
         ("merge heads (B,H,T,D) -> (B,T,C)", lambda: ops.merge_heads_forward(merged, y), None, 0),
-        ("W_O GEMM 16384x768 @ 768x768", lambda: ops.matmul(proj, merged.reshape(N, C), w_o),
-         lambda: torch.mm(tx, tw_o), 2 * N * C * C),
-        ("layernorm forward", lambda: ops.layernorm_forward(ln_out, mean, rstd, x, ln_w, ln_b),
-         lambda: F.layer_norm(tx, (C,), tln_w, tln_b), 0),
-        ("gelu forward (N, 4C)", lambda: ops.gelu_forward(fc_out, fc),
-         lambda: F.gelu(tfc, approximate="tanh"), 0),
+        (
+            "W_O GEMM 16384x768 @ 768x768",
+            lambda: ops.matmul(proj, merged.reshape(N, C), w_o),
+            lambda: torch.mm(tx, tw_o),
+            2 * N * C * C,
+        ),
+        (
+            "layernorm forward",
+            lambda: ops.layernorm_forward(ln_out, mean, rstd, x, ln_w, ln_b),
+            lambda: F.layer_norm(tx, (C,), tln_w, tln_b),
+            0,
+        ),
+        (
+            "gelu forward (N, 4C)",
+            lambda: ops.gelu_forward(fc_out, fc),
+            lambda: F.gelu(tfc, approximate="tanh"),
+            0,
+        ),
         ("encoder forward", lambda: ops.encoder_forward(merged, idx, wte, wpe), None, 0),
-        ("crossentropy forward (16384 x 50304)", lambda: ops.crossentropy_forward(losses, logits_lse, logits, targets),
-         lambda: F.cross_entropy(tlogits, ttargets), 0),
-        ("LM head GEMM 16384x768 @ (50304x768)^T", lambda: ops.matmul(logits, x, wte, transpose_b=True),
-         None, 2 * N * C * V),
+        (
+            "crossentropy forward (16384 x 50304)",
+            lambda: ops.crossentropy_forward(losses, logits_lse, logits, targets),
+            lambda: F.cross_entropy(tlogits, ttargets),
+            0,
+        ),
+        (
+            "LM head GEMM 16384x768 @ (50304x768)^T",
+            lambda: ops.matmul(logits, x, wte, transpose_b=True),
+            None,
+            2 * N * C * V,
+        ),
         ("global grad norm (124M)", lambda: ops.global_norm_squared(nsq, g), None, 0),
-        ("AdamW update (124M)", lambda: ops.adamw_update(p, g, m, vv, nsq, lr=1e-4, step=1, weight_decay=0.1,
-                                                         n_decay=flat // 2, max_norm=1.0, beta1=0.9, beta2=0.95, eps=1e-8),
-         None, 0),
+        (
+            "AdamW update (124M)",
+            lambda: ops.adamw_update(
+                p,
+                g,
+                m,
+                vv,
+                nsq,
+                lr=1e-4,
+                step=1,
+                weight_decay=0.1,
+                n_decay=flat // 2,
+                max_norm=1.0,
+                beta1=0.9,
+                beta2=0.95,
+                eps=1e-8,
+            ),
+            None,
+            0,
+        ),
     ]
     out = []
     for name, ours, theirs, flops in rows:
         ms = cuda_time(ours, reps)
         ref_ms = torch_time(theirs, reps) if theirs else None
         out.append((name, ms, ref_ms, flops))
-        print(f"  {name:45s} {ms:9.3f} ms" + (f"   torch {ref_ms:8.3f} ms" if ref_ms else ""), flush=True)
+        print(
+            f"  {name:45s} {ms:9.3f} ms" + (f"   torch {ref_ms:8.3f} ms" if ref_ms else ""),
+            flush=True,
+        )
     return out
 
 
 # ----------------------------------------------------------------------------------
 # whole training steps
+
 
 def torch_gpt(cfg):
     """A PyTorch GPT of the same architecture: pre-LN, bias-free linears, tied head."""
@@ -205,10 +277,13 @@ def bench_steps(reps):
         ours_s = (time.perf_counter() - t0) / reps
         free_after, _ = cuda.current_context().get_memory_info()
         ours_gib = (free_before - free_after) / 2**30
-        model = opt = d_idx = d_targets = None     # free the device memory before PyTorch runs
+        model = opt = d_idx = d_targets = None  # free the device memory before PyTorch runs
 
         row = {"config": name, "B": B, "T": T, "ours_tok_s": B * T / ours_s, "ours_gib": ours_gib}
-        t_idx, t_targets = torch.from_numpy(idx).long().cuda(), torch.from_numpy(targets).long().cuda()
+        t_idx, t_targets = (
+            torch.from_numpy(idx).long().cuda(),
+            torch.from_numpy(targets).long().cuda(),
+        )
         for label, autocast in (("torch_fp32", False), ("torch_bf16", True)):
             tmodel = torch_gpt(cfg)
             topt = torch.optim.AdamW(tmodel.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=True)
@@ -240,26 +315,39 @@ def bench_steps(reps):
 
 # ----------------------------------------------------------------------------------
 
+
 def versions():
     import numba
     import torch
     from numba import cuda
+
     dev = cuda.get_current_device()
-    return (f"GPU {dev.name.decode() if isinstance(dev.name, bytes) else dev.name}, "
-            f"cc {dev.compute_capability}; python {platform.python_version()}, numpy {np.__version__}, "
-            f"numba {numba.__version__}, numba-cuda {importlib.metadata.version('numba-cuda')}, "
-            f"torch {torch.__version__} (CUDA {torch.version.cuda})")
+    return (
+        f"GPU {dev.name.decode() if isinstance(dev.name, bytes) else dev.name}, "
+        f"cc {dev.compute_capability}; python {platform.python_version()}, numpy {np.__version__}, "
+        f"numba {numba.__version__}, numba-cuda {importlib.metadata.version('numba-cuda')}, "
+        f"torch {torch.__version__} (CUDA {torch.version.cuda})"
+    )
 
 
 def write_report(path, kernels, steps, command):
-    lines = [f"# Benchmark results ({datetime.date.today().isoformat()})", "",
-             f"Machine: {versions()}; {platform.node()}", "",
-             f"Command: `{command}`", "",
-             "Same-run ratios are what count; absolute figures move 10-30% between runs.", ""]
+    lines = [
+        f"# Benchmark results ({datetime.date.today().isoformat()})",
+        "",
+        f"Machine: {versions()}; {platform.node()}",
+        "",
+        f"Command: `{command}`",
+        "",
+        "Same-run ratios are what count; absolute figures move 10-30% between runs.",
+        "",
+    ]
     if kernels:
-        lines += ["## Kernels at andrea-120m shapes (B 16, T 1024, C 768, 12 heads of 64, V 50304)", "",
-                  "| op | microgpt ms | TFLOP/s | PyTorch fp32 ms | PyTorch / microgpt |",
-                  "|---|---:|---:|---:|---:|"]
+        lines += [
+            "## Kernels at andrea-120m shapes (B 16, T 1024, C 768, 12 heads of 64, V 50304)",
+            "",
+            "| op | microgpt ms | TFLOP/s | PyTorch fp32 ms | PyTorch / microgpt |",
+            "|---|---:|---:|---:|---:|",
+        ]
         for name, ms, ref_ms, flops in kernels:
             tflops = f"{flops / ms / 1e9:.1f}" if flops else ""
             ref = f"{ref_ms:.3f}" if ref_ms else "n/a"
@@ -267,14 +355,19 @@ def write_report(path, kernels, steps, command):
             lines.append(f"| {name} | {ms:.3f} | {tflops} | {ref} | {ratio} |")
         lines.append("")
     if steps:
-        lines += ["## Whole training step (forward + backward + AdamW)", "",
-                  "| config | B x T | microgpt tok/s | mem GiB | PyTorch fp32 tok/s | mem GiB | "
-                  "PyTorch bf16 tok/s | mem GiB | microgpt / PyTorch fp32 |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            "## Whole training step (forward + backward + AdamW)",
+            "",
+            "| config | B x T | microgpt tok/s | mem GiB | PyTorch fp32 tok/s | mem GiB | "
+            "PyTorch bf16 tok/s | mem GiB | microgpt / PyTorch fp32 |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for r in steps:
-            lines.append(f"| {r['config']} | {r['B']} x {r['T']} | {r['ours_tok_s']:,.0f} | {r['ours_gib']:.1f} | "
-                         f"{r['torch_fp32_tok_s']:,.0f} | {r['torch_fp32_gib']:.1f} | {r['torch_bf16_tok_s']:,.0f} | "
-                         f"{r['torch_bf16_gib']:.1f} | {r['ours_tok_s'] / r['torch_fp32_tok_s']:.2f} |")
+            cells = [r["config"], f"{r['B']} x {r['T']}"]
+            for who in ("ours", "torch_fp32", "torch_bf16"):
+                cells += [f"{r[who + '_tok_s']:,.0f}", f"{r[who + '_gib']:.1f}"]
+            cells.append(f"{r['ours_tok_s'] / r['torch_fp32_tok_s']:.2f}")
+            lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     with open(path, "w") as f:
         f.write("\n".join(lines))
@@ -282,18 +375,23 @@ def write_report(path, kernels, steps, command):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--only", choices=["kernels", "steps"], help="run one section")
     parser.add_argument("--reps", type=int, default=10, help="timed repetitions per measurement")
     parser.add_argument("--out", default="bench/RESULTS.md", help="markdown file to write")
     args = parser.parse_args(argv)
     from microgpt.backend import cuda_available
+
     if not cuda_available():
         print("bench.py: no CUDA GPU found; the benchmarks need one (and PyTorch)", file=sys.stderr)
         return 2
     kernels = bench_kernels(args.reps) if args.only in (None, "kernels") else []
     steps = bench_steps(max(2, args.reps // 2)) if args.only in (None, "steps") else []
-    write_report(args.out, kernels, steps, "python tools/bench.py " + " ".join(argv or sys.argv[1:]))
+    write_report(
+        args.out, kernels, steps, "python tools/bench.py " + " ".join(argv or sys.argv[1:])
+    )
     return 0
 
 
