@@ -187,6 +187,25 @@ def bench_kernels(reps):
             0,
         ),
     ]
+    # the backward passes (microgpt's only; PyTorch's GEMM twins for scale)
+    dw_qkv, ln_dw, ln_db = dev(C, 3 * C), dev(C), dev(C)
+    dwte, dwpe, tdy = dev(V, C), dev(T, C), tdev(N, 3 * C)
+    rows += [
+        ("QKV GEMM backward dX = dY @ W^T", lambda: ops.matmul(x, qkv.reshape(N, 3 * C), w_qkv,
+                                                               transpose_b=True),
+         lambda: torch.mm(tdy, tw.T), 2 * N * C * 3 * C),
+        ("QKV GEMM backward dW += X^T @ dY",
+         lambda: ops.matmul(dw_qkv, x, qkv.reshape(N, 3 * C), transpose_a=True, accumulate=True),
+         lambda: torch.mm(tx.T, tdy), 2 * N * C * 3 * C),
+        ("split heads backward", lambda: ops.split_heads_backward(qkv, dq, dk, dv), None, 0),
+        ("merge heads backward", lambda: ops.merge_heads_backward(dq, merged), None, 0),
+        ("layernorm backward", lambda: ops.layernorm_backward(proj, ln_dw, ln_db, ln_out, x, ln_w,
+                                                              mean, rstd), None, 0),
+        ("gelu backward, in place", lambda: ops.gelu_backward(fc_out, fc_out, fc), None, 0),
+        ("encoder backward", lambda: ops.encoder_backward(dwte, dwpe, merged, idx), None, 0),
+        ("crossentropy backward, in place over the logits",
+         lambda: ops.crossentropy_backward(logits, logits, logits_lse, targets, 1.0 / N), None, 0),
+    ]
     out = []
     for name, ours, theirs, flops in rows:
         ms = cuda_time(ours, reps)
