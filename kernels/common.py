@@ -5,10 +5,9 @@ functions, so under it (NUMBA_ENABLE_CUDASIM=1, read when numba starts) the same
 are a plain shared-memory twin with the same signature. Callers allocate
 ``cuda.shared.array(REDUCE_SCRATCH, float32)`` and every thread of the block must call.
 """
-import math
 
 import numpy as np
-from numba import config, cuda, float32
+from numba import config, cuda
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 WARP = 32
@@ -53,75 +52,55 @@ def check_block_size(block, multiple=1):
 # block reductions: warp shuffles on the GPU, a shared-memory twin in the simulator
 
 @cuda.jit(device=True, inline=True)
-def warp_sum(x):
-    offset = WARP // 2
-    while offset > 0:
-        x += cuda.shfl_xor_sync(0xFFFFFFFF, x, offset)
-        offset //= 2
-    return x
+def _add(a, b):
+    return a + b
 
 
 @cuda.jit(device=True, inline=True)
-def warp_max(x):
-    offset = WARP // 2
-    while offset > 0:
-        x = max(x, cuda.shfl_xor_sync(0xFFFFFFFF, x, offset))
-        offset //= 2
-    return x
+def _max(a, b):
+    return max(a, b)
 
 
-@cuda.jit(device=True, inline=True)
-def _block_sum_shuffle(x, scratch):
-    """Sum of x over the block (blockDim.x a multiple of 32), returned to every thread."""
-    tid = cuda.threadIdx.x
-    x = warp_sum(x)
-    if tid % WARP == 0:
-        scratch[tid // WARP] = x
-    cuda.syncthreads()
-    n_warps = cuda.blockDim.x // WARP
-    x = scratch[tid % WARP] if tid % WARP < n_warps else float32(0.0)
-    x = warp_sum(x)
-    cuda.syncthreads()          # scratch may be reused by the next reduction
-    return x
+def shuffle_reduction(combine, identity):
+    """combine(x) over the block by warp shuffles (blockDim.x a multiple of 32), the result
+    returned to every thread; scratch holds one value per warp."""
+    @cuda.jit(device=True, inline=True)
+    def warp_reduce(x):
+        offset = WARP // 2
+        while offset > 0:
+            x = combine(x, cuda.shfl_xor_sync(0xFFFFFFFF, x, offset))
+            offset //= 2
+        return x
+
+    @cuda.jit(device=True, inline=True)
+    def block_reduce(x, scratch):
+        tid = cuda.threadIdx.x
+        x = warp_reduce(x)
+        if tid % WARP == 0:
+            scratch[tid // WARP] = x
+        cuda.syncthreads()
+        x = scratch[tid % WARP] if tid % WARP < cuda.blockDim.x // WARP else identity
+        x = warp_reduce(x)
+        cuda.syncthreads()          # scratch may be reused by the next reduction
+        return x
+    return block_reduce
 
 
-@cuda.jit(device=True, inline=True)
-def _block_max_shuffle(x, scratch):
-    tid = cuda.threadIdx.x
-    x = warp_max(x)
-    if tid % WARP == 0:
-        scratch[tid // WARP] = x
-    cuda.syncthreads()
-    n_warps = cuda.blockDim.x // WARP
-    x = scratch[tid % WARP] if tid % WARP < n_warps else float32(-math.inf)
-    x = warp_max(x)
-    cuda.syncthreads()
-    return x
+def shared_reduction(combine, identity):
+    """The simulator-safe twin: every thread posts x to scratch (one slot per thread) and
+    reads all of them back."""
+    @cuda.jit(device=True)
+    def block_reduce(x, scratch):
+        scratch[cuda.threadIdx.x] = x
+        cuda.syncthreads()
+        result = identity
+        for i in range(cuda.blockDim.x):
+            result = combine(result, scratch[i])
+        cuda.syncthreads()
+        return result
+    return block_reduce
 
 
-@cuda.jit(device=True)
-def _block_sum_shared(x, scratch):
-    tid = cuda.threadIdx.x
-    scratch[tid] = x
-    cuda.syncthreads()
-    total = float32(0.0)
-    for i in range(cuda.blockDim.x):
-        total += scratch[i]
-    cuda.syncthreads()
-    return total
-
-
-@cuda.jit(device=True)
-def _block_max_shared(x, scratch):
-    tid = cuda.threadIdx.x
-    scratch[tid] = x
-    cuda.syncthreads()
-    best = float32(-math.inf)
-    for i in range(cuda.blockDim.x):
-        best = max(best, scratch[i])
-    cuda.syncthreads()
-    return best
-
-
-block_sum = _block_sum_shared if SIMULATOR else _block_sum_shuffle
-block_max = _block_max_shared if SIMULATOR else _block_max_shuffle
+_reduction = shared_reduction if SIMULATOR else shuffle_reduction
+block_sum = _reduction(_add, np.float32(0.0))
+block_max = _reduction(_max, np.float32(-np.inf))

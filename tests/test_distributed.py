@@ -17,28 +17,19 @@ TESTS = Path(__file__).parent
 
 
 def mpiexec():
-    found = shutil.which("mpiexec") or shutil.which(
-        "mpiexec", path=str(Path(sys.executable).parent)
-    )
+    found = (shutil.which("mpiexec")
+             or shutil.which("mpiexec", path=str(Path(sys.executable).parent)))
     if not found:
-        pytest.fail(
-            "mpiexec not found: install the test extra (pip install '.[test]', which "
-            "brings mpi4py and the mpich wheel)"
-        )
+        pytest.fail("mpiexec not found: install the test extra (pip install '.[test]', which "
+                    "brings mpi4py and the mpich wheel)")
     return found
 
 
 def test_two_ranks_match_one_process(tmp_path):
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
-    }
-    subprocess.run(
-        [mpiexec(), "-n", "2", sys.executable, str(TESTS / "dp_worker.py"), str(tmp_path)],
-        check=True,
-        env=env,
-        timeout=300,
-    )
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run([mpiexec(), "-n", "2", sys.executable, str(TESTS / "dp_worker.py"),
+                    str(tmp_path)], check=True, env=env, timeout=300)
     single = tmp_path / "single"
     single.mkdir()
     dp_worker.train(distributed.SingleProcess(), str(single))
@@ -58,47 +49,24 @@ def test_single_process_outside_mpirun(monkeypatch):
     assert (world.rank, world.world_size) == (0, 1)
 
 
+def train_command(*flags):
+    """python -m microgpt.train on the tiny config with byte tokens of this file."""
+    return [sys.executable, "-m", "microgpt.train", "--config", "microgpt", "--tokenizer",
+            "bytes", "--data", str(Path(__file__)), *flags]
+
+
 def test_mpirun_trainer_matches_one_process(tmp_path):
     """`mpirun -n 2 python -m microgpt.train` logs the same losses and writes the same
     parameters (rank 0's checkpoint) as one process with the same global batch."""
     from safetensors.numpy import load_file
 
-    flags = [
-        "-m",
-        "microgpt.train",
-        "--config",
-        "microgpt",
-        "--tokenizer",
-        "bytes",
-        "--data",
-        str(Path(__file__)),
-        "--steps",
-        "4",
-        "--batch-size",
-        "4",
-        "--eval-every",
-        "2",
-        "--log-every",
-        "1",
-        "--sample-every",
-        "0",
-        "--cache-dir",
-        str(tmp_path / "cache"),
-    ]
-    single = subprocess.run(
-        [sys.executable, *flags, "--out", str(tmp_path / "one")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    parallel = subprocess.run(
-        [mpiexec(), "-n", "2", sys.executable, *flags, "--out", str(tmp_path / "two")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
+    flags = ["--steps", "4", "--batch-size", "4", "--eval-every", "2", "--log-every", "1",
+             "--sample-every", "0", "--cache-dir", str(tmp_path / "cache")]
+    single = subprocess.run(train_command(*flags, "--out", str(tmp_path / "one")),
+                            capture_output=True, text=True, timeout=300, check=True)
+    parallel = subprocess.run([mpiexec(), "-n", "2", *train_command(*flags, "--out",
+                                                                    str(tmp_path / "two"))],
+                              capture_output=True, text=True, timeout=300, check=True)
     assert "data parallel: 2 ranks, 2 sequences each" in parallel.stdout
 
     def losses(log):
@@ -112,29 +80,9 @@ def test_mpirun_trainer_matches_one_process(tmp_path):
 
 
 def test_batch_must_divide_among_ranks(tmp_path):
-    run = subprocess.run(
-        [
-            mpiexec(),
-            "-n",
-            "2",
-            sys.executable,
-            "-m",
-            "microgpt.train",
-            "--config",
-            "microgpt",
-            "--tokenizer",
-            "bytes",
-            "--data",
-            str(Path(__file__)),
-            "--batch-size",
-            "3",
-            "--out",
-            str(tmp_path / "out"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = subprocess.run([mpiexec(), "-n", "2", *train_command(
+                             "--batch-size", "3", "--out", str(tmp_path / "out"))],
+                         capture_output=True, text=True, timeout=300)
     assert run.returncode != 0
     assert "--batch-size 3 (the global batch) must divide among 2 ranks" in run.stderr
     assert not (tmp_path / "out").exists()
