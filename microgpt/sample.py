@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 
-from microgpt.backend import BackendError, cuda_available
+from microgpt.backend import BackendError, cuda_available, get_backend
 from microgpt.checkpoint import load_checkpoint
 from microgpt.errors import ArgumentParser, UserError, non_negative, positive_int, run_cli
 from microgpt.model import GPT
@@ -22,10 +22,10 @@ def backend_for(device):
     return {"cpu": "numpy", "cuda": "cuda"}[device]
 
 
-def build_model(config, device, seed=0):
-    """GPT(config) on the device's backend; a backend that cannot run here is a UserError."""
+def make_backend(device):
+    """--device -> the backend to run on; one that cannot run here is a UserError."""
     try:
-        return GPT(config, backend=backend_for(device), seed=seed)
+        return get_backend(backend_for(device))
     except BackendError as err:
         raise UserError(f"--device {device}: {err}") from None
     except ImportError as err:
@@ -93,7 +93,7 @@ def parse_args(argv):
 def run(argv):
     args = parse_args(argv)
     ckpt = load_checkpoint(args.checkpoint)
-    model = build_model(ckpt.config, args.device)
+    model = GPT(ckpt.config, backend=make_backend(args.device))
     model.load_state_dict(ckpt.params)
     print(sample_text(model, ckpt.tokenizer, args.prompt, args.tokens,
                       temperature=args.temperature, top_k=args.top_k, seed=args.seed))

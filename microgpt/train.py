@@ -26,7 +26,8 @@ from microgpt.data import (BatchLoader, default_cache_dir, load_tokens, shard_pa
 from microgpt.errors import (EXIT_INTERRUPTED, ArgumentParser, UserError, non_negative,
                              positive_float, positive_int, run_cli)
 from microgpt.optim import AdamW, AdamWConfig, lr_at
-from microgpt.sample import DEVICES, backend_for, build_model, sample_text
+from microgpt.model import GPT
+from microgpt.sample import DEVICES, backend_for, make_backend, sample_text
 from microgpt.tokenizer import BPETokenizer, ByteTokenizer, TokenIds
 
 PROG = "microgpt.train"
@@ -226,7 +227,7 @@ class Run:
         return self.world.rank == 0
 
 
-def setup(ns, world):
+def setup(ns, world, backend):
     """Check every input, then load or build everything the loop needs -> Run."""
     ckpt = load_checkpoint(ns.resume) if ns.resume else None
     args = resolve_args(ns, ckpt.state.get("args", {}) if ckpt else None)
@@ -255,7 +256,7 @@ def setup(ns, world):
     loader = BatchLoader(data.train, args.batch_size, T, config.vocab_size, args.seed)
     val_batches = BatchLoader(data.val, args.batch_size, T, config.vocab_size, args.seed,
                               split="validation").fixed_batches(args.eval_batches)
-    model = build_model(config, ns.device, seed=args.seed)
+    model = GPT(config, backend=backend, seed=args.seed)
     optimizer = AdamW(model, AdamWConfig(lr=args.lr, warmup_steps=args.warmup,
                                          total_steps=args.steps))
     entropy = unigram_entropy(data.train, config.vocab_size)
@@ -488,9 +489,10 @@ def format_duration(seconds):
 
 def run_training(argv):
     ns = parse_args(argv)
-    # under mpirun this also picks the rank's GPU, before the model allocates anything
+    # under mpirun this also picks the rank's GPU, before the backend allocates anything;
+    # a device that cannot run here fails now, before any data work
     world = distributed.init(backend_for(ns.device))
-    run = setup(ns, world)
+    run = setup(ns, world, make_backend(ns.device))
     return train(run, ns.stop_at)
 
 

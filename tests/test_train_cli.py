@@ -213,6 +213,7 @@ def test_cuda_without_a_gpu(tiny, tmp_path):
                     "--out", str(tmp_path / "run"))
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "--device cuda" in result.stderr
+    assert result.stdout == "", "the device is checked before any data work"
     assert not (tmp_path / "run").exists()
 
 
