@@ -1,0 +1,257 @@
+"""bf16 GEMM on the tensor cores: out (M, N) = op(a) @ op(b), float32 accumulation.
+
+NumPy twin: ``microgpt.reference.matmul_forward`` on the same bf16-rounded operands (the
+float32 family of ``gemm`` is the other twin, and the ``--precision fp32`` path). The
+operands are bf16 matrices held in uint16 device arrays (``ml_dtypes.bfloat16`` on the
+host, viewed as uint16); out is float32 (written, or accumulated into: a weight gradient)
+or bf16 (written: an activation that feeds the next matmul). Transposes, the output
+dtype and accumulation are compile-time constants of one kernel body.
+
+How a block works: it owns a rows x cols tile of out, split among warps in warp_rows x
+warp_cols pieces, each warp's accumulators in registers as a grid of 16 x 8 mma tiles.
+It marches over K in steps of `depth`. Each step's slabs of op(a) (rows x depth) and op(b)
+(depth x cols) go global -> shared by 16-byte cp.async into one of `stages` buffers, while
+the mma.sync instructions work on a slab copied stages - 1 steps earlier: the copies of a
+slab overlap the arithmetic of the ones before it. Fragments come out of the swizzled
+slabs by ldmatrix (``tiles``), one barrier per step. Operands whose rows are not a whole
+number of 16-byte chunks (a dimension not a multiple of 8) take element-wise copies
+instead of cp.async; the arithmetic is the same.
+
+Split-K: the weight gradients (dW = X^T @ dY: K = B*T is long, M x N small) leave most of
+the GPU idle with one block per output tile, so the launcher splits K over `split_k`
+blocks per tile, each adding its partial sum into out with float32 atomics (accumulating
+products only; the order of the additions then varies from run to run, by rounding).
+"""
+import functools
+from typing import NamedTuple
+
+import numpy as np
+from numba import cuda, float32, types, uint16
+
+from microgpt.kernels.common import ceil_div, check_array
+from microgpt.kernels.mma import (CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, cp_async_commit,
+                                  cp_async_wait_group, mma_bf16_16816, to_bf16)
+from microgpt.kernels.tiles import a_fragment_loader, b_fragment_loader, tile_copier
+
+# static shared memory a block may declare without the driver's opt-in attribute
+SHARED_LIMIT = 48 * 1024
+SMS = 132     # streaming multiprocessors of an H200: split-K aims to give each a block
+
+
+class MmaTile(NamedTuple):
+    """A block's rows x cols of out, marched over K in steps of depth through `stages`
+    shared buffers; each warp owns warp_rows x warp_cols of it."""
+    rows: int
+    cols: int
+    depth: int
+    warp_rows: int
+    warp_cols: int
+    stages: int
+
+    @property
+    def threads(self):
+        return (self.rows // self.warp_rows) * (self.cols // self.warp_cols) * 32
+
+    @property
+    def shared_bytes(self):
+        return self.stages * (self.rows + self.cols) * self.depth * 2
+
+
+def check_tile(tile):
+    rows, cols, depth, warp_rows, warp_cols, stages = tile
+    if min(tile) < 1 or rows % warp_rows or cols % warp_cols:
+        raise ValueError(f"tile {tile}: rows and cols must be positive multiples of "
+                         "warp_rows and warp_cols")
+    if warp_rows % MMA_M or warp_cols % 16 or depth % MMA_K:
+        raise ValueError(f"tile {tile}: warp_rows, warp_cols and depth must be multiples "
+                         "of 16 (the mma and ldmatrix shapes)")
+    if stages < 2:
+        raise ValueError(f"tile {tile}: the pipeline needs at least 2 stages")
+    if tile.threads > 1024:
+        raise ValueError(f"tile {tile}: {tile.threads} threads per block, more than 1024")
+    if tile.shared_bytes > SHARED_LIMIT:
+        raise ValueError(f"tile {tile}: {tile.shared_bytes} bytes of shared memory, more "
+                         f"than {SHARED_LIMIT}")
+
+
+# 128 x 128 out per block in 8 warps of 64 x 32, 32-deep slabs in 3 stages: 48 KiB
+LARGE_TILE = MmaTile(128, 128, 32, 64, 32, 3)
+# 64 x 64 in 4 warps of 32 x 32: four times the blocks, for outputs too small to fill the
+# GPU with large ones
+SMALL_TILE = MmaTile(64, 64, 32, 32, 32, 4)
+
+
+def default_tile(M, N):
+    return LARGE_TILE if ceil_div(M, 128) * ceil_div(N, 128) >= SMS else SMALL_TILE
+
+
+def default_split_k(M, N, K, tile):
+    """Blocks per output tile along K: enough for about four blocks per SM (what fits at
+    once of the small tile), each still with at least 16 slabs to pipeline."""
+    tiles = ceil_div(M, tile.rows) * ceil_div(N, tile.cols)
+    steps = ceil_div(K, tile.depth)
+    return max(1, min(ceil_div(4 * SMS, tiles), steps // 16))
+
+
+# ----------------------------------------------------------------------------------
+# kernel
+
+@functools.cache
+def _matmul_bf16_kernel(transpose_a, transpose_b, out_bf16, accumulate, atomic, aligned,
+                        tile):
+    BM, BN, BK, WM, WN, STAGES = tile
+    threads = tile.threads
+    warps_n = BN // WN
+    MT, NT = WM // MMA_M, WN // MMA_N            # mma tiles per warp
+    # a slab is [BK][BM] (m-major) when a is (K, M), else [BM][BK]; b likewise
+    a_cols, b_cols = (BM if transpose_a else BK), (BK if transpose_b else BN)
+    a_size, b_size = BM * BK, BN * BK
+    a_smem_size, b_smem_size = STAGES * a_size, STAGES * b_size
+    copy_a = tile_copier(BK if transpose_a else BM, a_cols, threads, aligned)
+    copy_b = tile_copier(BN if transpose_b else BK, b_cols, threads, aligned)
+    load_a = a_fragment_loader(a_cols, transpose_a)
+    load_b = b_fragment_loader(b_cols, transpose_b)
+    wait_stages = cp_async_wait_group(STAGES - 2)
+
+    @cuda.jit(device=True, inline=True)
+    def copy_slab(a_smem, b_smem, a, b, stage, k0, m0, n0):
+        if transpose_a:
+            copy_a(a_smem, stage * a_size, a, k0, m0)
+        else:
+            copy_a(a_smem, stage * a_size, a, m0, k0)
+        if transpose_b:
+            copy_b(b_smem, stage * b_size, b, n0, k0)
+        else:
+            copy_b(b_smem, stage * b_size, b, k0, n0)
+
+    @cuda.jit(device=True, inline=True)
+    def store(out, row, col, value):
+        if atomic:
+            cuda.atomic.add(out, (row, col), value)
+        elif out_bf16:
+            out[row, col] = to_bf16(value)
+        elif accumulate:
+            out[row, col] += value
+        else:
+            out[row, col] = value
+
+    @cuda.jit
+    def matmul_bf16_kernel(out, a, b, steps_per_split):
+        # out (M, N) float32 or bf16; a (M, K) or (K, M); b (K, N) or (N, K), bf16 as
+        # uint16. Block (x, y, z) owns out[y*BM:, x*BN:] and K steps z*steps_per_split on.
+        M, N = out.shape
+        K = a.shape[0] if transpose_a else a.shape[1]
+        m0, n0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
+        warp = cuda.threadIdx.x // 32
+        wm, wn = (warp // warps_n) * WM, (warp % warps_n) * WN
+        first = cuda.blockIdx.z * steps_per_split
+        steps = min((K + BK - 1) // BK - first, steps_per_split)
+
+        a_smem = cuda.shared.array(a_smem_size, uint16, alignment=SHARED_ALIGN)
+        b_smem = cuda.shared.array(b_smem_size, uint16, alignment=SHARED_ALIGN)
+        acc = cuda.local.array((MT, NT, 4), float32)
+        a_frag = cuda.local.array((MT, 4), np.uint32)
+        b_frag = cuda.local.array((NT, 2), np.uint32)
+        for i in range(MT):
+            for j in range(NT):
+                for r in range(4):
+                    acc[i, j, r] = float32(0.0)
+
+        for s in range(STAGES - 1):          # the pipeline's prologue
+            if s < steps:
+                copy_slab(a_smem, b_smem, a, b, s, (first + s) * BK, m0, n0)
+            cp_async_commit()
+        for step in range(steps):
+            wait_stages()                    # this step's slab has landed (own copies)
+            cuda.syncthreads()               # everyone's have, and the previous is read
+            ahead = step + STAGES - 1
+            if ahead < steps:                # refill the buffer read in the previous step
+                copy_slab(a_smem, b_smem, a, b, ahead % STAGES, (first + ahead) * BK, m0, n0)
+            cp_async_commit()                # an empty group keeps the count uniform
+            a_base, b_base = (step % STAGES) * a_size, (step % STAGES) * b_size
+            for kk in range(0, BK, MMA_K):
+                for i in range(MT):
+                    a_frag[i, 0], a_frag[i, 1], a_frag[i, 2], a_frag[i, 3] = load_a(
+                        a_smem, a_base, wm + i * MMA_M, kk)
+                for j in range(0, NT, 2):
+                    b_frag[j, 0], b_frag[j, 1], b_frag[j + 1, 0], b_frag[j + 1, 1] = load_b(
+                        b_smem, b_base, kk, wn + j * MMA_N)
+                for i in range(MT):
+                    for j in range(NT):
+                        acc[i, j, 0], acc[i, j, 1], acc[i, j, 2], acc[i, j, 3] = \
+                            mma_bf16_16816(a_frag[i, 0], a_frag[i, 1], a_frag[i, 2],
+                                           a_frag[i, 3], b_frag[j, 0], b_frag[j, 1],
+                                           acc[i, j, 0], acc[i, j, 1], acc[i, j, 2],
+                                           acc[i, j, 3])
+
+        lane = cuda.threadIdx.x % 32
+        for i in range(MT):
+            for half in range(2):
+                row = m0 + wm + i * MMA_M + lane // 4 + 8 * half
+                if row < M:
+                    for j in range(NT):
+                        col = n0 + wn + j * MMA_N + 2 * (lane % 4)
+                        if col < N:
+                            store(out, row, col, acc[i, j, 2 * half])
+                        if col + 1 < N:
+                            store(out, row, col + 1, acc[i, j, 2 * half + 1])
+
+    return matmul_bf16_kernel
+
+
+def _signature(out_bf16):
+    bf16 = types.uint16[:, ::1]
+    out = bf16 if out_bf16 else types.float32[:, ::1]
+    return (out, bf16, bf16, types.int32)
+
+
+PTX_SIGNATURES = [
+    (_matmul_bf16_kernel(ta, tb, out_bf16, acc, atomic, aligned, tile), _signature(out_bf16))
+    for ta, tb, out_bf16, acc, atomic, aligned, tile in [
+        (False, False, True, False, False, True, LARGE_TILE),     # X @ W -> bf16
+        (False, True, False, False, False, True, LARGE_TILE),     # logits = x @ wte^T
+        (True, False, False, True, True, True, SMALL_TILE),       # dW += X^T @ dY, split K
+        (True, True, False, True, False, True, LARGE_TILE),       # every flag flipped
+        (False, False, False, False, False, False, SMALL_TILE),   # unaligned rows
+    ]
+]
+
+
+# ----------------------------------------------------------------------------------
+# launcher
+
+def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, *,
+                tile=None, split_k=None, stream=0):
+    """out (M, N) = op(a) @ op(b), op transposing when asked; += when accumulate.
+
+    a is (M, K), or (K, M) when transpose_a; b is (K, N), or (N, K) when transpose_b; both
+    bf16 in uint16 device arrays. out is float32, or bf16 (uint16, written only).
+    tile (an MmaTile) and split_k (blocks along K, accumulating products only) override
+    the shape-based defaults."""
+    for name, arr in (("out", out), ("a", a), ("b", b)):
+        if len(arr.shape) != 2:
+            raise ValueError(f"{name}: expected a 2-D matrix, got shape {tuple(arr.shape)}")
+    M, N = out.shape
+    K = a.shape[0] if transpose_a else a.shape[1]
+    out_bf16 = out.dtype == np.uint16
+    if out_bf16 and accumulate:
+        raise ValueError("out: a bf16 output is written, never accumulated into "
+                         "(accumulate into a float32 array)")
+    check_array("out", out, (M, N), np.uint16 if out_bf16 else np.float32)
+    check_array("a", a, (K, M) if transpose_a else (M, K), np.uint16)
+    check_array("b", b, (N, K) if transpose_b else (K, N), np.uint16)
+    tile = default_tile(M, N) if tile is None else MmaTile(*tile)
+    check_tile(tile)
+    if split_k is None:
+        split_k = default_split_k(M, N, K, tile) if accumulate else 1
+    if split_k < 1 or (split_k > 1 and not accumulate):
+        raise ValueError(f"split_k={split_k}: must be 1, or more when accumulating")
+    if M == 0 or N == 0:
+        return
+    steps_per_split = ceil_div(ceil_div(K, tile.depth), split_k)
+    split_k = ceil_div(ceil_div(K, tile.depth), steps_per_split) if K else 1
+    aligned = all(arr.shape[1] % CHUNK == 0 for arr in (a, b))
+    kernel = _matmul_bf16_kernel(bool(transpose_a), bool(transpose_b), out_bf16,
+                                 bool(accumulate), split_k > 1, aligned, tile)
+    grid = (ceil_div(N, tile.cols), ceil_div(M, tile.rows), split_k)
+    kernel[grid, tile.threads, stream](out, a, b, steps_per_split)

@@ -1,0 +1,251 @@
+"""Tensor-core building blocks: single PTX instructions as numba intrinsics.
+
+numba has no tensor-core API. Each atom here is one instruction emitted through an
+llvmlite inline-asm intrinsic (``numba.cuda.extending.intrinsic``): it is inlined, costs no
+call, and keeps its operands in registers. bf16 values live in 16-bit unsigned integers
+(one element) or 32-bit ones (a pair, lower index in the low half), as the instructions
+and the uint16 device arrays hold them.
+
+The atoms, in the words of the PTX ISA (warp-collective ones marked):
+  mma_bf16_16816      D(16x8) = A(16x16) . B(16x8) + C, bf16 in, float32 accumulate (warp)
+  ldmatrix_x4         four 8x8 b16 matrices from shared memory into mma fragments (warp)
+  ldmatrix_x4_trans   the same, each matrix transposed on the way (warp)
+  cp_async_16         16 bytes global -> shared without registers, zero-filled past
+                      src_bytes (sm_80+); grouped by cp_async_commit and waited on with
+                      cp_async_wait_group(n) (at most n groups left in flight)
+  pack_bf16x2         two float32 -> a bf16 pair, round to nearest even
+  to_bf16             one float32 -> bf16, round to nearest even
+  bits_to_float32     a bit pattern read as float32 (bf16 -> float32 is a 16-bit shift)
+
+Fragment layouts of mma.m16n8k16 (lane = threadIdx.x % 32, g = lane // 4, t = lane % 4;
+each register holds the pair at columns 2t, 2t+1 of its row, or rows 2t, 2t+1 for B):
+  A (row-major 16x16): a0 rows g, cols 0-7 | a1 rows g+8, cols 0-7 | a2 g, 8-15 | a3 g+8, 8-15
+  B (k x n = 16x8):   b0 k 0-7, col g | b1 k 8-15, col g
+  C, D (16x8):        c0, c1 row g, cols 2t, 2t+1 | c2, c3 row g+8
+ldmatrix_x4: lanes 8q..8q+7 give the row addresses of matrix q; every lane receives, for
+each q, the pair (row g, cols 2t, 2t+1) of matrix q, or with .trans (rows 2t, 2t+1, col g).
+
+Simulator twins. numba's CUDA simulator runs Python, so under it (NUMBA_ENABLE_CUDASIM=1)
+every atom is a Python function of the same signature. The warp-collective ones exchange
+what each lane holds through a module-level table, one slot per thread, between two
+barriers: the simulator runs a block's threads together and blocks one after another, so
+the table is the block's. Like the instructions, they must be called by every thread of
+the block together (warp-uniform control flow, which the kernels built on them keep);
+cp.async copies at once, so commit and wait are no-ops there.
+"""
+import numpy as np
+from numba import cuda
+
+from microgpt.kernels.common import SIMULATOR, WARP
+
+CHUNK = 8              # bf16 elements in one 16-byte cp.async / ldmatrix row
+MMA_M, MMA_N, MMA_K = 16, 8, 16
+# cp.async and ldmatrix move 16-byte rows: shared arrays they touch are declared with
+# alignment=SHARED_ALIGN (the simulator refuses any alignment, and needs none)
+SHARED_ALIGN = None if SIMULATOR else 16
+
+if not SIMULATOR:
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    _i16, _i32, _i64, _f32 = ir.IntType(16), ir.IntType(32), ir.IntType(64), ir.FloatType()
+
+    def _asm(builder, ret, args, text, constraints, side_effect=True):
+        fn = ir.FunctionType(ret, [a.type for a in args])
+        return builder.call(ir.InlineAsm(fn, text, constraints, side_effect=side_effect),
+                            args)
+
+    def _element_address(context, builder, aryty, ary, index, addrspace, width):
+        """The address of element `index` of a C-contiguous array's flat data, in the given
+        state space (3 shared, 1 global) as a `width`-bit integer."""
+        data = context.make_array(aryty)(context, builder, ary).data
+        ptr = builder.gep(data, [builder.sext(index, _i64) if index.type.width < 64
+                                 else index])
+        ptr = builder.addrspacecast(ptr, ir.PointerType(ptr.type.pointee, addrspace))
+        return builder.ptrtoint(ptr, ir.IntType(width))
+
+    def _unpack(context, builder, rettype, struct, n):
+        return context.make_tuple(builder, rettype,
+                                  [builder.extract_value(struct, i) for i in range(n)])
+
+    @intrinsic
+    def mma_bf16_16816(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        u32, f32 = types.uint32, types.float32
+        sig = types.UniTuple(f32, 4)(u32, u32, u32, u32, u32, u32, f32, f32, f32, f32)
+
+        def codegen(context, builder, sig, args):
+            out = _asm(builder, ir.LiteralStructType([_f32] * 4), list(args),
+                       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                       "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
+                       "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f", side_effect=False)
+            return _unpack(context, builder, sig.return_type, out, 4)
+        return sig, codegen
+
+    def _ldmatrix(trans):
+        text = (f"ldmatrix.sync.aligned.m8n8.x4{'.trans' if trans else ''}.shared.b16 "
+                "{$0,$1,$2,$3}, [$4];")
+
+        @intrinsic
+        def ldmatrix(typingctx, smem, index):
+            sig = types.UniTuple(types.uint32, 4)(smem, types.int32)
+
+            def codegen(context, builder, sig, args):
+                addr = _element_address(context, builder, sig.args[0], args[0], args[1], 3, 32)
+                out = _asm(builder, ir.LiteralStructType([_i32] * 4), [addr], text,
+                           "=r,=r,=r,=r,r,~{memory}")
+                return _unpack(context, builder, sig.return_type, out, 4)
+            return sig, codegen
+        return ldmatrix
+
+    ldmatrix_x4 = _ldmatrix(False)
+    ldmatrix_x4_trans = _ldmatrix(True)
+
+    @intrinsic
+    def cp_async_16(typingctx, dst, dst_index, src, src_index, src_bytes):
+        sig = types.void(dst, types.int32, src, types.int64, types.uint32)
+
+        def codegen(context, builder, sig, args):
+            shared = _element_address(context, builder, sig.args[0], args[0], args[1], 3, 32)
+            glob = _element_address(context, builder, sig.args[2], args[2], args[3], 1, 64)
+            _asm(builder, ir.VoidType(), [shared, glob, args[4]],
+                 "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}")
+            return context.get_dummy_value()
+        return sig, codegen
+
+    @intrinsic
+    def cp_async_commit(typingctx):
+        def codegen(context, builder, sig, args):
+            _asm(builder, ir.VoidType(), [], "cp.async.commit_group;", "~{memory}")
+            return context.get_dummy_value()
+        return types.void(), codegen
+
+    def cp_async_wait_group(n):
+        """The atom that waits until at most n committed groups are still in flight (n is
+        an immediate of the instruction, so each n is its own intrinsic)."""
+        return _wait_groups[n]
+
+    def _wait_group(n):
+        @intrinsic
+        def cp_async_wait(typingctx):
+            def codegen(context, builder, sig, args):
+                _asm(builder, ir.VoidType(), [], f"cp.async.wait_group {n};", "~{memory}")
+                return context.get_dummy_value()
+            return types.void(), codegen
+        return cp_async_wait
+
+    _wait_groups = [_wait_group(n) for n in range(8)]
+
+    @intrinsic
+    def pack_bf16x2(typingctx, lo, hi):
+        sig = types.uint32(types.float32, types.float32)
+
+        def codegen(context, builder, sig, args):
+            # cvt packs its first source into the high half
+            return _asm(builder, _i32, [args[1], args[0]], "cvt.rn.bf16x2.f32 $0, $1, $2;",
+                        "=r,f,f", side_effect=False)
+        return sig, codegen
+
+    @intrinsic
+    def to_bf16(typingctx, x):
+        sig = types.uint16(types.float32)
+
+        def codegen(context, builder, sig, args):
+            return _asm(builder, _i16, list(args), "cvt.rn.bf16.f32 $0, $1;", "=h,f",
+                        side_effect=False)
+        return sig, codegen
+
+    @intrinsic
+    def bits_to_float32(typingctx, bits):
+        sig = types.float32(types.uint32)
+
+        def codegen(context, builder, sig, args):
+            return builder.bitcast(args[0], _f32)
+        return sig, codegen
+
+else:
+    import ml_dtypes
+
+    _posted = np.zeros((1024, 6), np.int64)    # what each thread of the block holds
+
+    def _bf16_value(bits):
+        return float(np.uint16(bits).view(ml_dtypes.bfloat16))
+
+    def _bf16_bits(x):
+        return int(np.float32(x).astype(ml_dtypes.bfloat16).view(np.uint16))
+
+    def _pair(reg):
+        return _bf16_value(int(reg) & 0xFFFF), _bf16_value(int(reg) >> 16)
+
+    @cuda.jit(device=True)
+    def mma_bf16_16816(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        tid = cuda.threadIdx.x
+        _posted[tid] = a0, a1, a2, a3, b0, b1
+        cuda.syncthreads()
+        warp = _posted[tid - tid % WARP:][:WARP]
+        a = np.zeros((MMA_M, MMA_K))
+        b = np.zeros((MMA_K, MMA_N))
+        for lane in range(WARP):
+            g, t = lane // 4, lane % 4
+            for r, (row, col) in enumerate(((g, 0), (g + 8, 0), (g, 8), (g + 8, 8))):
+                a[row, col + 2 * t: col + 2 * t + 2] = _pair(warp[lane, r])
+            for r in range(2):
+                b[8 * r + 2 * t: 8 * r + 2 * t + 2, g] = _pair(warp[lane, 4 + r])
+        cuda.syncthreads()
+        g, t = tid % WARP // 4, tid % 4
+        d = a @ b       # exact in float64 for bf16 products of 16 terms, then one rounding
+        return (np.float32(d[g, 2 * t] + c0), np.float32(d[g, 2 * t + 1] + c1),
+                np.float32(d[g + 8, 2 * t] + c2), np.float32(d[g + 8, 2 * t + 1] + c3))
+
+    def _ldmatrix(trans):
+        @cuda.jit(device=True)
+        def ldmatrix(smem, index):
+            tid = cuda.threadIdx.x
+            _posted[tid, 0] = index
+            cuda.syncthreads()
+            rows = _posted[tid - tid % WARP:][:WARP, 0]
+            g, t = tid % WARP // 4, tid % 4
+            regs = []
+            for q in range(4):
+                matrix = rows[8 * q: 8 * q + 8]
+                if trans:
+                    lo, hi = smem[matrix[2 * t] + g], smem[matrix[2 * t + 1] + g]
+                else:
+                    lo, hi = smem[matrix[g] + 2 * t], smem[matrix[g] + 2 * t + 1]
+                regs.append(np.uint32(int(lo) | int(hi) << 16))
+            cuda.syncthreads()
+            return tuple(regs)
+        return ldmatrix
+
+    ldmatrix_x4 = _ldmatrix(False)
+    ldmatrix_x4_trans = _ldmatrix(True)
+
+    @cuda.jit(device=True)
+    def cp_async_16(dst, dst_index, src, src_index, src_bytes):
+        n = int(src_bytes) // 2
+        flat = src.reshape(-1)
+        dst[dst_index: dst_index + n] = flat[src_index: src_index + n]
+        dst[dst_index + n: dst_index + CHUNK] = 0
+
+    @cuda.jit(device=True)
+    def cp_async_commit():
+        pass
+
+    @cuda.jit(device=True)
+    def _no_wait():
+        pass
+
+    def cp_async_wait_group(n):
+        return _no_wait
+
+    @cuda.jit(device=True)
+    def pack_bf16x2(lo, hi):
+        return np.uint32(_bf16_bits(lo) | _bf16_bits(hi) << 16)
+
+    @cuda.jit(device=True)
+    def to_bf16(x):
+        return np.uint16(_bf16_bits(x))
+
+    @cuda.jit(device=True)
+    def bits_to_float32(bits):
+        return np.uint32(bits).view(np.float32)

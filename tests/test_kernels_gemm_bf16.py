@@ -1,0 +1,152 @@
+"""The bf16 tensor-core GEMM (kernels/gemm_bf16.py) against a float64 matmul of the same
+bf16-rounded operands: every transpose and epilogue, ragged edges, unaligned rows,
+split-K, several tiles; and every product of an andrea-120m and andrea-12m step on a GPU.
+
+Tolerances, derived:
+- float32 out: the products of bf16 values are exact in float32, so what remains is
+  float32 accumulation, as in the float32 GEMM: TOL_F32_OP (1e-5).
+- bf16 out: the float32 result rounded to the nearest bf16: half a unit in the last of 8
+  significant bits, at most 2^-8 relative per element, so at most 2^-8 in norm, plus the
+  accumulation's 1e-5.
+"""
+import ml_dtypes
+import numpy as np
+import pytest
+from helpers import ON_GPU, TOL_F32_OP, assert_close, poisoned, randn
+from hypothesis import given
+from hypothesis import strategies as st
+from numba import cuda
+
+from microgpt.kernels import gemm_bf16
+from microgpt.kernels.gemm_bf16 import MmaTile
+
+TOL_BF16_OUT = 2.0**-8 + TOL_F32_OP
+EPILOGUES = ["float32", "bf16", "accumulate", "split_k"]
+
+
+def model_products(B, T, C, V):
+    """(M, N, K, transpose_a, transpose_b, epilogue) of every GEMM of a training step:
+    forward (bf16 activations out), dX = dY @ W^T (bf16) and dW += X^T @ dY (float32
+    gradient) of the QKV, W_O, MLP up and down projections, and the tied LM head."""
+    N = B * T
+    products = []
+    for n_in, n_out in ((C, 3 * C), (C, C), (C, 4 * C), (4 * C, C)):
+        products += [(N, n_out, n_in, False, False, "bf16"),      # Y = X @ W
+                     (N, n_in, n_out, False, True, "bf16"),       # dX = dY @ W^T
+                     (n_in, n_out, N, True, False, "split_k")]    # dW += X^T @ dY
+    products += [(N, V, C, False, True, "bf16"),                  # logits = x @ wte^T
+                 (N, C, V, False, False, "bf16"),                 # dx = dlogits @ wte
+                 (V, C, N, True, False, "split_k")]               # dwte += dlogits^T @ x
+    return products
+
+
+ANDREA_120M = model_products(16, 1024, 768, 50304)
+ANDREA_12M = model_products(64, 256, 384, 4096)
+
+if ON_GPU:
+    SIZES = st.tuples(st.integers(1, 16384), st.integers(1, 3072), st.integers(1, 3072))
+    TILES = st.sampled_from([None, gemm_bf16.LARGE_TILE, gemm_bf16.SMALL_TILE,
+                             MmaTile(64, 128, 32, 32, 64, 3)])
+else:
+    # one or two warps per block, so a few slabs per dimension and several K steps (the
+    # pipeline's buffers reused) stay within the simulator's budget
+    SIZES = st.tuples(st.integers(1, 24), st.integers(1, 24), st.integers(1, 56))
+    TILES = st.sampled_from([MmaTile(16, 16, 16, 16, 16, 2), MmaTile(32, 16, 16, 16, 16, 3),
+                             MmaTile(16, 32, 32, 16, 32, 2)])
+# multiples of 8 take the cp.async path, other sizes the element-wise one
+ALIGNED = st.booleans()
+SEEDS = st.integers(0, 2**32 - 1)
+
+
+def bf16(x):
+    """float32 -> (uint16 bits for the device, the same bf16 values in float64)."""
+    rounded = x.astype(ml_dtypes.bfloat16)
+    return rounded.view(np.uint16), rounded.astype(np.float64)
+
+
+def check_matmul_bf16(M, N, K, transpose_a, transpose_b, epilogue, tile, seed, split_k=None):
+    rng = np.random.default_rng(seed)
+    a, a64 = bf16(randn(rng, *((K, M) if transpose_a else (M, K))))
+    b, b64 = bf16(randn(rng, *((N, K) if transpose_b else (K, N))))
+    expected = (a64.T if transpose_a else a64) @ (b64.T if transpose_b else b64)
+    accumulate = epilogue in ("accumulate", "split_k")
+    if epilogue == "bf16":
+        out = cuda.to_device(np.full((M, N), 0xFFFF, np.uint16))      # a bf16 NaN
+    else:
+        out0 = randn(rng, M, N) if accumulate else poisoned((M, N))
+        out = cuda.to_device(out0)
+        if accumulate:
+            expected += out0
+    if epilogue == "split_k" and split_k is None:
+        split_k = 2
+    gemm_bf16.matmul_bf16(out, cuda.to_device(a), cuda.to_device(b), transpose_a,
+                          transpose_b, accumulate, tile=tile,
+                          split_k=split_k if epilogue == "split_k" else None)
+    got = out.copy_to_host()
+    if epilogue == "bf16":
+        got = got.view(ml_dtypes.bfloat16).astype(np.float64)
+    assert_close(got, expected, TOL_BF16_OUT if epilogue == "bf16" else TOL_F32_OP,
+                 f"matmul_bf16 {M}x{N}x{K} ta={transpose_a} tb={transpose_b} {epilogue} "
+                 f"{tile} split_k={split_k}")
+
+
+@given(sizes=SIZES, aligned=ALIGNED, transpose_a=st.booleans(), transpose_b=st.booleans(),
+       epilogue=st.sampled_from(EPILOGUES), tile=TILES, seed=SEEDS)
+def test_matmul_bf16_matches_reference(sizes, aligned, transpose_a, transpose_b, epilogue,
+                                       tile, seed):
+    if aligned:
+        sizes = tuple(max(8, s // 8 * 8) for s in sizes)
+    check_matmul_bf16(*sizes, transpose_a, transpose_b, epilogue, tile, seed)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the model's products need a GPU")
+@pytest.mark.parametrize("product", ANDREA_120M + ANDREA_12M)
+def test_model_products(product):
+    """Each product of an andrea-120m and an andrea-12m step, with the launcher's defaults
+    (tile and split-K)."""
+    M, N, K, ta, tb, epilogue = product
+    check_matmul_bf16(M, N, K, ta, tb, epilogue, None, seed=5,
+                      split_k=gemm_bf16.default_split_k(M, N, K, gemm_bf16.default_tile(M, N)))
+
+
+@pytest.mark.parametrize("tile", [gemm_bf16.LARGE_TILE, gemm_bf16.SMALL_TILE])
+def test_default_tiles_compile_and_run(tile):
+    """The tiles the GPU runs by default, once each in the simulator too: one block
+    (~30 s of simulation for the large one), ragged edges, and a K of one slab more than
+    the stages so that the pipeline wraps around its buffers."""
+    check_matmul_bf16(tile.rows - 8, tile.cols - 8, tile.stages * tile.depth + 8, False,
+                      True, "float32", tile, seed=7)
+
+
+def test_default_tile_and_split():
+    assert gemm_bf16.default_tile(16384, 2304) == gemm_bf16.LARGE_TILE
+    assert gemm_bf16.default_tile(768, 768) == gemm_bf16.SMALL_TILE
+    # a weight gradient: few output tiles, a long K -> split until every SM has a block
+    tile = gemm_bf16.default_tile(768, 768)
+    assert gemm_bf16.default_split_k(768, 768, 16384, tile) * 144 >= 4 * gemm_bf16.SMS
+    assert gemm_bf16.default_split_k(16384, 2304, 768, gemm_bf16.LARGE_TILE) == 1
+
+
+def test_matmul_bf16_rejects_bad_arguments():
+    def dev(*shape, dtype=np.uint16):
+        return cuda.to_device(np.ones(shape, dtype))
+
+    out, x, w = dev(4, 5, dtype=np.float32), dev(4, 16), dev(16, 5)
+    with pytest.raises(ValueError, match="b: expected shape"):
+        gemm_bf16.matmul_bf16(out, x, w, transpose_b=True)
+    with pytest.raises(TypeError, match="a: expected dtype uint16"):
+        gemm_bf16.matmul_bf16(out, dev(4, 16, dtype=np.float32), w)
+    with pytest.raises(TypeError, match="out: expected dtype float32"):
+        gemm_bf16.matmul_bf16(dev(4, 5, dtype=np.float64), x, w)
+    with pytest.raises(ValueError, match="never accumulated"):
+        gemm_bf16.matmul_bf16(dev(4, 5), x, w, accumulate=True)
+    with pytest.raises(ValueError, match="split_k"):
+        gemm_bf16.matmul_bf16(out, x, w, split_k=2)
+    with pytest.raises(ValueError, match="multiples of 16"):
+        gemm_bf16.matmul_bf16(out, x, w, tile=MmaTile(16, 16, 8, 16, 16, 2))
+    with pytest.raises(ValueError, match="at least 2 stages"):
+        gemm_bf16.matmul_bf16(out, x, w, tile=MmaTile(16, 16, 16, 16, 16, 1))
+    with pytest.raises(ValueError, match="shared memory"):
+        gemm_bf16.matmul_bf16(out, x, w, tile=MmaTile(128, 128, 64, 64, 64, 2))
+    with pytest.raises(ValueError, match="more than 1024"):
+        gemm_bf16.matmul_bf16(out, x, w, tile=MmaTile(256, 256, 16, 16, 32, 2))

@@ -1,0 +1,164 @@
+"""The tensor-core atoms (kernels/mma.py) against NumPy, one tiny kernel per atom.
+
+The same tests run the simulator twins (CI) and the PTX instructions (the GPU profile), so
+passing both says the twins compute what the hardware does, fragment layouts included.
+"""
+import ml_dtypes
+import numpy as np
+from helpers import assert_close, poisoned
+from hypothesis import given
+from hypothesis import strategies as st
+from numba import cuda, int32, uint16, uint32
+
+from microgpt.kernels.mma import (CHUNK, SHARED_ALIGN, bits_to_float32, cp_async_16,
+                                  cp_async_commit, cp_async_wait_group, ldmatrix_x4,
+                                  ldmatrix_x4_trans, mma_bf16_16816, pack_bf16x2, to_bf16)
+
+SEEDS = st.integers(0, 2**32 - 1)
+wait_all = cp_async_wait_group(0)
+
+
+def bf16_bits(rng, *shape):
+    """Random bf16 values as uint16 bit patterns, and the same values in float64."""
+    x = rng.standard_normal(shape).astype(np.float32).astype(ml_dtypes.bfloat16)
+    return x.view(np.uint16), x.astype(np.float64)
+
+
+@cuda.jit
+def mma_kernel(d, a, b, c):
+    # d, c (16, 8) float32; a (16, 16), b (16, 8) bf16 bits; one warp, the documented
+    # fragment layout: g = lane // 4 picks rows (A, C) or the column (B), t = lane % 4 pairs
+    lane = cuda.threadIdx.x
+    g, t = lane // 4, lane % 4
+    a_regs = cuda.local.array(4, uint32)
+    for r in range(4):
+        row, col = g + 8 * (r % 2), 2 * t + 8 * (r // 2)
+        a_regs[r] = uint32(a[row, col]) | uint32(a[row, col + 1]) << 16
+    b0 = uint32(b[2 * t, g]) | uint32(b[2 * t + 1, g]) << 16
+    b1 = uint32(b[2 * t + 8, g]) | uint32(b[2 * t + 9, g]) << 16
+    out = mma_bf16_16816(a_regs[0], a_regs[1], a_regs[2], a_regs[3], b0, b1,
+                         c[g, 2 * t], c[g, 2 * t + 1], c[g + 8, 2 * t], c[g + 8, 2 * t + 1])
+    d[g, 2 * t], d[g, 2 * t + 1] = out[0], out[1]
+    d[g + 8, 2 * t], d[g + 8, 2 * t + 1] = out[2], out[3]
+
+
+@given(seed=SEEDS)
+def test_mma_matches_numpy(seed):
+    rng = np.random.default_rng(seed)
+    a, a64 = bf16_bits(rng, 16, 16)
+    b, b64 = bf16_bits(rng, 16, 8)
+    c = rng.standard_normal((16, 8)).astype(np.float32)
+    d = cuda.to_device(poisoned((16, 8)))
+    mma_kernel[1, 32](d, cuda.to_device(a), cuda.to_device(b), cuda.to_device(c))
+    # bf16 products are exact in float32; 16 sums and one add of c round ~1e-7 each
+    assert_close(d.copy_to_host(), a64 @ b64 + c, 1e-6, "mma m16n8k16")
+
+
+def ldmatrix_kernel(trans):
+    load = ldmatrix_x4_trans if trans else ldmatrix_x4
+
+    @cuda.jit
+    def kernel(out, m, rows):
+        # out (32, 4) uint32: each lane's registers; m (16, 16) bf16 bits, staged in shared
+        # memory; rows (32,): the row of m whose first 8 (or last 8) elements lane l
+        # addresses, rows[l] * 16 + 8 * (l // 16)
+        smem = cuda.shared.array(256, uint16, alignment=SHARED_ALIGN)
+        lane = cuda.threadIdx.x
+        for e in range(lane, 256, 32):
+            smem[e] = m[e // 16, e % 16]
+        cuda.syncthreads()
+        regs = load(smem, int32(rows[lane] * 16 + 8 * (lane // 16)))
+        for r in range(4):
+            out[lane, r] = regs[r]
+    return kernel
+
+
+LDMATRIX = {trans: ldmatrix_kernel(trans) for trans in (False, True)}
+
+
+@given(seed=SEEDS, trans=st.booleans())
+def test_ldmatrix_delivers_the_documented_fragments(seed, trans):
+    rng = np.random.default_rng(seed)
+    m, _ = bf16_bits(rng, 16, 16)
+    rows = rng.permutation(16)[np.arange(32) % 16].astype(np.int32)   # any row per lane
+    out = cuda.to_device(np.full((32, 4), 0xDEADBEEF, np.uint32))
+    LDMATRIX[trans][1, 32](out, cuda.to_device(m), cuda.to_device(rows))
+    expected = np.empty((32, 4), np.uint32)
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        for q in range(4):           # matrix q: the 8 rows lanes 8q..8q+7 address
+            starts = [(rows[8 * q + i], 8 * ((8 * q + i) // 16)) for i in range(8)]
+            if trans:
+                (r0, c0), (r1, c1) = starts[2 * t], starts[2 * t + 1]
+                lo, hi = m[r0, c0 + g], m[r1, c1 + g]
+            else:
+                r, c = starts[g]
+                lo, hi = m[r, c + 2 * t], m[r, c + 2 * t + 1]
+            expected[lane, q] = int(lo) | int(hi) << 16
+    np.testing.assert_array_equal(out.copy_to_host(), expected)
+
+
+@cuda.jit
+def cp_async_kernel(out, src, src_chunk, src_bytes):
+    # out (n_chunks * 8,) bf16 bits; chunk i of out gets src_bytes[i] bytes of src from
+    # element 8 * src_chunk[i] on, the rest zeros
+    smem = cuda.shared.array(256, uint16, alignment=SHARED_ALIGN)
+    i = cuda.threadIdx.x
+    for e in range(CHUNK):
+        smem[CHUNK * i + e] = uint16(0xFFFF)
+    cuda.syncthreads()
+    cp_async_16(smem, int32(CHUNK * i), src, np.int64(CHUNK * src_chunk[i]),
+                uint32(src_bytes[i]))
+    cp_async_commit()
+    wait_all()
+    cuda.syncthreads()
+    for e in range(CHUNK):
+        out[CHUNK * i + e] = smem[CHUNK * i + e]
+
+
+@given(seed=SEEDS)
+def test_cp_async_copies_and_zero_fills(seed):
+    rng = np.random.default_rng(seed)
+    src, _ = bf16_bits(rng, 6, 16)             # a 2-D source: indexed through its flat data
+    chunks = 32
+    src_chunk = rng.integers(0, src.size // CHUNK, chunks).astype(np.int32)
+    src_bytes = rng.choice([0, 16], chunks).astype(np.int32)
+    out = cuda.to_device(np.full(chunks * CHUNK, 0xDEAD, np.uint16))
+    cp_async_kernel[1, chunks](out, cuda.to_device(src), cuda.to_device(src_chunk),
+                               cuda.to_device(src_bytes))
+    flat = src.reshape(-1)
+    expected = np.concatenate([flat[CHUNK * c: CHUNK * c + CHUNK] if n else np.zeros(CHUNK)
+                               for c, n in zip(src_chunk, src_bytes)]).astype(np.uint16)
+    np.testing.assert_array_equal(out.copy_to_host(), expected)
+
+
+@cuda.jit
+def convert_kernel(pairs, singles, back, x):
+    # pairs (n // 2,) uint32; singles (n,) bf16 bits; back (n,) float32: singles widened
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        singles[i] = to_bf16(x[i])
+        back[i] = bits_to_float32(uint32(singles[i]) << 16)
+        if i % 2 == 0:
+            pairs[i // 2] = pack_bf16x2(x[i], x[i + 1])
+
+
+def test_bf16_conversions_round_to_nearest_even():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(1024).astype(np.float32) * np.float32(1e3)
+    # exact ties: halfway between two bf16 values, with an even and an odd lower neighbour
+    ties = (np.arange(64, dtype=np.uint32) << 16 | 0x8000) + (0x3F80 << 16)
+    x[:64] = ties.view(np.float32)
+    x[64:70] = [np.inf, -np.inf, 3.4e38, -0.0, 1e-40, -1e-40]
+    n = x.size
+    pairs, singles = cuda.to_device(np.zeros(n // 2, np.uint32)), cuda.to_device(
+        np.zeros(n, np.uint16))
+    back = cuda.to_device(poisoned(n))
+    convert_kernel[n // 128, 128](pairs, singles, back, cuda.to_device(x))
+    expected = x.astype(ml_dtypes.bfloat16)
+    bits = expected.view(np.uint16)
+    np.testing.assert_array_equal(singles.copy_to_host(), bits)
+    np.testing.assert_array_equal(pairs.copy_to_host(),
+                                  bits[0::2].astype(np.uint32) | bits[1::2].astype(np.uint32)
+                                  << 16)
+    np.testing.assert_array_equal(back.copy_to_host(), expected.astype(np.float32))
