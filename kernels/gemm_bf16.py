@@ -93,6 +93,23 @@ def default_split_k(M, N, K, tile):
     return max(1, min(ceil_div(4 * SMS, tiles), steps // 16))
 
 
+def step_products(B, T, C, V):
+    """(name, M, N, K, transpose_a, transpose_b, epilogue) of every GEMM of a training step
+    of a GPT with B x T tokens, width C and vocabulary V (the tests' and the bench's list):
+    forward (bf16 activations out), dX = dY @ W^T (bf16) and dW += X^T @ dY (float32
+    gradient, split-K) of the QKV, W_O, MLP up and down projections, and the tied LM head."""
+    N = B * T
+    products = []
+    for name, n_in, n_out in (("QKV", C, 3 * C), ("W_O", C, C), ("MLP up", C, 4 * C),
+                              ("MLP down", 4 * C, C)):
+        products += [(f"{name} forward", N, n_out, n_in, False, False, "bf16"),
+                     (f"{name} dX", N, n_in, n_out, False, True, "bf16"),
+                     (f"{name} dW", n_in, n_out, N, True, False, "accumulate")]
+    return products + [("LM head forward", N, V, C, False, True, "bf16"),
+                       ("LM head dX", N, C, V, False, False, "bf16"),
+                       ("LM head dW", V, C, N, True, False, "accumulate")]
+
+
 # ----------------------------------------------------------------------------------
 # kernel
 

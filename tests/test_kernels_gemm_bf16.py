@@ -24,24 +24,9 @@ TOL_BF16_OUT = 2.0**-8 + TOL_F32_OP
 EPILOGUES = ["float32", "bf16", "accumulate", "split_k"]
 
 
-def model_products(B, T, C, V):
-    """(M, N, K, transpose_a, transpose_b, epilogue) of every GEMM of a training step:
-    forward (bf16 activations out), dX = dY @ W^T (bf16) and dW += X^T @ dY (float32
-    gradient) of the QKV, W_O, MLP up and down projections, and the tied LM head."""
-    N = B * T
-    products = []
-    for n_in, n_out in ((C, 3 * C), (C, C), (C, 4 * C), (4 * C, C)):
-        products += [(N, n_out, n_in, False, False, "bf16"),      # Y = X @ W
-                     (N, n_in, n_out, False, True, "bf16"),       # dX = dY @ W^T
-                     (n_in, n_out, N, True, False, "split_k")]    # dW += X^T @ dY
-    products += [(N, V, C, False, True, "bf16"),                  # logits = x @ wte^T
-                 (N, C, V, False, False, "bf16"),                 # dx = dlogits @ wte
-                 (V, C, N, True, False, "split_k")]               # dwte += dlogits^T @ x
-    return products
-
-
-ANDREA_120M = model_products(16, 1024, 768, 50304)
-ANDREA_12M = model_products(64, 256, 384, 4096)
+# the products of a training step: andrea-120m (B 16, T 1024) and andrea-12m (B 64, T 256)
+STEP_PRODUCTS = (gemm_bf16.step_products(16, 1024, 768, 50304)
+                 + gemm_bf16.step_products(64, 256, 384, 4096))
 
 if ON_GPU:
     SIZES = st.tuples(st.integers(1, 16384), st.integers(1, 3072), st.integers(1, 3072))
@@ -64,7 +49,9 @@ def bf16(x):
     return rounded.view(np.uint16), rounded.astype(np.float64)
 
 
-def check_matmul_bf16(M, N, K, transpose_a, transpose_b, epilogue, tile, seed, split_k=None):
+def check_matmul_bf16(M, N, K, transpose_a, transpose_b, epilogue, tile, seed, split_k):
+    """epilogue: "float32" or "bf16" (out written), "accumulate" or "split_k" (a float32
+    out added to); split_k None takes the launcher's default."""
     rng = np.random.default_rng(seed)
     a, a64 = bf16(randn(rng, *((K, M) if transpose_a else (M, K))))
     b, b64 = bf16(randn(rng, *((N, K) if transpose_b else (K, N))))
@@ -77,11 +64,8 @@ def check_matmul_bf16(M, N, K, transpose_a, transpose_b, epilogue, tile, seed, s
         out = cuda.to_device(out0)
         if accumulate:
             expected += out0
-    if epilogue == "split_k" and split_k is None:
-        split_k = 2
     gemm_bf16.matmul_bf16(out, cuda.to_device(a), cuda.to_device(b), transpose_a,
-                          transpose_b, accumulate, tile=tile,
-                          split_k=split_k if epilogue == "split_k" else None)
+                          transpose_b, accumulate, tile=tile, split_k=split_k)
     got = out.copy_to_host()
     if epilogue == "bf16":
         got = got.view(ml_dtypes.bfloat16).astype(np.float64)
@@ -96,17 +80,17 @@ def test_matmul_bf16_matches_reference(sizes, aligned, transpose_a, transpose_b,
                                        tile, seed):
     if aligned:
         sizes = tuple(max(8, s // 8 * 8) for s in sizes)
-    check_matmul_bf16(*sizes, transpose_a, transpose_b, epilogue, tile, seed)
+    check_matmul_bf16(*sizes, transpose_a, transpose_b, epilogue, tile, seed,
+                      split_k={"accumulate": 1, "split_k": 2}.get(epilogue))
 
 
 @pytest.mark.skipif(not ON_GPU, reason="the model's products need a GPU")
-@pytest.mark.parametrize("product", ANDREA_120M + ANDREA_12M)
-def test_model_products(product):
+@pytest.mark.parametrize("product", STEP_PRODUCTS, ids=lambda p: f"{p[0]} {p[1]}x{p[2]}x{p[3]}")
+def test_step_products(product):
     """Each product of an andrea-120m and an andrea-12m step, with the launcher's defaults
-    (tile and split-K)."""
-    M, N, K, ta, tb, epilogue = product
-    check_matmul_bf16(M, N, K, ta, tb, epilogue, None, seed=5,
-                      split_k=gemm_bf16.default_split_k(M, N, K, gemm_bf16.default_tile(M, N)))
+    (tile, and split-K for the weight gradients)."""
+    _, M, N, K, ta, tb, epilogue = product
+    check_matmul_bf16(M, N, K, ta, tb, epilogue, None, seed=5, split_k=None)
 
 
 @pytest.mark.parametrize("tile", [gemm_bf16.LARGE_TILE, gemm_bf16.SMALL_TILE])

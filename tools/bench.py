@@ -4,7 +4,10 @@
     python tools/bench.py --out bench/RESULTS.md            # everything (needs a GPU + torch)
     python tools/bench.py --only kernels --out /tmp/k.md
 
-Two sections:
+Three sections:
+  gemm     every GEMM of an andrea-120m and an andrea-12m training step on the bf16 tensor
+           cores (kernels/gemm_bf16.py), in TFLOP/s beside torch.mm in bf16 (cuBLAS);
+           --gemm-sweep also times every tile and split-K candidate and reports the best;
   kernels  every backend op at andrea-120m shapes (B 16, T 1024, C 768, 12 heads of 64,
            V 50304), timed with CUDA events, beside the PyTorch op that does the same work
            in float32 (TF32 off);
@@ -52,6 +55,95 @@ def torch_time(fn, reps, warmup=2):
     stop.record()
     stop.synchronize()
     return start.elapsed_time(stop) / reps
+
+
+# ----------------------------------------------------------------------------------
+# bf16 GEMMs of a training step
+
+GEMM_CONFIGS = (("andrea-120m", 16, 1024, 768, 50304), ("andrea-12m", 64, 256, 384, 4096))
+
+
+def gemm_candidates(M, N, K, accumulate):
+    """(tile, split_k) pairs the sweep times: the default first."""
+    from microgpt.kernels import gemm_bf16
+    from microgpt.kernels.gemm_bf16 import MmaTile
+
+    tiles = [gemm_bf16.LARGE_TILE, gemm_bf16.SMALL_TILE, MmaTile(128, 128, 32, 64, 64, 3),
+             MmaTile(128, 64, 32, 64, 32, 4), MmaTile(64, 128, 32, 32, 64, 4),
+             MmaTile(128, 256, 16, 64, 64, 4), MmaTile(64, 64, 64, 32, 32, 3)]
+    default = gemm_bf16.default_tile(M, N)
+    out = [(default, None)]
+    for tile in tiles:
+        for split in ((1, 2, 4, 8) if accumulate else (1,)):
+            if (tile, split) != (default, None):
+                out.append((tile, split))
+    return out
+
+
+def bench_gemm(reps, sweep):
+    import ml_dtypes
+    import torch
+    from numba import cuda
+    from microgpt.kernels import gemm_bf16
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for config, B, T, C, V in GEMM_CONFIGS:
+        for name, M, N, K, ta, tb, epilogue in gemm_bf16.step_products(B, T, C, V):
+            accumulate = epilogue == "accumulate"
+            a = rng.standard_normal((K, M) if ta else (M, K), np.float32)
+            b = rng.standard_normal((N, K) if tb else (K, N), np.float32)
+            da = cuda.to_device(a.astype(ml_dtypes.bfloat16).view(np.uint16))
+            db = cuda.to_device(b.astype(ml_dtypes.bfloat16).view(np.uint16))
+            out = cuda.to_device(np.zeros((M, N), np.float32 if accumulate else np.uint16))
+            flops = 2 * M * N * K
+            timings = []
+            for tile, split in (gemm_candidates(M, N, K, accumulate) if sweep else
+                                [(None, None)]):
+                ms = cuda_time(lambda: gemm_bf16.matmul_bf16(
+                    out, da, db, ta, tb, accumulate, tile=tile, split_k=split), reps)
+                timings.append((ms, tile, split))
+            ta_t = torch.from_numpy(a).cuda().bfloat16()
+            tb_t = torch.from_numpy(b).cuda().bfloat16()
+            lhs, rhs = (ta_t.T if ta else ta_t), (tb_t.T if tb else tb_t)
+            torch_ms = torch_time(lambda: torch.mm(lhs, rhs), reps)
+            default_ms = timings[0][0]
+            best_ms, best_tile, best_split = min(timings, key=lambda t: t[0])
+            rows.append(dict(config=config, name=name, M=M, N=N, K=K, ms=default_ms,
+                             torch_ms=torch_ms, flops=flops, best_ms=best_ms,
+                             best=f"{tuple(best_tile) if best_tile else 'default'} "
+                                  f"split {best_split}"))
+            print(f"  {config:12s} {name:16s} {M:6d}x{N:6d}x{K:6d} {flops / default_ms / 1e9:6.0f} "
+                  f"TFLOP/s  torch {flops / torch_ms / 1e9:6.0f}  ratio {torch_ms / default_ms:5.2f}"
+                  + (f"  best {flops / best_ms / 1e9:6.0f} {rows[-1]['best']}" if sweep else ""),
+                  flush=True)
+            del da, db, out, ta_t, tb_t, lhs, rhs
+    return rows
+
+
+def gemm_report(rows, sweep):
+    lines = ["## bf16 GEMMs of a training step (tensor cores) against torch.mm bf16 (cuBLAS)",
+             "",
+             "Forward and dX products write bf16; dW products accumulate into float32 (split-K "
+             "by default where the output has few tiles); torch.mm writes bf16 in every row.",
+             "",
+             "| config | product | M x N x K | microgpt ms | TFLOP/s | torch ms | TFLOP/s | "
+             "ratio |" + (" best TFLOP/s | best tile, split |" if sweep else ""),
+             "|---|---|---|---:|---:|---:|---:|---:|" + ("---:|---|" if sweep else "")]
+    for r in rows:
+        cells = [r["config"], r["name"], f"{r['M']} x {r['N']} x {r['K']}", f"{r['ms']:.3f}",
+                 f"{r['flops'] / r['ms'] / 1e9:.0f}", f"{r['torch_ms']:.3f}",
+                 f"{r['flops'] / r['torch_ms'] / 1e9:.0f}", f"{r['torch_ms'] / r['ms']:.2f}"]
+        if sweep:
+            cells += [f"{r['flops'] / r['best_ms'] / 1e9:.0f}", r["best"]]
+        lines.append("| " + " | ".join(cells) + " |")
+    for config, *_ in GEMM_CONFIGS:
+        ratios = [r["torch_ms"] / r["ms"] for r in rows if r["config"] == config]
+        if ratios:
+            geomean = np.exp(np.mean(np.log(ratios)))
+            lines.append(f"\n{config}: geometric mean of the ratios {geomean:.2f}, "
+                         f"lowest {min(ratios):.2f}")
+    return lines + [""]
 
 
 # ----------------------------------------------------------------------------------
@@ -349,7 +441,7 @@ def versions():
     )
 
 
-def write_report(path, kernels, steps, command):
+def write_report(path, gemm, kernels, steps, command, sweep=False):
     lines = [
         f"# Benchmark results ({datetime.date.today().isoformat()})",
         "",
@@ -360,6 +452,8 @@ def write_report(path, kernels, steps, command):
         "Same-run ratios are what count; absolute figures move 10-30% between runs.",
         "",
     ]
+    if gemm:
+        lines += gemm_report(gemm, sweep)
     if kernels:
         lines += [
             "## Kernels at andrea-120m shapes (B 16, T 1024, C 768, 12 heads of 64, V 50304)",
@@ -397,7 +491,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--only", choices=["kernels", "steps"], help="run one section")
+    parser.add_argument("--only", choices=["gemm", "kernels", "steps"], help="run one section")
+    parser.add_argument("--gemm-sweep", action="store_true",
+                        help="time every tile and split-K candidate of each GEMM")
     parser.add_argument("--reps", type=int, default=10, help="timed repetitions per measurement")
     parser.add_argument("--out", default="bench/RESULTS.md", help="markdown file to write")
     args = parser.parse_args(argv)
@@ -406,11 +502,11 @@ def main(argv=None):
     if not cuda_available():
         print("bench.py: no CUDA GPU found; the benchmarks need one (and PyTorch)", file=sys.stderr)
         return 2
+    gemm = bench_gemm(args.reps, args.gemm_sweep) if args.only in (None, "gemm") else []
     kernels = bench_kernels(args.reps) if args.only in (None, "kernels") else []
     steps = bench_steps(max(2, args.reps // 2)) if args.only in (None, "steps") else []
-    write_report(
-        args.out, kernels, steps, "python tools/bench.py " + " ".join(argv or sys.argv[1:])
-    )
+    write_report(args.out, gemm, kernels, steps,
+                 "python tools/bench.py " + " ".join(argv or sys.argv[1:]), args.gemm_sweep)
     return 0
 
 
