@@ -16,6 +16,8 @@ The atoms, in the words of the PTX ISA (warp-collective ones marked):
   pack_bf16x2         two float32 -> a bf16 pair, round to nearest even
   to_bf16             one float32 -> bf16, round to nearest even
   bits_to_float32     a bit pattern read as float32 (bf16 -> float32 is a 16-bit shift)
+  shuffle_xor         the float32 that lane ^ lane_mask holds (warp; numba's shfl_xor_sync
+                      on the GPU, here for its twin: the row reductions of flash attention)
 
 Fragment layouts of mma.m16n8k16 (lane = threadIdx.x % 32, g = lane // 4, t = lane % 4;
 each register holds the pair at columns 2t, 2t+1 of its row, or rows 2t, 2t+1 for B):
@@ -163,10 +165,15 @@ if not SIMULATOR:
             return builder.bitcast(args[0], _f32)
         return sig, codegen
 
+    @cuda.jit(device=True, inline=True)
+    def shuffle_xor(value, lane_mask):
+        return cuda.shfl_xor_sync(0xFFFFFFFF, value, lane_mask)
+
 else:
     import ml_dtypes
 
     _posted = np.zeros((1024, 6), np.int64)    # what each thread of the block holds
+    _posted_float = np.zeros(1024, np.float32)
 
     def _bf16_value(bits):
         return float(np.uint16(bits).view(ml_dtypes.bfloat16))
@@ -249,3 +256,12 @@ else:
     @cuda.jit(device=True)
     def bits_to_float32(bits):
         return np.uint32(bits).view(np.float32)
+
+    @cuda.jit(device=True)
+    def shuffle_xor(value, lane_mask):
+        tid = cuda.threadIdx.x
+        _posted_float[tid] = value
+        cuda.syncthreads()
+        other = _posted_float[tid ^ lane_mask]
+        cuda.syncthreads()
+        return np.float32(other)

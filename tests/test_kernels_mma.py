@@ -12,7 +12,8 @@ from numba import cuda, int32, uint16, uint32
 
 from microgpt.kernels.mma import (CHUNK, SHARED_ALIGN, bits_to_float32, cp_async_16,
                                   cp_async_commit, cp_async_wait_group, ldmatrix_x4,
-                                  ldmatrix_x4_trans, mma_bf16_16816, pack_bf16x2, to_bf16)
+                                  ldmatrix_x4_trans, mma_bf16_16816, pack_bf16x2, shuffle_xor,
+                                  to_bf16)
 
 SEEDS = st.integers(0, 2**32 - 1)
 wait_all = cp_async_wait_group(0)
@@ -162,3 +163,17 @@ def test_bf16_conversions_round_to_nearest_even():
                                   bits[0::2].astype(np.uint32) | bits[1::2].astype(np.uint32)
                                   << 16)
     np.testing.assert_array_equal(back.copy_to_host(), expected.astype(np.float32))
+
+
+@cuda.jit
+def shuffle_kernel(out, x, lane_mask):
+    i = cuda.threadIdx.x
+    out[i] = shuffle_xor(x[i], lane_mask)
+
+
+@given(seed=SEEDS, lane_mask=st.sampled_from([1, 2, 4, 8, 16]))
+def test_shuffle_xor_exchanges_within_the_warp(seed, lane_mask):
+    x = np.random.default_rng(seed).standard_normal(64).astype(np.float32)   # two warps
+    out = cuda.to_device(poisoned(64))
+    shuffle_kernel[1, 64](out, cuda.to_device(x), lane_mask)
+    np.testing.assert_array_equal(out.copy_to_host(), x[np.arange(64) ^ lane_mask])
