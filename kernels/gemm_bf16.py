@@ -26,9 +26,9 @@ import functools
 from typing import NamedTuple
 
 import numpy as np
-from numba import cuda, float32, types, uint16
+from numba import cuda, float32, int32, types, uint16
 
-from microgpt.kernels.common import ceil_div, check_array
+from microgpt.kernels.common import SIMULATOR, ceil_div, check_array
 from microgpt.kernels.mma import (CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, cp_async_commit,
                                   cp_async_wait_group, mma_bf16_16816, to_bf16)
 from microgpt.kernels.tiles import a_fragment_loader, b_fragment_loader, tile_copier
@@ -36,17 +36,20 @@ from microgpt.kernels.tiles import a_fragment_loader, b_fragment_loader, tile_co
 # static shared memory a block may declare without the driver's opt-in attribute
 SHARED_LIMIT = 48 * 1024
 SMS = 132     # streaming multiprocessors of an H200: split-K aims to give each a block
+GROUP = 8     # tiles of out down a column that consecutive blocks take (block_tile)
 
 
 class MmaTile(NamedTuple):
     """A block's rows x cols of out, marched over K in steps of depth through `stages`
-    shared buffers; each warp owns warp_rows x warp_cols of it."""
+    shared buffers; each warp owns warp_rows x warp_cols of it. min_blocks > 1 caps the
+    registers so that many blocks fit on an SM at once (CUDA's launch bounds)."""
     rows: int
     cols: int
     depth: int
     warp_rows: int
     warp_cols: int
     stages: int
+    min_blocks: int = 1
 
     @property
     def threads(self):
@@ -58,13 +61,15 @@ class MmaTile(NamedTuple):
 
 
 def check_tile(tile):
-    rows, cols, depth, warp_rows, warp_cols, stages = tile
+    rows, cols, depth, warp_rows, warp_cols, stages, _ = tile
     if min(tile) < 1 or rows % warp_rows or cols % warp_cols:
         raise ValueError(f"tile {tile}: rows and cols must be positive multiples of "
                          "warp_rows and warp_cols")
     if warp_rows % MMA_M or warp_cols % 16 or depth % MMA_K:
         raise ValueError(f"tile {tile}: warp_rows, warp_cols and depth must be multiples "
                          "of 16 (the mma and ldmatrix shapes)")
+    if depth & (depth - 1):
+        raise ValueError(f"tile {tile}: depth must be a power of two (the swizzled slabs)")
     if stages < 2:
         raise ValueError(f"tile {tile}: the pipeline needs at least 2 stages")
     if tile.threads > 1024:
@@ -116,18 +121,19 @@ def step_products(B, T, C, V):
 @functools.cache
 def _matmul_bf16_kernel(transpose_a, transpose_b, out_bf16, accumulate, atomic, aligned,
                         tile):
-    BM, BN, BK, WM, WN, STAGES = tile
+    BM, BN, BK, WM, WN, STAGES, MIN_BLOCKS = tile
     threads = tile.threads
     warps_n = BN // WN
     MT, NT = WM // MMA_M, WN // MMA_N            # mma tiles per warp
+    NT2 = NT // 2                                # B fragments come two tiles at a time
     # a slab is [BK][BM] (m-major) when a is (K, M), else [BM][BK]; b likewise
     a_cols, b_cols = (BM if transpose_a else BK), (BK if transpose_b else BN)
     a_size, b_size = BM * BK, BN * BK
     a_smem_size, b_smem_size = STAGES * a_size, STAGES * b_size
     copy_a = tile_copier(BK if transpose_a else BM, a_cols, threads, aligned)
     copy_b = tile_copier(BN if transpose_b else BK, b_cols, threads, aligned)
-    load_a = a_fragment_loader(a_cols, transpose_a)
-    load_b = b_fragment_loader(b_cols, transpose_b)
+    locate_a, advance_a, load_a = a_fragment_loader(a_cols, transpose_a)
+    locate_b, advance_b, load_b = b_fragment_loader(b_cols, transpose_b)
     wait_stages = cp_async_wait_group(STAGES - 2)
 
     @cuda.jit(device=True, inline=True)
@@ -152,13 +158,26 @@ def _matmul_bf16_kernel(transpose_a, transpose_b, out_bf16, accumulate, atomic, 
         else:
             out[row, col] = value
 
-    @cuda.jit
+    @cuda.jit(device=True, inline=True)
+    def block_tile():
+        """(m0, n0) of this block's tile. Consecutive blocks take GROUP tiles down a
+        column of out before moving right, so the GROUP row slabs of a and the column slab
+        of b they share stay in L2 (a launch in plain row order streams all of b, for the
+        LM head 77 MB, once per row of tiles)."""
+        tiles_m = cuda.gridDim.y
+        pid = cuda.blockIdx.y * cuda.gridDim.x + cuda.blockIdx.x
+        group, within = pid // (GROUP * cuda.gridDim.x), pid % (GROUP * cuda.gridDim.x)
+        rows = min(tiles_m - group * GROUP, GROUP)
+        return (group * GROUP + within % rows) * BM, (within // rows) * BN
+
+    @cuda.jit(**({} if SIMULATOR else {"launch_bounds": (threads, MIN_BLOCKS)}))
     def matmul_bf16_kernel(out, a, b, steps_per_split):
         # out (M, N) float32 or bf16; a (M, K) or (K, M); b (K, N) or (N, K), bf16 as
-        # uint16. Block (x, y, z) owns out[y*BM:, x*BN:] and K steps z*steps_per_split on.
+        # uint16. Block (x, y, z) owns a tile of out (block_tile) and K steps
+        # z*steps_per_split on.
         M, N = out.shape
         K = a.shape[0] if transpose_a else a.shape[1]
-        m0, n0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
+        m0, n0 = block_tile()
         warp = cuda.threadIdx.x // 32
         wm, wn = (warp // warps_n) * WM, (warp % warps_n) * WN
         first = cuda.blockIdx.z * steps_per_split
@@ -169,6 +188,12 @@ def _matmul_bf16_kernel(transpose_a, transpose_b, out_bf16, accumulate, atomic, 
         acc = cuda.local.array((MT, NT, 4), float32)
         a_frag = cuda.local.array((MT, 4), np.uint32)
         b_frag = cuda.local.array((NT, 2), np.uint32)
+        a_at = cuda.local.array(MT, np.int64)           # ldmatrix indices at k = 0
+        b_at = cuda.local.array(NT2, np.int64)
+        for i in range(MT):
+            a_at[i] = locate_a(wm + i * MMA_M, 0)
+        for j in range(NT2):
+            b_at[j] = locate_b(0, wn + 2 * j * MMA_N)
         for i in range(MT):
             for j in range(NT):
                 for r in range(4):
@@ -189,10 +214,11 @@ def _matmul_bf16_kernel(transpose_a, transpose_b, out_bf16, accumulate, atomic, 
             for kk in range(0, BK, MMA_K):
                 for i in range(MT):
                     a_frag[i, 0], a_frag[i, 1], a_frag[i, 2], a_frag[i, 3] = load_a(
-                        a_smem, a_base, wm + i * MMA_M, kk)
-                for j in range(0, NT, 2):
-                    b_frag[j, 0], b_frag[j, 1], b_frag[j + 1, 0], b_frag[j + 1, 1] = load_b(
-                        b_smem, b_base, kk, wn + j * MMA_N)
+                        a_smem, int32(a_base + advance_a(a_at[i], kk)))
+                for j in range(NT2):
+                    b_frag[2 * j, 0], b_frag[2 * j, 1], b_frag[2 * j + 1, 0], \
+                        b_frag[2 * j + 1, 1] = load_b(b_smem,
+                                                      int32(b_base + advance_b(b_at[j], kk)))
                 for i in range(MT):
                     for j in range(NT):
                         acc[i, j, 0], acc[i, j, 1], acc[i, j, 2], acc[i, j, 3] = \

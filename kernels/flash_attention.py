@@ -1,0 +1,565 @@
+"""Flash attention on the tensor cores: causal softmax(q k^T / sqrt(D)) v with bf16 storage
+and float32 accumulation, forward and backward (the algorithm of FlashAttention-2).
+
+NumPy twins: ``microgpt.reference.attention_forward`` and ``attention_backward`` on the same
+bf16-rounded q, k, v (and dout); the float32 kernels of ``attention`` are the other twin
+and the ``--precision fp32`` path. Arguments as there, with bf16 storage: q, k, v, out,
+dout, dq, dk, dv (B, H, T, D) hold bf16 in uint16 device arrays; lse (B, H, T) float32 is
+the natural-log logsumexp of each row of the scaled scores; the backward's delta (B, H, T)
+float32 = rowsum(dout * out) is a workspace it writes and reads.
+
+How a block works. A block owns `rows` rows of one (batch, head): queries in the forward
+and the dq pass, keys in the dk/dv pass; each warp owns 16 of them, and their mma A
+fragments (q, or k and v; dout too in the dq pass) stay in registers for the whole walk.
+The other side streams through shared memory `step` rows at a time, by 16-byte cp.async
+into one of two buffers while the tensor cores work on the other (the GEMM's pipeline with
+two stages, one barrier per step). Per step each warp computes its 16 x step scores on
+mma.sync, keeps them in the accumulator registers, and feeds them straight back as the A
+operand of the next product (the accumulator layout of two 16 x 8 tiles is the A fragment
+of one 16 x 16: FlashAttention-2's register trick), rounded to bf16 as the tensor cores
+take them. Softmax runs in float32 in the log2 domain (exp2 of scores pre-scaled by
+log2(e) / sqrt(D)); the row max and sum of a 16-row slab are spread over the 4 lanes that
+hold a row, combined by two warp shuffles. Only tiles at or below the diagonal are walked;
+the one that crosses it (and the one past T) is masked element by element.
+
+forward   block = query tile: s = q k^T, online softmax (running max m and sum l, the
+          accumulator rescaled by exp2(m_old - m_new) per step), acc += p v; writes out
+          = acc / l and lse = (m + log2 l) ln 2.
+dq pass   block = query tile: delta = rowsum(dout * out) of its rows (written for the next
+          pass), then per key step p = exp2(s - lse), dp = dout v^T, ds = p (dp - delta),
+          dq += ds k.
+dk/dv     block = key tile, walking the query steps at or below the diagonal: p^T =
+pass      exp2(k q^T - lse), dv += p^T dout, dp^T = v dout^T, ds^T = p^T (dp^T - delta),
+          dk += ds^T q. Every dq, dk, dv element has one owner: no atomics, deterministic.
+The dq pass is separate rather than fused into the dk/dv pass by float32 atomics: that
+would save recomputing s and dp (two of seven products) at the cost of a float32 dq
+buffer, atomics and a conversion pass.
+
+head_dim D: the mma walks the head dimension padded to the next multiple of 16 (DP), and
+a shared tile row holds DS = the next power of two (what the tiles' XOR swizzle permutes);
+the copies fill the columns past D with zeros, which add nothing to q k^T and make output
+columns that are never written. So every D works on the tensor cores (72: DP 80, DS 128),
+D a multiple of 8 by cp.async, others element by element. D is a compile-time constant.
+"""
+import functools
+import math
+from typing import NamedTuple
+
+import numpy as np
+from numba import cuda, float32, int32, types, uint16, uint32
+
+from microgpt.kernels.common import ceil_div, check_array
+from microgpt.kernels.mma import (CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, bits_to_float32,
+                                  cp_async_commit, cp_async_wait_group, mma_bf16_16816,
+                                  pack_bf16x2, shuffle_xor, to_bf16)
+from microgpt.kernels.tiles import a_fragment_loader, b_fragment_loader, tile_copier
+
+# static shared memory a block may declare without the driver's opt-in attribute
+SHARED_LIMIT = 48 * 1024
+STAGES = 2               # shared buffers of the streamed side
+LOG2E = 1.4426950408889634
+NEG_INF = np.float32(-np.inf)
+INF = np.float32(np.inf)
+ZERO = np.float32(0.0)
+
+
+class FlashTile(NamedTuple):
+    """rows: the block's own rows, 16 per warp; step: rows of the other side per step."""
+    rows: int
+    step: int
+
+    @property
+    def threads(self):
+        return self.rows // MMA_M * 32
+
+
+# tiles resident for the whole walk, each `rows` x DS: q; q and dout; k and v
+RESIDENT = {"forward": 1, "dq": 2, "dkdv": 2}
+
+
+def head_widths(D):
+    """(DP, DS): D padded to the mma's 16, and the row length of a shared tile (a power of
+    two, so that the swizzle keeps every chunk inside its row)."""
+    DP = ceil_div(D, MMA_K) * MMA_K
+    return DP, 1 << (DP - 1).bit_length()
+
+
+def shared_bytes(tile, D, kind):
+    return (RESIDENT[kind] * tile.rows + STAGES * 2 * tile.step) * head_widths(D)[1] * 2
+
+
+def default_tile(D, kind):
+    """The largest tile of the kind that fits 48 KiB: 128 query rows by 64 keys in the
+    forward for D <= 64 (8 warps share each k, v step), 64 x 64 in the backward passes
+    (their registers hold twice the accumulators); half that for D up to 128."""
+    if head_widths(D)[1] <= 64:
+        return FlashTile(128, 64) if kind == "forward" else FlashTile(64, 64)
+    return FlashTile(64, 32) if kind == "forward" else FlashTile(32, 32)
+
+
+def check_tile(tile, D, kind):
+    rows, step = tile
+    if rows < MMA_M or step < MMA_K or rows % MMA_M or step % MMA_K:
+        raise ValueError(f"tile {tile}: rows and step must be positive multiples of 16")
+    if tile.threads > 1024:
+        raise ValueError(f"tile {tile}: {tile.threads} threads per block, more than 1024")
+    if shared_bytes(tile, D, kind) > SHARED_LIMIT:
+        raise ValueError(f"tile {tile} of the {kind} pass with head_dim {D}: "
+                         f"{shared_bytes(tile, D, kind)} bytes of shared memory, more than "
+                         f"{SHARED_LIMIT}")
+
+
+# ----------------------------------------------------------------------------------
+# device parts: tiles in, products on the tensor cores, masks and row reductions
+
+@cuda.jit(device=True, inline=True)
+def mma_into(acc, n, a0, a1, a2, a3, b0, b1):
+    """acc[n, :] += the 16 x 8 product of one mma (acc: a warp's accumulator tiles)."""
+    acc[n, 0], acc[n, 1], acc[n, 2], acc[n, 3] = mma_bf16_16816(
+        a0, a1, a2, a3, b0, b1, acc[n, 0], acc[n, 1], acc[n, 2], acc[n, 3])
+
+
+@cuda.jit(device=True, inline=True)
+def quad_max(x):
+    """The max over the 4 lanes that hold one row of an accumulator tile."""
+    x = max(x, shuffle_xor(x, 1))
+    return max(x, shuffle_xor(x, 2))
+
+
+@cuda.jit(device=True, inline=True)
+def quad_sum(x):
+    x += shuffle_xor(x, 1)
+    return x + shuffle_xor(x, 2)
+
+
+@cuda.jit(device=True, inline=True)
+def bf16_value(bits):
+    return bits_to_float32(uint32(bits) << 16)
+
+
+class _Parts(NamedTuple):
+    copy_own: object
+    copy_step: object
+    fragments: object
+    scores: object
+    accumulate: object
+    mask: object
+
+
+@functools.cache
+def _parts(D, tile, keys_are_rows):
+    DP, DS = head_widths(D)
+    rows, step = tile
+    KD, ND = DP // MMA_K, DP // MMA_N          # mma k steps and n tiles over the head dim
+    KS, NS = step // MMA_K, step // MMA_N      # the same over a step of the other side
+    aligned = D % CHUNK == 0
+    # A from a tile [m][k]; B = X^T from a tile of X's rows [n][k]; B = X from one [k][n]
+    a_locate, a_advance, a_load = a_fragment_loader(DS, False)
+    bt_locate, bt_advance, bt_load = b_fragment_loader(DS, True)
+    b_locate, b_advance, b_load = b_fragment_loader(DS, False)
+
+    @cuda.jit(device=True, inline=True)
+    def fragments(frag, smem, base, row):
+        """frag (KD, 4): the A fragments of 16 rows from `row` of a tile, over DP."""
+        at = a_locate(row, 0)
+        for kk in range(KD):
+            frag[kk, 0], frag[kk, 1], frag[kk, 2], frag[kk, 3] = a_load(
+                smem, int32(base + a_advance(at, kk * MMA_K)))
+
+    @cuda.jit(device=True, inline=True)
+    def scores(s, frag, smem, base):
+        """s (NS, 4) = (16 x DP rows whose A fragments are frag) @ (the step's tile)^T."""
+        for j in range(NS):
+            for r in range(4):
+                s[j, r] = ZERO
+        for j in range(0, NS, 2):
+            at = bt_locate(0, j * MMA_N)
+            for kk in range(KD):
+                b0, b1, b2, b3 = bt_load(smem, int32(base + bt_advance(at, kk * MMA_K)))
+                a0, a1, a2, a3 = frag[kk, 0], frag[kk, 1], frag[kk, 2], frag[kk, 3]
+                mma_into(s, j, a0, a1, a2, a3, b0, b1)
+                mma_into(s, j + 1, a0, a1, a2, a3, b2, b3)
+
+    @cuda.jit(device=True, inline=True)
+    def accumulate(acc, p, smem, base):
+        """acc (ND, 4) += p (16 x step accumulators, rounded to bf16) @ the step's tile."""
+        for kk in range(KS):
+            a0 = pack_bf16x2(p[2 * kk, 0], p[2 * kk, 1])
+            a1 = pack_bf16x2(p[2 * kk, 2], p[2 * kk, 3])
+            a2 = pack_bf16x2(p[2 * kk + 1, 0], p[2 * kk + 1, 1])
+            a3 = pack_bf16x2(p[2 * kk + 1, 2], p[2 * kk + 1, 3])
+            for n in range(0, ND, 2):
+                b0, b1, b2, b3 = b_load(smem, int32(base + b_advance(
+                    b_locate(0, n * MMA_N), kk * MMA_K)))
+                mma_into(acc, n, a0, a1, a2, a3, b0, b1)
+                mma_into(acc, n + 1, a0, a1, a2, a3, b2, b3)
+
+    @cuda.jit(device=True, inline=True)
+    def mask(s, row, col0, T):
+        """-inf where the key lies past the query or past T; row: the thread's first row
+        (its second is row + 8), col0: the step's first column."""
+        col = col0 + 2 * (cuda.threadIdx.x % 4)
+        for j in range(NS):
+            for r in range(4):
+                i, c = row + 8 * (r // 2), col + j * MMA_N + r % 2
+                if (c < i if keys_are_rows else c > i) or c >= T:
+                    s[j, r] = NEG_INF
+
+    return _Parts(tile_copier(rows, DS, tile.threads, aligned),
+                  tile_copier(step, DS, tile.threads, aligned),
+                  fragments, scores, accumulate, mask)
+
+
+def _writer(D, DP):
+    ND = DP // MMA_N
+
+    @cuda.jit(device=True, inline=True)
+    def write_rows(dst, i, acc, half, factor):
+        """dst[i, :D] = row g + 8 * half of the thread's accumulators x factor, in bf16."""
+        col = 2 * (cuda.threadIdx.x % 4)
+        for n in range(ND):
+            c = n * MMA_N + col
+            if c < D:
+                dst[i, c] = to_bf16(acc[n, 2 * half] * factor)
+            if c + 1 < D:
+                dst[i, c + 1] = to_bf16(acc[n, 2 * half + 1] * factor)
+    return write_rows
+
+
+# ----------------------------------------------------------------------------------
+# kernels
+
+def _constants(D, tile):
+    DP, DS = head_widths(D)
+    return DP, DS, DP // MMA_K, DP // MMA_N, tile.step // MMA_N
+
+
+@functools.cache
+def _forward_kernel(D, tile):
+    DP, DS, KD, ND, NS = _constants(D, tile)
+    rows, step = tile
+    parts = _parts(D, tile, False)
+    write_rows = _writer(D, DP)
+    smem_size = (rows + STAGES * 2 * step) * DS
+    stage_size = 2 * step * DS
+    scale_log2 = np.float32(LOG2E / math.sqrt(D))
+    ln2 = np.float32(math.log(2.0))
+    wait_all = cp_async_wait_group(0)
+
+    @cuda.jit(device=True, inline=True)
+    def copy_kv(smem, k, v, stage, key0):
+        base = rows * DS + stage * stage_size
+        parts.copy_step(smem, base, k, key0, 0)
+        parts.copy_step(smem, base + step * DS, v, key0, 0)
+
+    @cuda.jit
+    def flash_attention_forward_kernel(out, lse, q, k, v):
+        # out, q, k, v (B, H, T, D) bf16 bits; lse (B, H, T). Block (x, h, b) owns query
+        # rows q0 .. q0 + rows, the last tiles first (they walk the most keys).
+        h, b = cuda.blockIdx.y, cuda.blockIdx.z
+        T = q.shape[2]
+        q0 = (cuda.gridDim.x - 1 - cuda.blockIdx.x) * rows
+        warp_row = cuda.threadIdx.x // 32 * MMA_M
+        row = q0 + warp_row + cuda.threadIdx.x % 32 // 4      # this thread's rows: row, +8
+        kh, vh = k[b, h], v[b, h]
+        smem = cuda.shared.array(smem_size, uint16, alignment=SHARED_ALIGN)
+        qf = cuda.local.array((KD, 4), uint32)
+        s = cuda.local.array((NS, 4), float32)
+        acc = cuda.local.array((ND, 4), float32)
+        m = cuda.local.array(2, float32)      # running max of the scaled log2 scores
+        l = cuda.local.array(2, float32)      # running sum of their exp2, this lane's part
+        for n in range(ND):
+            for r in range(4):
+                acc[n, r] = ZERO
+        for half in range(2):
+            m[half], l[half] = NEG_INF, ZERO
+
+        parts.copy_own(smem, 0, q[b, h], q0, 0)
+        copy_kv(smem, kh, vh, 0, 0)
+        cp_async_commit()
+        steps = (min(T, q0 + rows) + step - 1) // step
+        for it in range(steps):
+            wait_all()
+            cuda.syncthreads()          # this step's tiles have landed; the last is read
+            if it == 0:
+                parts.fragments(qf, smem, 0, warp_row)
+            if it + 1 < steps:
+                copy_kv(smem, kh, vh, (it + 1) % STAGES, (it + 1) * step)
+            cp_async_commit()
+            key0 = it * step
+            k_base = rows * DS + it % STAGES * stage_size
+            parts.scores(s, qf, smem, k_base)
+            if key0 + step > q0 or key0 + step > T:
+                parts.mask(s, row, key0, T)
+            for half in range(2):
+                top = NEG_INF
+                for j in range(NS):
+                    top = max(top, max(s[j, 2 * half], s[j, 2 * half + 1]))
+                new_max = max(m[half], quad_max(top) * scale_log2)
+                rescale = math.exp2(m[half] - new_max)
+                total = l[half] * rescale
+                for j in range(NS):
+                    for r in range(2 * half, 2 * half + 2):
+                        s[j, r] = math.exp2(s[j, r] * scale_log2 - new_max)
+                        total += s[j, r]
+                for n in range(ND):
+                    acc[n, 2 * half] *= rescale
+                    acc[n, 2 * half + 1] *= rescale
+                m[half], l[half] = new_max, total
+            parts.accumulate(acc, s, smem, k_base + step * DS)
+
+        oh = out[b, h]
+        for half in range(2):
+            total = quad_sum(l[half])
+            i = row + 8 * half
+            if i < T:
+                write_rows(oh, i, acc, half, np.float32(1.0) / total)
+                if cuda.threadIdx.x % 4 == 0:
+                    lse[b, h, i] = (m[half] + math.log2(total)) * ln2
+
+    return flash_attention_forward_kernel
+
+
+@functools.cache
+def _dq_kernel(D, tile):
+    DP, DS, KD, ND, NS = _constants(D, tile)
+    rows, step = tile
+    parts = _parts(D, tile, False)
+    write_rows = _writer(D, DP)
+    smem_size = (2 * rows + STAGES * 2 * step) * DS
+    stage_size = 2 * step * DS
+    scale = np.float32(1.0 / math.sqrt(D))
+    scale_log2 = np.float32(LOG2E / math.sqrt(D))
+    log2e = np.float32(LOG2E)
+    wait_all = cp_async_wait_group(0)
+
+    @cuda.jit(device=True, inline=True)
+    def copy_kv(smem, k, v, stage, key0):
+        base = 2 * rows * DS + stage * stage_size
+        parts.copy_step(smem, base, k, key0, 0)
+        parts.copy_step(smem, base + step * DS, v, key0, 0)
+
+    @cuda.jit
+    def flash_attention_backward_dq_kernel(dq, delta, dout, q, k, v, out, lse):
+        # dq, dout, q, k, v, out (B, H, T, D) bf16 bits; delta, lse (B, H, T): delta is
+        # written. Block (x, h, b) owns query rows q0 .. q0 + rows, the last first.
+        h, b = cuda.blockIdx.y, cuda.blockIdx.z
+        T = q.shape[2]
+        q0 = (cuda.gridDim.x - 1 - cuda.blockIdx.x) * rows
+        warp_row = cuda.threadIdx.x // 32 * MMA_M
+        lane4 = cuda.threadIdx.x % 4
+        row = q0 + warp_row + cuda.threadIdx.x % 32 // 4
+        kh, vh, doh, oh = k[b, h], v[b, h], dout[b, h], out[b, h]
+        smem = cuda.shared.array(smem_size, uint16, alignment=SHARED_ALIGN)
+        qf = cuda.local.array((KD, 4), uint32)
+        dof = cuda.local.array((KD, 4), uint32)
+        s = cuda.local.array((NS, 4), float32)
+        dp = cuda.local.array((NS, 4), float32)
+        acc = cuda.local.array((ND, 4), float32)
+        row_lse = cuda.local.array(2, float32)      # log2 domain; +inf past T: p = 0
+        row_delta = cuda.local.array(2, float32)
+        for n in range(ND):
+            for r in range(4):
+                acc[n, r] = ZERO
+
+        parts.copy_own(smem, 0, q[b, h], q0, 0)
+        parts.copy_own(smem, rows * DS, doh, q0, 0)
+        copy_kv(smem, kh, vh, 0, 0)
+        cp_async_commit()
+        # delta of the thread's rows while the copies fly: the 4 lanes of a row split it
+        for half in range(2):
+            i = row + 8 * half
+            part = ZERO
+            if i < T:
+                for c in range(lane4, D, 4):
+                    part += bf16_value(doh[i, c]) * bf16_value(oh[i, c])
+            row_delta[half] = quad_sum(part)
+            row_lse[half] = lse[b, h, i] * log2e if i < T else INF
+            if i < T and lane4 == 0:
+                delta[b, h, i] = row_delta[half]
+
+        steps = (min(T, q0 + rows) + step - 1) // step
+        for it in range(steps):
+            wait_all()
+            cuda.syncthreads()
+            if it == 0:
+                parts.fragments(qf, smem, 0, warp_row)
+                parts.fragments(dof, smem, rows * DS, warp_row)
+            if it + 1 < steps:
+                copy_kv(smem, kh, vh, (it + 1) % STAGES, (it + 1) * step)
+            cp_async_commit()
+            key0 = it * step
+            k_base = 2 * rows * DS + it % STAGES * stage_size
+            parts.scores(s, qf, smem, k_base)
+            if key0 + step > q0 or key0 + step > T:
+                parts.mask(s, row, key0, T)
+            parts.scores(dp, dof, smem, k_base + step * DS)        # dout v^T
+            for j in range(NS):
+                for r in range(4):
+                    p = math.exp2(s[j, r] * scale_log2 - row_lse[r // 2])
+                    dp[j, r] = p * (dp[j, r] - row_delta[r // 2])
+            parts.accumulate(acc, dp, smem, k_base)                # dq += ds k
+
+        dqh = dq[b, h]
+        for half in range(2):
+            i = row + 8 * half
+            if i < T:
+                write_rows(dqh, i, acc, half, scale)
+
+    return flash_attention_backward_dq_kernel
+
+
+@functools.cache
+def _dkdv_kernel(D, tile):
+    DP, DS, KD, ND, NS = _constants(D, tile)
+    rows, step = tile
+    parts = _parts(D, tile, True)
+    write_rows = _writer(D, DP)
+    smem_size = (2 * rows + STAGES * 2 * step) * DS
+    stage_size = 2 * step * DS
+    scale = np.float32(1.0 / math.sqrt(D))
+    scale_log2 = np.float32(LOG2E / math.sqrt(D))
+    log2e = np.float32(LOG2E)
+    wait_all = cp_async_wait_group(0)
+
+    @cuda.jit(device=True, inline=True)
+    def copy_q_dout(smem, q, dout, stage, query0):
+        base = 2 * rows * DS + stage * stage_size
+        parts.copy_step(smem, base, q, query0, 0)
+        parts.copy_step(smem, base + step * DS, dout, query0, 0)
+
+    @cuda.jit
+    def flash_attention_backward_dkdv_kernel(dk, dv, dout, q, k, v, lse, delta):
+        # dk, dv, dout, q, k, v (B, H, T, D) bf16 bits; lse, delta (B, H, T). Block
+        # (x, h, b) owns key rows k0 .. k0 + rows, the first first (they walk the most
+        # queries), and the query steps from the one holding k0 to T.
+        h, b = cuda.blockIdx.y, cuda.blockIdx.z
+        T = q.shape[2]
+        k0 = cuda.blockIdx.x * rows
+        warp_row = cuda.threadIdx.x // 32 * MMA_M
+        col = 2 * (cuda.threadIdx.x % 4)
+        row = k0 + warp_row + cuda.threadIdx.x % 32 // 4
+        qh, doh = q[b, h], dout[b, h]
+        smem = cuda.shared.array(smem_size, uint16, alignment=SHARED_ALIGN)
+        kf = cuda.local.array((KD, 4), uint32)
+        vf = cuda.local.array((KD, 4), uint32)
+        s = cuda.local.array((NS, 4), float32)
+        dp = cuda.local.array((NS, 4), float32)
+        dk_acc = cuda.local.array((ND, 4), float32)
+        dv_acc = cuda.local.array((ND, 4), float32)
+        col_lse = cuda.local.array((NS, 2), float32)
+        col_delta = cuda.local.array((NS, 2), float32)
+        for n in range(ND):
+            for r in range(4):
+                dk_acc[n, r] = ZERO
+                dv_acc[n, r] = ZERO
+
+        first = k0 // step
+        parts.copy_own(smem, 0, k[b, h], k0, 0)
+        parts.copy_own(smem, rows * DS, v[b, h], k0, 0)
+        copy_q_dout(smem, qh, doh, 0, first * step)
+        cp_async_commit()
+        steps = (T + step - 1) // step - first
+        for it in range(steps):
+            query0 = (first + it) * step
+            # the step's columns' lse (log2 domain; +inf past T: p = 0) and delta
+            for j in range(NS):
+                for r in range(2):
+                    c = query0 + j * MMA_N + col + r
+                    col_lse[j, r] = lse[b, h, c] * log2e if c < T else INF
+                    col_delta[j, r] = delta[b, h, c] if c < T else ZERO
+            wait_all()
+            cuda.syncthreads()
+            if it == 0:
+                parts.fragments(kf, smem, 0, warp_row)
+                parts.fragments(vf, smem, rows * DS, warp_row)
+            if it + 1 < steps:
+                copy_q_dout(smem, qh, doh, (it + 1) % STAGES, query0 + step)
+            cp_async_commit()
+            q_base = 2 * rows * DS + it % STAGES * stage_size
+            parts.scores(s, kf, smem, q_base)                       # k q^T
+            if query0 < k0 + rows:
+                parts.mask(s, row, query0, T)
+            for j in range(NS):
+                for r in range(4):
+                    s[j, r] = math.exp2(s[j, r] * scale_log2 - col_lse[j, r % 2])
+            parts.accumulate(dv_acc, s, smem, q_base + step * DS)  # dv += p^T dout
+            parts.scores(dp, vf, smem, q_base + step * DS)          # v dout^T
+            for j in range(NS):
+                for r in range(4):
+                    dp[j, r] = s[j, r] * (dp[j, r] - col_delta[j, r % 2])
+            parts.accumulate(dk_acc, dp, smem, q_base)              # dk += ds^T q
+
+        dkh, dvh = dk[b, h], dv[b, h]
+        for half in range(2):
+            i = row + 8 * half
+            if i < T:
+                write_rows(dkh, i, dk_acc, half, scale)
+                write_rows(dvh, i, dv_acc, half, np.float32(1.0))
+
+    return flash_attention_backward_dkdv_kernel
+
+
+_HEADS = types.uint16[:, :, :, ::1]
+_ROWS3 = types.float32[:, :, ::1]
+PTX_SIGNATURES = [
+    entry
+    for D in (32, 64, 72)
+    for entry in [
+        (_forward_kernel(D, default_tile(D, "forward")), (_HEADS, _ROWS3) + (_HEADS,) * 3),
+        (_dq_kernel(D, default_tile(D, "dq")), (_HEADS, _ROWS3) + (_HEADS,) * 5 + (_ROWS3,)),
+        (_dkdv_kernel(D, default_tile(D, "dkdv")), (_HEADS,) * 6 + (_ROWS3,) * 2),
+    ]
+]
+
+
+# ----------------------------------------------------------------------------------
+# launchers
+
+def _check_heads(rows3, **heads):
+    """All head arrays (B, H, T, D) bf16 alike, the per-row arrays (B, H, T) float32;
+    returns (B, H, T, D)."""
+    first_name, first = next(iter(heads.items()))
+    if len(first.shape) != 4:
+        raise ValueError(f"{first_name}: expected shape (B, H, T, D), got {tuple(first.shape)}")
+    for name, arr in heads.items():
+        check_array(name, arr, first.shape, np.uint16)
+    for name, arr in rows3.items():
+        check_array(name, arr, first.shape[:3])
+    return first.shape
+
+
+def _tile(tile, D, kind):
+    tile = default_tile(D, kind) if tile is None else FlashTile(*tile)
+    check_tile(tile, D, kind)
+    return tile
+
+
+def flash_attention_forward(out, lse, q, k, v, *, tile=None, stream=0):
+    """out (B, H, T, D) = causal softmax(q k^T / sqrt(D)) v per (batch, head), bf16; lse
+    (B, H, T) float32 = each row's logsumexp of the scaled scores. tile: a FlashTile
+    (query rows per block, keys per step), default by D."""
+    B, H, T, D = _check_heads(dict(lse=lse), q=q, k=k, v=v, out=out)
+    if q.size == 0:
+        return
+    tile = _tile(tile, D, "forward")
+    _forward_kernel(D, tile)[(ceil_div(T, tile.rows), H, B), tile.threads, stream](
+        out, lse, q, k, v)
+
+
+def flash_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, delta=None, *,
+                             tiles=(None, None), stream=0):
+    """dq, dk, dv (B, H, T, D) bf16, overwritten, from dout and the forward's q, k, v, out
+    and lse. delta (B, H, T) float32: a workspace (allocated when None). Two launches: dq
+    by query tiles (writing delta), then dk and dv by key tiles; tiles: their FlashTiles."""
+    if delta is None:
+        delta = cuda.device_array(lse.shape, np.float32, stream=stream)
+    B, H, T, D = _check_heads(dict(lse=lse, delta=delta), q=q, k=k, v=v, out=out, dout=dout,
+                              dq=dq, dk=dk, dv=dv)
+    if q.size == 0:
+        return
+    dq_tile, dkdv_tile = _tile(tiles[0], D, "dq"), _tile(tiles[1], D, "dkdv")
+    _dq_kernel(D, dq_tile)[(ceil_div(T, dq_tile.rows), H, B), dq_tile.threads, stream](
+        dq, delta, dout, q, k, v, out, lse)
+    _dkdv_kernel(D, dkdv_tile)[(ceil_div(T, dkdv_tile.rows), H, B), dkdv_tile.threads,
+                               stream](dk, dv, dout, q, k, v, lse, delta)

@@ -1,0 +1,109 @@
+"""Flash attention on the tensor cores (kernels/flash_attention.py) against the float64
+reference (microgpt.reference.attention_forward / backward) on the same bf16-rounded q, k,
+v and dout: T not a multiple of the tiles, T = 1, one head, head_dims that are not a
+multiple of 16 (padded inside the kernels), every tile shape of the passes.
+
+Tolerances, derived (u = 2^-9, the unit roundoff of bf16's 8 significant bits):
+- out, dv: products of bf16 values are exact in float32 and accumulate there (~1e-6), so
+  what remains are two roundings to bf16: p as the tensor cores take it, and the result
+  as it is stored, each at most u relative per element: 2u = 2^-8 together. The error of p
+  is weighted by |v|, not by the |out| its average cancels down to, so allow twice that:
+  TOL_OUT = 2^-7.
+- dq, dk: one rounding more, delta = rowsum(dout * out) read from the bf16 out the
+  forward stored (the reference takes its exact out), and ds = p (dp - delta) is rounded
+  where p alone was: three roundings, 3u, twice for the same weighting: TOL_GRAD = 3 * 2^-8.
+- lse and delta are float32 results (float32 sums of exact products, exp2 / log2 to
+  2^-22): TOL_F32_OP.
+A wrong tile, mask or rescale moves whole rows by O(1): far outside all of these.
+"""
+import ml_dtypes
+import numpy as np
+import pytest
+from helpers import ON_GPU, TOL_F32_OP, assert_close, poisoned, randn
+from hypothesis import example, given
+from hypothesis import strategies as st
+from numba import cuda
+
+from microgpt import reference as ref
+from microgpt.kernels import flash_attention as fa
+from microgpt.kernels.flash_attention import FlashTile
+
+TOL_OUT = 2.0**-7
+TOL_GRAD = 3 * 2.0**-8
+BF16_NAN = 0xFFFF
+SEEDS = st.integers(0, 2**32 - 1)
+
+if ON_GPU:
+    # the model's head_dims (32, 64), the design notes' 72, and a D below one chunk; each
+    # tile compiles three kernels, and the float64 reference of a full andrea-120m
+    # attention takes seconds: a few real-shape examples
+    SHAPES = st.tuples(st.integers(1, 16), st.integers(1, 12), st.integers(1, 1024),
+                       st.sampled_from([32, 64, 72, 4]))
+    TILES = st.sampled_from([None, FlashTile(64, 32)])
+else:
+    # one or two warps per block (the simulator runs ~2 ms per thread and per barrier),
+    # T across several tiles and steps with ragged ends, D padded (4, 12, 24) or not;
+    # cp.async (D a multiple of 8) and element-wise copies
+    SHAPES = st.tuples(st.integers(1, 2), st.integers(1, 2), st.integers(1, 40),
+                       st.sampled_from([4, 8, 12, 16, 24, 32]))
+    TILES = st.sampled_from([FlashTile(16, 16), FlashTile(32, 16), FlashTile(16, 32)])
+
+
+def bf16(x):
+    """float32 -> (uint16 bits for the device, the same bf16 values in float64)."""
+    rounded = x.astype(ml_dtypes.bfloat16)
+    return rounded.view(np.uint16), rounded.astype(np.float64)
+
+
+def from_bf16(bits):
+    return bits.view(ml_dtypes.bfloat16).astype(np.float64)
+
+
+def check_forward(shape, tile, seed):
+    rng = np.random.default_rng(seed)
+    (q, q64), (k, k64), (v, v64) = (bf16(randn(rng, *shape)) for _ in range(3))
+    out = cuda.to_device(np.full(shape, BF16_NAN, np.uint16))
+    lse = cuda.to_device(poisoned(shape[:3]))
+    fa.flash_attention_forward(out, lse, *map(cuda.to_device, (q, k, v)), tile=tile)
+    want_out, want_lse = ref.attention_forward(q64, k64, v64)
+    what = f"flash attention {shape} tile={tile}"
+    assert_close(from_bf16(out.copy_to_host()), want_out, TOL_OUT, what + " out")
+    assert_close(lse.copy_to_host(), want_lse, TOL_F32_OP, what + " lse")
+
+
+def check_backward(shape, tiles, seed):
+    B, H, T, D = shape
+    rng = np.random.default_rng(seed)
+    (q, q64), (k, k64), (v, v64), (dout, dout64) = (bf16(randn(rng, *shape))
+                                                     for _ in range(4))
+    want_out, want_lse = ref.attention_forward(q64, k64, v64)
+    out, _ = bf16(want_out.astype(np.float32))          # as the forward stores them
+    lse = want_lse.astype(np.float32)
+    grads = [cuda.to_device(np.full(shape, BF16_NAN, np.uint16)) for _ in range(3)]
+    delta = cuda.to_device(poisoned(shape[:3]))
+    fa.flash_attention_backward(*grads, *map(cuda.to_device, (dout, q, k, v, out, lse)),
+                                delta, tiles=tiles)
+    dq, dk, dv = (from_bf16(g.copy_to_host()) for g in grads)
+    want_dq, want_dk, want_dv = ref.attention_backward(dout64, q64, k64, v64, want_out,
+                                                       want_lse)
+    what = f"flash attention backward {shape} tiles={tiles}"
+    assert_close(delta.copy_to_host(), (dout64 * from_bf16(out)).sum(-1), TOL_F32_OP,
+                 what + " delta")
+    assert_close(dv, want_dv, TOL_OUT, what + " dv")
+    if T > 1:
+        assert_close(dq, want_dq, TOL_GRAD, what + " dq")
+        assert_close(dk, want_dk, TOL_GRAD, what + " dk")
+    else:
+        # one key: out = v whatever q and k are, so dq = dk = 0. What is left is the
+        # float32 rounding of dp - delta (dout . v summed two ways), which Cauchy-Schwarz
+        # bounds row by row by eps |dout| |v| |k| / sqrt(D) (|q| for dk).
+        row_scale = np.linalg.norm(dout64, axis=-1) * np.linalg.norm(v64, axis=-1) / np.sqrt(D)
+        for name, got, other in (("dq", dq, k64), ("dk", dk, q64)):
+            bound = TOL_F32_OP * row_scale * np.linalg.norm(other, axis=-1)
+            assert np.all(np.linalg.norm(got, axis=-1) <= bound), f"{what} {name}"
+
+
+@given(shape=SHAPES, tile=TILES, seed=SEEDS)
+@example(shape=(1, 1, 1, 32), tile=TILES.example() if False else None, seed=1)
+def test_flash_attention_forward(shape, tile, seed):
+    check_forward(shape, tile, seed)
