@@ -42,17 +42,29 @@ def tile_copier(rows, cols, threads, aligned):
     return."""
     index = swizzled(cols)
     chunks_per_row = cols // CHUNK
+    chunks = rows * chunks_per_row
+    # a fixed number of chunks per thread when they divide evenly: the loop then unrolls
+    # and each chunk's place in the tile (a function of the thread alone) is computed once
+    # per kernel rather than once per slab
+    per_thread = chunks // threads if chunks % threads == 0 else 0
+
+    @cuda.jit(device=True, inline=True)
+    def copy_chunk(smem, base, src, row0, col0, e):
+        R, C = src.shape
+        r = e // chunks_per_row
+        c = (e % chunks_per_row) * CHUNK
+        inside = row0 + r < R and col0 + c < C
+        at = int64(row0 + r) * C + col0 + c if inside else int64(0)
+        cp_async_16(smem, int32(base + index(r, c)), src, at, uint32(16 if inside else 0))
 
     @cuda.jit(device=True, inline=True)
     def copy_async(smem, base, src, row0, col0):
-        R, C = src.shape
-        for e in range(cuda.threadIdx.x, rows * chunks_per_row, threads):
-            r = e // chunks_per_row
-            c = (e % chunks_per_row) * CHUNK
-            inside = row0 + r < R and col0 + c < C
-            at = int64(row0 + r) * C + col0 + c if inside else int64(0)
-            cp_async_16(smem, int32(base + index(r, c)), src, at,
-                        uint32(16 if inside else 0))
+        if per_thread:
+            for i in range(per_thread):
+                copy_chunk(smem, base, src, row0, col0, cuda.threadIdx.x + threads * i)
+        else:
+            for e in range(cuda.threadIdx.x, chunks, threads):
+                copy_chunk(smem, base, src, row0, col0, e)
 
     @cuda.jit(device=True, inline=True)
     def copy_sync(smem, base, src, row0, col0):

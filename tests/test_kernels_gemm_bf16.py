@@ -49,9 +49,11 @@ def bf16(x):
     return rounded.view(np.uint16), rounded.astype(np.float64)
 
 
-def check_matmul_bf16(M, N, K, transpose_a, transpose_b, epilogue, tile, seed, split_k):
+def check_matmul_bf16(M, N, K, transpose_a, transpose_b, epilogue, tile, seed, split_k,
+                      max_chain=gemm_bf16.MAX_CHAIN):
     """epilogue: "float32" or "bf16" (out written), "accumulate" or "split_k" (a float32
-    out added to); split_k None takes the launcher's default."""
+    out added to); split_k None takes the launcher's default; a short max_chain makes the
+    kernel fold its accumulators."""
     rng = np.random.default_rng(seed)
     a, a64 = bf16(randn(rng, *((K, M) if transpose_a else (M, K))))
     b, b64 = bf16(randn(rng, *((N, K) if transpose_b else (K, N))))
@@ -65,23 +67,25 @@ def check_matmul_bf16(M, N, K, transpose_a, transpose_b, epilogue, tile, seed, s
         if accumulate:
             expected += out0
     gemm_bf16.matmul_bf16(out, cuda.to_device(a), cuda.to_device(b), transpose_a,
-                          transpose_b, accumulate, tile=tile, split_k=split_k)
+                          transpose_b, accumulate, tile=tile, split_k=split_k,
+                          max_chain=max_chain)
     got = out.copy_to_host()
     if epilogue == "bf16":
         got = got.view(ml_dtypes.bfloat16).astype(np.float64)
     assert_close(got, expected, TOL_BF16_OUT if epilogue == "bf16" else TOL_F32_OP,
                  f"matmul_bf16 {M}x{N}x{K} ta={transpose_a} tb={transpose_b} {epilogue} "
-                 f"{tile} split_k={split_k}")
+                 f"{tile} split_k={split_k} max_chain={max_chain}")
 
 
 @given(sizes=SIZES, aligned=ALIGNED, transpose_a=st.booleans(), transpose_b=st.booleans(),
-       epilogue=st.sampled_from(EPILOGUES), tile=TILES, seed=SEEDS)
+       epilogue=st.sampled_from(EPILOGUES), tile=TILES, fold=st.booleans(), seed=SEEDS)
 def test_matmul_bf16_matches_reference(sizes, aligned, transpose_a, transpose_b, epilogue,
-                                       tile, seed):
+                                       tile, fold, seed):
     if aligned:
         sizes = tuple(max(8, s // 8 * 8) for s in sizes)
     check_matmul_bf16(*sizes, transpose_a, transpose_b, epilogue, tile, seed,
-                      split_k={"accumulate": 1, "split_k": 2}.get(epilogue))
+                      split_k={"accumulate": 1, "split_k": 2}.get(epilogue),
+                      max_chain=16 if fold else gemm_bf16.MAX_CHAIN)
 
 
 @pytest.mark.skipif(not ON_GPU, reason="the model's products need a GPU")
