@@ -41,13 +41,13 @@ if ON_GPU:
                        st.sampled_from([32, 64, 72, 4]))
     TILES = st.sampled_from([None, FlashTile(64, 32)])
 else:
-    # one or two warps per block (the simulator runs ~2 ms per thread and per barrier),
-    # T across several tiles and steps with ragged ends, D padded (4, 12, 24) or not;
-    # cp.async (D a multiple of 8) and element-wise copies
-    SHAPES = st.tuples(st.integers(1, 2), st.integers(1, 2), st.integers(1, 40),
-                       st.sampled_from([4, 8, 12, 16, 24, 32]))
+    # one or two warps per block (the simulator runs every barrier of every thread, two
+    # per warp-collective atom: a block step costs ~0.1 s), T across two tiles and steps
+    # with ragged ends, D padded (4, 12, 24) or not, by cp.async (D a multiple of 8) or
+    # element by element
+    SHAPES = st.tuples(st.sampled_from([1, 2]), st.sampled_from([1, 2]), st.integers(1, 24),
+                       st.sampled_from([4, 8, 12, 16, 24])).filter(lambda s: s[0] * s[1] < 4)
     TILES = st.sampled_from([FlashTile(16, 16), FlashTile(32, 16), FlashTile(16, 32)])
-
 
 def bf16(x):
     """float32 -> (uint16 bits for the device, the same bf16 values in float64)."""
@@ -103,7 +103,27 @@ def check_backward(shape, tiles, seed):
             assert np.all(np.linalg.norm(got, axis=-1) <= bound), f"{what} {name}"
 
 
+# T = 1 in one head; the design notes' head_dim 72 (padded to 80 inside the kernels)
+EXAMPLE_TILE = None if ON_GPU else FlashTile(16, 16)
+EXAMPLE_SHAPES = [(1, 1, 1, 32), (1, 1, 1000 if ON_GPU else 5, 72)]
+
+
+def examples(test, tile_argument, tile):
+    for shape in EXAMPLE_SHAPES:
+        test = example(shape=shape, seed=1, **{tile_argument: tile})(test)
+    return test
+
+
 @given(shape=SHAPES, tile=TILES, seed=SEEDS)
-@example(shape=(1, 1, 1, 32), tile=TILES.example() if False else None, seed=1)
 def test_flash_attention_forward(shape, tile, seed):
     check_forward(shape, tile, seed)
+
+
+@given(shape=SHAPES, tiles=st.tuples(TILES, TILES), seed=SEEDS)
+def test_flash_attention_backward(shape, tiles, seed):
+    check_backward(shape, tiles, seed)
+
+
+test_flash_attention_forward = examples(test_flash_attention_forward, "tile", EXAMPLE_TILE)
+test_flash_attention_backward = examples(test_flash_attention_backward, "tiles",
+                                         (EXAMPLE_TILE, EXAMPLE_TILE))
