@@ -89,15 +89,26 @@ def check_tile(tile):
                          f"than {SHARED_LIMIT}")
 
 
-# 128 x 128 out per block in 8 warps of 64 x 32, 32-deep slabs in 3 stages: 48 KiB
-LARGE_TILE = MmaTile(128, 128, 32, 64, 32, 3)
+# Chosen by the sweep of tools/bench.py --gemm-sweep on the H200 (docs/gemm-bf16.md):
+# 128 x 128 out per block in 4 warps of 64 x 64 (64 mma per slab per warp, for 16
+# fragment loads), 32-deep slabs in 3 stages: 48 KiB
+LARGE_TILE = MmaTile(128, 128, 32, 64, 64, 3)
 # 64 x 64 in 4 warps of 32 x 32: four times the blocks, for outputs too small to fill the
-# GPU with large ones
+# GPU with large ones, and for a short K (a block's fixed costs weigh more there)
 SMALL_TILE = MmaTile(64, 64, 32, 32, 32, 4)
+# 128 x 128 in 8 warps of 64 x 32: half the accumulators per thread of LARGE_TILE, which
+# leaves registers for a second set when a long K is folded (see MAX_CHAIN)
+FOLD_TILE = MmaTile(128, 128, 32, 64, 32, 3)
 
 
-def default_tile(M, N):
-    return LARGE_TILE if ceil_div(M, 128) * ceil_div(N, 128) >= SMS else SMALL_TILE
+def default_tile(M, N, K, accumulate=False):
+    """The large tile for products with a K of at least 768 and either many output tiles
+    or a long K to split (the weight gradients); the small one otherwise; the folding one
+    for a K too long for one chain that cannot be split."""
+    if K > MAX_CHAIN and not accumulate:
+        return FOLD_TILE
+    tiles = ceil_div(M, LARGE_TILE.rows) * ceil_div(N, LARGE_TILE.cols)
+    return LARGE_TILE if K >= 768 and (tiles >= 4 * SMS or K >= 8192) else SMALL_TILE
 
 
 def default_split_k(M, N, K, tile):
@@ -275,8 +286,8 @@ PTX_SIGNATURES = [
         (False, False, True, False, False, True, False, LARGE_TILE),    # X @ W -> bf16
         (False, True, False, False, False, True, False, LARGE_TILE),    # x @ wte^T
         (True, False, False, True, True, True, False, SMALL_TILE),      # dW += X^T @ dY
-        (False, False, True, False, False, True, True, LARGE_TILE),     # dx = dlogits @ wte
-        (True, True, False, True, False, True, True, LARGE_TILE),       # every flag flipped
+        (False, False, True, False, False, True, True, FOLD_TILE),      # dx = dlogits @ wte
+        (True, True, False, True, False, True, True, FOLD_TILE),        # every flag flipped
         (False, False, False, False, False, False, False, SMALL_TILE),  # unaligned rows
     ]
 ]
@@ -306,7 +317,7 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
     check_array("out", out, (M, N), np.uint16 if out_bf16 else np.float32)
     check_array("a", a, (K, M) if transpose_a else (M, K), np.uint16)
     check_array("b", b, (N, K) if transpose_b else (K, N), np.uint16)
-    tile = default_tile(M, N) if tile is None else MmaTile(*tile)
+    tile = default_tile(M, N, K, accumulate) if tile is None else MmaTile(*tile)
     check_tile(tile)
     if split_k is None:
         split_k = default_split_k(M, N, K, tile) if accumulate else 1

@@ -11,7 +11,10 @@ without NUMBA_ENABLE_CUDASIM: this file run as a script. There the warp shuffles
 every other GPU-only path are type-checked and lowered to PTX by NVVM from the
 numba-cuda[cu13] wheels; the PTX is also checked for what a kernel of this engine should
 never need: local memory (a register array that did not stay in registers) and float64
-arithmetic (a Python float that slipped into float32 math).
+arithmetic (a Python float that slipped into float32 math). Then nvJitLink (from the same
+wheels) assembles the PTX into sm_90a machine code, as the driver would on the H200: that
+checks the inline-asm PTX of the tensor-core atoms, which NVVM passes through unread,
+and reports spills (a stack frame) that the PTX cannot show.
 """
 import importlib
 import json
@@ -24,8 +27,35 @@ import types
 
 import pytest
 
-HELPER_MODULES = {"common"}
+HELPER_MODULES = {"common", "mma", "tiles"}
+# (module, kernel, head_dim or None): stack bytes measured when the spill check came in.
+# The float32 dq kernel holds a query row and its gradient (2 D floats) per thread: at
+# D = 72 that no longer fits beside the rest. It is the float32 fallback for such a head
+# size; pinned so that it cannot grow, or spread, unnoticed.
+KNOWN_SPILLS = {("attention", "attention_backward_dq_kernel", 72): 40}
 CC = (9, 0)
+
+
+def assemble(ptx):
+    """(error or None, stack frame bytes): the PTX assembled for sm_90a by nvJitLink."""
+    from cuda.bindings import nvjitlink
+
+    handle = nvjitlink.create(2, ["-arch=sm_90a", "-verbose"])
+    try:
+        data = ptx.encode()
+        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
+        try:
+            nvjitlink.complete(handle)
+        except nvjitlink.nvJitLinkError:
+            log = bytearray(nvjitlink.get_error_log_size(handle))
+            nvjitlink.get_error_log(handle, log)
+            return log.decode(errors="replace")[-2000:], None
+        log = bytearray(nvjitlink.get_info_log_size(handle))
+        nvjitlink.get_info_log(handle, log)
+        stack = re.search(r"(\d+) bytes stack", log.decode(errors="replace"))
+        return None, int(stack.group(1)) if stack else None
+    finally:
+        nvjitlink.destroy(handle)
 
 
 def compile_all():
@@ -52,8 +82,10 @@ def compile_all():
         records.append({"module": info.name, "has_list": listed is not None,
                         "unlisted": unlisted})
         for kernel, signature in listed or []:
+            closure = dict(zip(kernel.py_func.__code__.co_freevars,
+                               (c.cell_contents for c in kernel.py_func.__closure__ or ())))
             record = {"module": info.name, "kernel": kernel.py_func.__name__,
-                      "signature": str(signature)}
+                      "signature": str(signature), "head_dim": closure.get("D")}
             try:
                 ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=CC)
             except Exception as error:     # reported by the test, one line per kernel
@@ -61,6 +93,7 @@ def compile_all():
             else:
                 record["local_memory"] = ".local" in ptx
                 record["float64"] = re.search(r"\.f64\b", ptx) is not None
+                record["assembly_error"], record["stack_bytes"] = assemble(ptx)
             records.append(record)
     return records
 
@@ -90,6 +123,16 @@ def test_every_kernel_compiles_for_sm90(records):
     assert failed == []
     for module in {r["module"] for r in records}:
         assert any(r["module"] == module for r in kernels), f"{module} lists no kernel"
+
+
+def test_every_kernel_assembles_for_sm90a_without_spills(records):
+    kernels = [r for r in records if "kernel" in r and "error" not in r]
+    failed = [f"{r['module']}.{r['kernel']}: {r['assembly_error']}"
+              for r in kernels if r["assembly_error"]]
+    assert failed == []
+    spilled = {(r["module"], r["kernel"], r["head_dim"]): r["stack_bytes"]
+               for r in kernels if r["stack_bytes"] != 0}
+    assert spilled == KNOWN_SPILLS
 
 
 def test_kernels_use_registers_and_float32_only(records):

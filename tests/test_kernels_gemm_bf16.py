@@ -97,21 +97,26 @@ def test_step_products(product):
     check_matmul_bf16(M, N, K, ta, tb, epilogue, None, seed=5, split_k=None)
 
 
-@pytest.mark.parametrize("tile", [gemm_bf16.LARGE_TILE, gemm_bf16.SMALL_TILE])
+@pytest.mark.parametrize("tile", [gemm_bf16.LARGE_TILE, gemm_bf16.SMALL_TILE,
+                                  gemm_bf16.FOLD_TILE])
 def test_default_tiles_compile_and_run(tile):
     """The tiles the GPU runs by default, once each in the simulator too: one block
     (~30 s of simulation for the large one), ragged edges, and a K of one slab more than
     the stages so that the pipeline wraps around its buffers."""
     check_matmul_bf16(tile.rows - 8, tile.cols - 8, tile.stages * tile.depth + 8, False,
-                      True, "float32", tile, seed=7)
+                      True, "float32", tile, seed=7, split_k=None)
 
 
 def test_default_tile_and_split():
-    assert gemm_bf16.default_tile(16384, 2304) == gemm_bf16.LARGE_TILE
-    assert gemm_bf16.default_tile(768, 768) == gemm_bf16.SMALL_TILE
+    assert gemm_bf16.default_tile(16384, 2304, 768) == gemm_bf16.LARGE_TILE
+    assert gemm_bf16.default_tile(16384, 1152, 384) == gemm_bf16.SMALL_TILE     # short K
+    assert gemm_bf16.default_tile(16384, 384, 1536) == gemm_bf16.SMALL_TILE     # few tiles
+    assert gemm_bf16.default_tile(768, 768, 16384, True) == gemm_bf16.LARGE_TILE  # split K
+    assert gemm_bf16.default_tile(16384, 768, 50304) == gemm_bf16.FOLD_TILE     # folded K
     # a weight gradient: few output tiles, a long K -> split until every SM has a block
-    tile = gemm_bf16.default_tile(768, 768)
-    assert gemm_bf16.default_split_k(768, 768, 16384, tile) * 144 >= 4 * gemm_bf16.SMS
+    tile = gemm_bf16.default_tile(768, 768, 16384, True)
+    tiles = (768 // tile.rows) ** 2
+    assert gemm_bf16.default_split_k(768, 768, 16384, tile) * tiles >= 4 * gemm_bf16.SMS
     assert gemm_bf16.default_split_k(16384, 2304, 768, gemm_bf16.LARGE_TILE) == 1
 
 

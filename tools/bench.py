@@ -4,10 +4,13 @@
     python tools/bench.py --out bench/RESULTS.md            # everything (needs a GPU + torch)
     python tools/bench.py --only kernels --out /tmp/k.md
 
-Three sections:
+Four sections:
   gemm     every GEMM of an andrea-120m and an andrea-12m training step on the bf16 tensor
            cores (kernels/gemm_bf16.py), in TFLOP/s beside torch.mm in bf16 (cuBLAS);
            --gemm-sweep also times every tile and split-K candidate and reports the best;
+  attention  flash attention on the tensor cores (kernels/flash_attention.py), forward and
+           forward + backward, beside SDPA in bf16 (causal) at andrea-120m, andrea-12m and
+           head_dim 72 shapes; --attention-sweep also times the tile candidates;
   kernels  every backend op at andrea-120m shapes (B 16, T 1024, C 768, 12 heads of 64,
            V 50304), timed with CUDA events, beside the PyTorch op that does the same work
            in float32 (TF32 off);
@@ -72,7 +75,7 @@ def gemm_candidates(M, N, K, accumulate):
              MmaTile(128, 128, 32, 64, 64, 3), MmaTile(128, 128, 32, 64, 64, 3, 2),
              MmaTile(128, 64, 32, 64, 32, 4, 2), MmaTile(128, 256, 32, 64, 64, 2),
              MmaTile(256, 128, 32, 64, 64, 2), MmaTile(64, 64, 32, 32, 32, 4, 4)]
-    default = gemm_bf16.default_tile(M, N)
+    default = gemm_bf16.default_tile(M, N, K, accumulate)
     out = [(default, None)]
     for tile in tiles:
         for split in ((1, 2, 4, 8) if accumulate else (1,)):
@@ -144,6 +147,154 @@ def gemm_report(rows, sweep):
             geomean = np.exp(np.mean(np.log(ratios)))
             lines.append(f"\n{config}: geometric mean of the ratios {geomean:.2f}, "
                          f"lowest {min(ratios):.2f}")
+    return lines + [""]
+
+
+# ----------------------------------------------------------------------------------
+# flash attention (bf16, tensor cores) beside SDPA
+
+ATTENTION_SHAPES = (("andrea-120m", 16, 12, 1024, 64), ("andrea-12m", 64, 12, 256, 32),
+                    ("head_dim 72", 16, 12, 1024, 72))
+
+
+def attention_candidates(D):
+    """(forward tile, (dq tile, dk/dv tile)) variants the sweep times, defaults first, each
+    pass varied alone (the backward's two passes are timed together)."""
+    from microgpt.kernels import flash_attention as fa
+    from microgpt.kernels.flash_attention import FlashTile
+
+    tiles = [FlashTile(128, 64), FlashTile(64, 64), FlashTile(128, 32), FlashTile(64, 32),
+             FlashTile(32, 64), FlashTile(32, 32)]
+
+    def fits(tile, kind):
+        return fa.shared_bytes(tile, D, kind) <= fa.SHARED_LIMIT
+
+    dq, dkdv = fa.default_tile(D, "dq"), fa.default_tile(D, "dkdv")
+    forward = [fa.default_tile(D, "forward")] + [t for t in tiles if fits(t, "forward")]
+    backward = ([(dq, dkdv)] + [(t, dkdv) for t in tiles if fits(t, "dq")]
+                + [(dq, t) for t in tiles if fits(t, "dkdv")])
+    return list(dict.fromkeys(forward)), list(dict.fromkeys(backward))
+
+
+def best_variant(run, variants, result, reps):
+    """(ms, variant) of the fastest variant whose result (a device array, host copy) agrees
+    with the first variant's, which is the default."""
+    timings, reference = [], None
+    for variant in variants:
+        run(variant)
+        got = result().astype(np.float64)
+        if reference is None:
+            reference = got
+        elif np.linalg.norm(got - reference) > 1e-2 * np.linalg.norm(reference):
+            print(f"    variant {variant}: result differs from the default's, not timed")
+            continue
+        timings.append((cuda_time(lambda: run(variant), reps), variant))
+    return min(timings, key=lambda t: t[0])
+
+
+def time_flash_attention(host, reps, sweep):
+    """Our forward, backward and both, in ms; with sweep the best tiles of each."""
+    import ml_dtypes
+    from numba import cuda
+    from microgpt.kernels import flash_attention as fa
+
+    shape = host[0].shape
+    q, k, v, dout = (cuda.to_device(x.astype(ml_dtypes.bfloat16).view(np.uint16))
+                     for x in host)
+    out, dq, dk, dv = (cuda.device_array(shape, np.uint16) for _ in range(4))
+    lse, delta = (cuda.device_array(shape[:3], np.float32) for _ in range(2))
+
+    def forward(tile=None):
+        fa.flash_attention_forward(out, lse, q, k, v, tile=tile)
+
+    def backward(tiles=(None, None)):
+        fa.flash_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, delta, tiles=tiles)
+
+    row = dict(fwd=cuda_time(forward, reps), bwd=cuda_time(backward, reps),
+               both=cuda_time(lambda: (forward(), backward()), reps))
+    if sweep:
+        forward_tiles, backward_tiles = attention_candidates(shape[-1])
+        row["best_fwd"] = best_variant(forward, forward_tiles, out.copy_to_host, reps)
+        forward()
+        row["best_bwd"] = best_variant(backward, backward_tiles, dq.copy_to_host, reps)
+    return row
+
+
+def time_sdpa(host, reps):
+    import torch
+    import torch.nn.functional as F
+
+    q, k, v = (torch.from_numpy(x).cuda().bfloat16().requires_grad_() for x in host[:3])
+    dout = torch.from_numpy(host[3]).cuda().bfloat16()
+
+    def sdpa():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    return dict(sdpa_fwd=torch_time(sdpa, reps),
+                sdpa_both=torch_time(lambda: torch.autograd.grad(sdpa(), (q, k, v), dout),
+                                     reps))
+
+
+def time_fp32_attention(host, reps):
+    """The float32 kernels (kernels/attention.py): forward, and forward + backward."""
+    from numba import cuda
+    from microgpt.kernels import attention
+
+    q, k, v, dout = (cuda.to_device(x) for x in host)
+    out, dq, dk, dv = (cuda.device_array(q.shape, np.float32) for _ in range(4))
+    lse = cuda.device_array(q.shape[:3], np.float32)
+
+    def forward():
+        attention.attention_forward(out, lse, q, k, v)
+
+    def both():
+        forward()
+        attention.attention_backward(dq, dk, dv, dout, q, k, v, out, lse)
+
+    return dict(fp32_fwd=cuda_time(forward, reps), fp32_both=cuda_time(both, reps))
+
+
+def bench_flash_attention(reps, sweep):
+    rng = np.random.default_rng(0)
+    rows = []
+    for config, B, H, T, D in ATTENTION_SHAPES:
+        host = [rng.standard_normal((B, H, T, D), np.float32) for _ in range(4)]
+        row = dict(config=config, shape=(B, H, T, D), flops=2 * B * H * T * T * D,
+                   **time_flash_attention(host, reps, sweep), **time_sdpa(host, reps))
+        if D % 16:          # the target there: no slower than the float32 kernels
+            row.update(time_fp32_attention(host, max(2, reps // 4)))
+        rows.append(row)
+        print(f"  {config:12s} {row['shape']}  fwd {row['fwd']:.3f} ms "
+              f"(SDPA {row['sdpa_fwd']:.3f})  fwd+bwd {row['both']:.3f} ms "
+              f"(SDPA {row['sdpa_both']:.3f})"
+              + (f"  fp32 {row['fp32_fwd']:.3f} / {row['fp32_both']:.3f}" if D % 16 else "")
+              + (f"  best fwd {row['best_fwd']}  best bwd {row['best_bwd']}" if sweep else ""),
+              flush=True)
+    return rows
+
+
+def attention_report(rows, sweep):
+    lines = ["## Flash attention (bf16, tensor cores) against SDPA bf16, causal",
+             "",
+             "microgpt: kernels/flash_attention.py with its default tiles; fwd+bwd = forward, "
+             "then the dq and dk/dv passes. TFLOP/s count the causal half (fwd 4BHT²D/2, "
+             "bwd 2.5x). Ratios are microgpt / SDPA time (targets: fwd <= 1.3, fwd+bwd <= 1.5).",
+             "",
+             "| shape (B, H, T, D) | fwd ms | TFLOP/s | SDPA fwd ms | ratio | fwd+bwd ms | "
+             "TFLOP/s | SDPA fwd+bwd ms | ratio | fp32 kernel fwd / fwd+bwd ms |"
+             + (" best fwd tile, ms | best bwd tiles, ms |" if sweep else ""),
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---|---|" if sweep else "")]
+    for r in rows:
+        cells = [f"{r['config']} {r['shape']}", f"{r['fwd']:.3f}",
+                 f"{r['flops'] / r['fwd'] / 1e9:.0f}", f"{r['sdpa_fwd']:.3f}",
+                 f"{r['fwd'] / r['sdpa_fwd']:.2f}", f"{r['both']:.3f}",
+                 f"{3.5 * r['flops'] / r['both'] / 1e9:.0f}", f"{r['sdpa_both']:.3f}",
+                 f"{r['both'] / r['sdpa_both']:.2f}",
+                 f"{r['fp32_fwd']:.3f} / {r['fp32_both']:.3f}" if "fp32_fwd" in r else ""]
+        if sweep:
+            cells += [f"{tuple(r['best_fwd'][1])}, {r['best_fwd'][0]:.3f}",
+                      f"{tuple(map(tuple, r['best_bwd'][1]))}, {r['best_bwd'][0]:.3f}"]
+        lines.append("| " + " | ".join(cells) + " |")
     return lines + [""]
 
 
@@ -442,7 +593,8 @@ def versions():
     )
 
 
-def write_report(path, gemm, kernels, steps, command, sweep=False):
+def write_report(path, gemm, kernels, steps, command, sweep=False, attention=(),
+                 attention_sweep=False):
     lines = [
         f"# Benchmark results ({datetime.date.today().isoformat()})",
         "",
@@ -455,6 +607,8 @@ def write_report(path, gemm, kernels, steps, command, sweep=False):
     ]
     if gemm:
         lines += gemm_report(gemm, sweep)
+    if attention:
+        lines += attention_report(attention, attention_sweep)
     if kernels:
         lines += [
             "## Kernels at andrea-120m shapes (B 16, T 1024, C 768, 12 heads of 64, V 50304)",
@@ -492,9 +646,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--only", choices=["gemm", "kernels", "steps"], help="run one section")
+    parser.add_argument("--only", choices=["gemm", "attention", "kernels", "steps"],
+                        help="run one section")
     parser.add_argument("--gemm-sweep", action="store_true",
                         help="time every tile and split-K candidate of each GEMM")
+    parser.add_argument("--attention-sweep", action="store_true",
+                        help="time the tile candidates of each flash attention pass")
     parser.add_argument("--reps", type=int, default=10, help="timed repetitions per measurement")
     parser.add_argument("--out", default="bench/RESULTS.md", help="markdown file to write")
     args = parser.parse_args(argv)
@@ -504,10 +661,13 @@ def main(argv=None):
         print("bench.py: no CUDA GPU found; the benchmarks need one (and PyTorch)", file=sys.stderr)
         return 2
     gemm = bench_gemm(args.reps, args.gemm_sweep) if args.only in (None, "gemm") else []
+    attention = (bench_flash_attention(args.reps, args.attention_sweep)
+                 if args.only in (None, "attention") else [])
     kernels = bench_kernels(args.reps) if args.only in (None, "kernels") else []
     steps = bench_steps(max(2, args.reps // 2)) if args.only in (None, "steps") else []
     write_report(args.out, gemm, kernels, steps,
-                 "python tools/bench.py " + " ".join(argv or sys.argv[1:]), args.gemm_sweep)
+                 "python tools/bench.py " + " ".join(argv or sys.argv[1:]), args.gemm_sweep,
+                 attention, args.attention_sweep)
     return 0
 
 
