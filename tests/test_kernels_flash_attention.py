@@ -127,3 +127,29 @@ def test_flash_attention_backward(shape, tiles, seed):
 test_flash_attention_forward = examples(test_flash_attention_forward, "tile", EXAMPLE_TILE)
 test_flash_attention_backward = examples(test_flash_attention_backward, "tiles",
                                          (EXAMPLE_TILE, EXAMPLE_TILE))
+
+
+def test_default_tiles_fit_and_pad():
+    for D in (4, 32, 64, 72, 128):
+        for kind in fa.RESIDENT:
+            fa.check_tile(fa.default_tile(D, kind), D, kind)
+    assert fa.head_widths(72) == (80, 128) and fa.head_widths(4) == (16, 16)
+    assert fa.head_widths(64) == (64, 64) and fa.head_widths(24) == (32, 32)
+
+
+def test_flash_attention_rejects_bad_arguments():
+    def dev(*shape, dtype=np.uint16):
+        return cuda.to_device(np.ones(shape, dtype))
+
+    x, lse = dev(1, 2, 3, 32), dev(1, 2, 3, dtype=np.float32)
+    with pytest.raises(ValueError, match="lse: expected shape"):
+        fa.flash_attention_forward(x, dev(1, 2, 4, dtype=np.float32), x, x, x)
+    with pytest.raises(TypeError, match="q: expected dtype uint16"):
+        fa.flash_attention_forward(x, lse, dev(1, 2, 3, 32, dtype=np.float32), x, x)
+    with pytest.raises(ValueError, match="multiples of 16"):
+        fa.flash_attention_forward(x, lse, x, x, x, tile=FlashTile(24, 16))
+    wide = dev(1, 2, 3, 64)
+    with pytest.raises(ValueError, match="shared memory"):
+        fa.flash_attention_backward(*[wide] * 8, lse, tiles=(FlashTile(128, 128), None))
+    with pytest.raises(ValueError, match="delta: expected shape"):
+        fa.flash_attention_backward(x, x, x, x, x, x, x, x, lse, dev(1, 2, 4, dtype=np.float32))
