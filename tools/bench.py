@@ -1,0 +1,675 @@
+#!/usr/bin/env python3
+"""Speed and memory of microgpt's CUDA backend, against PyTorch measured in the same run.
+
+    python tools/bench.py --out bench/RESULTS.md            # everything (needs a GPU + torch)
+    python tools/bench.py --only kernels --out /tmp/k.md
+
+Four sections:
+  gemm     every GEMM of an andrea-120m and an andrea-12m training step on the bf16 tensor
+           cores (kernels/gemm_bf16.py), in TFLOP/s beside torch.mm in bf16 (cuBLAS);
+           --gemm-sweep also times every tile and split-K candidate and reports the best;
+  attention  flash attention on the tensor cores (kernels/flash_attention.py), forward and
+           forward + backward, beside SDPA in bf16 (causal) at andrea-120m, andrea-12m and
+           head_dim 72 shapes; --attention-sweep also times the tile candidates;
+  kernels  every backend op at andrea-120m shapes (B 16, T 1024, C 768, 12 heads of 64,
+           V 50304), timed with CUDA events, beside the PyTorch op that does the same work
+           in float32 (TF32 off);
+  steps    tokens/s and peak device memory of a whole training step (forward, backward,
+           AdamW) for andrea-12m (B 64, T 256) and andrea-120m (B 16, T 1024), beside a
+           PyTorch model of the same architecture in float32 (TF32 off) and bf16 autocast.
+The file written holds the machine, the versions and the command. Ratios are what count:
+absolute figures move 10-30% between runs.
+"""
+
+import argparse
+import datetime
+import importlib.metadata
+import platform
+import sys
+import time
+
+import numpy as np
+
+
+def cuda_time(fn, reps, warmup=2):
+    """Mean milliseconds of fn() over reps, by CUDA events on the default stream."""
+    from numba import cuda
+
+    for _ in range(warmup):
+        fn()
+    start, stop = cuda.event(timing=True), cuda.event(timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    stop.record()
+    stop.synchronize()
+    return cuda.event_elapsed_time(start, stop) / reps
+
+
+def torch_time(fn, reps, warmup=2):
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) / reps
+
+
+# ----------------------------------------------------------------------------------
+# bf16 GEMMs of a training step
+
+GEMM_CONFIGS = (("andrea-120m", 16, 1024, 768, 50304), ("andrea-12m", 64, 256, 384, 4096))
+
+
+def gemm_candidates(M, N, K, accumulate):
+    """(tile, split_k) pairs the sweep times: the default first."""
+    from microgpt.kernels import gemm_bf16
+    from microgpt.kernels.gemm_bf16 import MmaTile
+
+    tiles = [gemm_bf16.LARGE_TILE, gemm_bf16.SMALL_TILE, MmaTile(128, 128, 32, 64, 32, 3, 2),
+             MmaTile(128, 128, 32, 64, 64, 3), MmaTile(128, 128, 32, 64, 64, 3, 2),
+             MmaTile(128, 64, 32, 64, 32, 4, 2), MmaTile(128, 256, 32, 64, 64, 2),
+             MmaTile(256, 128, 32, 64, 64, 2), MmaTile(64, 64, 32, 32, 32, 4, 4)]
+    default = gemm_bf16.default_tile(M, N, K, accumulate)
+    out = [(default, None)]
+    for tile in tiles:
+        for split in ((1, 2, 4, 8) if accumulate else (1,)):
+            if (tile, split) != (default, None):
+                out.append((tile, split))
+    return out
+
+
+def bench_gemm(reps, sweep):
+    import ml_dtypes
+    import torch
+    from numba import cuda
+    from microgpt.kernels import gemm_bf16
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for config, B, T, C, V in GEMM_CONFIGS:
+        for name, M, N, K, ta, tb, epilogue in gemm_bf16.step_products(B, T, C, V):
+            accumulate = epilogue == "accumulate"
+            a = rng.standard_normal((K, M) if ta else (M, K), np.float32)
+            b = rng.standard_normal((N, K) if tb else (K, N), np.float32)
+            da = cuda.to_device(a.astype(ml_dtypes.bfloat16).view(np.uint16))
+            db = cuda.to_device(b.astype(ml_dtypes.bfloat16).view(np.uint16))
+            out = cuda.to_device(np.zeros((M, N), np.float32 if accumulate else np.uint16))
+            flops = 2 * M * N * K
+            timings = []
+            for tile, split in (gemm_candidates(M, N, K, accumulate) if sweep else
+                                [(None, None)]):
+                ms = cuda_time(lambda: gemm_bf16.matmul_bf16(
+                    out, da, db, ta, tb, accumulate, tile=tile, split_k=split), reps)
+                timings.append((ms, tile, split))
+            ta_t = torch.from_numpy(a).cuda().bfloat16()
+            tb_t = torch.from_numpy(b).cuda().bfloat16()
+            lhs, rhs = (ta_t.T if ta else ta_t), (tb_t.T if tb else tb_t)
+            torch_ms = torch_time(lambda: torch.mm(lhs, rhs), reps)
+            default_ms = timings[0][0]
+            best_ms, best_tile, best_split = min(timings, key=lambda t: t[0])
+            rows.append(dict(config=config, name=name, M=M, N=N, K=K, ms=default_ms,
+                             torch_ms=torch_ms, flops=flops, best_ms=best_ms,
+                             best=f"{tuple(best_tile) if best_tile else 'default'} "
+                                  f"split {best_split}"))
+            print(f"  {config:12s} {name:16s} {M:6d}x{N:6d}x{K:6d} {flops / default_ms / 1e9:6.0f} "
+                  f"TFLOP/s  torch {flops / torch_ms / 1e9:6.0f}  ratio {torch_ms / default_ms:5.2f}"
+                  + (f"  best {flops / best_ms / 1e9:6.0f} {rows[-1]['best']}" if sweep else ""),
+                  flush=True)
+            del da, db, out, ta_t, tb_t, lhs, rhs
+    return rows
+
+
+def gemm_report(rows, sweep):
+    lines = ["## bf16 GEMMs of a training step (tensor cores) against torch.mm bf16 (cuBLAS)",
+             "",
+             "Forward and dX products write bf16; dW products accumulate into float32 (split-K "
+             "by default where the output has few tiles); torch.mm writes bf16 in every row.",
+             "",
+             "| config | product | M x N x K | microgpt ms | TFLOP/s | torch ms | TFLOP/s | "
+             "ratio |" + (" best TFLOP/s | best tile, split |" if sweep else ""),
+             "|---|---|---|---:|---:|---:|---:|---:|" + ("---:|---|" if sweep else "")]
+    for r in rows:
+        cells = [r["config"], r["name"], f"{r['M']} x {r['N']} x {r['K']}", f"{r['ms']:.3f}",
+                 f"{r['flops'] / r['ms'] / 1e9:.0f}", f"{r['torch_ms']:.3f}",
+                 f"{r['flops'] / r['torch_ms'] / 1e9:.0f}", f"{r['torch_ms'] / r['ms']:.2f}"]
+        if sweep:
+            cells += [f"{r['flops'] / r['best_ms'] / 1e9:.0f}", r["best"]]
+        lines.append("| " + " | ".join(cells) + " |")
+    for config, *_ in GEMM_CONFIGS:
+        ratios = [r["torch_ms"] / r["ms"] for r in rows if r["config"] == config]
+        if ratios:
+            geomean = np.exp(np.mean(np.log(ratios)))
+            lines.append(f"\n{config}: geometric mean of the ratios {geomean:.2f}, "
+                         f"lowest {min(ratios):.2f}")
+    return lines + [""]
+
+
+# ----------------------------------------------------------------------------------
+# flash attention (bf16, tensor cores) beside SDPA
+
+ATTENTION_SHAPES = (("andrea-120m", 16, 12, 1024, 64), ("andrea-12m", 64, 12, 256, 32),
+                    ("head_dim 72", 16, 12, 1024, 72))
+
+
+def attention_candidates(D):
+    """(forward tile, (dq tile, dk/dv tile)) variants the sweep times, defaults first, each
+    pass varied alone (the backward's two passes are timed together)."""
+    from microgpt.kernels import flash_attention as fa
+    from microgpt.kernels.flash_attention import FlashTile
+
+    tiles = [FlashTile(128, 64), FlashTile(64, 64), FlashTile(128, 32), FlashTile(64, 32),
+             FlashTile(32, 64), FlashTile(32, 32)]
+
+    def fits(tile, kind):
+        return fa.shared_bytes(tile, D, kind) <= fa.SHARED_LIMIT
+
+    dq, dkdv = fa.default_tile(D, "dq"), fa.default_tile(D, "dkdv")
+    forward = [fa.default_tile(D, "forward")] + [t for t in tiles if fits(t, "forward")]
+    backward = ([(dq, dkdv)] + [(t, dkdv) for t in tiles if fits(t, "dq")]
+                + [(dq, t) for t in tiles if fits(t, "dkdv")])
+    return list(dict.fromkeys(forward)), list(dict.fromkeys(backward))
+
+
+def best_variant(run, variants, result, reps):
+    """(ms, variant) of the fastest variant whose result (a device array, host copy) agrees
+    with the first variant's, which is the default."""
+    timings, reference = [], None
+    for variant in variants:
+        run(variant)
+        got = result().astype(np.float64)
+        if reference is None:
+            reference = got
+        elif np.linalg.norm(got - reference) > 1e-2 * np.linalg.norm(reference):
+            print(f"    variant {variant}: result differs from the default's, not timed")
+            continue
+        timings.append((cuda_time(lambda: run(variant), reps), variant))
+    return min(timings, key=lambda t: t[0])
+
+
+def time_flash_attention(host, reps, sweep):
+    """Our forward, backward and both, in ms; with sweep the best tiles of each."""
+    import ml_dtypes
+    from numba import cuda
+    from microgpt.kernels import flash_attention as fa
+
+    shape = host[0].shape
+    q, k, v, dout = (cuda.to_device(x.astype(ml_dtypes.bfloat16).view(np.uint16))
+                     for x in host)
+    out, dq, dk, dv = (cuda.device_array(shape, np.uint16) for _ in range(4))
+    lse, delta = (cuda.device_array(shape[:3], np.float32) for _ in range(2))
+
+    def forward(tile=None):
+        fa.flash_attention_forward(out, lse, q, k, v, tile=tile)
+
+    def backward(tiles=(None, None)):
+        fa.flash_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, delta, tiles=tiles)
+
+    row = dict(fwd=cuda_time(forward, reps), bwd=cuda_time(backward, reps),
+               both=cuda_time(lambda: (forward(), backward()), reps))
+    if sweep:
+        forward_tiles, backward_tiles = attention_candidates(shape[-1])
+        row["best_fwd"] = best_variant(forward, forward_tiles, out.copy_to_host, reps)
+        forward()
+        row["best_bwd"] = best_variant(backward, backward_tiles, dq.copy_to_host, reps)
+    return row
+
+
+def time_sdpa(host, reps):
+    import torch
+    import torch.nn.functional as F
+
+    q, k, v = (torch.from_numpy(x).cuda().bfloat16().requires_grad_() for x in host[:3])
+    dout = torch.from_numpy(host[3]).cuda().bfloat16()
+
+    def sdpa():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    return dict(sdpa_fwd=torch_time(sdpa, reps),
+                sdpa_both=torch_time(lambda: torch.autograd.grad(sdpa(), (q, k, v), dout),
+                                     reps))
+
+
+def time_fp32_attention(host, reps):
+    """The float32 kernels (kernels/attention.py): forward, and forward + backward."""
+    from numba import cuda
+    from microgpt.kernels import attention
+
+    q, k, v, dout = (cuda.to_device(x) for x in host)
+    out, dq, dk, dv = (cuda.device_array(q.shape, np.float32) for _ in range(4))
+    lse = cuda.device_array(q.shape[:3], np.float32)
+
+    def forward():
+        attention.attention_forward(out, lse, q, k, v)
+
+    def both():
+        forward()
+        attention.attention_backward(dq, dk, dv, dout, q, k, v, out, lse)
+
+    return dict(fp32_fwd=cuda_time(forward, reps), fp32_both=cuda_time(both, reps))
+
+
+def bench_flash_attention(reps, sweep):
+    rng = np.random.default_rng(0)
+    rows = []
+    for config, B, H, T, D in ATTENTION_SHAPES:
+        host = [rng.standard_normal((B, H, T, D), np.float32) for _ in range(4)]
+        row = dict(config=config, shape=(B, H, T, D), flops=2 * B * H * T * T * D,
+                   **time_flash_attention(host, reps, sweep), **time_sdpa(host, reps))
+        if D % 16:          # the target there: no slower than the float32 kernels
+            row.update(time_fp32_attention(host, max(2, reps // 4)))
+        rows.append(row)
+        print(f"  {config:12s} {row['shape']}  fwd {row['fwd']:.3f} ms "
+              f"(SDPA {row['sdpa_fwd']:.3f})  fwd+bwd {row['both']:.3f} ms "
+              f"(SDPA {row['sdpa_both']:.3f})"
+              + (f"  fp32 {row['fp32_fwd']:.3f} / {row['fp32_both']:.3f}" if D % 16 else "")
+              + (f"  best fwd {row['best_fwd']}  best bwd {row['best_bwd']}" if sweep else ""),
+              flush=True)
+    return rows
+
+
+def attention_report(rows, sweep):
+    lines = ["## Flash attention (bf16, tensor cores) against SDPA bf16, causal",
+             "",
+             "microgpt: kernels/flash_attention.py with its default tiles; fwd+bwd = forward, "
+             "then the dq and dk/dv passes. TFLOP/s count the causal half (fwd 4BHT²D/2, "
+             "bwd 2.5x). Ratios are microgpt / SDPA time (targets: fwd <= 1.3, fwd+bwd <= 1.5).",
+             "",
+             "| shape (B, H, T, D) | fwd ms | TFLOP/s | SDPA fwd ms | ratio | fwd+bwd ms | "
+             "TFLOP/s | SDPA fwd+bwd ms | ratio | fp32 kernel fwd / fwd+bwd ms |"
+             + (" best fwd tile, ms | best bwd tiles, ms |" if sweep else ""),
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---|---|" if sweep else "")]
+    for r in rows:
+        cells = [f"{r['config']} {r['shape']}", f"{r['fwd']:.3f}",
+                 f"{r['flops'] / r['fwd'] / 1e9:.0f}", f"{r['sdpa_fwd']:.3f}",
+                 f"{r['fwd'] / r['sdpa_fwd']:.2f}", f"{r['both']:.3f}",
+                 f"{3.5 * r['flops'] / r['both'] / 1e9:.0f}", f"{r['sdpa_both']:.3f}",
+                 f"{r['both'] / r['sdpa_both']:.2f}",
+                 f"{r['fp32_fwd']:.3f} / {r['fp32_both']:.3f}" if "fp32_fwd" in r else ""]
+        if sweep:
+            cells += [f"{tuple(r['best_fwd'][1])}, {r['best_fwd'][0]:.3f}",
+                      f"{tuple(map(tuple, r['best_bwd'][1]))}, {r['best_bwd'][0]:.3f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+# ----------------------------------------------------------------------------------
+# kernels at andrea-120m shapes
+
+
+def bench_kernels(reps):
+    import torch
+    import torch.nn.functional as F
+    from microgpt.cuda_backend import CudaBackend
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    ops = CudaBackend()
+    B, T, C, H, V = 16, 1024, 768, 12, 50304
+    D, N = C // H, B * T
+    rng = np.random.default_rng(0)
+
+    def dev(*shape, scale=1.0):
+        return ops.to_device((rng.standard_normal(shape) * scale).astype(np.float32))
+
+    def tdev(*shape, scale=1.0, grad=False):
+        return (torch.randn(*shape, device="cuda") * scale).requires_grad_(grad)
+
+    x, w_qkv, qkv = dev(N, C), dev(C, 3 * C, scale=0.02), dev(B, T, 3 * C)
+    w_o, proj = dev(C, C, scale=0.02), dev(N, C)
+    q, k, v, y, lse = (
+        dev(B, H, T, D),
+        dev(B, H, T, D),
+        dev(B, H, T, D),
+        dev(B, H, T, D),
+        dev(B, H, T),
+    )
+    dq, dk, dv = dev(B, H, T, D), dev(B, H, T, D), dev(B, H, T, D)
+    merged, fc, fc_out = dev(B, T, C), dev(N, 4 * C), dev(N, 4 * C)
+    ln_w, ln_b, mean, rstd, ln_out = dev(C), dev(C), dev(N), dev(N), dev(N, C)
+    logits, losses, targets = dev(N, V), dev(N), ops.to_device(rng.integers(0, V, N))
+    wte, wpe, idx = (
+        dev(V, C, scale=0.02),
+        dev(T, C, scale=0.02),
+        ops.to_device(rng.integers(0, V, (B, T))),
+    )
+    logits_lse = dev(N)
+    ops.attention_forward(y, lse, q, k, v)  # realistic lse for the backward
+    flat = 124_392_960  # andrea-120m's parameter count
+    p, g, m = dev(flat, scale=0.02), dev(flat, scale=1e-3), dev(flat, scale=1e-3)
+    vv, nsq = ops.zeros((flat,)), ops.zeros((1,))
+
+    tx, tw, tw_o = tdev(N, C), tdev(C, 3 * C, scale=0.02), tdev(C, C, scale=0.02)
+    tq, tk, tv = (tdev(B, H, T, D, grad=True) for _ in range(3))
+    tlogits, ttargets = tdev(N, V), torch.randint(0, V, (N,), device="cuda")
+    tfc = tdev(N, 4 * C)
+    tln_w, tln_b = tdev(C), tdev(C)
+    tsdpa = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+    tdo = torch.randn_like(tsdpa)
+
+    rows = [
+        (
+            "fused QKV GEMM 16384x768 @ 768x2304",
+            lambda: ops.matmul(qkv.reshape(N, 3 * C), x, w_qkv),
+            lambda: torch.mm(tx, tw),
+            2 * N * C * 3 * C,
+        ),
+        (
+            "split heads (B,T,3C) -> 3 x (B,H,T,D)",
+            lambda: ops.split_heads_forward(q, k, v, qkv),
+            None,
+            0,
+        ),
+        (
+            "attention forward, causal",
+            lambda: ops.attention_forward(y, lse, q, k, v),
+            lambda: F.scaled_dot_product_attention(tq, tk, tv, is_causal=True),
+            2 * B * H * T * T * D,
+        ),
+        (
+            "attention backward",
+            lambda: ops.attention_backward(dq, dk, dv, y, q, k, v, y, lse),
+            lambda: torch.autograd.grad(tsdpa, (tq, tk, tv), tdo, retain_graph=True),
+            5 * B * H * T * T * D,
+        ),
+        ("merge heads (B,H,T,D) -> (B,T,C)", lambda: ops.merge_heads_forward(merged, y), None, 0),
+        (
+            "W_O GEMM 16384x768 @ 768x768",
+            lambda: ops.matmul(proj, merged.reshape(N, C), w_o),
+            lambda: torch.mm(tx, tw_o),
+            2 * N * C * C,
+        ),
+        (
+            "layernorm forward",
+            lambda: ops.layernorm_forward(ln_out, mean, rstd, x, ln_w, ln_b),
+            lambda: F.layer_norm(tx, (C,), tln_w, tln_b),
+            0,
+        ),
+        (
+            "gelu forward (N, 4C)",
+            lambda: ops.gelu_forward(fc_out, fc),
+            lambda: F.gelu(tfc, approximate="tanh"),
+            0,
+        ),
+        ("encoder forward", lambda: ops.encoder_forward(merged, idx, wte, wpe), None, 0),
+        (
+            "crossentropy forward (16384 x 50304)",
+            lambda: ops.crossentropy_forward(losses, logits_lse, logits, targets),
+            lambda: F.cross_entropy(tlogits, ttargets),
+            0,
+        ),
+        (
+            "LM head GEMM 16384x768 @ (50304x768)^T",
+            lambda: ops.matmul(logits, x, wte, transpose_b=True),
+            None,
+            2 * N * C * V,
+        ),
+        ("global grad norm (124M)", lambda: ops.global_norm_squared(nsq, g), None, 0),
+        (
+            "AdamW update (124M)",
+            lambda: ops.adamw_update(
+                p,
+                g,
+                m,
+                vv,
+                nsq,
+                lr=1e-4,
+                step=1,
+                weight_decay=0.1,
+                n_decay=flat // 2,
+                max_norm=1.0,
+                beta1=0.9,
+                beta2=0.95,
+                eps=1e-8,
+            ),
+            None,
+            0,
+        ),
+    ]
+    # the backward passes (microgpt's only; PyTorch's GEMM twins for scale)
+    dw_qkv, ln_dw, ln_db = dev(C, 3 * C), dev(C), dev(C)
+    dwte, dwpe, tdy = dev(V, C), dev(T, C), tdev(N, 3 * C)
+    rows += [
+        ("QKV GEMM backward dX = dY @ W^T", lambda: ops.matmul(x, qkv.reshape(N, 3 * C), w_qkv,
+                                                               transpose_b=True),
+         lambda: torch.mm(tdy, tw.T), 2 * N * C * 3 * C),
+        ("QKV GEMM backward dW += X^T @ dY",
+         lambda: ops.matmul(dw_qkv, x, qkv.reshape(N, 3 * C), transpose_a=True, accumulate=True),
+         lambda: torch.mm(tx.T, tdy), 2 * N * C * 3 * C),
+        ("split heads backward", lambda: ops.split_heads_backward(qkv, dq, dk, dv), None, 0),
+        ("merge heads backward", lambda: ops.merge_heads_backward(dq, merged), None, 0),
+        ("layernorm backward", lambda: ops.layernorm_backward(proj, ln_dw, ln_db, ln_out, x, ln_w,
+                                                              mean, rstd), None, 0),
+        ("gelu backward, in place", lambda: ops.gelu_backward(fc_out, fc_out, fc), None, 0),
+        ("encoder backward", lambda: ops.encoder_backward(dwte, dwpe, merged, idx), None, 0),
+        ("crossentropy backward, in place over the logits",
+         lambda: ops.crossentropy_backward(logits, logits, logits_lse, targets, 1.0 / N), None, 0),
+    ]
+    out = []
+    for name, ours, theirs, flops in rows:
+        ms = cuda_time(ours, reps)
+        ref_ms = torch_time(theirs, reps) if theirs else None
+        out.append((name, ms, ref_ms, flops))
+        print(
+            f"  {name:45s} {ms:9.3f} ms" + (f"   torch {ref_ms:8.3f} ms" if ref_ms else ""),
+            flush=True,
+        )
+    return out
+
+
+# ----------------------------------------------------------------------------------
+# whole training steps
+
+
+def torch_gpt(cfg):
+    """A PyTorch GPT of the same architecture: pre-LN, bias-free linears, tied head."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            C = cfg.d_model
+            self.ln_1, self.ln_2 = nn.LayerNorm(C), nn.LayerNorm(C)
+            self.w_qkv = nn.Linear(C, 3 * C, bias=False)
+            self.w_o = nn.Linear(C, C, bias=False)
+            self.w_fc = nn.Linear(C, 4 * C, bias=False)
+            self.w_proj = nn.Linear(4 * C, C, bias=False)
+
+        def forward(self, x):
+            B, T, C = x.shape
+            q, k, v = self.w_qkv(self.ln_1(x)).split(C, dim=2)
+            q, k, v = (t.view(B, T, cfg.n_head, -1).transpose(1, 2) for t in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.w_o(y.transpose(1, 2).reshape(B, T, C))
+            return x + self.w_proj(F.gelu(self.w_fc(self.ln_2(x)), approximate="tanh"))
+
+    class TorchGPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+            self.wpe = nn.Embedding(cfg.context, cfg.d_model)
+            self.h = nn.ModuleList(Block() for _ in range(cfg.n_layer))
+            self.ln_f = nn.LayerNorm(cfg.d_model)
+
+        def forward(self, idx, targets):
+            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
+            for block in self.h:
+                x = block(x)
+            logits = self.ln_f(x) @ self.wte.weight.T
+            return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+    return TorchGPT().cuda()
+
+
+def bench_steps(reps):
+    import torch
+    from numba import cuda
+    from microgpt import GPT, get_config
+    from microgpt.optim import AdamW, AdamWConfig
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    out = []
+    for name, B, T in (("andrea-12m", 64, 256), ("andrea-120m", 16, 1024)):
+        cfg = get_config(name)
+        rng = np.random.default_rng(0)
+        idx = rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
+        targets = rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
+
+        free_before, total = cuda.current_context().get_memory_info()
+        model = GPT(cfg, backend="cuda")
+        opt = AdamW(model, AdamWConfig())
+        d_idx, d_targets = model.backend.to_device(idx), model.backend.to_device(targets)
+
+        def ours_step():
+            model.forward_backward(d_idx, d_targets)
+            opt.step(1e-4)
+
+        ours_step()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            ours_step()
+        model.backend.synchronize()
+        ours_s = (time.perf_counter() - t0) / reps
+        free_after, _ = cuda.current_context().get_memory_info()
+        ours_gib = (free_before - free_after) / 2**30
+        model = opt = d_idx = d_targets = None  # free the device memory before PyTorch runs
+
+        row = {"config": name, "B": B, "T": T, "ours_tok_s": B * T / ours_s, "ours_gib": ours_gib}
+        t_idx, t_targets = (
+            torch.from_numpy(idx).long().cuda(),
+            torch.from_numpy(targets).long().cuda(),
+        )
+        for label, autocast in (("torch_fp32", False), ("torch_bf16", True)):
+            tmodel = torch_gpt(cfg)
+            topt = torch.optim.AdamW(tmodel.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=True)
+            torch.cuda.reset_peak_memory_stats()
+
+            def torch_step():
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+                    loss = tmodel(t_idx, t_targets)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(tmodel.parameters(), 1.0)
+                topt.step()
+                topt.zero_grad(set_to_none=True)
+                return loss.item()
+
+            torch_step()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                torch_step()
+            torch.cuda.synchronize()
+            row[label + "_tok_s"] = B * T * reps / (time.perf_counter() - t0)
+            row[label + "_gib"] = torch.cuda.max_memory_allocated() / 2**30
+            tmodel = topt = None
+            torch.cuda.empty_cache()
+        out.append(row)
+        print("  ", row, flush=True)
+    return out
+
+
+# ----------------------------------------------------------------------------------
+
+
+def versions():
+    import numba
+    import torch
+    from numba import cuda
+
+    dev = cuda.get_current_device()
+    return (
+        f"GPU {dev.name.decode() if isinstance(dev.name, bytes) else dev.name}, "
+        f"cc {dev.compute_capability}; python {platform.python_version()}, numpy {np.__version__}, "
+        f"numba {numba.__version__}, numba-cuda {importlib.metadata.version('numba-cuda')}, "
+        f"torch {torch.__version__} (CUDA {torch.version.cuda})"
+    )
+
+
+def write_report(path, gemm, kernels, steps, command, sweep=False, attention=(),
+                 attention_sweep=False):
+    lines = [
+        f"# Benchmark results ({datetime.date.today().isoformat()})",
+        "",
+        f"Machine: {versions()}; {platform.node()}",
+        "",
+        f"Command: `{command}`",
+        "",
+        "Same-run ratios are what count; absolute figures move 10-30% between runs.",
+        "",
+    ]
+    if gemm:
+        lines += gemm_report(gemm, sweep)
+    if attention:
+        lines += attention_report(attention, attention_sweep)
+    if kernels:
+        lines += [
+            "## Kernels at andrea-120m shapes (B 16, T 1024, C 768, 12 heads of 64, V 50304)",
+            "",
+            "| op | microgpt ms | TFLOP/s | PyTorch fp32 ms | PyTorch / microgpt |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for name, ms, ref_ms, flops in kernels:
+            tflops = f"{flops / ms / 1e9:.1f}" if flops else ""
+            ref = f"{ref_ms:.3f}" if ref_ms else "n/a"
+            ratio = f"{ref_ms / ms:.2f}" if ref_ms else ""
+            lines.append(f"| {name} | {ms:.3f} | {tflops} | {ref} | {ratio} |")
+        lines.append("")
+    if steps:
+        lines += [
+            "## Whole training step (forward + backward + AdamW)",
+            "",
+            "| config | B x T | microgpt tok/s | mem GiB | PyTorch fp32 tok/s | mem GiB | "
+            "PyTorch bf16 tok/s | mem GiB | microgpt / PyTorch fp32 |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in steps:
+            cells = [r["config"], f"{r['B']} x {r['T']}"]
+            for who in ("ours", "torch_fp32", "torch_bf16"):
+                cells += [f"{r[who + '_tok_s']:,.0f}", f"{r[who + '_gib']:.1f}"]
+            cells.append(f"{r['ours_tok_s'] / r['torch_fp32_tok_s']:.2f}")
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+    print(f"wrote {path}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--only", choices=["gemm", "attention", "kernels", "steps"],
+                        help="run one section")
+    parser.add_argument("--gemm-sweep", action="store_true",
+                        help="time every tile and split-K candidate of each GEMM")
+    parser.add_argument("--attention-sweep", action="store_true",
+                        help="time the tile candidates of each flash attention pass")
+    parser.add_argument("--reps", type=int, default=10, help="timed repetitions per measurement")
+    parser.add_argument("--out", default="bench/RESULTS.md", help="markdown file to write")
+    args = parser.parse_args(argv)
+    from microgpt.backend import cuda_available
+
+    if not cuda_available():
+        print("bench.py: no CUDA GPU found; the benchmarks need one (and PyTorch)", file=sys.stderr)
+        return 2
+    gemm = bench_gemm(args.reps, args.gemm_sweep) if args.only in (None, "gemm") else []
+    attention = (bench_flash_attention(args.reps, args.attention_sweep)
+                 if args.only in (None, "attention") else [])
+    kernels = bench_kernels(args.reps) if args.only in (None, "kernels") else []
+    steps = bench_steps(max(2, args.reps // 2)) if args.only in (None, "steps") else []
+    write_report(args.out, gemm, kernels, steps,
+                 "python tools/bench.py " + " ".join(argv or sys.argv[1:]), args.gemm_sweep,
+                 attention, args.attention_sweep)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
