@@ -319,12 +319,12 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
     check_array("b", b, (N, K) if transpose_b else (K, N), np.uint16)
     tile = default_tile(M, N, K, accumulate) if tile is None else MmaTile(*tile)
     check_tile(tile)
-    if split_k is None:
-        split_k = default_split_k(M, N, K, tile) if accumulate else 1
-    if split_k < 1 or (split_k > 1 and not accumulate):
+    if split_k is not None and (split_k < 1 or (split_k > 1 and not accumulate)):
         raise ValueError(f"split_k={split_k}: must be 1, or more when accumulating")
     if M == 0 or N == 0:
         return
+    if split_k is None:
+        split_k = default_split_k(M, N, K, tile) if accumulate else 1
     steps_per_split = ceil_div(ceil_div(K, tile.depth), split_k)
     split_k = ceil_div(ceil_div(K, tile.depth), steps_per_split) if K else 1
     aligned = all(arr.shape[1] % CHUNK == 0 for arr in (a, b))

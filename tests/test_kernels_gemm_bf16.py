@@ -143,3 +143,18 @@ def test_matmul_bf16_rejects_bad_arguments():
         gemm_bf16.matmul_bf16(out, x, w, tile=MmaTile(128, 128, 64, 64, 64, 2))
     with pytest.raises(ValueError, match="more than 1024"):
         gemm_bf16.matmul_bf16(out, x, w, tile=MmaTile(256, 256, 16, 16, 32, 2))
+
+
+@pytest.mark.parametrize("M, N, K", [(0, 5, 16), (4, 0, 16), (4, 5, 0)])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_empty_products(M, N, K, accumulate):
+    """An empty output is left alone; an empty K makes out zero, or leaves an accumulated
+    out as it was (a sum of no products)."""
+    rng = np.random.default_rng(1)
+    out0 = randn(rng, M, N)
+    out = cuda.to_device(out0)
+    gemm_bf16.matmul_bf16(out, cuda.to_device(np.ones((M, K), np.uint16)),
+                          cuda.to_device(np.ones((K, N), np.uint16)), accumulate=accumulate,
+                          tile=MmaTile(16, 16, 16, 16, 16, 2))
+    np.testing.assert_array_equal(out.copy_to_host(),
+                                  out0 if accumulate or M * N == 0 else np.zeros((M, N)))
