@@ -158,31 +158,30 @@ ATTENTION_SHAPES = (("andrea-120m", 16, 12, 1024, 64), ("andrea-12m", 64, 12, 25
 
 
 def attention_candidates(D):
-    """(forward tile, (dq tile, dk/dv tile)) variants the sweep times, defaults first, each
-    pass varied alone (the backward's two passes are timed together)."""
+    """(forward tiles, (dq tile, dk/dv tile) pairs) the sweep times, defaults first; each
+    backward pass varied alone (the two are timed together)."""
     from microgpt.kernels import flash_attention as fa
     from microgpt.kernels.flash_attention import FlashTile
 
-    tiles = [FlashTile(128, 64), FlashTile(64, 64), FlashTile(128, 32), FlashTile(64, 32),
-             FlashTile(32, 64), FlashTile(32, 32)]
-
-    def fits(tile, kind):
-        return fa.shared_bytes(tile, D, kind) <= fa.SHARED_LIMIT
+    def fitting(tiles, kind):
+        return [t for t in tiles if fa.shared_bytes(t, D, kind) <= fa.SHARED_LIMIT]
 
     dq, dkdv = fa.default_tile(D, "dq"), fa.default_tile(D, "dkdv")
-    forward = [fa.default_tile(D, "forward")] + [t for t in tiles if fits(t, "forward")]
-    backward = ([(dq, dkdv)] + [(t, dkdv) for t in tiles if fits(t, "dq")]
-                + [(dq, t) for t in tiles if fits(t, "dkdv")])
+    forward = [fa.default_tile(D, "forward")] + fitting(
+        [FlashTile(64, 64), FlashTile(128, 32), FlashTile(64, 32)], "forward")
+    others = [FlashTile(64, 32), FlashTile(32, 64)]
+    backward = ([(dq, dkdv)] + [(t, dkdv) for t in fitting(others, "dq")]
+                + [(dq, t) for t in fitting(others, "dkdv")])
     return list(dict.fromkeys(forward)), list(dict.fromkeys(backward))
 
 
 def best_variant(run, variants, result, reps):
-    """(ms, variant) of the fastest variant whose result (a device array, host copy) agrees
-    with the first variant's, which is the default."""
+    """(ms, variant) of the fastest variant whose result() (its output, float64 on the host)
+    agrees with the first variant's, which is the default."""
     timings, reference = [], None
     for variant in variants:
         run(variant)
-        got = result().astype(np.float64)
+        got = result()
         if reference is None:
             reference = got
         elif np.linalg.norm(got - reference) > 1e-2 * np.linalg.norm(reference):
@@ -190,6 +189,13 @@ def best_variant(run, variants, result, reps):
             continue
         timings.append((cuda_time(lambda: run(variant), reps), variant))
     return min(timings, key=lambda t: t[0])
+
+
+def bf16_host(array):
+    """A device array of bf16 bits -> its values in float64 on the host."""
+    import ml_dtypes
+
+    return array.copy_to_host().view(ml_dtypes.bfloat16).astype(np.float64)
 
 
 def time_flash_attention(host, reps, sweep):
@@ -214,9 +220,9 @@ def time_flash_attention(host, reps, sweep):
                both=cuda_time(lambda: (forward(), backward()), reps))
     if sweep:
         forward_tiles, backward_tiles = attention_candidates(shape[-1])
-        row["best_fwd"] = best_variant(forward, forward_tiles, out.copy_to_host, reps)
+        row["best_fwd"] = best_variant(forward, forward_tiles, lambda: bf16_host(out), reps)
         forward()
-        row["best_bwd"] = best_variant(backward, backward_tiles, dq.copy_to_host, reps)
+        row["best_bwd"] = best_variant(backward, backward_tiles, lambda: bf16_host(dq), reps)
     return row
 
 
