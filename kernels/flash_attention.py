@@ -89,11 +89,17 @@ def shared_bytes(tile, D, kind):
 
 
 def default_tile(D, kind):
-    """The largest tile of the kind that fits 48 KiB: 128 query rows by 64 keys in the
-    forward for D <= 64 (8 warps share each k, v step), 64 x 64 in the backward passes
-    (their registers hold twice the accumulators); half that for D up to 128."""
-    if head_widths(D)[1] <= 64:
-        return FlashTile(128, 64) if kind == "forward" else FlashTile(64, 64)
+    """The fastest tile of the H200 sweep (docs/flash-attention.md) for this width of
+    shared rows: at D 64 the forward's 8 warps share each k, v step (128 x 64), the dq
+    pass streams 32 keys a step, the dk/dv pass 64 queries; at D 32 (andrea-12m, T 256)
+    more, smaller blocks win; past 64 what fits 48 KiB."""
+    DS = head_widths(D)[1]
+    if DS <= 32:
+        return {"forward": FlashTile(64, 64), "dq": FlashTile(64, 64),
+                "dkdv": FlashTile(64, 32)}[kind]
+    if DS <= 64:
+        return {"forward": FlashTile(128, 64), "dq": FlashTile(64, 32),
+                "dkdv": FlashTile(64, 64)}[kind]
     return FlashTile(64, 32) if kind == "forward" else FlashTile(32, 32)
 
 

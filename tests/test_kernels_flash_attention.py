@@ -43,10 +43,10 @@ if ON_GPU:
 else:
     # one or two warps per block (the simulator runs every barrier of every thread, two
     # per warp-collective atom: a block step costs ~0.1 s), T across two tiles and steps
-    # with ragged ends, D padded (4, 12, 24) or not, by cp.async (D a multiple of 8) or
-    # element by element
-    SHAPES = st.tuples(st.sampled_from([1, 2]), st.sampled_from([1, 2]), st.integers(1, 24),
-                       st.sampled_from([4, 8, 12, 16, 24])).filter(lambda s: s[0] * s[1] < 4)
+    # with ragged ends, D padded (4, 12; 72 below) or not, by cp.async (D a multiple of 8)
+    # or element by element
+    SHAPES = st.tuples(st.sampled_from([1, 2]), st.sampled_from([1, 2]), st.integers(1, 20),
+                       st.sampled_from([4, 8, 12, 16])).filter(lambda s: s[0] * s[1] < 4)
     TILES = st.sampled_from([FlashTile(16, 16), FlashTile(32, 16), FlashTile(16, 32)])
 
 def bf16(x):
@@ -105,7 +105,7 @@ def check_backward(shape, tiles, seed):
 
 # T = 1 in one head; the design notes' head_dim 72 (padded to 80 inside the kernels)
 EXAMPLE_TILE = None if ON_GPU else FlashTile(16, 16)
-EXAMPLE_SHAPES = [(1, 1, 1, 32), (1, 1, 1000 if ON_GPU else 5, 72)]
+EXAMPLE_SHAPES = [(1, 1, 1, 8), (1, 1, 1000 if ON_GPU else 5, 72)]
 
 
 def examples(test, tile_argument, tile):
