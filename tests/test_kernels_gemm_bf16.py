@@ -158,3 +158,20 @@ def test_empty_products(M, N, K, accumulate):
                           tile=MmaTile(16, 16, 16, 16, 16, 2))
     np.testing.assert_array_equal(out.copy_to_host(),
                                   out0 if accumulate or M * N == 0 else np.zeros((M, N)))
+
+
+def test_block_order_covers_every_tile():
+    """More rows of tiles than one group of the block order (block_tile), with a ragged
+    last group, so every branch of its mapping writes its tile exactly once."""
+    tile = MmaTile(16, 16, 16, 16, 16, 2)
+    check_matmul_bf16((gemm_bf16.GROUP + 2) * tile.rows + 3, 2 * tile.cols + 5, 16, False,
+                      False, "float32", tile, seed=3, split_k=None)
+
+
+@pytest.mark.parametrize("transpose_a, transpose_b", [(False, False), (True, True)])
+def test_folds_repeat_over_a_long_k(transpose_a, transpose_b):
+    """Enough slabs for two folds and a ragged last one (the Hypothesis sizes fold once)."""
+    tile = MmaTile(16, 16, 16, 16, 16, 2)
+    K = (2 * gemm_bf16.FOLD_STEPS + 1) * tile.depth + 5
+    check_matmul_bf16(13, 11, K, transpose_a, transpose_b, "bf16", tile, seed=4,
+                      split_k=None, max_chain=tile.depth)
