@@ -3,9 +3,10 @@
 NumPy twin: ``microgpt.reference.matmul_forward`` on the same bf16-rounded operands (the
 float32 family of ``gemm`` is the other twin, and the ``--precision fp32`` path). The
 operands are bf16 matrices held in uint16 device arrays (``ml_dtypes.bfloat16`` on the
-host, viewed as uint16); out is float32 (written, or accumulated into: a weight gradient)
-or bf16 (written: an activation that feeds the next matmul). Transposes, the output
-dtype and accumulation are compile-time constants of one kernel body.
+host, viewed as uint16). The epilogue, what happens to each float32 result, is one of
+EPILOGUES: written as float32, written as bf16 (an activation that feeds the next
+matmul), or added into a float32 out (a weight gradient; "atomic" when split-K).
+Transposes and the epilogue are compile-time constants of one kernel body.
 
 How a block works: it owns a rows x cols tile of out, split among warps in warp_rows x
 warp_cols pieces, each warp's accumulators in registers as a grid of 16 x 8 mma tiles.
@@ -41,6 +42,7 @@ from microgpt.kernels.mma import (CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, cp_a
                                   cp_async_wait_group, mma_bf16_16816, to_bf16)
 from microgpt.kernels.tiles import a_fragment_loader, b_fragment_loader, tile_copier
 
+EPILOGUES = ("float32", "bf16", "accumulate", "atomic")
 # static shared memory a block may declare without the driver's opt-in attribute
 SHARED_LIMIT = 48 * 1024
 SMS = 132     # streaming multiprocessors of an H200: split-K aims to give each a block
@@ -98,15 +100,15 @@ LARGE_TILE = MmaTile(128, 128, 32, 64, 64, 3)
 SMALL_TILE = MmaTile(64, 64, 32, 32, 32, 4)
 # 128 x 128 in 8 warps of 64 x 32: half the accumulators per thread of LARGE_TILE, which
 # leaves registers for a second set when a long K is folded (see MAX_CHAIN)
-FOLD_TILE = MmaTile(128, 128, 32, 64, 32, 3)
+LEAN_TILE = MmaTile(128, 128, 32, 64, 32, 3)
 
 
 def default_tile(M, N, K, accumulate=False):
     """The large tile for products with a K of at least 768 and either many output tiles
-    or a long K to split (the weight gradients); the small one otherwise; the folding one
+    or a long K to split (the weight gradients); the small one otherwise; the lean one
     for a K too long for one chain that cannot be split."""
     if K > MAX_CHAIN and not accumulate:
-        return FOLD_TILE
+        return LEAN_TILE
     tiles = ceil_div(M, LARGE_TILE.rows) * ceil_div(N, LARGE_TILE.cols)
     return LARGE_TILE if K >= 768 and (tiles >= 4 * SMS or K >= 8192) else SMALL_TILE
 
@@ -141,8 +143,7 @@ def step_products(B, T, C, V):
 # kernel
 
 @functools.cache
-def _matmul_bf16_kernel(transpose_a, transpose_b, out_bf16, accumulate, atomic, aligned,
-                        fold, tile):
+def _matmul_bf16_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
     BM, BN, BK, WM, WN, STAGES, MIN_BLOCKS = tile
     threads = tile.threads
     warps_n = BN // WN
@@ -171,14 +172,14 @@ def _matmul_bf16_kernel(transpose_a, transpose_b, out_bf16, accumulate, atomic, 
 
     @cuda.jit(device=True, inline=True)
     def store(out, row, col, value):
-        if atomic:
+        if epilogue == "atomic":
             cuda.atomic.add(out, (row, col), value)
-        elif out_bf16:
-            out[row, col] = to_bf16(value)
-        elif accumulate:
+        elif epilogue == "accumulate":
             out[row, col] += value
-        else:
+        elif epilogue == "float32":
             out[row, col] = value
+        else:
+            out[row, col] = to_bf16(value)
 
     @cuda.jit(device=True, inline=True)
     def block_tile():
@@ -273,22 +274,21 @@ def _matmul_bf16_kernel(transpose_a, transpose_b, out_bf16, accumulate, atomic, 
     return matmul_bf16_kernel
 
 
-def _signature(out_bf16):
+def _signature(epilogue):
     bf16 = types.uint16[:, ::1]
-    out = bf16 if out_bf16 else types.float32[:, ::1]
+    out = types.float32[:, ::1] if epilogue in ("float32", "accumulate", "atomic") else bf16
     return (out, bf16, bf16, types.int32)
 
 
 PTX_SIGNATURES = [
-    (_matmul_bf16_kernel(ta, tb, out_bf16, acc, atomic, aligned, fold, tile),
-     _signature(out_bf16))
-    for ta, tb, out_bf16, acc, atomic, aligned, fold, tile in [
-        (False, False, True, False, False, True, False, LARGE_TILE),    # X @ W -> bf16
-        (False, True, False, False, False, True, False, LARGE_TILE),    # x @ wte^T
-        (True, False, False, True, True, True, False, SMALL_TILE),      # dW += X^T @ dY
-        (False, False, True, False, False, True, True, FOLD_TILE),      # dx = dlogits @ wte
-        (True, True, False, True, False, True, True, FOLD_TILE),        # every flag flipped
-        (False, False, False, False, False, False, False, SMALL_TILE),  # unaligned rows
+    (_matmul_bf16_kernel(ta, tb, epilogue, aligned, fold, tile), _signature(epilogue))
+    for ta, tb, epilogue, aligned, fold, tile in [
+        (False, False, "bf16", True, False, LARGE_TILE),          # X @ W -> bf16
+        (False, True, "float32", True, False, LARGE_TILE),        # x @ wte^T
+        (True, False, "atomic", True, False, SMALL_TILE),         # dW += X^T @ dY, split K
+        (False, False, "bf16", True, True, LEAN_TILE),            # dx = dlogits @ wte
+        (True, True, "accumulate", True, True, LEAN_TILE),        # every flag flipped
+        (False, False, "float32", False, False, SMALL_TILE),      # unaligned rows
     ]
 ]
 
@@ -327,9 +327,11 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
         split_k = default_split_k(M, N, K, tile) if accumulate else 1
     steps_per_split = ceil_div(ceil_div(K, tile.depth), split_k)
     split_k = ceil_div(ceil_div(K, tile.depth), steps_per_split) if K else 1
+    epilogue = ("atomic" if split_k > 1 else "accumulate" if accumulate
+                else "bf16" if out_bf16 else "float32")
     aligned = all(arr.shape[1] % CHUNK == 0 for arr in (a, b))
     fold = steps_per_split * tile.depth > max_chain
-    kernel = _matmul_bf16_kernel(bool(transpose_a), bool(transpose_b), out_bf16,
-                                 bool(accumulate), split_k > 1, aligned, fold, tile)
+    kernel = _matmul_bf16_kernel(bool(transpose_a), bool(transpose_b), epilogue, aligned,
+                                 fold, tile)
     grid = (ceil_div(N, tile.cols), ceil_div(M, tile.rows), split_k)
     kernel[grid, tile.threads, stream](out, a, b, steps_per_split)

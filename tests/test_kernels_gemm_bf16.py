@@ -98,7 +98,7 @@ def test_step_products(product):
 
 
 @pytest.mark.parametrize("tile", [gemm_bf16.LARGE_TILE, gemm_bf16.SMALL_TILE,
-                                  gemm_bf16.FOLD_TILE])
+                                  gemm_bf16.LEAN_TILE])
 def test_default_tiles_compile_and_run(tile):
     """The tiles the GPU runs by default, once each in the simulator too: one block
     (~30 s of simulation for the large one), ragged edges, and a K of one slab more than
@@ -112,7 +112,7 @@ def test_default_tile_and_split():
     assert gemm_bf16.default_tile(16384, 1152, 384) == gemm_bf16.SMALL_TILE     # short K
     assert gemm_bf16.default_tile(16384, 384, 1536) == gemm_bf16.SMALL_TILE     # few tiles
     assert gemm_bf16.default_tile(768, 768, 16384, True) == gemm_bf16.LARGE_TILE  # split K
-    assert gemm_bf16.default_tile(16384, 768, 50304) == gemm_bf16.FOLD_TILE     # folded K
+    assert gemm_bf16.default_tile(16384, 768, 50304) == gemm_bf16.LEAN_TILE     # folded K
     # a weight gradient: few output tiles, a long K -> split until every SM has a block
     tile = gemm_bf16.default_tile(768, 768, 16384, True)
     tiles = (768 // tile.rows) ** 2
