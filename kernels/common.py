@@ -50,8 +50,8 @@ def check_not_empty(name, length):
 def row_block(row_length, cap):
     """Threads for a block that walks rows of row_length elements: enough warps to give
     every thread a column, at most cap. A short row needs no idle warps (which would also
-    cost the simulator ~2 ms each per thread)."""
-    return min(cap, ceil_div(row_length, WARP) * WARP)
+    cost the simulator ~2 ms each per thread); an empty row still gets one, a valid block."""
+    return min(cap, max(1, ceil_div(row_length, WARP)) * WARP)
 
 
 def check_block_size(block, multiple=1):

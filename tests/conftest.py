@@ -10,6 +10,7 @@ import os
 import sys
 import threading
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 ON_GPU = os.environ.get("MICROGPT_TEST_DEVICE", "sim") == "gpu"
@@ -71,3 +72,16 @@ def _lock_simulator_shared_arrays():
 
 if not ON_GPU:
     _lock_simulator_shared_arrays()
+
+
+@pytest.fixture
+def no_launches(monkeypatch):
+    """Fails the test if it launches a kernel: the empty-input rule (kernels/common.py)
+    launches nothing. The simulator runs an empty grid as a silent no-op, so there its
+    launches are refused; a GPU refuses an empty grid itself."""
+    if not ON_GPU:
+        from numba.cuda.simulator.kernel import FakeCUDAKernel
+
+        def refuse(kernel, *args):
+            raise AssertionError(f"{kernel.fn.__name__} launched on an empty input")
+        monkeypatch.setattr(FakeCUDAKernel, "__call__", refuse)
