@@ -1,6 +1,8 @@
 """The attention pipeline's kernels against the float64 reference: split / merge heads
 (kernels/heads.py), causal attention (kernels/attention.py), and the five steps composed,
 QKV GEMM -> split -> attention -> merge -> W_O GEMM, forward and backward."""
+import functools
+
 import numpy as np
 import pytest
 from helpers import ON_GPU, TOL_F32_OP, assert_close, poisoned, randn
@@ -96,17 +98,49 @@ def test_merge_heads(shape, block, seed):
     np.testing.assert_array_equal(dy.copy_to_host(), ref.merge_heads_backward(dout, H))
 
 
-def test_heads_reject_bad_arguments():
-    qkv = cuda.to_device(np.ones((2, 3, 10), np.float32))
-    q = cuda.to_device(np.ones((2, 2, 3, 2), np.float32))
-    with pytest.raises(ValueError, match="qkv: expected shape"):
-        heads.split_heads_forward(q, q, q, qkv)
-    with pytest.raises(ValueError, match="k: expected shape"):
-        heads.split_heads_forward(q, cuda.to_device(np.ones((2, 2, 3, 1), np.float32)), q, qkv)
-    with pytest.raises(ValueError, match="y: expected shape"):
-        heads.merge_heads_forward(qkv, qkv)
-    with pytest.raises(ValueError, match="block size"):
-        heads.merge_heads_backward(q, cuda.to_device(np.ones((2, 3, 4), np.float32)), block=0)
+def ones(*shape, dtype=np.float32):
+    return cuda.to_device(np.ones(shape, dtype))
+
+
+# the four copies, on good arguments for (B, H, T, D) = (2, 2, 3, 2): (launcher, the
+# names of its per-head arrays, its fused array's name, that array's width)
+COPIES = [(heads.split_heads_forward, ("q", "k", "v"), "qkv", 12),
+          (heads.split_heads_backward, ("dq", "dk", "dv"), "dqkv", 12),
+          (heads.merge_heads_forward, ("y",), "out", 4),
+          (heads.merge_heads_backward, ("dy",), "dout", 4)]
+
+
+def copy_call(launch, head_names, fused_name, width, block=None, **changes):
+    arrays = {name: ones(2, 2, 3, 2) for name in head_names}
+    arrays[fused_name] = ones(2, 3, width)
+    arrays.update(changes)
+    fused = arrays.pop(fused_name)
+    if launch in (heads.split_heads_forward, heads.merge_heads_backward):
+        launch(*arrays.values(), fused, block=block)
+    else:
+        launch(fused, *arrays.values(), block=block)
+
+
+@pytest.mark.parametrize("launch,head_names,fused_name,width", COPIES)
+def test_heads_reject_bad_arguments(launch, head_names, fused_name, width):
+    """Every check of every copy: the rank and shape of each per-head array, the fused
+    array's shape, dtype and residence, the block size."""
+    call = functools.partial(copy_call, launch, head_names, fused_name, width)
+    first = head_names[0]
+    with pytest.raises(ValueError, match=rf"{first}: expected shape \(B, H, T, D\)"):
+        call(**{first: ones(2, 3, 2)})
+    for name in head_names[1:]:
+        with pytest.raises(ValueError, match=rf"{name}: expected shape \(2, 2, 3, 2\)"):
+            call(**{name: ones(2, 2, 3, 1)})
+    with pytest.raises(ValueError, match=rf"{fused_name}: expected shape \(2, 3, {width}\)"):
+        call(**{fused_name: ones(2, 3, width + 1)})
+    with pytest.raises(TypeError, match=f"{fused_name}: expected dtype float32"):
+        call(**{fused_name: ones(2, 3, width, dtype=np.float64)})
+    with pytest.raises(TypeError, match=f"{first}: expected a device array"):
+        call(**{first: np.ones((2, 2, 3, 2), np.float32)})
+    for block in (0, 1025):
+        with pytest.raises(ValueError, match="block size"):
+            call(block=block)
 
 
 # ----------------------------------------------------------------------------------
@@ -210,10 +244,6 @@ def test_attention_tiles_fit_48_kib(shared, D, block):
     assert tile == attention.MAX_TILE or (fixed + (tile + 1) * per_row) * 4 > 49152
 
 
-def device_ones(*shape, dtype=np.float32):
-    return cuda.to_device(np.ones(shape, dtype))
-
-
 HEADS_ARGS = dict(q=(1, 2, 3, 4), k=(1, 2, 3, 4), v=(1, 2, 3, 4), out=(1, 2, 3, 4),
                   lse=(1, 2, 3), dout=(1, 2, 3, 4), dq=(1, 2, 3, 4), dk=(1, 2, 3, 4),
                   dv=(1, 2, 3, 4))
@@ -223,7 +253,7 @@ def attention_call(backward, **changes):
     """attention_forward or _backward on good (1, 2, 3, 4) arguments but for changes."""
     names = ("dq", "dk", "dv", "dout", "q", "k", "v", "out", "lse") if backward else \
         ("out", "lse", "q", "k", "v")
-    args = {name: device_ones(*HEADS_ARGS[name]) for name in names}
+    args = {name: ones(*HEADS_ARGS[name]) for name in names}
     options = {key: changes.pop(key) for key in ("block", "blocks_per_head") if key in changes}
     args.update(changes)
     launch = attention.attention_backward if backward else attention.attention_forward
@@ -232,17 +262,17 @@ def attention_call(backward, **changes):
 
 @pytest.mark.parametrize("backward", [False, True])
 @pytest.mark.parametrize("changes,error,message", [
-    (dict(q=device_ones(2, 3, 4)), ValueError, r"q: expected shape \(B, H, T, D\)"),
-    (dict(lse=device_ones(1, 2, 4)), ValueError, r"lse: expected shape \(1, 2, 3\)"),
-    (dict(k=device_ones(1, 2, 4, 4)), ValueError, r"k: expected shape \(1, 2, 3, 4\)"),
-    (dict(v=device_ones(1, 2, 3, 4, dtype=np.float64)), TypeError, "v: expected dtype float32"),
+    (dict(q=ones(2, 3, 4)), ValueError, r"q: expected shape \(B, H, T, D\)"),
+    (dict(lse=ones(1, 2, 4)), ValueError, r"lse: expected shape \(1, 2, 3\)"),
+    (dict(k=ones(1, 2, 4, 4)), ValueError, r"k: expected shape \(1, 2, 3, 4\)"),
+    (dict(v=ones(1, 2, 3, 4, dtype=np.float64)), TypeError, "v: expected dtype float32"),
     (dict(out=np.ones((1, 2, 3, 4), np.float32)), TypeError, "out: expected a device array"),
     (dict(block=0), ValueError, "block size"),
     (dict(block=1025), ValueError, "block size"),
     (dict(blocks_per_head=0), ValueError, "blocks_per_head must be at least 1, got 0"),
-    (dict(q=device_ones(1, 2, 3, 0), k=device_ones(1, 2, 3, 0), v=device_ones(1, 2, 3, 0),
-          out=device_ones(1, 2, 3, 0), dout=device_ones(1, 2, 3, 0), dq=device_ones(1, 2, 3, 0),
-          dk=device_ones(1, 2, 3, 0), dv=device_ones(1, 2, 3, 0)),
+    (dict(q=ones(1, 2, 3, 0), k=ones(1, 2, 3, 0), v=ones(1, 2, 3, 0),
+          out=ones(1, 2, 3, 0), dout=ones(1, 2, 3, 0), dq=ones(1, 2, 3, 0),
+          dk=ones(1, 2, 3, 0), dv=ones(1, 2, 3, 0)),
      ValueError, "head_dim must be at least 1, got 0"),
 ])
 def test_attention_rejects_bad_arguments(backward, changes, error, message):
@@ -254,12 +284,12 @@ def test_attention_rejects_bad_arguments(backward, changes, error, message):
 
 def test_attention_rejects_backward_only_arguments():
     with pytest.raises(ValueError, match=r"dq: expected shape \(1, 2, 3, 4\)"):
-        attention_call(True, dq=device_ones(1, 2, 3, 5))
+        attention_call(True, dq=ones(1, 2, 3, 5))
     with pytest.raises(ValueError, match=r"dout: expected shape \(1, 2, 3, 4\)"):
-        attention_call(True, dout=device_ones(1, 1, 3, 4))
-    wide = device_ones(1, 1, 2, 64)
+        attention_call(True, dout=ones(1, 1, 3, 4))
+    wide = ones(1, 1, 2, 64)
     with pytest.raises(ValueError, match="does not fit"):
-        attention.attention_backward(*[wide] * 8, device_ones(1, 1, 2), block=1024)
+        attention.attention_backward(*[wide] * 8, ones(1, 1, 2), block=1024)
 
 
 @pytest.mark.parametrize("shape", [(1, 2, 0, 4), (0, 2, 3, 4), (1, 0, 3, 4)])
