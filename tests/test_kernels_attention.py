@@ -28,24 +28,28 @@ MULTI_TILE_BLOCKS = st.sampled_from([None, 8, 16])
 # while every score is exact in float32 and the float64 reference stays within 1e-5
 WIDE_SPREAD = 16.0
 ANDREA_120M = (16, 12, 1024, 64)     # (B, H, T, D) of andrea-120m at full context
+# simulated threads are slow: T <= 16 and D <= 16, or T <= 4 with the real head_dims
+SIM_HEAD_SHAPES = st.one_of(
+    st.tuples(st.integers(1, 2), st.integers(1, 2), st.integers(1, 16), st.integers(1, 16)),
+    st.tuples(st.just(1), st.just(1), st.integers(1, 4), st.sampled_from([32, 64, 72])))
+# On a GPU the simulator's own shapes are drawn too: small sizes and edges where an
+# out-of-range index shows in the simulator (IndexError) but passes unseen on a GPU
+# unless compute-sanitizer watches.
 if ON_GPU:
     # each head_dim x block compiles three kernels, and the float64 reference of a full
     # andrea-120m attention takes seconds: a few real-shape examples
     HEAD_DIMS = st.sampled_from([4, 32, 64, 72])
-    HEAD_SHAPES = st.tuples(st.integers(1, 16), st.integers(1, 12), st.integers(1, 1024),
-                            HEAD_DIMS)
+    HEAD_SHAPES = st.one_of(st.tuples(st.integers(1, 16), st.integers(1, 12),
+                                      st.integers(1, 1024), HEAD_DIMS), SIM_HEAD_SHAPES)
     # (128 rows of D = 64 would not fit the dk / dv kernel's shared memory)
-    ATTENTION_BLOCKS = st.sampled_from([None, 32, 64])
+    ATTENTION_BLOCKS = st.sampled_from([None, 1, 8, 32, 64])
     BLOCKS_PER_HEAD = st.sampled_from([None, 1, 3])
-    COPY_BLOCKS = st.sampled_from([None, 32, 96, 1024])
+    COPY_BLOCKS = st.sampled_from([None, 8, 32, 96, 1024])
     PIPELINE_SHAPES = HEAD_SHAPES
     # the defaults, as the model launches them
     PIPELINE_BLOCKS = dict(gemm_tile=None, copy_block=None, attention_block=None)
 else:
-    # simulated threads are slow: T <= 16 and D <= 16, or T <= 4 with the real head_dims
-    HEAD_SHAPES = st.one_of(
-        st.tuples(st.integers(1, 2), st.integers(1, 2), st.integers(1, 16), st.integers(1, 16)),
-        st.tuples(st.just(1), st.just(1), st.integers(1, 4), st.sampled_from([32, 64, 72])))
+    HEAD_SHAPES = SIM_HEAD_SHAPES
     ATTENTION_BLOCKS = st.sampled_from([None, 1, 4, 8, 16, attention.ROWS])
     BLOCKS_PER_HEAD = st.sampled_from([None, 1, 2, 3])
     COPY_BLOCKS = st.sampled_from([None, 8, 32])

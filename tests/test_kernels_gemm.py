@@ -23,18 +23,22 @@ MODEL_PRODUCTS = [
     (50304, 768, 16384, True, False, True),      # dwte += dlogits^T @ x
 ]
 FLAGS = st.tuples(st.booleans(), st.booleans(), st.booleans())
+# a few simulated threads per block; every size straddles a tile edge now and then
+SIM_SIZES = st.tuples(st.integers(1, 20), st.integers(1, 20), st.integers(1, 24))
+SIM_TILES = [GemmTile(8, 8, 4, 2, 2), GemmTile(16, 8, 4, 4, 2), GemmTile(8, 16, 8, 2, 4),
+             GemmTile(4, 4, 4, 1, 1)]
+# On a GPU the simulator's own shapes are drawn too: small sizes and edges where an
+# out-of-range index shows in the simulator (IndexError) but passes unseen on a GPU
+# unless compute-sanitizer watches.
 if ON_GPU:
-    PRODUCTS = st.tuples(st.integers(1, 16384), st.integers(1, 3072),
-                         st.integers(1, 3072)).flatmap(
-        lambda mnk: FLAGS.map(lambda flags: mnk + flags))
+    SIZES = st.one_of(st.tuples(st.integers(1, 16384), st.integers(1, 3072),
+                                st.integers(1, 3072)), SIM_SIZES)
     # None takes each default tile on the model's products; one odd override besides
-    TILES = st.sampled_from([None, GemmTile(64, 32, 16, 4, 2)])
+    TILES = st.sampled_from([None, GemmTile(64, 32, 16, 4, 2)] + SIM_TILES)
 else:
-    # a few simulated threads per block; every size straddles a tile edge now and then
-    PRODUCTS = st.tuples(st.integers(1, 20), st.integers(1, 20), st.integers(1, 24)).flatmap(
-        lambda mnk: FLAGS.map(lambda flags: mnk + flags))
-    TILES = st.sampled_from([GemmTile(8, 8, 4, 2, 2), GemmTile(16, 8, 4, 4, 2),
-                             GemmTile(8, 16, 8, 2, 4), GemmTile(4, 4, 4, 1, 1)])
+    SIZES = SIM_SIZES
+    TILES = st.sampled_from(SIM_TILES)
+PRODUCTS = SIZES.flatmap(lambda mnk: FLAGS.map(lambda flags: mnk + flags))
 SEEDS = st.integers(0, 2**32 - 1)
 SMALL_SIM_TILE = GemmTile(4, 4, 4, 1, 1)      # 16 simulated threads
 

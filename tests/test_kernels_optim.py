@@ -13,16 +13,19 @@ from microgpt.kernels import adamw, reductions
 ANDREA_120M_PARAMS = 124_392_960
 # flat lengths: tiny in the simulator; on a GPU up to a batch's losses (16384) for the sums
 # and andrea-120m's whole parameter buffer for the optimizer, whose examples cost seconds of
-# host reference each, hence fewer of them
+# host reference each, hence fewer of them. On a GPU the simulator's own lengths are drawn
+# too: small sizes where an out-of-range index shows in the simulator (IndexError) but
+# passes unseen on a GPU unless compute-sanitizer watches.
+SIM_LENGTHS = st.integers(1, 300)
 if ON_GPU:
-    LENGTHS = st.one_of(st.just(16384), st.integers(1, 1 << 22))
-    PARAM_LENGTHS = st.one_of(st.just(ANDREA_120M_PARAMS), st.integers(1, 1 << 22))
+    LENGTHS = st.one_of(st.just(16384), st.integers(1, 1 << 22), SIM_LENGTHS)
+    PARAM_LENGTHS = st.one_of(st.just(ANDREA_120M_PARAMS), st.integers(1, 1 << 22), SIM_LENGTHS)
     REDUCE_BLOCKS = st.sampled_from([32, 256, 512, 1024])
     MAX_BLOCKS = st.sampled_from([1, 7, 1024])
     ADAMW_BLOCKS = st.sampled_from([32, 96, 256, 1024])
     PARAM_EXAMPLES = settings(max_examples=max(1, settings().max_examples // 2))
 else:
-    LENGTHS = PARAM_LENGTHS = st.integers(1, 300)
+    LENGTHS = PARAM_LENGTHS = SIM_LENGTHS
     REDUCE_BLOCKS = st.just(32)
     MAX_BLOCKS = st.integers(1, 3)
     ADAMW_BLOCKS = st.sampled_from([32, 48])
