@@ -26,7 +26,7 @@ settings.register_profile("sim", max_examples=8, **_common)
 # GFLOP-sized products) dominate the time: MICROGPT_GPU_EXAMPLES sets the examples per test.
 settings.register_profile("gpu", max_examples=int(os.environ.get("MICROGPT_GPU_EXAMPLES", 12)),
                           **_common)
-settings.register_profile("cpu", max_examples=30, **_common)   # NumPy only: cheap enough for more
+settings.register_profile("cpu", max_examples=30, **_common)   # NumPy-only tests
 settings.load_profile("gpu" if ON_GPU else "sim")
 
 
@@ -38,7 +38,8 @@ def _lock_simulator_shared_arrays():
     stores get different arrays, so one thread's shared writes are never seen by the
     others and it reads uninitialised memory. A GIL switch inside that window is rare, so
     this shows under load (tests/test_kernels_attention.py's pipeline test returned ~1e12,
-    issue 13) or with sys.setswitchinterval(1e-6) (1 launch in 40 of a 256-thread kernel).
+    issue 13); with a 1 ms sleep forced into the window, 19 launches in 20 of a 64-thread
+    kernel went wrong, and none with this lock.
     Upstream fixed the same kind of race in the simulator's module swapping
     (NVIDIA/numba-cuda PR 690); shared arrays are still unlocked there. This replacement
     holds a lock from the lookup to the store. It keys the allocation by the caller's
