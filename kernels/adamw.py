@@ -76,6 +76,8 @@ def adamw_update(param, grad, m, v, norm_squared, *, lr, step, weight_decay, n_d
         raise ValueError(f"step counts from 1, got {step}")
     if not 0 <= n_decay <= n:
         raise ValueError(f"n_decay must lie in [0, {n}], got {n_decay}")
+    if n == 0:
+        return
     # the bias corrections are host scalars, computed in float64 like the reference's
     bias_correction1 = 1.0 - beta1 ** step
     bias_correction2 = 1.0 - beta2 ** step

@@ -35,7 +35,8 @@ import math
 import numpy as np
 from numba import cuda, float32
 
-from microgpt.kernels.common import ceil_div, check_array, check_block_size, row_block
+from microgpt.kernels.common import (ceil_div, check_array, check_block_size, check_not_empty,
+                                     row_block)
 
 ROWS = 64                        # default rows (threads) per block
 MAX_TILE = 32                    # rows of the other side staged at a time
@@ -322,6 +323,7 @@ def _check_heads(lse, **heads):
     for name, arr in heads.items():
         check_array(name, arr, first.shape)
     check_array("lse", lse, first.shape[:3])
+    check_not_empty("head_dim", first.shape[3])
     return first.shape
 
 

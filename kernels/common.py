@@ -4,6 +4,14 @@ The reductions use warp shuffles on a GPU. numba's CUDA simulator has no warp-le
 functions, so under it (NUMBA_ENABLE_CUDASIM=1, read when numba starts) the same helpers
 are a plain shared-memory twin with the same signature. Callers allocate
 ``cuda.shared.array(REDUCE_SCRATCH, float32)`` and every thread of the block must call.
+
+Empty inputs, one rule for every launcher: the arguments are checked as always, then an
+empty batch (no rows, B = 0, T = 0, n = 0) launches nothing (a CUDA grid cannot be 0 wide)
+and leaves every output as it was, which is also the exact result for the outputs that
+accumulate. Two kinds of empty axis have a result that must be written: a sum over
+nothing is 0 (reductions.sum_to) and a product over K = 0 is a zero matrix (gemm.matmul).
+An empty axis that a result is normalised over (LayerNorm's C, cross-entropy's V,
+attention's head_dim D) has no result and raises ValueError (``check_not_empty``).
 """
 
 import numpy as np
@@ -33,11 +41,17 @@ def check_array(name, arr, shape, dtype=np.float32):
                          "(the kernels are compiled for dense C-order arrays)")
 
 
+def check_not_empty(name, length):
+    """A launcher's check that an axis it normalises over is not empty."""
+    if length < 1:
+        raise ValueError(f"{name} must be at least 1, got {length}: nothing to normalise over")
+
+
 def row_block(row_length, cap):
     """Threads for a block that walks rows of row_length elements: enough warps to give
     every thread a column, at most cap. A short row needs no idle warps (which would also
-    cost the simulator ~2 ms each per thread)."""
-    return min(cap, ceil_div(row_length, WARP) * WARP)
+    cost the simulator ~2 ms each per thread); an empty row still gets one, a valid block."""
+    return min(cap, max(1, ceil_div(row_length, WARP)) * WARP)
 
 
 def check_block_size(block, multiple=1):
@@ -87,16 +101,23 @@ def shuffle_reduction(combine, identity):
 
 
 def shared_reduction(combine, identity):
-    """The simulator-safe twin: every thread posts x to scratch (one slot per thread) and
-    reads all of them back."""
+    """The simulator-safe twin: every thread posts x to scratch (one slot per thread),
+    thread 0 combines the slots in order into slot 0, and every thread reads it back. One
+    fold per block: a fold by every thread costs the simulator threads^2 device calls,
+    most of its test time at 512 threads."""
     @cuda.jit(device=True)
     def block_reduce(x, scratch):
-        scratch[cuda.threadIdx.x] = x
+        tid = cuda.threadIdx.x
+        scratch[tid] = x
         cuda.syncthreads()
-        result = identity
-        for i in range(cuda.blockDim.x):
-            result = combine(result, scratch[i])
+        if tid == 0:
+            total = identity
+            for i in range(cuda.blockDim.x):
+                total = combine(total, scratch[i])
+            scratch[0] = total
         cuda.syncthreads()
+        result = scratch[0]
+        cuda.syncthreads()          # scratch may be reused by the next reduction
         return result
     return block_reduce
 

@@ -20,7 +20,8 @@ import numpy as np
 from numba import cuda, float32, int32
 
 from microgpt.kernels.common import (REDUCE_SCRATCH, WARP, block_max, block_sum,
-                                     check_array, check_block_size, row_block)
+                                     check_array, check_block_size, check_not_empty,
+                                     row_block)
 
 ONE = np.float32(1.0)
 ZERO = np.float32(0.0)
@@ -97,6 +98,7 @@ def _check_rows(logits, lse, targets):
     if len(logits.shape) != 2:
         raise ValueError(f"logits: expected shape (N, V), got {tuple(logits.shape)}")
     N, V = logits.shape
+    check_not_empty("V", V)
     check_array("logits", logits, (N, V))
     check_array("lse", lse, (N,))
     check_array("targets", targets, (N,), np.int32)
@@ -107,9 +109,11 @@ def crossentropy_forward(losses, lse, logits, targets, *, stream=0, block=None):
     """losses (N,) = lse - logits[target] and lse (N,) = logsumexp of each row of logits
     (N, V), for targets (N,) int32."""
     N, V = _check_rows(logits, lse, targets)
-    block = block or row_block(V, BLOCK)
+    block = row_block(V, BLOCK) if block is None else block
     check_block_size(block, WARP)
     check_array("losses", losses, (N,))
+    if N == 0:
+        return
     _crossentropy_forward_kernel[N, block, stream](losses, lse, logits, targets)
 
 
@@ -117,8 +121,10 @@ def crossentropy_backward(dlogits, logits, lse, targets, dloss, *, stream=0, blo
     """dlogits (N, V) = dloss * (softmax(logits) - onehot(targets)), dloss a float (1/N
     for the mean loss); dlogits may be logits itself (in place)."""
     N, V = _check_rows(logits, lse, targets)
-    block = block or row_block(V, BLOCK)
+    block = row_block(V, BLOCK) if block is None else block
     check_block_size(block)
     check_array("dlogits", dlogits, (N, V))
+    if N == 0:
+        return
     _crossentropy_backward_kernel[N, block, stream](dlogits, logits, lse, targets,
                                                     np.float32(dloss))

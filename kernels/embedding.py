@@ -63,6 +63,8 @@ def _check_shapes(out_name, out, idx, wte, wpe, wte_name, wpe_name):
     if len(idx.shape) != 2:
         raise ValueError(f"idx: expected shape (B, T), got {tuple(idx.shape)}")
     B, T = idx.shape
+    if len(wte.shape) != 2:
+        raise ValueError(f"{wte_name}: expected shape (V, C), got {tuple(wte.shape)}")
     V, C = wte.shape
     check_array("idx", idx, (B, T), np.int32)
     check_array(wte_name, wte, (V, C))
@@ -78,6 +80,8 @@ def encoder_forward(out, idx, wte, wpe, *, stream=0, block=BLOCK):
     """out (B, T, C) = wte[idx] + wpe[:T]; idx (B, T) int32, wte (V, C), wpe (context, C)."""
     check_block_size(block)
     B, T, C = _check_shapes("out", out, idx, wte, wpe, "wte", "wpe")
+    if out.size == 0:
+        return
     _encoder_forward_kernel[ceil_div(B * T * C, block), block, stream](out, idx, wte, wpe)
 
 
@@ -86,4 +90,6 @@ def encoder_backward(dwte, dwpe, dout, idx, *, stream=0, block=BLOCK):
     the batch. Both accumulate: zero them first for a plain gradient."""
     check_block_size(block)
     B, T, C = _check_shapes("dout", dout, idx, dwte, dwpe, "dwte", "dwpe")
+    if dout.size == 0:
+        return
     _encoder_backward_kernel[ceil_div(T * C, block), block, stream](dwte, dwpe, dout, idx)

@@ -18,7 +18,7 @@ import numpy as np
 from numba import cuda, float32, int64
 
 from microgpt.kernels.common import (REDUCE_SCRATCH, WARP, ceil_div, check_array,
-                                     check_block_size, block_sum, row_block)
+                                     check_block_size, check_not_empty, block_sum, row_block)
 from microgpt.reference import LN_EPS as _LN_EPS
 
 LN_EPS = np.float32(_LN_EPS)
@@ -116,6 +116,7 @@ def _check_rows(inp, weight, mean, rstd, **rows_like_inp):
     if len(inp.shape) != 2:
         raise ValueError(f"inp: expected shape (N, C), got {tuple(inp.shape)}")
     N, C = inp.shape
+    check_not_empty("C", C)
     check_array("inp", inp, (N, C))
     check_array("weight", weight, (C,))
     check_array("mean", mean, (N,))
@@ -129,9 +130,11 @@ def layernorm_forward(out, mean, rstd, inp, weight, bias, *, stream=0, block=Non
     """out (N, C) = layernorm(inp (N, C)) * weight (C,) + bias (C,), eps 1e-5; writes the
     row statistics mean (N,) and rstd (N,) for the backward."""
     N, C = _check_rows(inp, weight, mean, rstd, out=out)
-    block = block or row_block(C, FORWARD_BLOCK)
+    block = row_block(C, FORWARD_BLOCK) if block is None else block
     check_block_size(block, WARP)
     check_array("bias", bias, (C,))
+    if N == 0:
+        return
     _layernorm_forward_kernel[N, block, stream](out, mean, rstd, inp, weight, bias)
 
 
@@ -140,7 +143,7 @@ def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, *, s
     """dinp (N, C), dweight (C,) and dbias (C,) += the gradients of the forward given dout
     (N, C); all three accumulate (dinp is the residual stream's gradient)."""
     N, C = _check_rows(inp, weight, mean, rstd, dinp=dinp, dout=dout)
-    block = block or row_block(C, BACKWARD_BLOCK)
+    block = row_block(C, BACKWARD_BLOCK) if block is None else block
     check_block_size(block, WARP)
     check_array("dweight", dweight, (C,))
     check_array("dbias", dbias, (C,))
@@ -150,5 +153,7 @@ def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, *, s
     if shared_bytes > MAX_SHARED_BYTES:
         raise ValueError(f"layernorm_backward: C = {C} needs {shared_bytes} bytes of shared "
                          f"memory, more than {MAX_SHARED_BYTES}")
+    if N == 0:
+        return
     _layernorm_backward_kernel[ceil_div(N, rows_per_block), block, stream, shared_bytes](
         dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows_per_block)

@@ -54,6 +54,8 @@ def _launch_sum(out, x, square, stream, block, max_blocks):
         raise ValueError(f"x: expected a flat (n,) array, got shape {tuple(x.shape)}")
     check_array("x", x, x.shape)
     check_array("out", out, (1,))
+    if max_blocks < 1:
+        raise ValueError(f"max_blocks must be at least 1, got {max_blocks}")
     grid = max(1, min(ceil_div(x.size, block), max_blocks))
     _zero_kernel[1, 1, stream](out)
     _sum_kernel[grid, block, stream](out, x, square)

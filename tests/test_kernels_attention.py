@@ -1,6 +1,8 @@
 """The attention pipeline's kernels against the float64 reference: split / merge heads
 (kernels/heads.py), causal attention (kernels/attention.py), and the five steps composed,
 QKV GEMM -> split -> attention -> merge -> W_O GEMM, forward and backward."""
+import functools
+
 import numpy as np
 import pytest
 from helpers import ON_GPU, TOL_F32_OP, assert_close, poisoned, randn
@@ -13,25 +15,41 @@ from microgpt.kernels import attention, gemm, heads
 from microgpt.kernels.common import ceil_div
 
 SEEDS = st.integers(0, 2**32 - 1)
+# T past one staged tile (MAX_TILE rows of the other side), so that every kernel stages a
+# second tile over the first: what the end-of-tile barriers guard. D = 1, 4, 16 keep the
+# score scale 1/sqrt(D) a power of two (see WIDE_SPREAD). Cheap enough for both profiles,
+# and on a GPU these are the shapes whose out-of-range indexing the simulator catches.
+MULTI_TILE_SHAPES = st.tuples(st.just(1), st.just(1),
+                              st.integers(attention.MAX_TILE + 1, attention.MAX_TILE + 8),
+                              st.sampled_from([1, 4, 16]))
+MULTI_TILE_BLOCKS = st.sampled_from([None, 8, 16])
+# q and k drawn as integers of this spread: the scores then spread over hundreds, so an
+# online softmax that rescales by the wrong maximum overflows float32's exp (past 88),
+# while every score is exact in float32 and the float64 reference stays within 1e-5
+WIDE_SPREAD = 16.0
 ANDREA_120M = (16, 12, 1024, 64)     # (B, H, T, D) of andrea-120m at full context
+# simulated threads are slow: T <= 16 and D <= 16, or T <= 4 with the real head_dims
+SIM_HEAD_SHAPES = st.one_of(
+    st.tuples(st.integers(1, 2), st.integers(1, 2), st.integers(1, 16), st.integers(1, 16)),
+    st.tuples(st.just(1), st.just(1), st.integers(1, 4), st.sampled_from([32, 64, 72])))
+# On a GPU the simulator's own shapes are drawn too: small sizes and edges where an
+# out-of-range index shows in the simulator (IndexError) but passes unseen on a GPU
+# unless compute-sanitizer watches.
 if ON_GPU:
     # each head_dim x block compiles three kernels, and the float64 reference of a full
     # andrea-120m attention takes seconds: a few real-shape examples
     HEAD_DIMS = st.sampled_from([4, 32, 64, 72])
-    HEAD_SHAPES = st.tuples(st.integers(1, 16), st.integers(1, 12), st.integers(1, 1024),
-                            HEAD_DIMS)
+    HEAD_SHAPES = st.one_of(st.tuples(st.integers(1, 16), st.integers(1, 12),
+                                      st.integers(1, 1024), HEAD_DIMS), SIM_HEAD_SHAPES)
     # (128 rows of D = 64 would not fit the dk / dv kernel's shared memory)
-    ATTENTION_BLOCKS = st.sampled_from([None, 32, 64])
+    ATTENTION_BLOCKS = st.sampled_from([None, 1, 8, 32, 64])
     BLOCKS_PER_HEAD = st.sampled_from([None, 1, 3])
-    COPY_BLOCKS = st.sampled_from([None, 32, 96, 1024])
+    COPY_BLOCKS = st.sampled_from([None, 8, 32, 96, 1024])
     PIPELINE_SHAPES = HEAD_SHAPES
     # the defaults, as the model launches them
     PIPELINE_BLOCKS = dict(gemm_tile=None, copy_block=None, attention_block=None)
 else:
-    # simulated threads are slow: T <= 16 and D <= 16, or T <= 4 with the real head_dims
-    HEAD_SHAPES = st.one_of(
-        st.tuples(st.integers(1, 2), st.integers(1, 2), st.integers(1, 16), st.integers(1, 16)),
-        st.tuples(st.just(1), st.just(1), st.integers(1, 4), st.sampled_from([32, 64, 72])))
+    HEAD_SHAPES = SIM_HEAD_SHAPES
     ATTENTION_BLOCKS = st.sampled_from([None, 1, 4, 8, 16, attention.ROWS])
     BLOCKS_PER_HEAD = st.sampled_from([None, 1, 2, 3])
     COPY_BLOCKS = st.sampled_from([None, 8, 32])
@@ -84,25 +102,60 @@ def test_merge_heads(shape, block, seed):
     np.testing.assert_array_equal(dy.copy_to_host(), ref.merge_heads_backward(dout, H))
 
 
-def test_heads_reject_bad_arguments():
-    qkv = cuda.to_device(np.ones((2, 3, 10), np.float32))
-    q = cuda.to_device(np.ones((2, 2, 3, 2), np.float32))
-    with pytest.raises(ValueError, match="qkv: expected shape"):
-        heads.split_heads_forward(q, q, q, qkv)
-    with pytest.raises(ValueError, match="k: expected shape"):
-        heads.split_heads_forward(q, cuda.to_device(np.ones((2, 2, 3, 1), np.float32)), q, qkv)
-    with pytest.raises(ValueError, match="y: expected shape"):
-        heads.merge_heads_forward(qkv, qkv)
-    with pytest.raises(ValueError, match="block size"):
-        heads.merge_heads_backward(q, cuda.to_device(np.ones((2, 3, 4), np.float32)), block=0)
+def ones(*shape, dtype=np.float32):
+    return cuda.to_device(np.ones(shape, dtype))
+
+
+# the four copies, on good arguments for (B, H, T, D) = (2, 2, 3, 2): (launcher, the
+# names of its per-head arrays, its fused array's name, that array's width)
+COPIES = [(heads.split_heads_forward, ("q", "k", "v"), "qkv", 12),
+          (heads.split_heads_backward, ("dq", "dk", "dv"), "dqkv", 12),
+          (heads.merge_heads_forward, ("y",), "out", 4),
+          (heads.merge_heads_backward, ("dy",), "dout", 4)]
+
+
+def copy_call(launch, head_names, fused_name, width, block=None, **changes):
+    arrays = {name: ones(2, 2, 3, 2) for name in head_names}
+    arrays[fused_name] = ones(2, 3, width)
+    arrays.update(changes)
+    fused = arrays.pop(fused_name)
+    if launch in (heads.split_heads_forward, heads.merge_heads_backward):
+        launch(*arrays.values(), fused, block=block)
+    else:
+        launch(fused, *arrays.values(), block=block)
+
+
+@pytest.mark.parametrize("launch,head_names,fused_name,width", COPIES)
+def test_heads_reject_bad_arguments(launch, head_names, fused_name, width):
+    """Every check of every copy: the rank and shape of each per-head array, the fused
+    array's shape, dtype and residence, the block size."""
+    call = functools.partial(copy_call, launch, head_names, fused_name, width)
+    first = head_names[0]
+    with pytest.raises(ValueError, match=rf"{first}: expected shape \(B, H, T, D\)"):
+        call(**{first: ones(2, 3, 2)})
+    for name in head_names[1:]:
+        with pytest.raises(ValueError, match=rf"{name}: expected shape \(2, 2, 3, 2\)"):
+            call(**{name: ones(2, 2, 3, 1)})
+    with pytest.raises(ValueError, match=rf"{fused_name}: expected shape \(2, 3, {width}\)"):
+        call(**{fused_name: ones(2, 3, width + 1)})
+    with pytest.raises(TypeError, match=f"{fused_name}: expected dtype float32"):
+        call(**{fused_name: ones(2, 3, width, dtype=np.float64)})
+    with pytest.raises(TypeError, match=f"{first}: expected a device array"):
+        call(**{first: np.ones((2, 2, 3, 2), np.float32)})
+    for block in (0, 1025):
+        with pytest.raises(ValueError, match="block size"):
+            call(block=block)
 
 
 # ----------------------------------------------------------------------------------
 # attention
 
-def check_attention_forward(shape, block, blocks_per_head, seed):
+def check_attention_forward(shape, block, blocks_per_head, seed, spread=None):
+    """spread: None for normal q and k, else integer-valued q and k of that spread."""
     rng = np.random.default_rng(seed)
     q, k, v = (randn(rng, *shape) for _ in range(3))
+    if spread is not None:
+        q, k = (np.round(x * np.float32(spread)) for x in (q, k))
     out = cuda.to_device(poisoned(shape))
     lse = cuda.to_device(poisoned(shape[:3]))
     attention.attention_forward(out, lse, *to_device(q, k, v), block=block,
@@ -149,6 +202,16 @@ def test_attention_backward(shape, block, blocks_per_head, seed):
     check_attention_backward(shape, block, blocks_per_head, seed)
 
 
+@given(shape=MULTI_TILE_SHAPES, block=MULTI_TILE_BLOCKS, blocks_per_head=st.sampled_from([None, 1]),
+       seed=SEEDS)
+def test_attention_stages_several_tiles(shape, block, blocks_per_head, seed):
+    """Two staged tiles of keys (forward, dq) and of queries (dk, dv): a missing end-of-tile
+    barrier lets a thread restage a tile that others still read. The forward's scores
+    spread wide (WIDE_SPREAD), so its running maximum must be right, not only consistent."""
+    check_attention_forward(shape, block, blocks_per_head, seed, spread=WIDE_SPREAD)
+    check_attention_backward(shape, block, blocks_per_head, seed)
+
+
 def test_attention_geometry():
     """Tiles fit the shared memory; the grid carries every (batch, head), and a head's row
     tiles go on the grid only while (B * H) blocks alone would leave the GPU idle."""
@@ -164,20 +227,87 @@ def test_attention_geometry():
         assert attention._geometry(shared, 16, 8, 1, None, None)[0] == 32
 
 
-def test_attention_rejects_bad_arguments():
-    x = cuda.to_device(np.ones((1, 2, 3, 4), np.float32))
-    lse = cuda.to_device(np.ones((1, 2, 3), np.float32))
-    with pytest.raises(ValueError, match="lse: expected shape"):
-        attention.attention_forward(x, x, x, x, x)
-    with pytest.raises(ValueError, match="v: expected shape"):
-        attention.attention_forward(x, lse, x, x, cuda.to_device(np.ones((1, 2, 4, 4),
-                                                                          np.float32)))
-    with pytest.raises(ValueError, match="blocks_per_head"):
-        attention.attention_forward(x, lse, x, x, x, blocks_per_head=0)
-    wide = cuda.to_device(np.ones((1, 1, 2, 64), np.float32))
+@pytest.mark.parametrize("shared", [attention._forward_shared, attention._dq_shared,
+                                    attention._dkdv_shared])
+@pytest.mark.parametrize("D", [1, 4, 16, 32, 64, 72, 128, 200])
+@pytest.mark.parametrize("block", [None, 32, 64])
+def test_attention_tiles_fit_48_kib(shared, D, block):
+    """The staged tile is the longest that fits 48 KiB, the static shared memory a block
+    gets without an opt-in, written here as a number (not the module's constant, which
+    would pass a miscounted budget): one more staged row would not fit."""
+    try:
+        rows, tile, _ = attention._geometry(shared, D, 1024, 1, block, None)
+    except ValueError as error:            # not even one row fits at this block size
+        assert "does not fit" in str(error)
+        fixed, per_row = shared(D, block)
+        assert (fixed + per_row) * 4 > 49152
+        return
+    fixed, per_row = shared(D, rows)
+    assert 1 <= tile <= attention.MAX_TILE
+    assert (fixed + tile * per_row) * 4 <= 49152
+    assert tile == attention.MAX_TILE or (fixed + (tile + 1) * per_row) * 4 > 49152
+
+
+HEADS_ARGS = dict(q=(1, 2, 3, 4), k=(1, 2, 3, 4), v=(1, 2, 3, 4), out=(1, 2, 3, 4),
+                  lse=(1, 2, 3), dout=(1, 2, 3, 4), dq=(1, 2, 3, 4), dk=(1, 2, 3, 4),
+                  dv=(1, 2, 3, 4))
+
+
+def attention_call(backward, **changes):
+    """attention_forward or _backward on good (1, 2, 3, 4) arguments but for changes."""
+    names = ("dq", "dk", "dv", "dout", "q", "k", "v", "out", "lse") if backward else \
+        ("out", "lse", "q", "k", "v")
+    args = {name: ones(*HEADS_ARGS[name]) for name in names}
+    options = {key: changes.pop(key) for key in ("block", "blocks_per_head") if key in changes}
+    args.update(changes)
+    launch = attention.attention_backward if backward else attention.attention_forward
+    launch(*args.values(), **options)
+
+
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("changes,error,message", [
+    (dict(q=ones(2, 3, 4)), ValueError, r"q: expected shape \(B, H, T, D\)"),
+    (dict(lse=ones(1, 2, 4)), ValueError, r"lse: expected shape \(1, 2, 3\)"),
+    (dict(k=ones(1, 2, 4, 4)), ValueError, r"k: expected shape \(1, 2, 3, 4\)"),
+    (dict(v=ones(1, 2, 3, 4, dtype=np.float64)), TypeError, "v: expected dtype float32"),
+    (dict(out=np.ones((1, 2, 3, 4), np.float32)), TypeError, "out: expected a device array"),
+    (dict(block=0), ValueError, "block size"),
+    (dict(block=1025), ValueError, "block size"),
+    (dict(blocks_per_head=0), ValueError, "blocks_per_head must be at least 1, got 0"),
+    (dict(q=ones(1, 2, 3, 0), k=ones(1, 2, 3, 0), v=ones(1, 2, 3, 0),
+          out=ones(1, 2, 3, 0), dout=ones(1, 2, 3, 0), dq=ones(1, 2, 3, 0),
+          dk=ones(1, 2, 3, 0), dv=ones(1, 2, 3, 0)),
+     ValueError, "head_dim must be at least 1, got 0"),
+])
+def test_attention_rejects_bad_arguments(backward, changes, error, message):
+    if not backward:
+        changes = {k: v for k, v in changes.items() if k not in ("dout", "dq", "dk", "dv")}
+    with pytest.raises(error, match=message):
+        attention_call(backward, **changes)
+
+
+def test_attention_rejects_backward_only_arguments():
+    with pytest.raises(ValueError, match=r"dq: expected shape \(1, 2, 3, 4\)"):
+        attention_call(True, dq=ones(1, 2, 3, 5))
+    with pytest.raises(ValueError, match=r"dout: expected shape \(1, 2, 3, 4\)"):
+        attention_call(True, dout=ones(1, 1, 3, 4))
+    wide = ones(1, 1, 2, 64)
     with pytest.raises(ValueError, match="does not fit"):
-        attention.attention_backward(*[wide] * 8, cuda.to_device(np.ones((1, 1, 2), np.float32)),
-                                     block=1024)
+        attention.attention_backward(*[wide] * 8, ones(1, 1, 2), block=1024)
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 0, 4), (0, 2, 3, 4), (1, 0, 3, 4)])
+def test_attention_of_an_empty_batch_launches_nothing(shape, no_launches):
+    """The empty-input rule (kernels/common.py): no rows, no launch, no error."""
+    marker = np.float32(7.0)
+    lse = cuda.to_device(np.full(shape[:3], marker))
+    tensors = [cuda.to_device(np.full(shape, marker)) for _ in range(8)]
+    attention.attention_forward(tensors[0], lse, *tensors[1:4])
+    attention.attention_backward(*tensors[:8], lse)
+    heads.split_heads_forward(*tensors[:3], cuda.to_device(np.ones(
+        (shape[0], shape[2], 3 * shape[1] * shape[3]), np.float32)))
+    heads.merge_heads_backward(tensors[0], cuda.to_device(np.ones(
+        (shape[0], shape[2], shape[1] * shape[3]), np.float32)))
 
 
 # ----------------------------------------------------------------------------------

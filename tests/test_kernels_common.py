@@ -45,3 +45,36 @@ def test_row_block_fits_the_row():
     assert common.row_block(24, 512) == 32
     assert common.row_block(768, 128) == 128
     assert common.row_block(65, 1024) == 96
+    assert common.row_block(0, 256) == 32     # an empty row still gets a valid block
+
+
+@pytest.mark.parametrize("block,multiple", [(1, 1), (1024, 1), (32, 32), (1024, 32)])
+def test_block_size_accepts_the_limits(block, multiple):
+    common.check_block_size(block, multiple)
+
+
+@pytest.mark.parametrize("block,multiple", [(0, 1), (-32, 32), (1025, 1), (1056, 32),
+                                            (48, 32), (31, 32)])
+def test_block_size_rejects_beyond_the_limits(block, multiple):
+    with pytest.raises(ValueError, match="block size must be a multiple of"):
+        common.check_block_size(block, multiple)
+
+
+def test_check_array_names_each_fault():
+    x = cuda.to_device(np.ones((2, 3), np.float32))
+    common.check_array("x", x, (2, 3))
+    with pytest.raises(ValueError, match=r"x: expected shape \(3, 2\), got \(2, 3\)"):
+        common.check_array("x", x, (3, 2))
+    with pytest.raises(TypeError, match="x: expected dtype int32, got float32"):
+        common.check_array("x", x, (2, 3), np.int32)
+    with pytest.raises(TypeError, match="x: expected a device array, got ndarray"):
+        common.check_array("x", np.ones((2, 3), np.float32), (2, 3))
+    with pytest.raises(ValueError, match="x: expected a C-contiguous array"):
+        common.check_array("x", cuda.to_device(np.ones((2, 6), np.float32))[:, ::2], (2, 3))
+
+
+def test_check_not_empty():
+    common.check_not_empty("C", 1)
+    for length in (0, -1):
+        with pytest.raises(ValueError, match=f"C must be at least 1, got {length}"):
+            common.check_not_empty("C", length)

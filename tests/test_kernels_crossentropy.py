@@ -11,19 +11,28 @@ from microgpt import reference as ref
 from microgpt.kernels import crossentropy
 
 # (N, V): tiny in the simulator (V above the block size too), GPT-2's vocabulary on a GPU
+SIM_SHAPES = st.tuples(st.integers(1, 4), st.integers(1, 64))
+# On a GPU the simulator's own shapes are drawn too: small sizes and edges where an
+# out-of-range index shows in the simulator (IndexError) but passes unseen on a GPU
+# unless compute-sanitizer watches.
 if ON_GPU:
     # a real-shape example costs seconds of host-side data and float64 reference
     SHAPES = st.one_of(st.just((1024, 50304)),
-                       st.tuples(st.integers(1, 1024), st.integers(1, 50304)))
+                       st.tuples(st.integers(1, 1024), st.integers(1, 50304)), SIM_SHAPES)
     BLOCKS = st.sampled_from([32, 128, 512, 1024])
 else:
-    SHAPES = st.tuples(st.integers(1, 4), st.integers(1, 64))
+    SHAPES = SIM_SHAPES
     BLOCKS = st.just(32)
 SEEDS = st.integers(0, 2**32 - 1)
 # flat to peaked softmax; large logits test that the row max is taken out before exp
 SCALES = st.sampled_from([0.5, 3.0, 30.0])
 # logits rounded to integers tie often, the row max included, within and across threads
 TIES = st.booleans()
+# Rows of 8 to 10 columns per thread of a 32-thread block, with logits of std 60: a
+# thread's running max then meets values more than 88 below and above it, where exp of
+# the wrong difference overflows float32. On a GPU, the model's rows.
+WIDE_ROWS = SHAPES if ON_GPU else st.tuples(st.integers(1, 2), st.integers(8 * 32, 10 * 32))
+WIDE_SCALE = 60.0
 
 
 def draw_case(seed, N, V, scale, ties):
@@ -34,8 +43,7 @@ def draw_case(seed, N, V, scale, ties):
     return logits, rng.integers(0, V, N).astype(np.int32)
 
 
-@given(shape=SHAPES, block=BLOCKS, scale=SCALES, ties=TIES, seed=SEEDS)
-def test_crossentropy_forward(shape, block, scale, ties, seed):
+def check_forward(shape, block, scale, ties, seed):
     N, V = shape
     logits, targets = draw_case(seed, N, V, scale, ties)
     losses, lse = cuda.to_device(poisoned(N)), cuda.to_device(poisoned(N))
@@ -46,9 +54,7 @@ def test_crossentropy_forward(shape, block, scale, ties, seed):
     assert_close(losses.copy_to_host(), losses_ref, TOL_F32_OP, "losses")
 
 
-@given(shape=SHAPES, block=BLOCKS, scale=SCALES, ties=TIES, in_place=st.booleans(),
-       seed=SEEDS)
-def test_crossentropy_backward(shape, block, scale, ties, in_place, seed):
+def check_backward(shape, block, scale, ties, in_place, seed):
     N, V = shape
     logits, targets = draw_case(seed, N, V, scale, ties)
     # the reference sees the very lse the kernel gets: the forward's, rounded to float32
@@ -60,6 +66,37 @@ def test_crossentropy_backward(shape, block, scale, ties, in_place, seed):
     expected = ref.crossentropy_backward(1.0 / N, logits.astype(np.float64),
                                          lse.astype(np.float64), targets)
     assert_close(dlogits.copy_to_host(), expected, TOL_F32_OP, f"dlogits, in place {in_place}")
+
+
+@given(shape=SHAPES, block=BLOCKS, scale=SCALES, ties=TIES, seed=SEEDS)
+def test_crossentropy_forward(shape, block, scale, ties, seed):
+    check_forward(shape, block, scale, ties, seed)
+
+
+@given(shape=SHAPES, block=BLOCKS, scale=SCALES, ties=TIES, in_place=st.booleans(),
+       seed=SEEDS)
+def test_crossentropy_backward(shape, block, scale, ties, in_place, seed):
+    check_backward(shape, block, scale, ties, in_place, seed)
+
+
+@given(shape=WIDE_ROWS, block=BLOCKS, in_place=st.booleans(), seed=SEEDS)
+def test_crossentropy_of_widely_spread_logits(shape, block, in_place, seed):
+    check_forward(shape, block, WIDE_SCALE, False, seed)
+    check_backward(shape, block, WIDE_SCALE, False, in_place, seed)
+
+
+def test_default_block_at_its_cap():
+    """block=None as the model launches it, on rows wider than the default 512 threads."""
+    check_forward((2, 600), None, 3.0, False, seed=5)
+    check_backward((2, 600), None, 3.0, False, True, seed=6)
+
+
+def test_no_rows_launch_nothing(no_launches):
+    """The empty-input rule (kernels/common.py): N = 0 rows is no launch and no error."""
+    logits, rows = cuda.to_device(np.ones((0, 5), np.float32)), cuda.to_device(poisoned(0))
+    targets = cuda.to_device(np.zeros(0, np.int32))
+    crossentropy.crossentropy_forward(rows, rows, logits, targets)
+    crossentropy.crossentropy_backward(logits, logits, rows, targets, 1.0)
 
 
 def test_confidently_right_tokens_keep_relative_accuracy():
@@ -96,14 +133,42 @@ def test_row_max_tied_across_threads():
     assert_close(losses.copy_to_host(), losses_ref, TOL_F32_OP, "loss with a tied max")
 
 
-def test_launchers_reject_bad_arguments():
-    logits = cuda.to_device(np.ones((3, 7), np.float32))
-    rows = cuda.to_device(np.ones(3, np.float32))
-    targets = cuda.to_device(np.zeros(3, np.int32))
-    with pytest.raises(TypeError, match="targets: expected dtype int32"):
-        crossentropy.crossentropy_forward(rows, rows, logits, cuda.to_device(np.zeros(3, np.int64)))
+def ones(*shape, dtype=np.float32):
+    return cuda.to_device(np.ones(shape, dtype))
+
+
+def launch(backward, losses=(3,), lse=(3,), logits=(3, 7), targets=(3,),
+           targets_dtype=np.int32, dlogits=(3, 7), block=None):
+    """crossentropy_forward or _backward on arrays of these shapes."""
+    d_logits, d_lse = ones(*logits), ones(*lse)
+    d_targets = cuda.to_device(np.zeros(targets, targets_dtype))
+    if backward:
+        crossentropy.crossentropy_backward(ones(*dlogits), d_logits, d_lse, d_targets, 1 / 3,
+                                           block=block)
+    else:
+        crossentropy.crossentropy_forward(ones(*losses), d_lse, d_logits, d_targets, block=block)
+
+
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("changes,error,message", [
+    (dict(logits=(3, 7, 1)), ValueError, r"logits: expected shape \(N, V\)"),
+    (dict(logits=(3, 0), dlogits=(3, 0)), ValueError, "V must be at least 1, got 0"),
+    (dict(lse=(4,)), ValueError, r"lse: expected shape \(3,\)"),
+    (dict(targets=(2,)), ValueError, r"targets: expected shape \(3,\)"),
+    (dict(targets_dtype=np.int64), TypeError, "targets: expected dtype int32"),
+    (dict(block=0), ValueError, "block size"),
+    (dict(block=1056), ValueError, "block size"),
+])
+def test_launchers_reject_bad_arguments(backward, changes, error, message):
+    with pytest.raises(error, match=message):
+        launch(backward, **changes)
+
+
+def test_launchers_reject_their_own_bad_arguments():
     with pytest.raises(ValueError, match=r"losses: expected shape \(3,\)"):
-        crossentropy.crossentropy_forward(cuda.to_device(np.ones(4, np.float32)), rows, logits,
-                                          targets)
+        launch(False, losses=(4,))
+    with pytest.raises(ValueError, match="block size must be a multiple of 32"):
+        launch(False, block=48)          # block_max and block_sum need whole warps
     with pytest.raises(ValueError, match=r"dlogits: expected shape \(3, 7\)"):
-        crossentropy.crossentropy_backward(rows, logits, rows, targets, 1 / 3)
+        launch(True, dlogits=(3,))
+    launch(True, block=48)               # the backward has no block reduction

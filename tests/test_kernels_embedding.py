@@ -11,15 +11,18 @@ from microgpt import reference as ref
 from microgpt.kernels import embedding
 
 # (B, T, C, V): tiny in the simulator (V small, so tokens repeat), andrea-120m's on a GPU
+SIM_SHAPES = st.tuples(st.integers(1, 2), st.integers(1, 6), st.integers(1, 9), st.integers(1, 5))
+# On a GPU the simulator's own shapes are drawn too: small sizes and edges where an
+# out-of-range index shows in the simulator (IndexError) but passes unseen on a GPU
+# unless compute-sanitizer watches.
 if ON_GPU:
     # a real-shape example costs seconds of host-side data and float64 reference
     SHAPES = st.one_of(st.just((16, 1024, 768, 50304)),
                        st.tuples(st.integers(1, 16), st.integers(1, 1024), st.integers(1, 768),
-                                 st.integers(1, 50304)))
+                                 st.integers(1, 50304)), SIM_SHAPES)
     BLOCKS = st.sampled_from([32, 96, 256, 1024])
 else:
-    SHAPES = st.tuples(st.integers(1, 2), st.integers(1, 6), st.integers(1, 9),
-                       st.integers(1, 5))
+    SHAPES = SIM_SHAPES
     BLOCKS = st.sampled_from([32, 48])
 SEEDS = st.integers(0, 2**32 - 1)
 
@@ -31,21 +34,20 @@ def draw_tokens(rng, B, T, V):
     return idx
 
 
-@given(shape=SHAPES, extra_context=st.integers(0, 3), block=BLOCKS, seed=SEEDS)
-def test_encoder_forward(shape, extra_context, block, seed):
+def check_forward(shape, extra_context, block, seed):
+    """block None: the launcher's default."""
     B, T, C, V = shape
     rng = np.random.default_rng(seed)
     idx = draw_tokens(rng, B, T, V)
     wte, wpe = randn(rng, V, C), randn(rng, T + extra_context, C)
     out = cuda.to_device(poisoned((B, T, C)))
     embedding.encoder_forward(out, cuda.to_device(idx), cuda.to_device(wte),
-                              cuda.to_device(wpe), block=block)
+                              cuda.to_device(wpe), **block_option(block))
     expected = ref.encoder_forward(idx, wte.astype(np.float64), wpe.astype(np.float64))
     assert_close(out.copy_to_host(), expected, TOL_F32_OP, "encoder forward")
 
 
-@given(shape=SHAPES, extra_context=st.integers(0, 3), block=BLOCKS, seed=SEEDS)
-def test_encoder_backward_accumulates(shape, extra_context, block, seed):
+def check_backward(shape, extra_context, block, seed):
     B, T, C, V = shape
     context = T + extra_context
     rng = np.random.default_rng(seed)
@@ -54,10 +56,24 @@ def test_encoder_backward_accumulates(shape, extra_context, block, seed):
     dwte_start, dwpe_start = randn(rng, V, C), randn(rng, context, C)
     dwte, dwpe = cuda.to_device(dwte_start), cuda.to_device(dwpe_start)
     embedding.encoder_backward(dwte, dwpe, cuda.to_device(dout), cuda.to_device(idx),
-                               block=block)
+                               **block_option(block))
     dwte_ref, dwpe_ref = ref.encoder_backward(dout.astype(np.float64), idx, V, context)
     assert_close(dwte.copy_to_host(), dwte_start + dwte_ref, TOL_F32_OP, "dwte")
     assert_close(dwpe.copy_to_host(), dwpe_start + dwpe_ref, TOL_F32_OP, "dwpe")
+
+
+def block_option(block):
+    return {} if block is None else {"block": block}
+
+
+@given(shape=SHAPES, extra_context=st.integers(0, 3), block=BLOCKS, seed=SEEDS)
+def test_encoder_forward(shape, extra_context, block, seed):
+    check_forward(shape, extra_context, block, seed)
+
+
+@given(shape=SHAPES, extra_context=st.integers(0, 3), block=BLOCKS, seed=SEEDS)
+def test_encoder_backward_accumulates(shape, extra_context, block, seed):
+    check_backward(shape, extra_context, block, seed)
 
 
 def test_encoder_backward_adds_up_one_repeated_token():
@@ -73,13 +89,59 @@ def test_encoder_backward_adds_up_one_repeated_token():
     assert_close(dwte.copy_to_host(), expected, TOL_F32_OP, "dwte of one repeated token")
 
 
-def test_launchers_reject_bad_arguments():
-    idx = cuda.to_device(np.zeros((2, 4), np.int32))
-    wte = cuda.to_device(np.ones((5, 3), np.float32))
-    out = cuda.to_device(np.ones((2, 4, 3), np.float32))
-    with pytest.raises(ValueError, match=r"wpe: expected shape \(context >= 4, 3\)"):
-        embedding.encoder_forward(out, idx, wte, cuda.to_device(np.ones((3, 3), np.float32)))
-    with pytest.raises(TypeError, match="idx: expected dtype int32"):
-        embedding.encoder_forward(out, cuda.to_device(np.zeros((2, 4), np.int64)), wte, wte)
-    with pytest.raises(ValueError, match=r"dout: expected shape \(2, 4, 3\)"):
-        embedding.encoder_backward(wte, wte, cuda.to_device(np.ones((2, 4, 2), np.float32)), idx)
+def test_default_block():
+    """block left out, as the model launches them, over more than one 256-thread block."""
+    check_forward((2, 5, 30, 7), 1, None, seed=8)
+    check_backward((2, 5, 30, 7), 0, None, seed=9)
+
+
+@pytest.mark.parametrize("B,T", [(0, 4), (2, 0)])
+def test_empty_batch_launches_nothing(B, T, no_launches):
+    """The empty-input rule (kernels/common.py): no tokens, no launch, and the accumulated
+    dwte and dwpe keep their values (a sum over no tokens adds nothing)."""
+    rng = np.random.default_rng(1)
+    idx = cuda.to_device(np.zeros((B, T), np.int32))
+    wte_start, wpe_start = randn(rng, 5, 3), randn(rng, 4, 3)
+    wte, wpe = cuda.to_device(wte_start), cuda.to_device(wpe_start)
+    out = cuda.to_device(np.ones((B, T, 3), np.float32))
+    embedding.encoder_forward(out, idx, wte, wpe)
+    embedding.encoder_backward(wte, wpe, out, idx)
+    np.testing.assert_array_equal(wte.copy_to_host(), wte_start)
+    np.testing.assert_array_equal(wpe.copy_to_host(), wpe_start)
+
+
+def ones(*shape, dtype=np.float32):
+    return cuda.to_device(np.ones(shape, dtype))
+
+
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("changes,error,message", [
+    (dict(idx=ones(8, dtype=np.int32)), ValueError, r"idx: expected shape \(B, T\)"),
+    (dict(idx=ones(2, 4, dtype=np.int64)), TypeError, "idx: expected dtype int32"),
+    (dict(wte=ones(15)), ValueError, r"wte: expected shape \(V, C\), got \(15,\)"),
+    (dict(wte=ones(5, 3, 1)), ValueError, r"wte: expected shape \(V, C\)"),
+    (dict(wte=ones(5, 3, dtype=np.float64)), TypeError, "wte: expected dtype float32"),
+    (dict(wpe=ones(3, 3)), ValueError, r"wpe: expected shape \(context >= 4, 3\)"),
+    (dict(wpe=ones(6, 2)), ValueError, r"wpe: expected shape \(context >= 4, 3\)"),
+    (dict(wpe=ones(6, 4)), ValueError, r"wpe: expected shape \(context >= 4, 3\)"),
+    (dict(wpe=ones(18)), ValueError, r"wpe: expected shape \(context >= 4, 3\)"),
+    (dict(out=ones(2, 4, 2)), ValueError, r"out: expected shape \(2, 4, 3\)"),
+    (dict(block=0), ValueError, "block size"),
+    (dict(block=1025), ValueError, "block size"),
+])
+def test_launchers_reject_bad_arguments(backward, changes, error, message):
+    """encoder_forward(out, idx, wte, wpe) and encoder_backward(dwte, dwpe, dout, idx) on
+    good arguments for (B, T, C, V, context) = (2, 4, 3, 5, 6) but for changes; the
+    backward's names are dwte, dwpe and dout."""
+    args = dict(out=ones(2, 4, 3), idx=ones(2, 4, dtype=np.int32), wte=ones(5, 3),
+                wpe=ones(6, 3))
+    args.update(changes)
+    block = args.pop("block", embedding.BLOCK)
+    if backward:
+        message = message.replace("out", "dout").replace("wte", "dwte").replace("wpe", "dwpe")
+        with pytest.raises(error, match=message):
+            embedding.encoder_backward(args["wte"], args["wpe"], args["out"], args["idx"],
+                                       block=block)
+    else:
+        with pytest.raises(error, match=message):
+            embedding.encoder_forward(*args.values(), block=block)

@@ -23,19 +23,24 @@ MODEL_PRODUCTS = [
     (50304, 768, 16384, True, False, True),      # dwte += dlogits^T @ x
 ]
 FLAGS = st.tuples(st.booleans(), st.booleans(), st.booleans())
+# a few simulated threads per block; every size straddles a tile edge now and then
+SIM_SIZES = st.tuples(st.integers(1, 20), st.integers(1, 20), st.integers(1, 24))
+SIM_TILES = [GemmTile(8, 8, 4, 2, 2), GemmTile(16, 8, 4, 4, 2), GemmTile(8, 16, 8, 2, 4),
+             GemmTile(4, 4, 4, 1, 1)]
+# On a GPU the simulator's own shapes are drawn too: small sizes and edges where an
+# out-of-range index shows in the simulator (IndexError) but passes unseen on a GPU
+# unless compute-sanitizer watches.
 if ON_GPU:
-    PRODUCTS = st.tuples(st.integers(1, 16384), st.integers(1, 3072),
-                         st.integers(1, 3072)).flatmap(
-        lambda mnk: FLAGS.map(lambda flags: mnk + flags))
+    SIZES = st.one_of(st.tuples(st.integers(1, 16384), st.integers(1, 3072),
+                                st.integers(1, 3072)), SIM_SIZES)
     # None takes each default tile on the model's products; one odd override besides
-    TILES = st.sampled_from([None, GemmTile(64, 32, 16, 4, 2)])
+    TILES = st.sampled_from([None, GemmTile(64, 32, 16, 4, 2)] + SIM_TILES)
 else:
-    # a few simulated threads per block; every size straddles a tile edge now and then
-    PRODUCTS = st.tuples(st.integers(1, 20), st.integers(1, 20), st.integers(1, 24)).flatmap(
-        lambda mnk: FLAGS.map(lambda flags: mnk + flags))
-    TILES = st.sampled_from([GemmTile(8, 8, 4, 2, 2), GemmTile(16, 8, 4, 4, 2),
-                             GemmTile(8, 16, 8, 2, 4), GemmTile(4, 4, 4, 1, 1)])
+    SIZES = SIM_SIZES
+    TILES = st.sampled_from(SIM_TILES)
+PRODUCTS = SIZES.flatmap(lambda mnk: FLAGS.map(lambda flags: mnk + flags))
 SEEDS = st.integers(0, 2**32 - 1)
+SMALL_SIM_TILE = GemmTile(4, 4, 4, 1, 1)      # 16 simulated threads
 
 
 def check_matmul(M, N, K, transpose_a, transpose_b, accumulate, tile, seed):
@@ -78,14 +83,65 @@ def test_default_tile_fills_the_gpu():
     assert gemm.default_tile(768, 768) == gemm.SMALL_TILE
 
 
+def test_a_tile_of_1024_threads():
+    """The most threads a block may have: accepted, and it computes (one launch of 1024
+    simulated threads, a second or two)."""
+    tile = GemmTile(32, 32, 32, 1, 1)
+    assert tile.threads == 1024
+    check_matmul(5, 9, 40, False, True, False, tile, seed=3)
+
+
+def test_an_empty_inner_dimension_writes_zeros():
+    """The empty-input rule (kernels/common.py): a product over K = 0 is a zero matrix,
+    written over what out held (or added to it: nothing)."""
+    rng = np.random.default_rng(2)
+    out = cuda.to_device(poisoned((3, 5)))
+    empty_a, empty_b = cuda.to_device(np.ones((3, 0), np.float32)), cuda.to_device(
+        np.ones((0, 5), np.float32))
+    gemm.matmul(out, empty_a, empty_b, tile=SMALL_SIM_TILE)
+    np.testing.assert_array_equal(out.copy_to_host(), np.zeros((3, 5), np.float32))
+    start = randn(rng, 3, 5)
+    out = cuda.to_device(start)
+    gemm.matmul(out, empty_a, empty_b, accumulate=True, tile=SMALL_SIM_TILE)
+    np.testing.assert_array_equal(out.copy_to_host(), start)
+
+
+@pytest.mark.parametrize("M,N", [(0, 5), (3, 0), (0, 0)])
+def test_an_empty_output_launches_nothing(M, N, no_launches):
+    """The empty-input rule (kernels/common.py): no element of out, no launch, no error."""
+    out = cuda.to_device(np.ones((M, N), np.float32))
+    gemm.matmul(out, cuda.to_device(np.ones((M, 4), np.float32)),
+                cuda.to_device(np.ones((4, N), np.float32)))
+
+
+@pytest.mark.parametrize("field", GemmTile._fields)
+@pytest.mark.parametrize("value", [0, -4])
+def test_matmul_rejects_a_tile_with_a_field_below_one(field, value):
+    """A zero depth would divide by zero in the kernel, a zero thread_rows in the check."""
+    x = cuda.to_device(np.ones((4, 3), np.float32))
+    tile = GemmTile(8, 8, 4, 2, 2)._replace(**{field: value})
+    with pytest.raises(ValueError, match="must be positive multiples"):
+        gemm.matmul(cuda.to_device(np.ones((4, 4), np.float32)), x, x, transpose_b=True,
+                    tile=tile)
+
+
 def test_matmul_rejects_bad_arguments():
     x = cuda.to_device(np.ones((4, 3), np.float32))
     w = cuda.to_device(np.ones((3, 5), np.float32))
     out = cuda.to_device(np.ones((4, 5), np.float32))
     with pytest.raises(ValueError, match="b: expected shape"):
         gemm.matmul(out, x, w, transpose_b=True)
-    with pytest.raises(ValueError, match="a: expected a 2-D matrix"):
-        gemm.matmul(out, cuda.to_device(np.ones((4, 3, 1), np.float32)), w)
+    for name, args in (("out", (cuda.to_device(np.ones(20, np.float32)), x, w)),
+                       ("a", (out, cuda.to_device(np.ones((4, 3, 1), np.float32)), w)),
+                       ("b", (out, x, cuda.to_device(np.ones(15, np.float32))))):
+        with pytest.raises(ValueError, match=f"{name}: expected a 2-D matrix"):
+            gemm.matmul(*args)
+    with pytest.raises(ValueError, match=r"a: expected shape \(4, 4\), got \(4, 3\)"):
+        gemm.matmul(out, x, w, transpose_a=True)
+    with pytest.raises(ValueError, match=r"b: expected shape \(3, 5\)"):
+        gemm.matmul(out, x, cuda.to_device(np.ones((4, 5), np.float32)))
+    with pytest.raises(TypeError, match="out: expected dtype float32"):
+        gemm.matmul(cuda.to_device(np.ones((4, 5), np.float64)), x, w)
     with pytest.raises(TypeError, match="a: expected dtype float32"):
         gemm.matmul(out, cuda.to_device(np.ones((4, 3), np.float64)), w)
     with pytest.raises(TypeError, match="expected a device array"):
@@ -96,5 +152,7 @@ def test_matmul_rejects_bad_arguments():
         gemm.matmul(out, x, w, tile=GemmTile(8, 8, 4, 3, 2))
     with pytest.raises(ValueError, match="more than 1024"):
         gemm.matmul(out, x, w, tile=GemmTile(64, 64, 8, 1, 2))
+    with pytest.raises(ValueError, match="1056 threads per block, more than 1024"):
+        gemm.matmul(out, x, w, tile=GemmTile(33, 32, 32, 1, 1))
     with pytest.raises(ValueError, match="multiples of the"):
         gemm.matmul(out, x, w, tile=GemmTile(8, 8, 1, 1, 1))

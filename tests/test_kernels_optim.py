@@ -13,21 +13,27 @@ from microgpt.kernels import adamw, reductions
 ANDREA_120M_PARAMS = 124_392_960
 # flat lengths: tiny in the simulator; on a GPU up to a batch's losses (16384) for the sums
 # and andrea-120m's whole parameter buffer for the optimizer, whose examples cost seconds of
-# host reference each, hence fewer of them
+# host reference each, hence fewer of them. On a GPU the simulator's own lengths are drawn
+# too: small sizes where an out-of-range index shows in the simulator (IndexError) but
+# passes unseen on a GPU unless compute-sanitizer watches.
+SIM_LENGTHS = st.integers(1, 300)
 if ON_GPU:
-    LENGTHS = st.one_of(st.just(16384), st.integers(1, 1 << 22))
-    PARAM_LENGTHS = st.one_of(st.just(ANDREA_120M_PARAMS), st.integers(1, 1 << 22))
+    LENGTHS = st.one_of(st.just(16384), st.integers(1, 1 << 22), SIM_LENGTHS)
+    PARAM_LENGTHS = st.one_of(st.just(ANDREA_120M_PARAMS), st.integers(1, 1 << 22), SIM_LENGTHS)
     REDUCE_BLOCKS = st.sampled_from([32, 256, 512, 1024])
     MAX_BLOCKS = st.sampled_from([1, 7, 1024])
     ADAMW_BLOCKS = st.sampled_from([32, 96, 256, 1024])
     PARAM_EXAMPLES = settings(max_examples=max(1, settings().max_examples // 2))
 else:
-    LENGTHS = PARAM_LENGTHS = st.integers(1, 300)
+    LENGTHS = PARAM_LENGTHS = SIM_LENGTHS
     REDUCE_BLOCKS = st.just(32)
     MAX_BLOCKS = st.integers(1, 3)
     ADAMW_BLOCKS = st.sampled_from([32, 48])
     PARAM_EXAMPLES = settings()
 SEEDS = st.integers(0, 2**32 - 1)
+# the gradient's global norm: tiny (where the clip's 1e-6 and Adam's 1e-8 epsilons are
+# most of the arithmetic), as drawn (~sqrt(n)), huge
+GRAD_NORMS = st.sampled_from([1e-6, None, 1e6])
 
 
 @given(n=LENGTHS, block=REDUCE_BLOCKS, max_blocks=MAX_BLOCKS, seed=SEEDS)
@@ -71,15 +77,27 @@ def reference_step(param, grad, m, v, norm_squared, hp):
 
 @PARAM_EXAMPLES
 @given(n=PARAM_LENGTHS, decay_fraction=st.sampled_from([0.0, 1.0]) | st.floats(0.0, 1.0),
-       clipped=st.booleans(), clip_ratio=st.floats(0.1, 0.9), step=st.integers(1, 10_000),
-       lr=st.floats(1e-4, 1.0), weight_decay=st.floats(0.01, 0.5),
+       clipped=st.booleans(), clip_ratio=st.floats(0.1, 0.9), grad_norm=GRAD_NORMS,
+       step=st.integers(1, 10_000), lr=st.floats(1e-4, 1.0), weight_decay=st.floats(0.01, 0.5),
        beta1=st.floats(0.8, 0.95), beta2=st.floats(0.9, 0.999), block=ADAMW_BLOCKS,
        seed=SEEDS)
-def test_adamw_update(n, decay_fraction, clipped, clip_ratio, step, lr, weight_decay, beta1,
-                      beta2, block, seed):
+def test_adamw_update(n, decay_fraction, clipped, clip_ratio, grad_norm, step, lr,
+                      weight_decay, beta1, beta2, block, seed):
+    check_adamw(n, decay_fraction, clipped, clip_ratio, grad_norm, step, lr, weight_decay,
+                beta1, beta2, block, seed)
+
+
+def check_adamw(n, decay_fraction, clipped, clip_ratio, grad_norm, step, lr, weight_decay,
+                beta1, beta2, block, seed):
+    """block None: the launcher's default."""
     rng = np.random.default_rng(seed)
-    param, grad, m = randn(rng, n), randn(rng, n), randn(rng, n, scale=0.1)
-    v = np.abs(randn(rng, n, scale=0.1))
+    param, grad = randn(rng, n), randn(rng, n)
+    if grad_norm is not None:
+        grad *= np.float32(grad_norm / np.linalg.norm(grad.astype(np.float64)))
+    # moments on the gradient's scale, so that the new gradient shows in them
+    grad_rms = np.float32(ref.global_norm(grad) / np.sqrt(n))
+    m = randn(rng, n, scale=grad_rms)
+    v = np.abs(randn(rng, n, scale=grad_rms * grad_rms))
     norm_squared = np.float32(ref.global_norm(grad) ** 2)
     norm = float(np.sqrt(np.float64(norm_squared)))
     # the clip is active when max_norm lies below the norm, inactive when above it
@@ -88,22 +106,86 @@ def test_adamw_update(n, decay_fraction, clipped, clip_ratio, step, lr, weight_d
               max_norm=max_norm, beta1=beta1, beta2=beta2, eps=1e-8)
     d_param, d_m, d_v = cuda.to_device(param), cuda.to_device(m), cuda.to_device(v)
     adamw.adamw_update(d_param, cuda.to_device(grad), d_m, d_v,
-                       cuda.to_device(np.array([norm_squared])), block=block, **hp)
+                       cuda.to_device(np.array([norm_squared])),
+                       **({} if block is None else {"block": block}), **hp)
     expected = reference_step(param, grad, m, v, norm_squared, hp)
     for name, got, want in zip(("param", "m", "v"), (d_param, d_m, d_v), expected):
         assert_close(got.copy_to_host(), want, TOL_F32_OP, f"adamw {name}")
 
 
-def test_launchers_reject_bad_arguments():
-    flat, one = cuda.to_device(np.ones(10, np.float32)), cuda.to_device(np.ones(1, np.float32))
-    hp = dict(lr=1e-3, weight_decay=0.1, max_norm=1.0, beta1=0.9, beta2=0.95, eps=1e-8)
-    with pytest.raises(ValueError, match="step counts from 1"):
-        adamw.adamw_update(flat, flat, flat, flat, one, step=0, n_decay=5, **hp)
-    with pytest.raises(ValueError, match=r"n_decay must lie in \[0, 10\]"):
-        adamw.adamw_update(flat, flat, flat, flat, one, step=1, n_decay=11, **hp)
-    with pytest.raises(ValueError, match=r"m: expected shape \(10,\)"):
-        adamw.adamw_update(flat, flat, one, flat, one, step=1, n_decay=5, **hp)
+def test_default_blocks():
+    """The launchers' defaults, as the model launches them: one 512-thread block for the
+    sums (block_sum needs whole warps), two 256-thread blocks for AdamW."""
+    rng = np.random.default_rng(6)
+    x = randn(rng, 300)
+    out = cuda.to_device(poisoned(1))
+    reductions.sum_to(out, cuda.to_device(x))
+    assert_close(out.copy_to_host(), [x.sum(dtype=np.float64)], TOL_F32_OP, "sum")
+    adamw.global_norm_squared(out, cuda.to_device(x))
+    assert_close(out.copy_to_host(), [ref.global_norm(x) ** 2], TOL_F32_OP, "norm squared")
+    check_adamw(300, 0.5, True, 0.5, None, 3, 1e-3, 0.1, 0.9, 0.95, None, seed=7)
+
+
+def test_a_sum_over_nothing_is_zero():
+    """The empty-input rule (kernels/common.py): the identity is written over the poison."""
+    empty = cuda.to_device(np.ones(0, np.float32))
+    for launch in (reductions.sum_to, reductions.sum_squares_to, adamw.global_norm_squared):
+        out = cuda.to_device(poisoned(1))
+        launch(out, empty, block=32)
+        np.testing.assert_array_equal(out.copy_to_host(), [0.0])
+
+
+def test_adamw_of_no_parameters_launches_nothing(no_launches):
+    empty = cuda.to_device(np.ones(0, np.float32))
+    adamw.adamw_update(empty, empty, empty, empty, cuda.to_device(np.ones(1, np.float32)),
+                       step=1, n_decay=0, **HP)
+
+
+def ones(*shape, dtype=np.float32):
+    return cuda.to_device(np.ones(shape, dtype))
+
+
+HP = dict(lr=1e-3, weight_decay=0.1, max_norm=1.0, beta1=0.9, beta2=0.95, eps=1e-8)
+
+
+@pytest.mark.parametrize("changes,error,message", [
+    (dict(param=ones(2, 5)), ValueError, r"param: expected a flat \(n,\) array"),
+    (dict(grad=ones(9)), ValueError, r"grad: expected shape \(10,\)"),
+    (dict(m=ones(1)), ValueError, r"m: expected shape \(10,\)"),
+    (dict(v=ones(10, dtype=np.float64)), TypeError, "v: expected dtype float32"),
+    (dict(param=np.ones(10, np.float32)), TypeError, "param: expected a device array"),
+    (dict(norm_squared=ones(2)), ValueError, r"norm_squared: expected shape \(1,\)"),
+    (dict(step=0), ValueError, "step counts from 1, got 0"),
+    (dict(n_decay=11), ValueError, r"n_decay must lie in \[0, 10\], got 11"),
+    (dict(n_decay=-1), ValueError, r"n_decay must lie in \[0, 10\], got -1"),
+    (dict(block=0), ValueError, "block size"),
+    (dict(block=1025), ValueError, "block size"),
+])
+def test_adamw_rejects_bad_arguments(changes, error, message):
+    args = dict(param=ones(10), grad=ones(10), m=ones(10), v=ones(10), norm_squared=ones(1),
+                step=1, n_decay=5, **HP)
+    args.update(changes)
+    arrays = [args.pop(name) for name in ("param", "grad", "m", "v", "norm_squared")]
+    with pytest.raises(error, match=message):
+        adamw.adamw_update(*arrays, **args)
+
+
+@pytest.mark.parametrize("launch", [reductions.sum_to, reductions.sum_squares_to])
+@pytest.mark.parametrize("changes,message", [
+    (dict(x=ones(2, 5)), r"x: expected a flat \(n,\) array"),
+    (dict(out=ones(2)), r"out: expected shape \(1,\)"),
+    (dict(block=0), "block size must be a multiple of 32"),
+    (dict(block=48), "block size must be a multiple of 32"),
+    (dict(block=1056), "block size must be a multiple of 32"),
+    (dict(max_blocks=0), "max_blocks must be at least 1, got 0"),
+])
+def test_sums_reject_bad_arguments(launch, changes, message):
+    args = dict(out=ones(1), x=ones(10))
+    args.update(changes)
+    with pytest.raises(ValueError, match=message):
+        launch(args.pop("out"), args.pop("x"), **args)
+
+
+def test_global_norm_squared_rejects_bad_arguments():
     with pytest.raises(ValueError, match=r"out: expected shape \(1,\)"):
-        adamw.global_norm_squared(flat, flat)
-    with pytest.raises(ValueError, match="expected a flat"):
-        reductions.sum_to(one, cuda.to_device(np.ones((2, 5), np.float32)))
+        adamw.global_norm_squared(ones(10), ones(10))

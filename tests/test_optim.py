@@ -86,8 +86,9 @@ def test_adamw_on_the_flat_buffer_equals_per_tensor_adamw(dtype):
     opt = AdamW(model, cfg)
     # global norms above and below max_norm, so some steps clip and some do not, and the
     # moments mix clipped and unclipped gradients
-    grad_steps, lrs, norms = [], [0.05, 0.02, 0.04, 0.01, 0.03], []
-    for target_norm, lr in zip([3.0, 0.4, 25.0, 0.9, 1.7], lrs):
+    # and a norm of 1e-6, where the clip's 1e-6 halves the scale, and one of 1e6
+    grad_steps, lrs, norms = [], [0.05, 0.02, 0.04, 0.01, 0.03, 0.02, 0.05], []
+    for target_norm, lr in zip([3.0, 0.4, 25.0, 0.9, 1.7, 1e-6, 1e6], lrs):
         flat = rng.standard_normal(model.layout.size)
         model.grads_flat[:] = flat * (target_norm / np.linalg.norm(flat))
         grad_steps.append({name: g.astype(np.float64) for name, g in model.grads.items()})
@@ -102,6 +103,14 @@ def test_adamw_on_the_flat_buffer_equals_per_tensor_adamw(dtype):
         assert_close(model.params[name], params[name], TOL[dtype], f"param {name}")
         assert_close(got_m[name], m[name], TOL[dtype], f"m {name}")
         assert_close(got_v[name], v[name], TOL[dtype], f"v {name}")
+
+
+def test_the_defaults_are_the_design():
+    """DESIGN.md's AdamW: beta1 0.9, beta2 0.95, eps 1e-8, weight decay 0.1 (matrices
+    only), global-norm clip 1.0, cosine to 10% of the peak."""
+    cfg = AdamWConfig()
+    assert (cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.max_norm, cfg.min_lr_ratio) \
+        == (0.9, 0.95, 1e-8, 0.1, 1.0, 0.1)
 
 
 def test_weight_decay_reaches_matrices_only():

@@ -409,3 +409,121 @@ def test_model_logits_up_to_t_ignore_tokens_after_t(data, seed):
     idx[:, t + 1:] = rng.integers(0, cfg.vocab_size, (B, T - t - 1))
     after = model.forward(idx)
     assert rel_error(after[:, :t + 1], before[:, :t + 1]) < TOL_SAME
+
+
+# ----------------------------------------------------------------------------------
+# values written out: the constants the kernels import from here, pinned by value, since a
+# change here changes both sides of every kernel-against-reference test
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gelu_at_values_written_out(dtype):
+    """tanh-GELU with sqrt(2/pi) and 0.044715; expected values from that float64 formula."""
+    x = np.array([1.0, -1.0, 2.0, -3.0], dtype)
+    assert_close(ref.gelu_forward(x), [0.8411919906082768, -0.15880800939172324,
+                                       1.954597694087775, -0.0036373920817729943],
+                 TOL_F32_OP, "gelu")
+    assert_close(ref.gelu_backward(np.ones(4, dtype), x),
+                 [1.0829640838457826, -0.08296408384578252, 1.0860992566236183,
+                  -0.011584166630969516], TOL_F32_OP, "gelu'")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_layernorm_of_a_row_written_out(dtype):
+    """eps = 1e-5 pinned: the row's variance, 1.15e-5, is near eps, so eps moves y."""
+    x = np.array([[0.004, -0.001, 0.002, -0.005]], dtype)
+    weight, bias = np.array([2.0, -1.0, 0.5, 3.0], dtype), np.array([0.5, 0.25, -0.75, 1.0], dtype)
+    y, mean, rstd = ref.layernorm_forward(x, weight, bias)
+    assert_close(y, [[2.225324371255015, 0.46566554640687685, -0.5343344535931231,
+                      -2.234983196103152]], TOL_F32_OP, "y")
+    assert_close(rstd, [215.6655464068768], TOL_F32_OP, "rstd")
+    assert abs(mean[0]) < 1e-9
+
+
+# ----------------------------------------------------------------------------------
+# cross-entropy over logits spread far wider than exp's range
+
+@pytest.mark.parametrize("dtype,spread", [(np.float32, 60.0), (np.float64, 600.0)])
+@CPU
+@given(N=st.integers(1, 4), V=st.integers(2, 300), seed=SEEDS)
+def test_crossentropy_is_exact_at_any_spread(dtype, spread, N, V, seed):
+    """Logits whose spread exceeds exp's range in this dtype (88 in float32, 709 in
+    float64): the log-sum-exp must subtract the row max, and then max <= lse <= max + ln V,
+    the loss is lse - logit[target] >= 0, and the softmax rows sum to 1."""
+    rng = np.random.default_rng(seed)
+    logits = (rng.standard_normal((N, V)) * spread).astype(dtype)
+    targets = rng.integers(0, V, N)
+    losses, lse = ref.crossentropy_forward(logits, targets)
+    row_max = logits.max(axis=-1).astype(np.float64)
+    assert np.all(np.isfinite(lse)) and np.all(np.isfinite(losses)), f"lse {lse}"
+    slack = 4 * np.finfo(dtype).eps * np.abs(row_max)
+    assert np.all(lse >= row_max - slack), f"lse {lse} below the row max {row_max}"
+    assert np.all(lse <= row_max + math.log(V) + slack), f"lse {lse} above max + ln V"
+    np.testing.assert_allclose(losses, lse - logits[np.arange(N), targets], rtol=0,
+                               atol=4 * np.finfo(dtype).eps * np.abs(lse).max())
+    dlogits = ref.crossentropy_backward(1.0, logits, lse, targets)
+    np.testing.assert_allclose(dlogits.sum(axis=-1), 0.0, atol=1e-4 if dtype == np.float32
+                               else TOL_SAME * V)
+
+
+# ----------------------------------------------------------------------------------
+# the gradient clip and AdamW, at tiny and huge gradient norms
+
+@pytest.mark.parametrize("norm,max_norm,scale", [
+    (1e-6, 5e-7, 0.25),              # the 1e-6 in the denominator is half of it here
+    (1e-7, 1e-8, 1e-8 / 1.1e-6),
+    (4.0, 1.0, 1.0 / (4.0 + 1e-6)),
+    (1e6, 1.0, 1.0 / (1e6 + 1e-6)),
+    (1e30, 2.0, 2e-30),
+    (0.5, 1.0, 1.0),                 # below max_norm: left alone
+    (0.0, 1.0, 1.0),
+])
+def test_clip_scale_written_out(norm, max_norm, scale):
+    """PyTorch's clip_grad_norm_: max_norm / (norm + 1e-6), at most 1."""
+    assert ref.clip_scale(norm, max_norm) == pytest.approx(scale, rel=TOL_SAME)
+
+
+@pytest.mark.parametrize("grad_size", [1e-9, 1e-8, 1.0, 1e6])
+@CPU
+@given(step=st.integers(1, 50), lr=st.floats(1e-4, 0.1), weight_decay=st.floats(0.0, 0.5),
+       beta1=st.floats(0.5, 0.99), beta2=st.floats(0.5, 0.999), seed=SEEDS)
+def test_adamw_with_a_constant_gradient_is_written_out(grad_size, step, lr, weight_decay,
+                                                       beta1, beta2, seed):
+    """The same gradient g at every step from zero moments: the bias corrections make
+    m_hat = g and v_hat = g^2 exactly, so each step is p -= lr (g / (|g| + eps) + wd p),
+    with m_t = (1 - beta1^t) g and v_t = (1 - beta2^t) g^2. Gradients of 1e-9 and 1e-8
+    put Adam's eps (1e-8) in the result; 1e6 that nothing overflows."""
+    rng = np.random.default_rng(seed)
+    g = rng.standard_normal(6) * grad_size
+    param = rng.standard_normal(6)
+    m, v = np.zeros(6), np.zeros(6)
+    expected = param.copy()
+    for t in range(1, step + 1):
+        param, m, v = ref.adamw_update(param, g, m, v, lr=lr, step=t, weight_decay=weight_decay,
+                                       beta1=beta1, beta2=beta2)
+        expected = expected - lr * (g / (np.abs(g) + 1e-8) + weight_decay * expected)
+    assert_close(m, (1 - beta1 ** step) * g, TOL_SAME, "m")
+    assert_close(v, (1 - beta2 ** step) * g * g, TOL_SAME, "v")
+    assert_close(param, expected, 1e-10, "param")
+
+
+@CPU
+@given(grad_scale=st.sampled_from([1e-7, 0.3, 1.0, 1e6]), seed=SEEDS)
+def test_adamw_grad_scale_scales_the_gradient(grad_scale, seed):
+    """The clip enters AdamW as grad_scale: the same as a gradient scaled beforehand."""
+    rng = np.random.default_rng(seed)
+    param, grad, m = (rng.standard_normal(5) for _ in range(3))
+    v = np.abs(rng.standard_normal(5))
+    hp = dict(lr=0.01, step=3, weight_decay=0.1)
+    scaled = ref.adamw_update(param, grad, m, v, grad_scale=grad_scale, **hp)
+    for got, want in zip(scaled, ref.adamw_update(param, grad * grad_scale, m, v, **hp)):
+        assert_close(got, want, TOL_SAME, "grad_scale")
+
+
+def test_adamw_defaults_are_the_design():
+    """beta1 0.9, beta2 0.95, eps 1e-8 (DESIGN.md), by their effect on one step."""
+    g, param = np.array([1e-8, -2.0]), np.array([0.5, 0.5])
+    new, m, v = ref.adamw_update(param, g, np.zeros(2), np.zeros(2), lr=0.1, step=1,
+                                 weight_decay=0.0)
+    assert_close(m, 0.1 * g, TOL_SAME, "m: (1 - 0.9) g")
+    assert_close(v, 0.05 * g * g, TOL_SAME, "v: (1 - 0.95) g^2")
+    assert_close(new, param - 0.1 * np.array([0.5, -2.0 / (2.0 + 1e-8)]), TOL_SAME, "param")
