@@ -20,6 +20,11 @@ class DistributedError(UserError):
     """Data-parallel set-up failed: the message says what to install or change."""
 
 
+class RanksDisagree(UserError):
+    """The ranks were not given the same run; every rank raises it at the same point, and
+    only rank 0 reports it."""
+
+
 class SingleProcess:
     """The world of one: nothing to exchange."""
     rank, world_size = 0, 1
@@ -32,6 +37,9 @@ class SingleProcess:
 
     def any(self, flag):
         return flag
+
+    def allgather(self, value):
+        return [value]
 
     def barrier(self):
         pass
@@ -56,6 +64,10 @@ class MPIWorld:
     def any(self, flag):
         """True on every rank when flag is true on one (a Ctrl-C that reached one rank)."""
         return bool(self.comm.allreduce(int(flag)))
+
+    def allgather(self, value):
+        """Every rank's value (a small picklable object), in rank order, on every rank."""
+        return self.comm.allgather(value)
 
     def barrier(self):
         self.comm.Barrier()
