@@ -27,9 +27,9 @@ from microgpt.checkpoint import (LATEST, atomic_file, find_checkpoint, load_chec
 from microgpt.config import CONFIGS, get_config
 from microgpt.data import (BatchLoader, default_cache_dir, load_tokens, shard_paths,
                            tokens_signature, unigram_entropy)
-from microgpt.errors import (EXIT_INTERRUPTED, EXIT_USER_ERROR, ArgumentParser, Terminated, UserError,
-                             exit_status, file_kind, non_negative, positive_float, positive_int,
-                             run_cli)
+from microgpt.errors import (EXIT_INTERRUPTED, EXIT_USER_ERROR, ArgumentParser, Terminated,
+                             UserError, exit_status, file_kind, non_negative, positive_float,
+                             positive_int, run_cli)
 from microgpt.optim import AdamW, AdamWConfig, lr_at
 from microgpt.model import GPT, ParamLayout
 from microgpt.sample import DEVICES, backend_for, make_backend, sample_text
@@ -441,8 +441,9 @@ def check_memory(config, args, world, backend):
     if available is not None and need > available:
         gib = 2 ** 30
         raise UserError(f"the run needs at least {need / gib:,.1f} GiB ({n_params:,} parameters, "
-                        f"batches of {rows:,} x {T} tokens) but {where} has {available / gib:,.1f} "
-                        "GiB available; pass a smaller --batch-size, --eval-batches, --context or model")
+                        f"batches of {rows:,} x {T} tokens) but {where} has "
+                        f"{available / gib:,.1f} GiB available; pass a smaller --batch-size, "
+                        "--eval-batches, --context or model")
 
 
 def available_memory(backend):
