@@ -44,7 +44,8 @@ STATE_FILE = "state.json"
 LATEST = "latest"
 PREFIX = "ckpt-"
 FORMAT_VERSION = 1
-TEMPORARY = re.compile(r"^\.(?P<name>.+)~(?P<pid>\d+)@(?P<host>.*)\.(tmp|old)$")
+# `.NAME.PID.tmp` without a host: the names of earlier versions, taken to be this host's
+TEMPORARY = re.compile(r"^\.(?P<name>[^~@]+)[~.](?P<pid>\d+)(@(?P<host>.*))?\.(tmp|old)$")
 
 
 @dataclass
@@ -140,7 +141,8 @@ def remove_stale_temporaries(directory, owned=False):
     host = socket.gethostname()
     for path in Path(directory).glob(".*"):
         match = TEMPORARY.match(path.name)
-        if match and (owned or (match["host"] == host and not _alive(int(match["pid"])))):
+        if match and (owned or (match["host"] in (host, None)
+                                and not _alive(int(match["pid"])))):
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path, ignore_errors=True)
             else:
