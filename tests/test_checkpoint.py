@@ -150,7 +150,6 @@ def replace_tensors(name, tensors):
     (rewrite_json(STATE_FILE, lambda s: s.update(format=2)), "format 2, from a newer microgpt"),
     (rewrite_json(STATE_FILE, lambda s: s.pop("format")), "state.json is corrupt"),
     (rewrite_json(STATE_FILE, lambda s: s.update(step=-1)), "state.json is corrupt"),
-    (rewrite_json(STATE_FILE, lambda s: s.update(step="3")), "state.json is corrupt"),
     (rewrite_json(STATE_FILE, lambda s: s.update(optimizer={"step": None})),
      "state.json is corrupt"),
     (rewrite_json(STATE_FILE, lambda s: s.update(tokenizer={"kind": "bpe"})),
