@@ -173,7 +173,8 @@ def non_negative(kind):
     def parse(text):
         value = kind(text)
         if not 0 <= value < math.inf:
-            raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+            what = "an integer" if kind is int else "a finite number"
+            raise argparse.ArgumentTypeError(f"must be {what} >= 0, got {text}")
         return value
     parse.__name__ = f"non-negative {kind.__name__}"
     return parse

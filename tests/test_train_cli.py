@@ -586,7 +586,7 @@ def trained_run(tmp_path_factory, corpus, cache):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--seed", "-1"], "argument --seed: must be a finite number >= 0"),
+    (["--seed", "-1"], "argument --seed: must be an integer >= 0"),
     (["--temperature", "nan"], "argument --temperature: must be a finite number >= 0"),
     (["--temperature", "inf"], "argument --temperature: must be a finite number >= 0"),
     (["--prompt", os.fsdecode(b"def \xff\xfe")], "--prompt is not UTF-8 text (byte 0xff at"),
