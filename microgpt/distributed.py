@@ -20,9 +20,9 @@ class DistributedError(UserError):
     """Data-parallel set-up failed: the message says what to install or change."""
 
 
-class RanksDisagree(UserError):
-    """The ranks were not given the same run; every rank raises it at the same point, and
-    only rank 0 reports it."""
+class CollectiveError(UserError):
+    """A user error that every rank raises at the same point (the ranks disagree on the run,
+    a batch that does not divide among them): rank 0 reports it, the others exit quietly."""
 
 
 class SingleProcess:
@@ -71,6 +71,11 @@ class MPIWorld:
 
     def barrier(self):
         self.comm.Barrier()
+
+    def abort(self, status):
+        """End every rank with status: the others may be waiting for this one in a
+        collective, where an ordinary exit would leave them forever."""
+        self.comm.Abort(status)
 
 
 class NCCLWorld(MPIWorld):

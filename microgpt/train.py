@@ -24,7 +24,8 @@ from matplotlib.figure import Figure
 from microgpt import distributed
 from microgpt.checkpoint import (LATEST, atomic_file, find_checkpoint, load_checkpoint,
                                  remove_stale_temporaries, save_checkpoint)
-from microgpt.config import CONFIGS, get_config
+from microgpt.backend import BackendError
+from microgpt.config import CONFIGS, ConfigError, get_config
 from microgpt.data import (BatchLoader, default_cache_dir, load_tokens, shard_paths,
                            tokens_signature, unigram_entropy)
 from microgpt.errors import (EXIT_INTERRUPTED, EXIT_USER_ERROR, ArgumentParser, Terminated,
@@ -327,7 +328,7 @@ def setup(ns, world, backend, resources):
     args = resolve_args(ns, ckpt.state.get("args", {}) if ckpt else None)
     check_ranks_agree(world, "arguments", dataclasses.asdict(args))
     if args.batch_size % world.world_size:
-        raise UserError(f"--batch-size {args.batch_size} (the global batch) must divide among "
+        raise distributed.CollectiveError(f"--batch-size {args.batch_size} (the global batch) must divide among "
                         f"{world.world_size} ranks; pass a multiple of {world.world_size}")
     start = ckpt.state["step"] if ckpt else 0
     if start >= args.steps:
@@ -391,7 +392,7 @@ def setup(ns, world, backend, resources):
 def check_ranks_agree(world, what, value):
     """Every data-parallel rank must train the same run: different arguments or data would
     average gradients of different batches. All ranks take part and fail together; rank 0
-    alone says why (RanksDisagree is silent elsewhere)."""
+    alone says why."""
     values = world.allgather(value)
     for rank, theirs in enumerate(values):
         if theirs != values[0]:
@@ -400,7 +401,7 @@ def check_ranks_agree(world, what, value):
                 detail = f"--{key.replace('_', '-')} {theirs.get(key)} against {values[0][key]}"
             else:
                 detail = f"{theirs} against {values[0]}"
-            raise distributed.RanksDisagree(
+            raise distributed.CollectiveError(
                 f"rank {rank} has other {what} than rank 0 ({detail}); start every rank with "
                 "the same arguments and data")
 
@@ -708,17 +709,23 @@ def run_training(argv):
     # under mpirun this also picks the rank's GPU, before the backend allocates anything;
     # a device that cannot run here fails now, before any data work
     world = distributed.init(backend_for(ns.device))
-    with contextlib.ExitStack() as resources, warnings.catch_warnings():
-        # numba's advice for small launches (the microgpt config's) is not the user's concern
-        warnings.filterwarnings("ignore", message=r"(?s).*Grid size \d+ will likely result in "
-                                "GPU under-utilization")
-        try:
+    try:
+        with contextlib.ExitStack() as resources, warnings.catch_warnings():
+            # numba's advice for small launches (the microgpt config's) is not the user's
+            warnings.filterwarnings("ignore", message=r"(?s).*Grid size \d+ will likely "
+                                    "result in GPU under-utilization")
             run = setup(ns, world, make_backend(ns.device), resources)
-        except distributed.RanksDisagree:
-            if world.rank != 0:
-                return EXIT_USER_ERROR
+            return train(run, ns.stop_at)
+    except distributed.CollectiveError:
+        if world.rank != 0:
+            return EXIT_USER_ERROR
+        raise
+    except (UserError, ConfigError, BackendError) as err:
+        if world.world_size == 1:
             raise
-        return train(run, ns.stop_at)
+        print(f"{PROG}: error: {err}", file=sys.stderr, flush=True)
+        world.abort(EXIT_USER_ERROR)
+        raise
 
 
 def main(argv=None):
