@@ -323,43 +323,31 @@ class Run:
 
 def setup(ns, world, backend, resources):
     """Check every input, then load or build everything the loop needs -> Run. The run
-    directory's lock is entered into resources (a contextlib.ExitStack) and held to the end."""
-    ckpt = load_checkpoint(ns.resume) if ns.resume else None
-    args = resolve_args(ns, ckpt.state.get("args", {}) if ckpt else None)
+    directory's lock is entered into resources (a contextlib.ExitStack) and held to the end.
+    Under mpirun the ranks fail together (on_every_rank) and check that they agree."""
+    ckpt, args = on_every_rank(world, lambda: resume_args(ns))
     check_ranks_agree(world, "arguments", dataclasses.asdict(args))
-    if args.batch_size % world.world_size:
-        raise distributed.CollectiveError(f"--batch-size {args.batch_size} (the global batch) must divide among "
-                        f"{world.world_size} ranks; pass a multiple of {world.world_size}")
     start = ckpt.state["step"] if ckpt else 0
-    if start >= args.steps:
-        raise UserError(f"the checkpoint is at step {start} of --steps {args.steps}: nothing "
-                        "left to train; pass a larger --steps to go on")
-    if args.warmup > args.steps:
-        raise UserError(f"--warmup {args.warmup} is longer than the run (--steps {args.steps}); "
-                        "pass a --warmup below --steps (default: 5% of --steps)")
-    if ns.stop_at is not None and not start < ns.stop_at <= args.steps:
-        raise UserError(f"--stop-at {ns.stop_at} must lie after step {start} and at most "
-                        f"--steps {args.steps}")
-    own_run = ckpt.path.parent if ckpt else None
-    out = Path(ns.out) if ns.out else (own_run or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
-    fresh_name = not ns.out and not ckpt
-    check_output_dir(out, own_run, fresh_name)
-    if world.rank == 0:
-        out = resources.enter_context(RunDirectory(out, own_run, fresh_name))
+    out = on_every_rank(world, lambda: claim_output(ns, ckpt, args, world, resources))
     cache_dir = ns.cache_dir or default_cache_dir()
+
+    def load():
+        try:
+            data, config = load_data(args, ckpt, cache_dir, world, backend)
+        finally:
+            if world.rank == 0:
+                world.barrier()
+        return data, config, tokens_signature(data)
     if world.rank != 0:       # rank 0 trains the tokenizer and fills the cache; the rest read it
         world.barrier()
-    data, config = load_data(args, ckpt, cache_dir, world, backend)
-    if world.rank == 0:
-        world.barrier()
-    tokenizer = data.tokenizer
-    signature = tokens_signature(data)
+    data, config, signature = on_every_rank(world, load)
     check_ranks_agree(world, "data", signature)
     saved_signature = ckpt.state.get("data_signature") if ckpt else None
     if saved_signature is not None and saved_signature != signature:
         raise UserError(f"the data changed since the checkpoint was written ({data.source} "
                         "holds other tokens now); resume with the data the run trained on, or "
                         "start a new run")
+    tokenizer = data.tokenizer
 
     T = config.context
     loader = BatchLoader(data.train, args.batch_size, T, config.vocab_size, args.seed)
@@ -387,6 +375,54 @@ def setup(ns, world, backend, resources):
           f"(warmup {args.warmup}, cosine to {args.lr * optimizer.cfg.min_lr_ratio:g}), "
           f"out {out}", flush=True)
     return run
+
+
+def resume_args(ns):
+    """-> (the checkpoint to resume or None, TrainArgs)."""
+    ckpt = load_checkpoint(ns.resume) if ns.resume else None
+    return ckpt, resolve_args(ns, ckpt.state.get("args", {}) if ckpt else None)
+
+
+def claim_output(ns, ckpt, args, world, resources):
+    """Check what the step counts allow, then take the run directory (rank 0) -> its path."""
+    if args.batch_size % world.world_size:
+        raise UserError(f"--batch-size {args.batch_size} (the global batch) must divide among "
+                        f"{world.world_size} ranks; pass a multiple of {world.world_size}")
+    start = ckpt.state["step"] if ckpt else 0
+    if start >= args.steps:
+        raise UserError(f"the checkpoint is at step {start} of --steps {args.steps}: nothing "
+                        "left to train; pass a larger --steps to go on")
+    if args.warmup > args.steps:
+        raise UserError(f"--warmup {args.warmup} is longer than the run (--steps {args.steps}); "
+                        "pass a --warmup below --steps (default: 5% of --steps)")
+    if ns.stop_at is not None and not start < ns.stop_at <= args.steps:
+        raise UserError(f"--stop-at {ns.stop_at} must lie after step {start} and at most "
+                        f"--steps {args.steps}")
+    own_run = ckpt.path.parent if ckpt else None
+    out = Path(ns.out) if ns.out else (own_run or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
+    fresh_name = not ns.out and not ckpt
+    check_output_dir(out, own_run, fresh_name)
+    if world.rank == 0:
+        out = resources.enter_context(RunDirectory(out, own_run, fresh_name))
+    return out
+
+
+def on_every_rank(world, work):
+    """work() -> its result. Under mpirun a user error on any rank is raised on every rank
+    here, at the same point (and reported by rank 0): a rank that failed alone would leave
+    the others waiting for it in their next collective. work must not communicate, but
+    for the barrier of rank 0."""
+    try:
+        result, failure = work(), None
+    except (UserError, ConfigError, BackendError) as err:
+        if world.world_size == 1:
+            raise
+        result, failure = None, str(err)
+    failed = [(rank, f) for rank, f in enumerate(world.allgather(failure)) if f is not None]
+    if failed:
+        rank, message = failed[0]
+        raise distributed.CollectiveError(message if rank == 0 else f"rank {rank}: {message}")
+    return result
 
 
 def check_ranks_agree(world, what, value):
@@ -641,15 +677,17 @@ def save(run, progress, val):
         val = run.world.mean(run.model.evaluate(x[run.rows], y[run.rows]))
     if not healthy(val, run.model.config):
         return f"the parameters after step {run.step} have a loss of {val:.4g}"
-    if run.lead:
-        state = {"step": run.step, "loader": run.loader.state_dict(),
-                 "args": dataclasses.asdict(run.args), "history": run.history,
-                 "data_signature": run.data_signature}
-        path = save_checkpoint(run.out, run.model, run.optimizer, run.tokenizer, state)
-        write_output(run, path, "loss.png",
-                     lambda tmp: plot_losses(run.history, run.entropy, tmp))
-        progress.log(f"checkpoint: {path}")
+    on_every_rank(run.world, lambda: write_checkpoint(run, progress) if run.lead else None)
     return None
+
+
+def write_checkpoint(run, progress):
+    state = {"step": run.step, "loader": run.loader.state_dict(),
+             "args": dataclasses.asdict(run.args), "history": run.history,
+             "data_signature": run.data_signature}
+    path = save_checkpoint(run.out, run.model, run.optimizer, run.tokenizer, state)
+    write_output(run, path, "loss.png", lambda tmp: plot_losses(run.history, run.entropy, tmp))
+    progress.log(f"checkpoint: {path}")
 
 
 def write_output(run, checkpoint, name, write):
@@ -723,6 +761,7 @@ def run_training(argv):
     except (UserError, ConfigError, BackendError) as err:
         if world.world_size == 1:
             raise
+        # a failure outside on_every_rank: the others may wait for this rank forever
         print(f"{PROG}: error: {err}", file=sys.stderr, flush=True)
         world.abort(EXIT_USER_ERROR)
         raise
