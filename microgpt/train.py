@@ -22,9 +22,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from microgpt import distributed
+from microgpt.backend import BackendError
 from microgpt.checkpoint import (LATEST, atomic_file, find_checkpoint, load_checkpoint,
                                  remove_stale_temporaries, save_checkpoint)
-from microgpt.backend import BackendError
 from microgpt.config import CONFIGS, ConfigError, get_config
 from microgpt.data import (BatchLoader, default_cache_dir, load_tokens, shard_paths,
                            tokens_signature, unigram_entropy)
@@ -168,8 +168,9 @@ def resolve_args(ns, saved):
         if given[key] is not None and given[key] != saved[key]:
             flag = "--" + key.replace("_", "-")
             theirs = UNSET.get(key, "not set") if saved[key] is None else saved[key]
-            raise UserError(f"{flag} {given[key]} differs from the checkpoint's {key} ({theirs}); "
-                            f"a resumed run keeps its settings: drop {flag}, or start a new run")
+            raise UserError(f"{flag} {given[key]} differs from the checkpoint's {key} "
+                            f"({theirs}); a resumed run keeps its settings: drop {flag}, or "
+                            "start a new run")
     return TrainArgs(**{k: saved[k] if given[k] is None else given[k] for k in given})
 
 
