@@ -56,12 +56,14 @@ def read_shard(path):
     """An llm.c .bin shard -> its tokens (n,) uint16, memory-mapped read-only."""
     try:
         size = os.path.getsize(path)
+        header = np.fromfile(path, "<i4", count=3)
     except OSError as err:
-        raise UserError(f"cannot read the token shard {path} ({err.strerror})") from None
+        raise UserError(f"cannot read the token shard {path} ({err.strerror}); make it "
+                        "readable or leave it out of --data") from None
     if size < HEADER_BYTES:
         raise UserError(f"{path} is {size} bytes, too short for an llm.c token shard's "
                         f"{HEADER_BYTES}-byte header; re-create the shard")
-    magic, version, count = np.fromfile(path, "<i4", count=3)
+    magic, version, count = header
     if magic != SHARD_MAGIC:
         raise UserError(f"{path} is not an llm.c token shard (magic {magic}, expected "
                         f"{SHARD_MAGIC}); pass shards written by llm.c or a text corpus")

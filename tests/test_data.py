@@ -337,3 +337,7 @@ def test_unreadable_and_special_files(tmp_path):
     (tmp_path / "c" / "doc001.txt").chmod(0)
     with pytest.raises(UserError, match="cannot read .*doc001.txt .Permission denied"):
         load_tokens(str(tmp_path / "c"), ByteTokenizer(), 256, tmp_path / "cache")
+    write_shard(tmp_path / "shard.bin", np.arange(100))
+    (tmp_path / "shard.bin").chmod(0)
+    with pytest.raises(UserError, match="cannot read the token shard .*Permission denied"):
+        read_shard(tmp_path / "shard.bin")
