@@ -79,6 +79,16 @@ def _sigterm_unwinds():
 
 @contextmanager
 def _streams_that_outlive_their_reader():
+    for fd in (1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            # closed at start (`>&-`): hold the number with /dev/null, or the next file
+            # opened would take it and receive whatever a library prints there
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            if devnull != fd:
+                os.dup2(devnull, fd)
+                os.close(devnull)
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = Output(sys.stdout), Output(sys.stderr)
     try:

@@ -138,6 +138,19 @@ def test_a_signal_saves_a_checkpoint_and_exits(signum, name, tiny, tmp_path):
     assert len(history(out)["train"]) == step
 
 
+def test_closed_standard_streams(tiny, tmp_path):
+    """`train >&- 2>&-` (a daemon, a cron job): Python has no stdout or stderr at all."""
+    out = tmp_path / "run"
+
+    def close_both():
+        os.close(1)
+        os.close(2)
+    result = subprocess.run([sys.executable, "-m", "microgpt.train", *tiny, "--steps", "2",
+                             "--out", str(out)], preexec_fn=close_both, timeout=120)
+    assert result.returncode == 0
+    assert load_checkpoint(out).state["step"] == 2
+
+
 def test_a_closed_stdout_stops_the_log_not_the_training(tiny, tmp_path):
     """`train | head -3`: the reader goes away. Here it is gone before the first line, so
     every write meets a broken pipe, however the two processes are scheduled."""
