@@ -512,12 +512,14 @@ def test_temporaries_of_killed_processes_are_removed(tiny, tmp_path, capsys):
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                            capture_output=True, text=True).stdout.strip()
     host = socket.gethostname()
-    stale = [out / f".ckpt-000004~{ended}@{host}.tmp", out / f".latest~{ended}@{host}.tmp",
+    stale = [out / f".ckpt-000004~{ended}@{host}.tmp",
              out / ".ckpt-000003.99.tmp",                # the naming of earlier versions
              cache / "tokens" / f".0123abcd~{ended}@{host}.tmp"]
     live = cache / "tokens" / f".4567cdef~{os.getpid()}@{host}.tmp"
-    for path in [*stale, live]:
-        path.mkdir() if "ckpt" in path.name or "tokens" in str(path.parent) else path.touch()
+    for directory in [*stale, live]:
+        directory.mkdir()
+    stale.append(out / f".latest~{ended}@{host}.tmp")
+    stale[-1].touch()
     assert run_main(["--resume", out, "--cache-dir", cache], capsys)[0] == 0
     assert not any(p.exists() for p in stale) and live.exists()
 
