@@ -400,12 +400,17 @@ def claim_output(ns, ckpt, args, world, resources):
         raise UserError(f"--stop-at {ns.stop_at} must lie after step {start} and at most "
                         f"--steps {args.steps}")
     own_run = ckpt.path.parent if ckpt else None
-    out = Path(ns.out) if ns.out else (own_run or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
+    out = Path(ns.out) if ns.out else (own_run or default_out())
     fresh_name = not ns.out and not ckpt
     check_output_dir(out, own_run, fresh_name)
     if world.rank == 0:
         out = resources.enter_context(RunDirectory(out, own_run, fresh_name))
     return out
+
+
+def default_out():
+    """runs/DATE-TIME, the run directory when --out is not given."""
+    return Path("runs") / time.strftime("%Y%m%d-%H%M%S")
 
 
 def on_every_rank(world, work):

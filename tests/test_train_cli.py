@@ -483,7 +483,7 @@ def test_a_locked_run_directory_is_refused(tiny, tmp_path, capsys):
 def test_the_default_run_name_does_not_collide(tiny, tmp_path, capsys, monkeypatch):
     """Two runs started in the same second: the second takes runs/NAME-2."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(train.time, "strftime", lambda fmt: "20261129-230000")
+    monkeypatch.setattr(train, "default_out", lambda: Path("runs") / "20261129-230000")
     busy = tmp_path / "runs" / "20261129-230000"
     busy.mkdir(parents=True)
     fd = os.open(busy, os.O_RDONLY)
