@@ -134,7 +134,7 @@ def tokenizer_from_reference(reference, directory):
         return ByteTokenizer()
     if kind == "ids":
         vocab_size = reference.get("vocab_size")
-        if not (type(vocab_size) is int and 0 < vocab_size <= MAX_VOCAB):
+        if not (type(vocab_size) is int and vocab_size > 0):
             raise _damaged(directory, f"token-id vocabulary {vocab_size!r}")
         return TokenIds(vocab_size)
     if kind == "bpe":
