@@ -13,11 +13,17 @@
 A save writes every file into a temporary directory beside the target, fsyncs them,
 renames the directory into place and only then rewrites `latest` (a write to a temporary
 file and an os.replace), so a crash at any moment leaves `latest` naming a complete
-checkpoint. Older checkpoints of the run are removed after that.
+checkpoint. Older checkpoints of the run are removed after that. A checkpoint is never
+written from parameters or moments that hold NaN or infinity.
+
+Temporaries are named `.NAME~PID@HOST.tmp`, so the one left by a process that was killed
+(kill -9, a power cut) is recognised and removed by the next run.
 """
 import json
 import os
+import re
 import shutil
+import socket
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -38,6 +44,8 @@ STATE_FILE = "state.json"
 LATEST = "latest"
 PREFIX = "ckpt-"
 FORMAT_VERSION = 1
+# `.NAME.PID.tmp` without a host: the names of earlier versions, taken to be this host's
+TEMPORARY = re.compile(r"^\.(?P<name>[^~@]+)[~.](?P<pid>\d+)(@(?P<host>.*))?\.(tmp|old)$")
 
 
 @dataclass
@@ -45,7 +53,7 @@ class Checkpoint:
     path: Path
     config: GPTConfig
     params: dict         # name -> float32 array, the model's state_dict
-    moments: dict        # "m", "v" -> (n_params,) float32
+    moments: dict        # "m", "v" -> (n_params,) float32; None when loaded without them
     state: dict          # state.json
     tokenizer: object
 
@@ -55,20 +63,23 @@ def save_checkpoint(run_dir, model, optimizer, tokenizer, state):
     "step") into run_dir and point `latest` at it; -> its path."""
     run_dir = Path(run_dir)
     name = f"{PREFIX}{state['step']:06d}"
+    params = model.state_dict()
     moments, optimizer_meta = optimizer.state_dict()
+    if not all(np.isfinite(t).all() for t in [*params.values(), *moments.values()]):
+        raise UserError(f"the parameters at step {state['step']} hold NaN or infinity: training "
+                        f"diverged, no checkpoint written; start again with a smaller --lr")
     state = {**state, "format": FORMAT_VERSION, "optimizer": optimizer_meta,
              "tokenizer": tokenizer.reference()}
     try:
         with atomic_directory(run_dir / name) as tmp:
-            (tmp / MODEL_FILE).write_bytes(save(model.state_dict(),
-                                                metadata={"format": "microgpt"}))
+            (tmp / MODEL_FILE).write_bytes(save(params, metadata={"format": "microgpt"}))
             (tmp / OPTIMIZER_FILE).write_bytes(save(
                 {k: np.ascontiguousarray(v, np.float32) for k, v in moments.items()}))
             (tmp / CONFIG_FILE).write_text(json.dumps(asdict(model.config), indent=2) + "\n")
             (tmp / STATE_FILE).write_text(json.dumps(state, indent=1) + "\n")
             if state["tokenizer"]["kind"] == "bpe":
                 tokenizer.save(tmp / TOKENIZER_FILE)
-        _replace_text(run_dir / LATEST, name + "\n")
+        atomic_file(run_dir / LATEST, lambda tmp: tmp.write_text(name + "\n"))
     except OSError as err:
         raise UserError(f"cannot write a checkpoint in {run_dir} ({err.strerror}); "
                         "pass a writable --out DIR") from None
@@ -84,7 +95,7 @@ def atomic_directory(target):
     and it is renamed to target (replacing an old one), so a reader sees all of it or none.
     On an error it is removed and target is left as it was."""
     target = Path(target)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp = temporary_path(target)
     old = tmp.with_suffix(".old")
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(tmp, ignore_errors=True)      # left by a crashed process with our pid
@@ -101,6 +112,51 @@ def atomic_directory(target):
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
+
+
+def atomic_file(path, write):
+    """write(temporary path) fills a file that then replaces path at once (fsynced first),
+    so a reader, or a crash, never meets half of it."""
+    path = Path(path)
+    tmp = temporary_path(path)
+    try:
+        write(tmp)
+        _fsync(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def temporary_path(target):
+    """Where target is prepared before it is renamed into place: hidden, beside it, and
+    naming this process and host, so remove_stale_temporaries can tell when it is stale."""
+    return target.with_name(f".{target.name}~{os.getpid()}@{socket.gethostname()}.tmp")
+
+
+def remove_stale_temporaries(directory, owned=False):
+    """Remove the temporaries that killed processes left in directory. owned: this process
+    holds the directory's lock, so every temporary in it is stale; otherwise only those of
+    this host whose process has ended are (a live writer's must stay)."""
+    host = socket.gethostname()
+    for path in Path(directory).glob(".*"):
+        match = TEMPORARY.match(path.name)
+        if match and (owned or (match["host"] in (host, None)
+                                and not _alive(int(match["pid"])))):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:     # another user's process
+        return True
+    return True
 
 
 def find_checkpoint(path):
@@ -121,17 +177,24 @@ def find_checkpoint(path):
                     f"{LATEST}); pass the directory that --out named")
 
 
-def load_checkpoint(path):
+def load_checkpoint(path, optimizer=True):
     """-> Checkpoint, every file checked against the others; UserError if anything is
-    missing, unreadable or inconsistent."""
+    missing, unreadable, inconsistent or not finite. optimizer=False skips the moments
+    (sampling needs none)."""
     path = find_checkpoint(path)
     state = _read_json(path / STATE_FILE)
+    version = state.get("format")
+    if type(version) is int and version > FORMAT_VERSION:
+        raise UserError(f"checkpoint {path} has format {version}, from a newer microgpt; this "
+                        f"one reads format {FORMAT_VERSION}: upgrade microgpt-engine")
+    if version != FORMAT_VERSION:
+        raise _corrupt(path, STATE_FILE, f"format {version!r}, expected {FORMAT_VERSION}")
     try:
         config = config_from_dict(_read_json(path / CONFIG_FILE))
     except (ConfigError, TypeError) as err:
         raise _corrupt(path, CONFIG_FILE, err) from None
     params = _read_tensors(path, MODEL_FILE)
-    moments = _read_tensors(path, OPTIMIZER_FILE)
+    moments = _read_tensors(path, OPTIMIZER_FILE) if optimizer else None
     layout = ParamLayout(config)
     expected = {s.name: s.shape for s in layout.specs}
     found = {name: tuple(t.shape) for name, t in params.items()}
@@ -140,12 +203,15 @@ def load_checkpoint(path):
         raise UserError(f"checkpoint {path} does not match its {CONFIG_FILE}: tensors "
                         f"{', '.join(wrong[:3])} are missing or misshapen; the checkpoint "
                         "is damaged, use another one")
-    if {k: v.shape for k, v in moments.items()} != {"m": (layout.size,), "v": (layout.size,)}:
+    if moments is not None and ({k: v.shape for k, v in moments.items()}
+                                != {"m": (layout.size,), "v": (layout.size,)}):
         raise UserError(f"checkpoint {path}: {OPTIMIZER_FILE} does not hold moments m and v "
                         f"of {layout.size} values; the checkpoint is damaged, use another one")
-    if not (isinstance(state.get("step"), int) and isinstance(state.get("optimizer"), dict)
+    step, meta = state.get("step"), state.get("optimizer")
+    if not (type(step) is int and step >= 0 and isinstance(meta, dict)
+            and type(meta.get("step")) is int and meta["step"] >= 0
             and isinstance(state.get("tokenizer"), dict)):
-        raise _corrupt(path, STATE_FILE, "step, optimizer or tokenizer missing")
+        raise _corrupt(path, STATE_FILE, "step, optimizer or tokenizer missing or malformed")
     tokenizer = tokenizer_from_reference(state["tokenizer"], path)
     return Checkpoint(path, config, params, moments, state, tokenizer)
 
@@ -173,6 +239,10 @@ def _read_tensors(path, name):
         raise _corrupt(path, name, err) from None
     if any(t.dtype != np.float32 for t in tensors.values()):
         raise _corrupt(path, name, "tensors are not float32")
+    bad = sorted(k for k, t in tensors.items() if not np.isfinite(t).all())
+    if bad:
+        raise UserError(f"checkpoint {path}: {name} holds NaN or infinity (in {bad[0]}), from a "
+                        "run that diverged; use an earlier checkpoint")
     return tensors
 
 
@@ -188,10 +258,3 @@ def _fsync(path):
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _replace_text(path, text):
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    _fsync(tmp)
-    os.replace(tmp, path)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from microgpt.checkpoint import atomic_directory
-from microgpt.errors import UserError
+from microgpt.checkpoint import atomic_directory, remove_stale_temporaries
+from microgpt.errors import UserError, file_kind
 from microgpt.tokenizer import TOKENIZER_FILE, BPETokenizer
 
 SHARD_MAGIC = 20240520
@@ -32,6 +32,7 @@ SPLIT_SEED = 20240520        # the document shuffle before the split: fixed, not
 CACHE_VERSION = 1            # bump when the cached bytes would change for the same inputs
 ENTROPY_SAMPLE = 1 << 24     # tokens the unigram entropy is measured on, at most
 ENCODE_CHUNK = 64            # documents per call into the tokenizer
+SIGNATURE_SAMPLE = 1 << 22   # tokens that tokens_signature hashes, at most
 
 
 # ----------------------------------------------------------------------------------
@@ -53,11 +54,16 @@ def write_shard(path, tokens):
 
 def read_shard(path):
     """An llm.c .bin shard -> its tokens (n,) uint16, memory-mapped read-only."""
-    size = os.path.getsize(path)
+    try:
+        size = os.path.getsize(path)
+        header = np.fromfile(path, "<i4", count=3)
+    except OSError as err:
+        raise UserError(f"cannot read the token shard {path} ({err.strerror}); make it "
+                        "readable or leave it out of --data") from None
     if size < HEADER_BYTES:
         raise UserError(f"{path} is {size} bytes, too short for an llm.c token shard's "
                         f"{HEADER_BYTES}-byte header; re-create the shard")
-    magic, version, count = np.fromfile(path, "<i4", count=3)
+    magic, version, count = header
     if magic != SHARD_MAGIC:
         raise UserError(f"{path} is not an llm.c token shard (magic {magic}, expected "
                         f"{SHARD_MAGIC}); pass shards written by llm.c or a text corpus")
@@ -86,17 +92,23 @@ class Corpus:
 
     def fingerprint(self):
         """A hash of the file list with sizes and mtimes: it changes when any input does."""
-        h = hashlib.sha256(f"{CACHE_VERSION}\n{self.root}\n".encode())
+        # names as the file system's bytes: a name need not be UTF-8
+        h = hashlib.sha256(f"{CACHE_VERSION}\n".encode() + os.fsencode(self.root) + b"\n")
         for path in self.files:
             st = path.stat()
-            h.update(f"{path.relative_to(self.root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            h.update(os.fsencode(path.relative_to(self.root))
+                     + f"\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
         return h.hexdigest()
 
     def documents(self):
         """The non-empty files' text, in order; a file that is not UTF-8 is an error."""
         docs = []
         for path in self.files:
-            raw = path.read_bytes()
+            try:
+                raw = path.read_bytes()
+            except OSError as err:
+                raise UserError(f"cannot read {path} ({err.strerror}); make it readable or "
+                                "leave it out of --data") from None
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as err:
@@ -180,6 +192,9 @@ def load_tokens(data, tokenizer, bpe_vocab_size, cache_dir):
         if not path.exists():
             raise UserError(f"--data {data} does not exist; pass a UTF-8 text file, a directory "
                             "of them, or llm.c .bin token shards")
+        if not (path.is_file() or path.is_dir()):   # reading a FIFO would wait forever
+            raise UserError(f"--data {data} is {file_kind(path)}; pass a UTF-8 text file, a "
+                            "directory of them, or llm.c .bin token shards")
         shards = shard_paths(path)
         if shards:
             return _shard_tokens(shards, tokenizer, str(path))
@@ -221,19 +236,24 @@ def _text_tokens(corpus, tokenizer, bpe_vocab_size, cache_dir):
     fingerprint = corpus.fingerprint()
     # read and split only if the cache lacks the tokenizer or the tokens, and then once
     train_val_documents = functools.cache(lambda: split_documents(corpus.documents()))
+    for kind in ("tokenizers", "tokens"):
+        if (cache_dir / kind).is_dir():
+            remove_stale_temporaries(cache_dir / kind)
 
     if tokenizer is None:
         key = _hash(fingerprint, "bpe", bpe_vocab_size)
         tokenizer_path = cache_dir / "tokenizers" / key / TOKENIZER_FILE
-        if not tokenizer_path.is_file():
+        tokenizer = _cached(tokenizer_path, BPETokenizer.from_file)
+        if tokenizer is None:
             print(f"training a {bpe_vocab_size}-token BPE tokenizer on {corpus.name} ...",
                   flush=True)
             trained = BPETokenizer.train(train_val_documents()[0], bpe_vocab_size)
             _write_cache_dir(tokenizer_path.parent, lambda tmp: trained.save(tmp / TOKENIZER_FILE))
-        tokenizer = BPETokenizer.from_file(tokenizer_path)
+            tokenizer = BPETokenizer.from_file(tokenizer_path)
 
     token_dir = cache_dir / "tokens" / _hash(fingerprint, tokenizer.fingerprint)
-    if not (token_dir / "val.bin").is_file():
+    splits = _cached(token_dir, lambda d: _read_cached_splits(d, tokenizer.vocab_size))
+    if splits is None:
         print(f"tokenizing {corpus.name} ({len(corpus.files)} files) ...", flush=True)
         train_docs, val_docs = train_val_documents()
 
@@ -241,8 +261,48 @@ def _text_tokens(corpus, tokenizer, bpe_vocab_size, cache_dir):
             write_shard(tmp / "train.bin", encode_documents(tokenizer, train_docs))
             write_shard(tmp / "val.bin", encode_documents(tokenizer, val_docs))
         _write_cache_dir(token_dir, write)
-    return TokenData([read_shard(token_dir / "train.bin")], [read_shard(token_dir / "val.bin")],
-                     tokenizer, corpus.name)
+        splits = _read_cached_splits(token_dir, tokenizer.vocab_size)
+    return TokenData(*splits, tokenizer, corpus.name)
+
+
+def _cached(path, read):
+    """read(path) for a cache entry that exists and reads back, else None. A damaged entry
+    (a disk fault, a hand edit) is only a cache miss: it is said and then rebuilt."""
+    if not path.exists():
+        return None
+    try:
+        return read(path)
+    except UserError:
+        print(f"the cache entry {path} is damaged; building it again", flush=True)
+        return None
+
+
+def _read_cached_splits(directory, vocab_size):
+    """-> ([train tokens], [val tokens]) of a token cache entry, checked to be shards whose
+    every token the tokenizer knows."""
+    splits = [read_shard(directory / "train.bin")], [read_shard(directory / "val.bin")]
+    for (tokens,) in splits:
+        if tokens.size and int(tokens.max()) >= vocab_size:
+            raise UserError(f"{directory} holds token id {int(tokens.max())}, beyond the "
+                            f"tokenizer's {vocab_size}")
+    return splits
+
+
+def tokens_signature(data):
+    """A short hash of a run's train and val tokens, which state.json keeps so that a resume
+    on changed data is caught: the token counts, and the tokens themselves (an evenly strided
+    sample of SIGNATURE_SAMPLE in all, for a large corpus: a resume must not read it all)."""
+    h = hashlib.sha256()
+    shards = [*data.train, None, *data.val]
+    budget = max(1, SIGNATURE_SAMPLE // len(shards))
+    for tokens in shards:
+        if tokens is None:                  # the boundary between the splits
+            h.update(b"|")
+            continue
+        stride = max(1, len(tokens) // budget)
+        h.update(f"{len(tokens)}:".encode())
+        h.update(np.ascontiguousarray(tokens[::stride], "<u2").tobytes())
+    return h.hexdigest()[:24]
 
 
 def _hash(*parts):

@@ -20,6 +20,11 @@ class DistributedError(UserError):
     """Data-parallel set-up failed: the message says what to install or change."""
 
 
+class CollectiveError(UserError):
+    """A user error that every rank raises at the same point (the ranks disagree on the run,
+    a batch that does not divide among them): rank 0 reports it, the others exit quietly."""
+
+
 class SingleProcess:
     """The world of one: nothing to exchange."""
     rank, world_size = 0, 1
@@ -32,6 +37,9 @@ class SingleProcess:
 
     def any(self, flag):
         return flag
+
+    def allgather(self, value):
+        return [value]
 
     def barrier(self):
         pass
@@ -57,8 +65,17 @@ class MPIWorld:
         """True on every rank when flag is true on one (a Ctrl-C that reached one rank)."""
         return bool(self.comm.allreduce(int(flag)))
 
+    def allgather(self, value):
+        """Every rank's value (a small picklable object), in rank order, on every rank."""
+        return self.comm.allgather(value)
+
     def barrier(self):
         self.comm.Barrier()
+
+    def abort(self, status):
+        """End every rank with status: the others may be waiting for this one in a
+        collective, where an ordinary exit would leave them forever."""
+        self.comm.Abort(status)
 
 
 class NCCLWorld(MPIWorld):

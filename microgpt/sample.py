@@ -48,7 +48,11 @@ def generate(model, prompt_ids, n_tokens, *, temperature, top_k, rng, vocab_limi
     for _ in range(n_tokens):
         recent = ids[-context:]
         window[0, :len(recent)] = recent
-        logits = model.forward(window)[0, len(recent) - 1, :vocab_limit].astype(np.float64)
+        with np.errstate(all="ignore"):    # overflow is reported below, in one line
+            logits = model.forward(window)[0, len(recent) - 1, :vocab_limit].astype(np.float64)
+        if not np.isfinite(logits).all():
+            raise UserError("the model's outputs overflow to NaN or infinity: its parameters "
+                            "come from a run that diverged; use an earlier checkpoint")
         if temperature == 0:
             token = int(np.argmax(logits))
         else:
@@ -75,24 +79,35 @@ def sample_text(model, tokenizer, prompt, n_tokens, *, temperature=0.8, top_k=40
 
 
 def parse_args(argv):
-    p = ArgumentParser(prog=PROG,
-                                description="Generate text from a microgpt checkpoint.")
+    p = ArgumentParser(prog=PROG, description="Generate text from a microgpt checkpoint.")
     p.add_argument("--checkpoint", required=True, metavar="DIR",
                    help="a checkpoint directory, or a run directory (its latest checkpoint)")
     p.add_argument("--prompt", default="", help="text to continue (default: a new document)")
-    p.add_argument("--tokens", type=positive_int, default=200, help="tokens to generate")
-    p.add_argument("--temperature", type=non_negative(float), default=0.8,
-                   help="softmax temperature; 0 is greedy")
-    p.add_argument("--top-k", type=non_negative(int), default=40,
-                   help="sample among the k likeliest tokens; 0 for all")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", choices=DEVICES, default="auto")
-    return p.parse_args(argv)
+    p.add_argument("--tokens", type=positive_int, default=200, metavar="N",
+                   help="tokens to generate (default: 200)")
+    p.add_argument("--temperature", type=non_negative(float), default=0.8, metavar="T",
+                   help="softmax temperature; 0 is greedy decoding (default: 0.8)")
+    p.add_argument("--top-k", type=non_negative(int), default=40, metavar="K",
+                   help="sample among the k likeliest tokens; 0 for all (default: 40)")
+    p.add_argument("--seed", type=non_negative(int), default=0, metavar="N",
+                   help="the sampling seed (default: 0)")
+    p.add_argument("--device", choices=DEVICES, default="auto",
+                   help="cpu runs NumPy, cuda the GPU kernels; auto takes a GPU if there is one "
+                   "(default: auto)")
+    args = p.parse_args(argv)
+    try:
+        args.prompt.encode("utf-8")
+    except UnicodeEncodeError as err:   # argv bytes that are not UTF-8 arrive as surrogates
+        byte = ord(args.prompt[err.start]) - 0xDC00
+        shown = f"byte 0x{byte:02x}" if 0x80 <= byte <= 0xFF else "a character"
+        p.error(f"--prompt is not UTF-8 text ({shown} at position {err.start}); "
+                "pass UTF-8 text")
+    return args
 
 
 def run(argv):
     args = parse_args(argv)
-    ckpt = load_checkpoint(args.checkpoint)
+    ckpt = load_checkpoint(args.checkpoint, optimizer=False)
     model = GPT(ckpt.config, backend=make_backend(args.device))
     model.load_state_dict(ckpt.params)
     print(sample_text(model, ckpt.tokenizer, args.prompt, args.tokens,

@@ -133,18 +133,31 @@ def tokenizer_from_reference(reference, directory):
     if kind == "bytes":
         return ByteTokenizer()
     if kind == "ids":
-        return TokenIds(int(reference["vocab_size"]))
+        vocab_size = reference.get("vocab_size")
+        if not (type(vocab_size) is int and vocab_size > 0):
+            raise _damaged(directory, f"token-id vocabulary {vocab_size!r}")
+        return TokenIds(vocab_size)
     if kind == "bpe":
-        path = Path(directory) / reference["file"]
+        name, sha256 = reference.get("file"), reference.get("sha256")
+        # the file lies inside the checkpoint: a name, never a path that leads elsewhere
+        if not (isinstance(name, str) and isinstance(sha256, str) and name == Path(name).name
+                and name not in ("", ".", "..")):
+            raise _damaged(directory, f"tokenizer file {name!r} or hash {sha256!r}")
+        path = Path(directory) / name
         if not path.is_file():
-            raise UserError(f"checkpoint {directory} lacks its tokenizer {reference['file']}; "
+            raise UserError(f"checkpoint {directory} lacks its tokenizer {name}; "
                             "copy it back or train a new run")
         tokenizer = BPETokenizer.from_file(path)
-        if tokenizer.fingerprint != reference["sha256"]:
+        if tokenizer.fingerprint != sha256:
             raise UserError(f"{path} is not the tokenizer this checkpoint was trained with "
                             "(its hash differs); restore the original file")
         return tokenizer
     raise UserError(f"checkpoint {directory} names an unknown tokenizer kind {kind!r}")
+
+
+def _damaged(directory, what):
+    return UserError(f"checkpoint {directory}: state.json is damaged ({what}); "
+                     "use another checkpoint")
 
 
 def _first_line(err):

@@ -5,13 +5,16 @@ Python standard library's own source: long enough to learn visibly, short enough
 four minutes on two cores, tokenizer included) to watch to the end. The trainer drives the
 model through its public API only, so it runs unchanged on any backend.
 """
+import contextlib
 import dataclasses
+import fcntl
 import math
 import os
 import signal
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,19 +22,26 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from microgpt import distributed
-from microgpt.checkpoint import LATEST, load_checkpoint, save_checkpoint
-from microgpt.config import CONFIGS, get_config
+from microgpt.backend import BackendError
+from microgpt.checkpoint import (LATEST, atomic_file, find_checkpoint, load_checkpoint,
+                                 remove_stale_temporaries, save_checkpoint)
+from microgpt.config import CONFIGS, ConfigError, get_config
 from microgpt.data import (BatchLoader, default_cache_dir, load_tokens, shard_paths,
-                           unigram_entropy)
-from microgpt.errors import (EXIT_INTERRUPTED, ArgumentParser, UserError, non_negative,
-                             positive_float, positive_int, run_cli)
+                           tokens_signature, unigram_entropy)
+from microgpt.errors import (EXIT_INTERRUPTED, EXIT_USER_ERROR, ArgumentParser, Terminated,
+                             UserError, exit_status, file_kind, non_negative, positive_float,
+                             positive_int, run_cli)
 from microgpt.optim import AdamW, AdamWConfig, lr_at
-from microgpt.model import GPT
+from microgpt.model import GPT, ParamLayout
 from microgpt.sample import DEVICES, backend_for, make_backend, sample_text
 from microgpt.tokenizer import BPETokenizer, ByteTokenizer, TokenIds
 
 PROG = "microgpt.train"
 EXIT_DIVERGED = 1
+# A loss this many times a uniform guess's (ln V; a fresh model starts near 1x) means the
+# run diverged. Measured on the microgpt config (docs/training.md): runs that peaked below
+# 20x came back to a normal loss, the ones past 100x never did (or only to NaN).
+DIVERGED_LOSS_RATIO = 100.0
 
 # The run with no arguments. docs/training.md has the measurements behind it: in five
 # minutes on two cores, one layer taking many steps ends lower than deeper, slower models.
@@ -70,6 +80,12 @@ class TrainArgs:
 # What defines the run: --resume takes these from the checkpoint and refuses other values.
 PINNED = ("config", "n_layer", "d_model", "n_head", "context", "vocab_size", "data",
           "tokenizer", "batch_size", "lr", "warmup", "seed")
+# What a None in the saved arguments stands for, in messages
+UNSET = {"config": "the default: microgpt with " + ", ".join(
+             f"{k} {v}" for k, v in CPU_DEFAULT_MODEL.items()),
+         "data": "the default: the Python standard library",
+         "tokenizer": "the default: bpe for text"}
+NON_NEGATIVE = ("warmup", "seed", "eval_every", "sample_every", "checkpoint_every")
 
 
 # ----------------------------------------------------------------------------------
@@ -105,7 +121,7 @@ def parse_args(argv):
                    help="peak learning rate" + by_default("lr"))
     g.add_argument("--warmup", type=non_negative(int), metavar="N",
                    help="linear warmup steps (default: 5%% of --steps)")
-    g.add_argument("--seed", type=int, metavar="N",
+    g.add_argument("--seed", type=non_negative(int), metavar="N",
                    help="model init and batch order" + by_default("seed"))
     g = p.add_argument_group("output")
     g.add_argument("--out", metavar="DIR", help="run directory: checkpoints, loss.png, "
@@ -147,20 +163,44 @@ def resolve_args(ns, saved):
     if missing:
         raise UserError(f"the checkpoint's state.json lacks the run's settings "
                         f"({', '.join(sorted(missing))}); it cannot be resumed, start a new run")
+    check_saved_args(saved)
     for key in PINNED:
         if given[key] is not None and given[key] != saved[key]:
             flag = "--" + key.replace("_", "-")
-            raise UserError(f"{flag} {given[key]} differs from the checkpoint's {saved[key]}; "
-                            f"a resumed run keeps its settings: drop {flag}, or start a new run")
+            theirs = UNSET.get(key, "not set") if saved[key] is None else saved[key]
+            raise UserError(f"{flag} {given[key]} differs from the checkpoint's {key} "
+                            f"({theirs}); a resumed run keeps its settings: drop {flag}, or "
+                            "start a new run")
     return TrainArgs(**{k: saved[k] if given[k] is None else given[k] for k in given})
 
 
-def check_output_dir(out, own_run):
+def check_saved_args(saved):
+    """The arguments in a checkpoint's state.json have the types and ranges the command line
+    allows (a hand-edited file must fail here, in one line, not deep in the run)."""
+    for field in dataclasses.fields(TrainArgs):
+        value = saved[field.name]
+        if value is None:
+            ok = field.type in (int | None, str | None)
+        elif field.type is float:
+            ok = type(value) in (int, float) and 0 < value < math.inf
+        elif field.type in (int, int | None):
+            ok = type(value) is int and value >= (field.name not in NON_NEGATIVE)
+        else:
+            ok = isinstance(value, str)
+        if not ok:
+            raise UserError(f"the checkpoint's state.json is damaged (args.{field.name} is "
+                            f"{value!r}); it cannot be resumed, use another checkpoint")
+
+
+def check_output_dir(out, own_run, fresh_name=False):
     """Fail before any work if out cannot be written, or would mix two runs (own_run: the
-    directory of the run being resumed, or None)."""
+    directory of the run being resumed, or None; fresh_name: out is the default name, which
+    RunDirectory changes rather than share)."""
     if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file; pass a directory")
-    if (out / LATEST).exists() and (own_run is None or out.resolve() != own_run.resolve()):
+        raise UserError(f"--out {out} is {file_kind(out)}, not a directory; pass a directory "
+                        "for the run (it is created if missing)")
+    if (not fresh_name and (out / LATEST).exists()
+            and (own_run is None or out.resolve() != own_run.resolve())):
         raise UserError(f"--out {out} already holds a run; continue it with --resume {out} "
                         "or pass another --out")
     existing = out
@@ -169,6 +209,60 @@ def check_output_dir(out, own_run):
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"--out {out} cannot be written ({existing} is not a writable "
                         "directory); pass a writable --out DIR")
+
+
+class RunDirectory:
+    """The run directory, created if missing and locked while the run lasts, so that two runs
+    given the same --out cannot overwrite each other's checkpoints. With fresh_name, out is
+    the default runs/DATE-TIME that a run started in the same second also picks: this run
+    then takes runs/DATE-TIME-2 (-3, ...). A directory the run created and left empty (it
+    stopped before its first checkpoint) is removed on the way out."""
+
+    def __init__(self, out, own_run, fresh_name):
+        self.out, self.own_run, self.fresh_name = out, own_run, fresh_name
+        self.created, self.fd = False, None
+
+    def __enter__(self):
+        try:
+            self._create()
+            self.fd = os.open(self.out, os.O_RDONLY | os.O_DIRECTORY)
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # a run that ended there since check_output_dir looked has left its checkpoint
+            check_output_dir(self.out, self.own_run)
+            remove_stale_temporaries(self.out, owned=True)
+        except BlockingIOError:
+            self.__exit__()
+            raise UserError(f"--out {self.out} is in use by another training run; wait for it "
+                            "to end, or pass another --out") from None
+        except OSError as err:
+            self.__exit__()
+            raise UserError(f"--out {self.out} cannot be written ({err.strerror}); pass a "
+                            "writable --out DIR") from None
+        except BaseException:
+            self.__exit__()
+            raise
+        return self.out
+
+    def _create(self):
+        base = self.out
+        for n in range(2, 10_000):
+            try:
+                self.out.parent.mkdir(parents=True, exist_ok=True)
+                os.mkdir(self.out)
+                self.created = True
+                return
+            except FileExistsError:
+                if not self.fresh_name:
+                    return
+                self.out = base.with_name(f"{base.name}-{n}")
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)         # releases the lock
+            self.fd = None
+        if self.created:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.out)    # only succeeds on an empty directory
 
 
 # ----------------------------------------------------------------------------------
@@ -214,6 +308,7 @@ class Run:
     step: int               # optimizer steps taken
     history: dict           # "train": [loss per step], "val": [[step, loss], ...]
     world: object           # distributed.SingleProcess, or this rank's data-parallel world
+    data_signature: str     # data.tokens_signature of the tokens, kept in every checkpoint
 
     @property
     def rows(self):
@@ -227,29 +322,32 @@ class Run:
         return self.world.rank == 0
 
 
-def setup(ns, world, backend):
-    """Check every input, then load or build everything the loop needs -> Run."""
-    ckpt = load_checkpoint(ns.resume) if ns.resume else None
-    args = resolve_args(ns, ckpt.state.get("args", {}) if ckpt else None)
-    if args.batch_size % world.world_size:
-        raise UserError(f"--batch-size {args.batch_size} (the global batch) must divide among "
-                        f"{world.world_size} ranks; pass a multiple of {world.world_size}")
-    out = Path(ns.out) if ns.out else (ckpt.path.parent if ckpt else
-                                       Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
-    check_output_dir(out, own_run=ckpt.path.parent if ckpt else None)
+def setup(ns, world, backend, resources):
+    """Check every input, then load or build everything the loop needs -> Run. The run
+    directory's lock is entered into resources (a contextlib.ExitStack) and held to the end.
+    Under mpirun the ranks fail together (on_every_rank) and check that they agree."""
+    ckpt, args = on_every_rank(world, lambda: resume_args(ns))
+    check_ranks_agree(world, "arguments", dataclasses.asdict(args))
     start = ckpt.state["step"] if ckpt else 0
-    if start >= args.steps:
-        raise UserError(f"the checkpoint is at step {start} of --steps {args.steps}: nothing "
-                        "left to train; pass a larger --steps to go on")
-    if ns.stop_at is not None and not start < ns.stop_at <= args.steps:
-        raise UserError(f"--stop-at {ns.stop_at} must lie after step {start} and at most "
-                        f"--steps {args.steps}")
+    out = on_every_rank(world, lambda: claim_output(ns, ckpt, args, world, resources))
     cache_dir = ns.cache_dir or default_cache_dir()
+
+    def load():
+        try:
+            data, config = load_data(args, ckpt, cache_dir, world, backend)
+        finally:
+            if world.rank == 0:
+                world.barrier()
+        return data, config, tokens_signature(data)
     if world.rank != 0:       # rank 0 trains the tokenizer and fills the cache; the rest read it
         world.barrier()
-    data, config = load_data(args, ckpt, cache_dir)
-    if world.rank == 0:
-        world.barrier()
+    data, config, signature = on_every_rank(world, load)
+    check_ranks_agree(world, "data", signature)
+    saved_signature = ckpt.state.get("data_signature") if ckpt else None
+    if saved_signature is not None and saved_signature != signature:
+        raise UserError(f"the data changed since the checkpoint was written ({data.source} "
+                        "holds other tokens now); resume with the data the run trained on, or "
+                        "start a new run")
     tokenizer = data.tokenizer
 
     T = config.context
@@ -261,7 +359,7 @@ def setup(ns, world, backend):
                                          total_steps=args.steps))
     entropy = unigram_entropy(data.train, config.vocab_size)
     run = Run(args, out, model, optimizer, tokenizer, loader, val_batches, entropy, start,
-              {"train": [], "val": []}, world)
+              {"train": [], "val": []}, world, signature)
     if ckpt:
         restore(run, ckpt)
     if not run.lead:
@@ -280,15 +378,87 @@ def setup(ns, world, backend):
     return run
 
 
-def load_data(args, ckpt, cache_dir):
-    """-> (TokenData whose tokenizer is set, GPTConfig). The config is checked before the
-    slow part (training a tokenizer, tokenizing); its vocabulary can come from the tokenizer."""
+def resume_args(ns):
+    """-> (the checkpoint to resume or None, TrainArgs)."""
+    ckpt = load_checkpoint(ns.resume) if ns.resume else None
+    return ckpt, resolve_args(ns, ckpt.state.get("args", {}) if ckpt else None)
+
+
+def claim_output(ns, ckpt, args, world, resources):
+    """Check what the step counts allow, then take the run directory (rank 0) -> its path."""
+    if args.batch_size % world.world_size:
+        raise UserError(f"--batch-size {args.batch_size} (the global batch) must divide among "
+                        f"{world.world_size} ranks; pass a multiple of {world.world_size}")
+    start = ckpt.state["step"] if ckpt else 0
+    if start >= args.steps:
+        raise UserError(f"the checkpoint is at step {start} of --steps {args.steps}: nothing "
+                        "left to train; pass a larger --steps to go on")
+    if args.warmup > args.steps:
+        raise UserError(f"--warmup {args.warmup} is longer than the run (--steps {args.steps}); "
+                        "pass a --warmup below --steps (default: 5% of --steps)")
+    if ns.stop_at is not None and not start < ns.stop_at <= args.steps:
+        raise UserError(f"--stop-at {ns.stop_at} must lie after step {start} and at most "
+                        f"--steps {args.steps}")
+    own_run = ckpt.path.parent if ckpt else None
+    out = Path(ns.out) if ns.out else (own_run or default_out())
+    fresh_name = not ns.out and not ckpt
+    check_output_dir(out, own_run, fresh_name)
+    if world.rank == 0:
+        out = resources.enter_context(RunDirectory(out, own_run, fresh_name))
+    return out
+
+
+def default_out():
+    """runs/DATE-TIME, the run directory when --out is not given."""
+    return Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+
+
+def on_every_rank(world, work):
+    """work() -> its result. Under mpirun a user error on any rank is raised on every rank
+    here, at the same point (and reported by rank 0): a rank that failed alone would leave
+    the others waiting for it in their next collective. work must not communicate, but
+    for the barrier of rank 0."""
+    try:
+        result, failure = work(), None
+    except (UserError, ConfigError, BackendError) as err:
+        if world.world_size == 1:
+            raise
+        result, failure = None, str(err)
+    failed = [(rank, f) for rank, f in enumerate(world.allgather(failure)) if f is not None]
+    if failed:
+        rank, message = failed[0]
+        raise distributed.CollectiveError(message if rank == 0 else f"rank {rank}: {message}")
+    return result
+
+
+def check_ranks_agree(world, what, value):
+    """Every data-parallel rank must train the same run: different arguments or data would
+    average gradients of different batches. All ranks take part and fail together; rank 0
+    alone says why."""
+    values = world.allgather(value)
+    for rank, theirs in enumerate(values):
+        if theirs != values[0]:
+            if isinstance(value, dict):
+                key = next(k for k in value if theirs.get(k) != values[0].get(k))
+                detail = f"--{key.replace('_', '-')} {theirs.get(key)} against {values[0][key]}"
+            else:
+                detail = f"{theirs} against {values[0]}"
+            raise distributed.CollectiveError(
+                f"rank {rank} has other {what} than rank 0 ({detail}); start every rank with "
+                "the same arguments and data")
+
+
+def load_data(args, ckpt, cache_dir, world, backend):
+    """-> (TokenData whose tokenizer is set, GPTConfig). The config, and the memory it needs,
+    are checked before the slow part (training a tokenizer, tokenizing); its vocabulary can
+    come from the tokenizer."""
     if ckpt:
         tokenizer, config = ckpt.tokenizer, ckpt.config
     else:
         shards = args.data is not None and bool(shard_paths(Path(args.data)))
         tokenizer = planned_tokenizer(args, shards)
         config = model_config(args, tokenizer.vocab_size if tokenizer else DEFAULT_BPE_VOCAB)
+    check_memory(config, args, world, backend)
     data = load_tokens(args.data, tokenizer, config.vocab_size, cache_dir)
     data.tokenizer = data.tokenizer or TokenIds(config.vocab_size)
     if not ckpt:
@@ -300,17 +470,56 @@ def load_data(args, ckpt, cache_dir):
     return data, config
 
 
+def check_memory(config, args, world, backend):
+    """Refuse, in one line, a run that cannot fit: what it needs at least (parameters,
+    gradients and AdamW moments, the activations of one batch, the validation batches)
+    against the memory available to this rank."""
+    rows = args.batch_size // world.world_size
+    C, L, T = config.d_model, config.n_layer, config.context
+    # floats per token that model.Activations holds: per layer, then the rest
+    per_token = L * (17 * C + config.n_head + 4) + 16 * C + config.vocab_size + 4
+    n_params = ParamLayout(config).size
+    need = 4 * (4 * n_params + rows * T * per_token) + 8 * args.eval_batches * rows * T
+    where, available = available_memory(backend)
+    if available is not None and need > available:
+        gib = 2 ** 30
+        raise UserError(f"the run needs at least {need / gib:,.1f} GiB ({n_params:,} parameters, "
+                        f"batches of {rows:,} x {T} tokens) but {where} has "
+                        f"{available / gib:,.1f} GiB available; pass a smaller --batch-size, "
+                        "--eval-batches, --context or model")
+
+
+def available_memory(backend):
+    """-> (where, bytes available): the GPU's free memory on the cuda backend, else Linux's
+    MemAvailable; bytes is None where it cannot be told."""
+    if backend.name == "cuda":
+        from numba import cuda
+        free = cuda.current_context().get_memory_info().free
+        return "the GPU", free if math.isfinite(free) else None     # the simulator says inf
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return "this machine", int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return "this machine", None
+
+
 def restore(run, ckpt):
     """Put the checkpoint's parameters, moments, loader RNG and history into run."""
     run.model.load_state_dict(ckpt.params)
     try:
         run.optimizer.load_state_dict(ckpt.moments, ckpt.state["optimizer"])
         run.loader.load_state_dict(ckpt.state["loader"])
-        run.history = {"train": list(ckpt.state["history"]["train"]),
-                       "val": list(ckpt.state["history"]["val"])}
+        history = ckpt.state["history"]
+        run.history = {"train": [float(x) for x in history["train"]],
+                       "val": [[int(s), float(x)] for s, x in history["val"]]}
     except (KeyError, TypeError, ValueError) as err:
         raise UserError(f"checkpoint {ckpt.path}: state.json is damaged ({err!r}); it cannot "
                         "be resumed, use another checkpoint") from None
+    if len(run.history["train"]) != run.step:
+        raise UserError(f"checkpoint {ckpt.path}: state.json is damaged (a loss history of "
+                        f"{len(run.history['train'])} steps at step {run.step}); it cannot be "
+                        "resumed, use another checkpoint")
     if run.lead:
         print(f"resuming {ckpt.path} at step {run.step}")
 
@@ -323,26 +532,33 @@ def describe(config):
 # the loop
 
 class StopRequest:
-    """Ctrl-C during training asks the loop to stop after the current step, so the
-    checkpoint it saves is a consistent one; a second Ctrl-C quits at once."""
+    """Ctrl-C or SIGTERM (what timeout, Slurm and Kubernetes send) during training asks the
+    loop to stop after the current step, so the checkpoint it saves is a consistent one; a
+    second signal quits at once. signum: the signal that asked, or None."""
+    NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 
     def __enter__(self):
-        self.requested = False
-        self._previous = None
+        self.signum = None
+        self._previous = {}
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._previous = {s: signal.signal(s, self._handle) for s in self.NAMES}
         return self
+
+    @property
+    def requested(self):
+        return self.signum is not None
 
     def _handle(self, signum, frame):
         if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        print("\nCtrl-C: stopping after this step to save a checkpoint "
-              "(Ctrl-C again quits without saving)", file=sys.stderr, flush=True)
+            raise KeyboardInterrupt if signum == signal.SIGINT else Terminated
+        self.signum = signum
+        name = self.NAMES[signum]
+        print(f"\n{name}: stopping after this step to save a checkpoint "
+              f"({name} again quits without saving)", file=sys.stderr, flush=True)
 
     def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
 
 
 class Progress:
@@ -380,13 +596,16 @@ class Progress:
 
 
 def train(run, stop_at):
-    """Run the loop to args.steps (or stop_at, or Ctrl-C) -> exit status."""
+    """Run the loop to args.steps (or stop_at, or a signal) -> exit status."""
     args, model, world = run.args, run.model, run.world
     progress = Progress(args.steps, silent=not run.lead)
     tokens_per_step = args.batch_size * model.config.context
     started = time.perf_counter()
     first_step = run.step
-    with StopRequest() as stop:
+    if run.lead and model.backend.name == "cuda":
+        progress.log("compiling kernels ...")
+    # overflow on the way to a divergence is reported once, by healthy(), not op by op
+    with StopRequest() as stop, np.errstate(all="ignore"):
         while run.step < args.steps:
             inputs, targets = run.loader.next_batch()
             t0 = time.perf_counter()
@@ -398,11 +617,8 @@ def train(run, stop_at):
             seconds = time.perf_counter() - t0
             run.step += 1
             run.history["train"].append(loss)
-            if not math.isfinite(loss):
-                print(f"{PROG}: the loss at step {run.step} is {loss}: training diverged "
-                      "(no checkpoint written); start again with a smaller --lr",
-                      file=sys.stderr)
-                return EXIT_DIVERGED
+            if not healthy(loss, model.config):
+                return diverged(run, f"the loss at step {run.step} is {loss:.4g}")
             progress.step(run.step, loss, seconds)
             last = run.step == args.steps
             val = None
@@ -418,16 +634,39 @@ def train(run, stop_at):
                 progress.log(f"--- sample at step {run.step} ---\n{text}\n---")
             interrupted = world.any(stop.requested)
             if interrupted or (run.step == stop_at and not last):
-                save(run, progress)
+                unhealthy = save(run, progress, val)
+                if unhealthy is not None:
+                    return diverged(run, unhealthy)
                 progress.log(f"stopped at step {run.step}; continue with: python -m "
                              f"microgpt.train --resume {run.out}")
-                return EXIT_INTERRUPTED if interrupted else 0
+                if not interrupted:
+                    return 0
+                return exit_status(stop.signum) if stop.requested else EXIT_INTERRUPTED
             if last or (args.checkpoint_every and run.step % args.checkpoint_every == 0):
-                save(run, progress)
+                unhealthy = save(run, progress, val)
+                if unhealthy is not None:
+                    return diverged(run, unhealthy)
     elapsed = time.perf_counter() - started
     if run.lead:
         finish(run, progress, elapsed, run.step - first_step)
     return 0
+
+
+def healthy(loss, config):
+    """A finite loss below DIVERGED_LOSS_RATIO times a uniform guess's."""
+    return math.isfinite(loss) and loss < DIVERGED_LOSS_RATIO * math.log(config.vocab_size)
+
+
+def diverged(run, what):
+    """Report a divergence in one line (rank 0) -> the exit status. Nothing is written:
+    the run directory keeps the last checkpoint whose loss was healthy."""
+    if run.lead:
+        latest = run.out / LATEST
+        kept = (f"the last healthy checkpoint, {run.out / latest.read_text().strip()}, is kept"
+                if latest.is_file() else "no checkpoint was written before it")
+        print(f"{PROG}: training diverged: {what}, beyond {DIVERGED_LOSS_RATIO:g} x ln(vocab); "
+              f"{kept}; start again with a smaller --lr", file=sys.stderr, flush=True)
+    return EXIT_DIVERGED
 
 
 def evaluate(run):
@@ -436,21 +675,43 @@ def evaluate(run):
     return run.world.mean(float(local))
 
 
-def save(run, progress):
-    if not run.lead:
-        return
+def save(run, progress, val):
+    """Checkpoint the parameters the last step left, if their loss is healthy (val, else the
+    loss on the first validation batch) -> None, or what kept them from being written."""
+    if val is None:
+        x, y = run.val_batches[0]
+        val = run.world.mean(run.model.evaluate(x[run.rows], y[run.rows]))
+    if not healthy(val, run.model.config):
+        return f"the parameters after step {run.step} have a loss of {val:.4g}"
+    on_every_rank(run.world, lambda: write_checkpoint(run, progress) if run.lead else None)
+    return None
+
+
+def write_checkpoint(run, progress):
     state = {"step": run.step, "loader": run.loader.state_dict(),
-             "args": dataclasses.asdict(run.args), "history": run.history}
+             "args": dataclasses.asdict(run.args), "history": run.history,
+             "data_signature": run.data_signature}
     path = save_checkpoint(run.out, run.model, run.optimizer, run.tokenizer, state)
-    plot_losses(run.history, run.entropy, run.out / "loss.png")
+    write_output(run, path, "loss.png", lambda tmp: plot_losses(run.history, run.entropy, tmp))
     progress.log(f"checkpoint: {path}")
+
+
+def write_output(run, checkpoint, name, write):
+    """write(temporary path) makes run.out / name, which then replaces the old one at once.
+    A full disk stops the run here, in one line: the checkpoint is already complete."""
+    try:
+        atomic_file(run.out / name, write)
+    except OSError as err:
+        raise UserError(f"cannot write {run.out / name} ({err.strerror}); {checkpoint} is "
+                        f"saved: free some space, then continue with --resume {run.out}") from None
 
 
 def finish(run, progress, elapsed, steps_taken):
     samples = [sample_text(run.model, run.tokenizer, "", FINAL_SAMPLE_TOKENS,
                            seed=run.args.seed + i) for i in range(FINAL_SAMPLES)]
-    (run.out / "samples.txt").write_text("".join(f"--- sample {i + 1} ---\n{s}\n"
-                                                 for i, s in enumerate(samples)))
+    text = "".join(f"--- sample {i + 1} ---\n{s}\n" for i, s in enumerate(samples))
+    write_output(run, find_checkpoint(run.out), "samples.txt",
+                 lambda tmp: tmp.write_text(text, encoding="utf-8"))
     val = run.history["val"][-1][1]
     progress.log(f"--- samples ---\n{samples[0]}\n---")
     progress.log(f"done: {steps_taken} steps in {format_duration(elapsed)}; val loss {val:.4f} "
@@ -477,7 +738,7 @@ def plot_losses(history, entropy, path):
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats/token)")
     ax.legend()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, format="png")
 
 
 def format_duration(seconds):
@@ -492,8 +753,24 @@ def run_training(argv):
     # under mpirun this also picks the rank's GPU, before the backend allocates anything;
     # a device that cannot run here fails now, before any data work
     world = distributed.init(backend_for(ns.device))
-    run = setup(ns, world, make_backend(ns.device))
-    return train(run, ns.stop_at)
+    try:
+        with contextlib.ExitStack() as resources, warnings.catch_warnings():
+            # numba's advice for small launches (the microgpt config's) is not the user's
+            warnings.filterwarnings("ignore", message=r"(?s).*Grid size \d+ will likely "
+                                    "result in GPU under-utilization")
+            run = setup(ns, world, make_backend(ns.device), resources)
+            return train(run, ns.stop_at)
+    except distributed.CollectiveError:
+        if world.rank != 0:
+            return EXIT_USER_ERROR
+        raise
+    except (UserError, ConfigError, BackendError) as err:
+        if world.world_size == 1:
+            raise
+        # a failure outside on_every_rank: the others may wait for this rank forever
+        print(f"{PROG}: error: {err}", file=sys.stderr, flush=True)
+        world.abort(EXIT_USER_ERROR)
+        raise
 
 
 def main(argv=None):

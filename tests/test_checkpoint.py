@@ -1,5 +1,9 @@
 """Checkpoints: an exact round trip, atomic saves, and a clear error for every damage."""
 import json
+import os
+import socket
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -7,7 +11,8 @@ import pytest
 from microgpt import GPT, get_config
 from microgpt import checkpoint as ckpt_module
 from microgpt.checkpoint import (CONFIG_FILE, LATEST, MODEL_FILE, OPTIMIZER_FILE, STATE_FILE,
-                                 load_checkpoint, save_checkpoint)
+                                 atomic_file, load_checkpoint, remove_stale_temporaries,
+                                 save_checkpoint)
 from microgpt.errors import UserError
 from microgpt.optim import AdamW, AdamWConfig
 from microgpt.tokenizer import TOKENIZER_FILE, BPETokenizer, ByteTokenizer
@@ -110,6 +115,15 @@ def truncate(name):
     return damage
 
 
+def poison(name, tensor, value):
+    def damage(path):
+        from safetensors.numpy import load_file, save_file
+        tensors = load_file(path / name)
+        tensors[tensor].flat[1] = value
+        save_file(tensors, path / name)
+    return damage
+
+
 def replace_tensors(name, tensors):
     def damage(path):
         from safetensors.numpy import save_file
@@ -133,6 +147,20 @@ def replace_tensors(name, tensors):
     (replace_tensors(OPTIMIZER_FILE, {"m": np.zeros(3, np.float32), "v": np.zeros(3, np.float32)}),
      "does not hold moments"),
     (replace_tensors(MODEL_FILE, {"wte": np.zeros((64, 16), np.float64)}), "not float32"),
+    (rewrite_json(STATE_FILE, lambda s: s.update(format=2)), "format 2, from a newer microgpt"),
+    (rewrite_json(STATE_FILE, lambda s: s.pop("format")), "state.json is corrupt"),
+    (rewrite_json(STATE_FILE, lambda s: s.update(step=-1)), "state.json is corrupt"),
+    (rewrite_json(STATE_FILE, lambda s: s.update(optimizer={"step": None})),
+     "state.json is corrupt"),
+    (rewrite_json(STATE_FILE, lambda s: s.update(tokenizer={"kind": "bpe"})),
+     "state.json is damaged"),
+    (rewrite_json(STATE_FILE, lambda s: s.update(
+        tokenizer={"kind": "bpe", "file": "../../tokenizer.json", "sha256": "0"})),
+     "state.json is damaged"),
+    (rewrite_json(STATE_FILE, lambda s: s.update(tokenizer={"kind": "ids"})),
+     "state.json is damaged"),
+    (poison(MODEL_FILE, "h.0.attn.w_qkv", np.nan), "holds NaN or infinity"),
+    (poison(OPTIMIZER_FILE, "v", np.inf), "holds NaN or infinity"),
 ])
 def test_damaged_checkpoint(tmp_path, damage, message):
     path, _, _ = save(tmp_path / "run", step=3)
@@ -153,3 +181,59 @@ def test_missing_checkpoint(tmp_path):
         load_checkpoint(tmp_path / "nowhere")
     with pytest.raises(UserError, match="not a checkpoint"):
         load_checkpoint(tmp_path)
+
+
+def test_sampling_loads_without_the_moments(tmp_path):
+    path, model, _ = save(tmp_path / "run", step=3)
+    (path / OPTIMIZER_FILE).unlink()
+    ckpt = load_checkpoint(path, optimizer=False)
+    assert ckpt.moments is None
+    np.testing.assert_array_equal(ckpt.params["wte"], model.state_dict()["wte"])
+    with pytest.raises(UserError, match="lacks optimizer.safetensors"):
+        load_checkpoint(path)
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_no_checkpoint_from_non_finite_parameters(tmp_path, value):
+    good, _, _ = save(tmp_path / "run", step=1)
+    model, optimizer = trained(seed=1)
+    model.params_flat[3] = value
+    with pytest.raises(UserError, match="hold NaN or infinity"):
+        save_checkpoint(tmp_path / "run", model, optimizer, ByteTokenizer(), {"step": 2})
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["ckpt-000001", LATEST]
+    assert load_checkpoint(tmp_path / "run").path == good
+
+
+def test_stale_temporaries_are_recognised(tmp_path):
+    """A temporary names its process and host: one whose process has ended is removed, a
+    live writer's stays, and a locked directory's owner removes them all."""
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True).stdout.strip()
+    host = socket.gethostname()
+    dead = [tmp_path / f".key1~{ended}@{host}.tmp", tmp_path / f".key2.{ended}.tmp",
+            tmp_path / f".key3~{ended}@{host}.old"]
+    live = tmp_path / f".key4~{os.getpid()}@{host}.tmp"
+    elsewhere = tmp_path / f".key5~{ended}@another-{host}.tmp"
+    kept = [tmp_path / ".hidden", tmp_path / "key6.tmp"]
+    for path in [*dead, live, elsewhere, *kept]:
+        path.mkdir()
+    (dead[0] / "model.safetensors").write_bytes(b"half")
+    remove_stale_temporaries(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        p.name for p in [live, elsewhere, *kept])
+    remove_stale_temporaries(tmp_path, owned=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in kept)
+
+
+def test_atomic_file_replaces_at_once_or_not_at_all(tmp_path):
+    target = tmp_path / "loss.png"
+    target.write_bytes(b"old")
+
+    def half_then_full(tmp):
+        tmp.write_bytes(b"ha")
+        raise OSError(28, "No space left on device")
+    with pytest.raises(OSError):
+        atomic_file(target, half_then_full)
+    assert target.read_bytes() == b"old" and list(tmp_path.iterdir()) == [target]
+    atomic_file(target, lambda tmp: tmp.write_bytes(b"new"))
+    assert target.read_bytes() == b"new" and list(tmp_path.iterdir()) == [target]

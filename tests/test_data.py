@@ -7,9 +7,9 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 
 from microgpt import data
-from microgpt.data import (HEADER_BYTES, SHARD_MAGIC, BatchLoader, Corpus, encode_documents,
-                           load_tokens, read_shard, split_documents, stdlib_corpus,
-                           unigram_entropy, write_shard)
+from microgpt.data import (HEADER_BYTES, SHARD_MAGIC, BatchLoader, Corpus, TokenData,
+                           encode_documents, load_tokens, read_shard, split_documents,
+                           stdlib_corpus, tokens_signature, unigram_entropy, write_shard)
 from microgpt.errors import UserError
 from microgpt.tokenizer import EOT, BPETokenizer, ByteTokenizer
 
@@ -285,3 +285,59 @@ def test_read_shard_maps_instead_of_reading(tmp_path):
     tokens = read_shard(tmp_path / "big.bin")
     assert isinstance(tokens, np.memmap) and tokens.offset == HEADER_BYTES
     assert os.path.getsize(tmp_path / "big.bin") == HEADER_BYTES + 2 * 50000
+
+
+@pytest.mark.parametrize("damage", [
+    lambda entry: (entry / "train.bin").write_bytes(b"\0" * 100),             # truncated
+    lambda entry: (entry / "val.bin").unlink(),                                # half removed
+    lambda entry: (entry / "train.bin").write_bytes(shard_bytes([1, 2, 60000])),  # not BPE ids
+])
+def test_a_damaged_token_cache_is_rebuilt(tmp_path, capsys, damage):
+    write_docs(tmp_path / "c", random_docs(np.random.default_rng(), 20))
+    first = load_tokens(str(tmp_path / "c"), None, 300, tmp_path / "cache")
+    expected = np.array(first.train[0]), np.array(first.val[0])    # off the memory map
+    (entry,) = (tmp_path / "cache" / "tokens").iterdir()
+    damage(entry)
+    again = load_tokens(str(tmp_path / "c"), None, 300, tmp_path / "cache")
+    np.testing.assert_array_equal(again.train[0], expected[0])
+    np.testing.assert_array_equal(again.val[0], expected[1])
+    assert f"the cache entry {entry} is damaged; building it again" in capsys.readouterr().out
+
+
+def test_a_damaged_cached_tokenizer_is_rebuilt(tmp_path, capsys):
+    write_docs(tmp_path / "c", random_docs(np.random.default_rng(), 20))
+    first = load_tokens(str(tmp_path / "c"), None, 300, tmp_path / "cache")
+    (entry,) = (tmp_path / "cache" / "tokenizers").iterdir()
+    (entry / "tokenizer.json").write_text('{"truncated": ')
+    again = load_tokens(str(tmp_path / "c"), None, 300, tmp_path / "cache")
+    assert again.tokenizer.fingerprint == first.tokenizer.fingerprint
+    assert "is damaged; building it again" in capsys.readouterr().out
+
+
+def test_tokens_signature_follows_the_tokens():
+    rng = np.random.default_rng()
+    train = [rng.integers(0, 500, 3000).astype(np.uint16)]
+    val = [rng.integers(0, 500, 300).astype(np.uint16)]
+    signature = tokens_signature(TokenData(train, val, None, ""))
+    assert tokens_signature(TokenData([train[0].copy()], [val[0].copy()], None, "")) == signature
+    changed = train[0].copy()
+    changed[1234] += 1
+    assert tokens_signature(TokenData([changed], val, None, "")) != signature
+    assert tokens_signature(TokenData(val, train, None, "")) != signature    # the split counts
+    assert tokens_signature(TokenData(train, [val[0][:-1]], None, "")) != signature
+
+
+def test_unreadable_and_special_files(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(UserError, match="is a FIFO; pass a UTF-8 text file"):
+        load_tokens(str(tmp_path / "fifo"), ByteTokenizer(), 256, tmp_path / "cache")
+    if os.geteuid() == 0:
+        return        # root reads any file
+    write_docs(tmp_path / "c", ["some text\n"] * 3)
+    (tmp_path / "c" / "doc001.txt").chmod(0)
+    with pytest.raises(UserError, match="cannot read .*doc001.txt .Permission denied"):
+        load_tokens(str(tmp_path / "c"), ByteTokenizer(), 256, tmp_path / "cache")
+    write_shard(tmp_path / "shard.bin", np.arange(100))
+    (tmp_path / "shard.bin").chmod(0)
+    with pytest.raises(UserError, match="cannot read the token shard .*Permission denied"):
+        read_shard(tmp_path / "shard.bin")

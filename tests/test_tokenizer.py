@@ -112,3 +112,17 @@ def test_token_ids_parse_and_print():
         ids.encode("hello")
     with pytest.raises(UserError, match=r"\[0, 100\)"):
         ids.encode("100")
+
+
+@pytest.mark.parametrize("reference, message", [
+    ({"kind": "bpe"}, "tokenizer file None"),
+    ({"kind": "bpe", "file": "tokenizer.json"}, "hash None"),
+    ({"kind": "bpe", "file": "../tokenizer.json", "sha256": "0"}, "'../tokenizer.json'"),
+    ({"kind": "bpe", "file": "/etc/passwd", "sha256": "0"}, "'/etc/passwd'"),
+    ({"kind": "ids"}, "token-id vocabulary None"),
+    ({"kind": "ids", "vocab_size": "many"}, "token-id vocabulary 'many'"),
+])
+def test_a_tampered_reference_is_one_line(tmp_path, reference, message):
+    with pytest.raises(UserError, match="state.json is damaged") as info:
+        tokenizer_from_reference(reference, tmp_path)
+    assert message in str(info.value)

@@ -3,19 +3,26 @@
 Most runs call main() in this process (a few ms per step); the ones that need a real
 process (the console entry, Ctrl-C, a machine without the cuda backend) start one.
 """
+import errno
+import fcntl
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from microgpt import GPT, get_config, sample, train
-from microgpt.backend import cuda_available
-from microgpt.checkpoint import LATEST, load_checkpoint
+from microgpt.backend import NumpyBackend, cuda_available
+from microgpt.checkpoint import LATEST, OPTIMIZER_FILE, load_checkpoint
 from microgpt.data import write_shard
+from microgpt.optim import AdamW
 
 WORDS = ["def", "return", "self", "import", "class", "for", "in", "range", "print", "if",
          "else", "None", "True", "(", ")", ":", "=", "+", "0", "1", "\n", "    "]
@@ -109,7 +116,10 @@ def test_resume_is_bit_identical(tiny, tmp_path, capsys):
     np.testing.assert_array_equal(a.moments["v"], b.moments["v"])
 
 
-def test_ctrl_c_saves_a_checkpoint_and_exits(tiny, tmp_path):
+@pytest.mark.parametrize("signum, name", [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")])
+def test_a_signal_saves_a_checkpoint_and_exits(signum, name, tiny, tmp_path):
+    """Ctrl-C, and SIGTERM (what timeout, Slurm and Kubernetes send), finish the step,
+    save, and exit with 128 + the signal's number."""
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "microgpt.train", *tiny, "--steps", "1000000",
                              "--eval-every", "0", "--checkpoint-every", "0", "--out", str(out)],
@@ -117,15 +127,45 @@ def test_ctrl_c_saves_a_checkpoint_and_exits(tiny, tmp_path):
     try:
         while not proc.stdout.readline().startswith("step "):   # training has begun
             assert proc.poll() is None, proc.stderr.read()
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         stdout, stderr = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == 130
-    assert "Traceback" not in stderr and "Ctrl-C" in stderr
+    assert proc.returncode == 128 + signum
+    assert "Traceback" not in stderr and name in stderr
     step = load_checkpoint(out).state["step"]
     assert f"stopped at step {step}" in stdout
     assert len(history(out)["train"]) == step
+
+
+def test_closed_standard_streams(tiny, tmp_path):
+    """`train >&- 2>&-` (a daemon, a cron job): Python has no stdout or stderr at all."""
+    out = tmp_path / "run"
+
+    def close_both():
+        os.close(1)
+        os.close(2)
+    result = subprocess.run([sys.executable, "-m", "microgpt.train", *tiny, "--steps", "2",
+                             "--out", str(out)], preexec_fn=close_both, timeout=120)
+    assert result.returncode == 0
+    assert load_checkpoint(out).state["step"] == 2
+
+
+def test_a_closed_stdout_stops_the_log_not_the_training(tiny, tmp_path):
+    """`train | head -3`: the reader goes away. Here it is gone before the first line, so
+    every write meets a broken pipe, however the two processes are scheduled."""
+    out = tmp_path / "run"
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run([sys.executable, "-m", "microgpt.train", *tiny, "--steps", "6",
+                                 "--out", str(out)], stdout=write_end, stderr=subprocess.PIPE,
+                                text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert result.returncode == 0 and result.stderr == ""
+    assert load_checkpoint(out).state["step"] == 6
+    assert (out / "samples.txt").is_file()
 
 
 def test_bytes_tokenizer(tiny, tmp_path, capsys):
@@ -192,7 +232,19 @@ BAD_INPUTS = {
     "unwritable out": (lambda d: ["--out", write(d / "file", b"") / "run"], "cannot be written"),
     "out is a file": (lambda d: ["--out", write(d / "file", b"")], "is a file"),
     "cuda on the cpu": (lambda d: ["--device", "cuda"], "--device cuda"),
+    "out is a device": (lambda d: ["--out", os.devnull], "is a character device, not a directory"),
+    "out is a FIFO": (lambda d: ["--out", fifo(d / "fifo")], "is a FIFO, not a directory"),
+    "data is a FIFO": (lambda d: ["--data", fifo(d / "fifo")], "is a FIFO; pass a UTF-8 text"),
+    "warmup beyond the run": (lambda d: ["--warmup", "3"], "--warmup 3 is longer than the run"),
+    "a batch beyond memory": (lambda d: ["--batch-size", "1000000000"],
+                              "batches of 1,000,000,000 x 16 tokens) but this machine has"),
+    "a model beyond memory": (lambda d: ["--d-model", "1000000"], "GiB available; pass a smaller"),
 }
+
+
+def fifo(path):
+    os.mkfifo(path)
+    return path
 
 
 @pytest.mark.parametrize("case", BAD_INPUTS)
@@ -219,7 +271,8 @@ def test_cuda_without_a_gpu(tiny, tmp_path):
 
 @pytest.mark.parametrize("flag, value", [("--steps", "0"), ("--steps", "-5"),
                                          ("--batch-size", "0"), ("--batch-size", "-1"),
-                                         ("--lr", "0"), ("--steps", "many")])
+                                         ("--lr", "0"), ("--steps", "many"),
+                                         ("--seed", "-1")])
 def test_bad_numbers(flag, value, tiny, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         train.main([*tiny, flag, value, "--out", str(tmp_path / "run")])
@@ -247,6 +300,12 @@ def damage_state(change):
     (lambda d: None, ["--config", "andrea-12m"], "--config andrea-12m differs"),
     (lambda d: None, ["--batch-size", "8"], "--batch-size 8 differs"),
     (lambda d: None, ["--steps", "2"], "nothing left to train"),
+    (damage_state(lambda s: s["args"].update(batch_size="4")), [], "args.batch_size is '4'"),
+    (damage_state(lambda s: s["args"].update(seed=-1)), [], "args.seed is -1"),
+    (damage_state(lambda s: s.update(history={"train": [1.0], "val": []})), [],
+     "a loss history of 1 steps at step 2"),
+    (damage_state(lambda s: s["history"].update(val=[["x", 2.0]])), [], "state.json is damaged"),
+    (damage_state(lambda s: s.update(format=2)), [], "format 2, from a newer microgpt"),
 ])
 def test_bad_resume(damage, extra, message, tiny, tmp_path, capsys):
     run_dir = tmp_path / "run"
@@ -311,3 +370,318 @@ def test_sample_bad_checkpoint(tmp_path, capsys):
     assert sample.main(["--checkpoint", str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "does not exist" in err
+
+
+# ----------------------------------------------------------------------------------
+# faults: divergence, full disks, concurrent runs, changed data, killed processes
+
+def test_the_issue_divergence_writes_nothing_and_says_it_once(tiny, tmp_path):
+    """lr 1e4 with a checkpoint every 2 steps once kept a checkpoint at loss 1.75e17 after
+    sixteen RuntimeWarning lines."""
+    out = tmp_path / "run"
+    result = python("-m", "microgpt.train", *tiny, "--tokenizer", "bytes", "--steps", "200",
+                    "--lr", "1e4", "--checkpoint-every", "2", "--out", str(out))
+    assert result.returncode == train.EXIT_DIVERGED
+    assert result.stderr.count("\n") == 1 and "training diverged" in result.stderr
+    assert "no checkpoint was written before it" in result.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("blow_up_after, kept", [(3, "ckpt-000002"),    # the loss shows it
+                                                 (4, "ckpt-000002")])   # the save's check does
+def test_divergence_keeps_the_last_healthy_checkpoint(blow_up_after, kept, tiny, tmp_path,
+                                                      capsys, monkeypatch):
+    """Parameters that explode (finite, then overflowing) after a given step: the run stops
+    with one line, the checkpoint before stays the latest, and NumPy says nothing."""
+    step = AdamW.step
+
+    def exploding_step(self, lr):
+        norm = step(self, lr)
+        if self.step_count == blow_up_after:
+            self.model.params_flat *= np.float32(1e30)
+        return norm
+    monkeypatch.setattr(AdamW, "step", exploding_step)
+    out = tmp_path / "run"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        status, _, err = run_main([*tiny, "--steps", 8, "--checkpoint-every", 2,
+                                   "--out", out], capsys)
+    assert status == train.EXIT_DIVERGED
+    assert err.count("\n") == 1 and "training diverged" in err and kept in err
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert sorted(p.name for p in out.iterdir()) == [kept, LATEST, "loss.png"]
+    assert load_checkpoint(out).state["step"] == 2
+
+
+def test_a_full_disk_at_each_write(tiny, tmp_path, capsys, monkeypatch):
+    """Every durable write (token cache, checkpoint files, latest, loss.png, samples.txt) ends
+    in an fsync, where a full disk shows at the latest: fail each in turn. One line, status
+    2, the last checkpoint whole, no temporary left, and the next run completes."""
+    fsync, calls = os.fsync, []
+
+    def full_disk_at(n):
+        def sync(fd):
+            calls.append(fd)
+            if len(calls) == n:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            fsync(fd)
+        return sync
+
+    def attempt(n):
+        calls.clear()
+        out, cache = tmp_path / str(n) / "run", tmp_path / str(n) / "cache"
+        args = [*tiny, "--tokenizer", "bytes", "--cache-dir", cache, "--steps", 2,
+                "--checkpoint-every", 1, "--out", out]
+        monkeypatch.setattr(os, "fsync", full_disk_at(n))
+        status, _, err = run_main(args, capsys)
+        monkeypatch.setattr(os, "fsync", fsync)
+        return status, err, out, args
+
+    assert attempt(0)[0] == 0
+    writes = len(calls)
+    assert writes > 10
+    for n in range(1, writes + 1):
+        status, err, out, args = attempt(n)
+        assert status == 2 and err.count("\n") == 1 and "No space left on device" in err, n
+        assert not [p for p in out.parent.rglob(".*") if p.name.endswith((".tmp", ".old"))], n
+        if (out / LATEST).exists():
+            resume = ["--resume", out, *args[args.index("--cache-dir"):][:2]]
+            assert load_checkpoint(out).state["step"] in (1, 2)
+        status, _, _ = run_main(resume if (out / LATEST).exists() else args, capsys)
+        if status == 2:     # the failed run had saved its last step: nothing left to train
+            assert load_checkpoint(out).state["step"] == 2
+        else:
+            assert status == 0 and load_checkpoint(out).state["step"] == 2, n
+
+
+def test_loss_png_on_a_full_disk(tiny, tmp_path, capsys, monkeypatch):
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(train.Figure, "savefig", full_disk)
+    out = tmp_path / "run"
+    status, _, err = run_main([*tiny, "--steps", 2, "--out", out], capsys)
+    assert status == 2 and err.count("\n") == 1
+    assert f"cannot write {out / 'loss.png'} (No space left on device)" in err
+    assert f"continue with --resume {out}" in err
+    assert sorted(p.name for p in out.iterdir()) == ["ckpt-000002", LATEST]
+
+
+def test_a_locked_run_directory_is_refused(tiny, tmp_path, capsys):
+    """Another run holds the directory (its lock stands in for it): refused, untouched."""
+    out = tmp_path / "run"
+    out.mkdir()
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        status, _, err = run_main([*tiny, "--steps", 2, "--out", out], capsys)
+    finally:
+        os.close(fd)
+    assert status == 2 and err.count("\n") == 1 and "in use by another training run" in err
+    assert list(out.iterdir()) == []
+
+
+def test_the_default_run_name_does_not_collide(tiny, tmp_path, capsys, monkeypatch):
+    """Two runs started in the same second: the second takes runs/NAME-2."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(train, "default_out", lambda: Path("runs") / "20261129-230000")
+    busy = tmp_path / "runs" / "20261129-230000"
+    busy.mkdir(parents=True)
+    fd = os.open(busy, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)                 # the first run, still training
+        status, out, _ = run_main([*tiny, "--steps", 2], capsys)
+    finally:
+        os.close(fd)
+    assert status == 0 and "out runs/20261129-230000-2" in out
+    assert list(busy.iterdir()) == []
+    assert load_checkpoint(busy.with_name("20261129-230000-2")).state["step"] == 2
+
+
+def test_an_empty_run_directory_is_not_left_behind(tiny, tmp_path, capsys):
+    out = tmp_path / "run"
+    status, _, _ = run_main([*tiny, "--steps", 2, "--lr", 1e4, "--out", out], capsys)
+    assert status == train.EXIT_DIVERGED and not out.exists()
+
+
+def test_temporaries_of_killed_processes_are_removed(tiny, tmp_path, capsys):
+    """kill -9 in the middle of a save leaves hidden temporaries; the next run removes them
+    (in the cache only those of processes that have ended: a live one is still writing)."""
+    out, cache = tmp_path / "run", tmp_path / "cache"
+    args = [*tiny, "--cache-dir", cache]
+    assert run_main([*args, "--steps", 4, "--stop-at", 2, "--out", out], capsys)[0] == 0
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True).stdout.strip()
+    host = socket.gethostname()
+    stale = [out / f".ckpt-000004~{ended}@{host}.tmp",
+             out / ".ckpt-000003.99.tmp",                # the naming of earlier versions
+             cache / "tokens" / f".0123abcd~{ended}@{host}.tmp"]
+    live = cache / "tokens" / f".4567cdef~{os.getpid()}@{host}.tmp"
+    for directory in [*stale, live]:
+        directory.mkdir()
+    stale.append(out / f".latest~{ended}@{host}.tmp")
+    stale[-1].touch()
+    assert run_main(["--resume", out, "--cache-dir", cache], capsys)[0] == 0
+    assert not any(p.exists() for p in stale) and live.exists()
+
+
+def test_resume_refuses_changed_data(tmp_path, cache, capsys):
+    data = tmp_path / "data.txt"
+    data.write_text("".join(f"line {i} of the first corpus\n" for i in range(400)))
+    out = tmp_path / "run"
+    args = ["--config", "microgpt", "--data", data, "--tokenizer", "bytes", "--cache-dir", cache,
+            "--batch-size", 2, "--eval-batches", 1, "--steps", 4]
+    assert run_main([*args, "--stop-at", 2, "--out", out], capsys)[0] == 0
+    data.write_text("".join(f"line {i} of another corpus\n" for i in range(400)))
+    status, _, err = run_main(["--resume", out, "--cache-dir", cache], capsys)
+    assert status == 2 and err.count("\n") == 1 and "the data changed" in err
+    assert load_checkpoint(out).state["step"] == 2
+
+
+def test_resuming_a_default_run_names_the_default(corpus, cache, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_main(["--data", corpus, "--cache-dir", cache, "--tokenizer", "bytes", "--steps",
+                     2, "--batch-size", 1, "--eval-batches", 1, "--sample-every", 0,
+                     "--stop-at", 1, "--out", out], capsys)[0] == 0
+    status, _, err = run_main(["--resume", out, "--config", "microgpt"], capsys)
+    assert status == 2 and err.count("\n") == 1 and "None" not in err
+    assert "differs from the checkpoint's config (the default: microgpt with n_layer 1" in err
+
+
+def test_a_file_name_that_is_not_utf8(tmp_path, cache, capsys):
+    name = os.fsdecode(b"doc-\xff\xfe.py")
+    try:
+        (tmp_path / "c").mkdir()
+        (tmp_path / "c" / name).write_text(" ".join(["def f(x):\n    return x"] * 300))
+    except (OSError, UnicodeError):
+        pytest.skip("this file system takes UTF-8 names only")
+    status, out, err = run_main(["--config", "microgpt", "--data", tmp_path / "c", "--tokenizer",
+                                 "bytes", "--cache-dir", cache, "--steps", 2, "--batch-size", 2,
+                                 "--eval-batches", 1, "--out", tmp_path / "run"], capsys)
+    assert status == 0, err
+    assert load_checkpoint(tmp_path / "run").state["step"] == 2
+
+
+def test_numba_performance_advice_stays_out_of_the_log(tiny, tmp_path, capsys, monkeypatch):
+    """numba warns about small grids (the microgpt config's, on the GPU) at every new launch
+    shape; the trainer keeps that out of the user's log."""
+    forward_backward = GPT.forward_backward
+
+    def advised(self, *args):
+        warnings.warn("Grid size 1 will likely result in GPU under-utilization due to low "
+                      "occupancy.", UserWarning)
+        return forward_backward(self, *args)
+    monkeypatch.setattr(GPT, "forward_backward", advised)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        status, _, _ = run_main([*tiny, "--steps", 2, "--out", tmp_path / "run"], capsys)
+    assert status == 0 and not caught
+
+
+def test_cuda_says_it_compiles_before_the_first_step(tiny, tmp_path, capsys, monkeypatch):
+    """The first cuda step compiles every kernel (seconds): the log says so first. The
+    numpy backend stands in for cuda, whose steps the simulator runs too slowly."""
+    monkeypatch.setattr(NumpyBackend, "name", "cuda")
+    status, out, _ = run_main([*tiny, "--steps", 2, "--out", tmp_path / "run"], capsys)
+    lines = out.splitlines()
+    assert status == 0
+    assert lines.index("compiling kernels ...") < min(
+        i for i, line in enumerate(lines) if line.startswith("step "))
+
+
+# ----------------------------------------------------------------------------------
+# sampling
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory, corpus, cache):
+    out = tmp_path_factory.mktemp("trained") / "run"
+    assert train.main(["--config", "microgpt", "--data", str(corpus), "--cache-dir", str(cache),
+                       "--steps", "2", "--batch-size", "2", "--eval-batches", "1",
+                       "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--seed", "-1"], "argument --seed: must be an integer >= 0"),
+    (["--temperature", "nan"], "argument --temperature: must be a finite number >= 0"),
+    (["--temperature", "inf"], "argument --temperature: must be a finite number >= 0"),
+    (["--prompt", os.fsdecode(b"def \xff\xfe")], "--prompt is not UTF-8 text (byte 0xff at"),
+])
+def test_sample_bad_arguments(argv, message, trained_run, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        sample.main(["--checkpoint", str(trained_run), *argv])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and message in err
+
+
+def test_sample_help_shows_the_defaults(capsys):
+    with pytest.raises(SystemExit):
+        sample.main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for default in ("(default: 200)", "(default: 0.8)", "(default: 40)", "(default: 0)",
+                    "(default: auto)"):
+        assert default in out
+
+
+def test_sample_needs_no_optimizer_state(trained_run, tmp_path, capsys):
+    copy = tmp_path / "ckpt"
+    shutil.copytree(load_checkpoint(trained_run).path, copy)
+    (copy / OPTIMIZER_FILE).unlink()
+    assert sample.main(["--checkpoint", str(copy), "--tokens", "5"]) == 0
+
+
+@pytest.mark.parametrize("value, message", [(np.nan, "holds NaN or infinity (in wte)"),
+                                            (3e38, "outputs overflow to NaN or infinity")])
+def test_sample_refuses_a_diverged_checkpoint(value, message, trained_run, tmp_path, capsys):
+    from safetensors.numpy import load_file, save_file
+    copy = tmp_path / "ckpt"
+    shutil.copytree(load_checkpoint(trained_run).path, copy)
+    tensors = load_file(copy / "model.safetensors")
+    tensors["wte"][:] = value
+    save_file(tensors, copy / "model.safetensors")
+    assert sample.main(["--checkpoint", str(copy), "--tokens", "5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
+# ----------------------------------------------------------------------------------
+# data parallel
+
+def mpiexec():
+    found = (shutil.which("mpiexec")
+             or shutil.which("mpiexec", path=str(Path(sys.executable).parent)))
+    if not found:
+        pytest.fail("mpiexec not found: install the test extra (pip install '.[test]')")
+    return found
+
+
+def test_ranks_that_disagree_on_the_data_are_refused(tmp_path, cache):
+    """Two ranks given different corpora would average gradients of different batches."""
+    flags = ["--config", "microgpt", "--tokenizer", "bytes", "--steps", "2", "--batch-size",
+             "2", "--eval-batches", "1", "--cache-dir", str(cache), "--out", str(tmp_path / "run")]
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text(f"{name} holds text\n" * 200)
+    rank = [sys.executable, "-m", "microgpt.train", *flags, "--data"]
+    result = subprocess.run([mpiexec(), "-n", "1", *rank, str(tmp_path / "a.txt"), ":",
+                             "-n", "1", *rank, str(tmp_path / "b.txt")],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "rank 1 has other arguments than rank 0 (--data" in result.stderr
+    assert result.stderr.count("microgpt.train: error:") == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_rank_that_fails_alone_fails_every_rank(tmp_path, cache):
+    """Rank 1 cannot write its cache while rank 0 has gone on: rank 0 must not wait for
+    rank 1 forever, and says what went wrong there."""
+    (tmp_path / "data.txt").write_text("some text to train on\n" * 200)
+    (tmp_path / "file").write_text("")
+    rank = [sys.executable, "-m", "microgpt.train", "--config", "microgpt", "--tokenizer",
+            "bytes", "--data", str(tmp_path / "data.txt"), "--steps", "2", "--batch-size", "2",
+            "--eval-batches", "1", "--out", str(tmp_path / "run"), "--cache-dir"]
+    result = subprocess.run([mpiexec(), "-n", "1", *rank, str(tmp_path / "cache"), ":",
+                             "-n", "1", *rank, str(tmp_path / "file" / "cache")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.count("error") == 1
+    assert "microgpt.train: error: rank 1: cannot write the cache" in result.stderr
+    assert not (tmp_path / "run").exists()
