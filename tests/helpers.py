@@ -5,7 +5,7 @@ import numpy as np
 
 ON_GPU = os.environ.get("MICROGPT_TEST_DEVICE", "sim") == "gpu"
 
-# ||out - ref|| / ||ref||, DESIGN.md's tolerances
+# ||out - ref|| / ||ref||, docs/design.md's tolerances
 TOL_F32_OP = 1e-5
 TOL_F32_MODEL = 1e-4
 

@@ -1,11 +1,11 @@
-"""The configs of DESIGN.md's table, overrides, and errors that name the offending field."""
+"""The configs of docs/design.md's table, overrides, and errors that name the offending field."""
 import dataclasses
 
 import pytest
 
 from microgpt.config import CONFIGS, ConfigError, GPTConfig, config_from_dict, get_config
 
-# DESIGN.md's table: n_layer, d_model, n_head, head_dim, context, vocab
+# docs/design.md's table: n_layer, d_model, n_head, head_dim, context, vocab
 DESIGN_TABLE = {
     "microgpt":    (1, 16, 4, 4, 16, None),
     "andrea-12m":  (6, 384, 12, 32, 256, 4096),

@@ -1,4 +1,4 @@
-"""tools/count_params.py: DESIGN.md's figures, counted from what the model allocates."""
+"""tools/count_params.py: docs/design.md's figures, counted from what the model allocates."""
 import importlib.util
 import subprocess
 import sys

@@ -14,7 +14,7 @@ from microgpt.optim import AdamW, AdamWConfig, lr_at
 
 CPU = settings(settings.get_profile("cpu"))
 TINY = GPTConfig(n_layer=2, d_model=8, n_head=2, context=6, vocab_size=11)
-# one float64 formula evaluated by two programs; float32 is held to DESIGN.md's op tolerance
+# one float64 formula evaluated by two programs; float32 is held to docs/design.md's op tolerance
 TOL = {np.float64: 1e-12, np.float32: TOL_F32_OP}
 
 
@@ -106,7 +106,7 @@ def test_adamw_on_the_flat_buffer_equals_per_tensor_adamw(dtype):
 
 
 def test_the_defaults_are_the_design():
-    """DESIGN.md's AdamW: beta1 0.9, beta2 0.95, eps 1e-8, weight decay 0.1 (matrices
+    """docs/design.md's AdamW: beta1 0.9, beta2 0.95, eps 1e-8, weight decay 0.1 (matrices
     only), global-norm clip 1.0, cosine to 10% of the peak."""
     cfg = AdamWConfig()
     assert (cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.max_norm, cfg.min_lr_ratio) \

@@ -2,7 +2,7 @@
 
 Every op's backward is checked against central finite differences in float64, through
 sum(dy * f(x)) with a random upstream dy so that every output element counts; every op
-run in float32 stays float32 and agrees with float64 to DESIGN.md's 1e-5 (plus a few
+run in float32 stays float32 and agrees with float64 to docs/design.md's 1e-5 (plus a few
 float32 epsilons of the terms, for results that are differences of larger terms); then the
 properties the seed documents state about the attention pipeline: the per-head and the
 fused projections are one function, merge inverts split, W_O mixes heads as a sum of
@@ -520,7 +520,7 @@ def test_adamw_grad_scale_scales_the_gradient(grad_scale, seed):
 
 
 def test_adamw_defaults_are_the_design():
-    """beta1 0.9, beta2 0.95, eps 1e-8 (DESIGN.md), by their effect on one step."""
+    """beta1 0.9, beta2 0.95, eps 1e-8 (docs/design.md), by their effect on one step."""
     g, param = np.array([1e-8, -2.0]), np.array([0.5, 0.5])
     new, m, v = ref.adamw_update(param, g, np.zeros(2), np.zeros(2), lr=0.1, step=1,
                                  weight_decay=0.0)

@@ -117,8 +117,9 @@ def bench_gemm(reps, sweep):
                              torch_ms=torch_ms, flops=flops, best_ms=best_ms,
                              best=f"{tuple(best_tile) if best_tile else 'default'} "
                                   f"split {best_split}"))
-            print(f"  {config:12s} {name:16s} {M:6d}x{N:6d}x{K:6d} {flops / default_ms / 1e9:6.0f} "
-                  f"TFLOP/s  torch {flops / torch_ms / 1e9:6.0f}  ratio {torch_ms / default_ms:5.2f}"
+            print(f"  {config:12s} {name:16s} {M:6d}x{N:6d}x{K:6d} "
+                  f"{flops / default_ms / 1e9:6.0f} TFLOP/s  torch {flops / torch_ms / 1e9:6.0f}"
+                  f"  ratio {torch_ms / default_ms:5.2f}"
                   + (f"  best {flops / best_ms / 1e9:6.0f} {rows[-1]['best']}" if sweep else ""),
                   flush=True)
             del da, db, out, ta_t, tb_t, lhs, rhs
