@@ -145,7 +145,7 @@ def bf16_value(bits):
 
 class _Parts(NamedTuple):
     copy_own: object
-    copy_step: object
+    copy_pair: object
     fragments: object
     scores: object
     accumulate: object
@@ -160,9 +160,16 @@ def _parts(D, tile, keys_are_rows):
     KS, NS = step // MMA_K, step // MMA_N      # the same over a step of the other side
     aligned = D % CHUNK == 0
     # A from a tile [m][k]; B = X^T from a tile of X's rows [n][k]; B = X from one [k][n]
+    copy_step = tile_copier(step, DS, tile.threads, aligned)
     a_locate, a_advance, a_load = a_fragment_loader(DS, False)
     bt_locate, bt_advance, bt_load = b_fragment_loader(DS, True)
     b_locate, b_advance, b_load = b_fragment_loader(DS, False)
+
+    @cuda.jit(device=True, inline=True)
+    def copy_pair(smem, base, x, y, row0):
+        """The step's rows row0 on of x, then of y (each (T, D)), into the stage at base."""
+        copy_step(smem, base, x, row0, 0)
+        copy_step(smem, base + step * DS, y, row0, 0)
 
     @cuda.jit(device=True, inline=True)
     def fragments(frag, smem, base, row):
@@ -211,8 +218,7 @@ def _parts(D, tile, keys_are_rows):
                 if (c < i if keys_are_rows else c > i) or c >= T:
                     s[j, r] = NEG_INF
 
-    return _Parts(tile_copier(rows, DS, tile.threads, aligned),
-                  tile_copier(step, DS, tile.threads, aligned),
+    return _Parts(tile_copier(rows, DS, tile.threads, aligned), copy_pair,
                   fragments, scores, accumulate, mask)
 
 
@@ -252,12 +258,6 @@ def _forward_kernel(D, tile):
     ln2 = np.float32(math.log(2.0))
     wait_all = cp_async_wait_group(0)
 
-    @cuda.jit(device=True, inline=True)
-    def copy_kv(smem, k, v, stage, key0):
-        base = rows * DS + stage * stage_size
-        parts.copy_step(smem, base, k, key0, 0)
-        parts.copy_step(smem, base + step * DS, v, key0, 0)
-
     @cuda.jit
     def flash_attention_forward_kernel(out, lse, q, k, v):
         # out, q, k, v (B, H, T, D) bf16 bits; lse (B, H, T). Block (x, h, b) owns query
@@ -281,7 +281,7 @@ def _forward_kernel(D, tile):
             m[half], l[half] = NEG_INF, ZERO
 
         parts.copy_own(smem, 0, q[b, h], q0, 0)
-        copy_kv(smem, kh, vh, 0, 0)
+        parts.copy_pair(smem, rows * DS, kh, vh, 0)
         cp_async_commit()
         steps = (min(T, q0 + rows) + step - 1) // step
         for it in range(steps):
@@ -290,7 +290,8 @@ def _forward_kernel(D, tile):
             if it == 0:
                 parts.fragments(qf, smem, 0, warp_row)
             if it + 1 < steps:
-                copy_kv(smem, kh, vh, (it + 1) % STAGES, (it + 1) * step)
+                parts.copy_pair(smem, rows * DS + (it + 1) % STAGES * stage_size, kh, vh,
+                                (it + 1) * step)
             cp_async_commit()
             key0 = it * step
             k_base = rows * DS + it % STAGES * stage_size
@@ -339,12 +340,6 @@ def _dq_kernel(D, tile):
     log2e = np.float32(LOG2E)
     wait_all = cp_async_wait_group(0)
 
-    @cuda.jit(device=True, inline=True)
-    def copy_kv(smem, k, v, stage, key0):
-        base = 2 * rows * DS + stage * stage_size
-        parts.copy_step(smem, base, k, key0, 0)
-        parts.copy_step(smem, base + step * DS, v, key0, 0)
-
     @cuda.jit
     def flash_attention_backward_dq_kernel(dq, delta, dout, q, k, v, out, lse):
         # dq, dout, q, k, v, out (B, H, T, D) bf16 bits; delta, lse (B, H, T): delta is
@@ -370,7 +365,7 @@ def _dq_kernel(D, tile):
 
         parts.copy_own(smem, 0, q[b, h], q0, 0)
         parts.copy_own(smem, rows * DS, doh, q0, 0)
-        copy_kv(smem, kh, vh, 0, 0)
+        parts.copy_pair(smem, 2 * rows * DS, kh, vh, 0)
         cp_async_commit()
         # delta of the thread's rows while the copies fly: the 4 lanes of a row split it
         for half in range(2):
@@ -392,7 +387,8 @@ def _dq_kernel(D, tile):
                 parts.fragments(qf, smem, 0, warp_row)
                 parts.fragments(dof, smem, rows * DS, warp_row)
             if it + 1 < steps:
-                copy_kv(smem, kh, vh, (it + 1) % STAGES, (it + 1) * step)
+                parts.copy_pair(smem, 2 * rows * DS + (it + 1) % STAGES * stage_size, kh,
+                                vh, (it + 1) * step)
             cp_async_commit()
             key0 = it * step
             k_base = 2 * rows * DS + it % STAGES * stage_size
@@ -428,12 +424,6 @@ def _dkdv_kernel(D, tile):
     log2e = np.float32(LOG2E)
     wait_all = cp_async_wait_group(0)
 
-    @cuda.jit(device=True, inline=True)
-    def copy_q_dout(smem, q, dout, stage, query0):
-        base = 2 * rows * DS + stage * stage_size
-        parts.copy_step(smem, base, q, query0, 0)
-        parts.copy_step(smem, base + step * DS, dout, query0, 0)
-
     @cuda.jit
     def flash_attention_backward_dkdv_kernel(dk, dv, dout, q, k, v, lse, delta):
         # dk, dv, dout, q, k, v (B, H, T, D) bf16 bits; lse, delta (B, H, T). Block
@@ -463,7 +453,7 @@ def _dkdv_kernel(D, tile):
         first = k0 // step
         parts.copy_own(smem, 0, k[b, h], k0, 0)
         parts.copy_own(smem, rows * DS, v[b, h], k0, 0)
-        copy_q_dout(smem, qh, doh, 0, first * step)
+        parts.copy_pair(smem, 2 * rows * DS, qh, doh, first * step)
         cp_async_commit()
         steps = (T + step - 1) // step - first
         for it in range(steps):
@@ -480,7 +470,8 @@ def _dkdv_kernel(D, tile):
                 parts.fragments(kf, smem, 0, warp_row)
                 parts.fragments(vf, smem, rows * DS, warp_row)
             if it + 1 < steps:
-                copy_q_dout(smem, qh, doh, (it + 1) % STAGES, query0 + step)
+                parts.copy_pair(smem, 2 * rows * DS + (it + 1) % STAGES * stage_size, qh,
+                                doh, query0 + step)
             cp_async_commit()
             q_base = 2 * rows * DS + it % STAGES * stage_size
             parts.scores(s, kf, smem, q_base)                       # k q^T

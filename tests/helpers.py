@@ -35,3 +35,15 @@ def randn(rng, *shape, scale=1.0, dtype=np.float32):
 
 def poisoned(shape, dtype=np.float32):
     return np.full(shape, np.nan if np.dtype(dtype).kind == "f" else -1, dtype)
+
+
+def assert_one_key_gradients(dq, dk, dout, q, k, v, what):
+    """Attention over one key (T = 1): out = v whatever q and k are, so the exact dq and
+    dk are 0 and a relative error is undefined. What float32 leaves is the rounding of
+    dp - rowsum(dout * out) (dout . v summed two ways), which Cauchy-Schwarz bounds row by
+    row by eps |dout| |v| |k| / sqrt(D) (|q| for dk). Arrays (..., T, D)."""
+    row_scale = (np.linalg.norm(dout, axis=-1) * np.linalg.norm(v, axis=-1)
+                 / np.sqrt(q.shape[-1]))
+    for name, got, other in (("dq", dq, k), ("dk", dk, q)):
+        bound = TOL_F32_OP * row_scale * np.linalg.norm(other, axis=-1)
+        assert np.all(np.linalg.norm(got, axis=-1) <= bound), f"{what} {name}"

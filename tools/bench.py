@@ -122,7 +122,6 @@ def bench_gemm(reps, sweep):
                   f"  ratio {torch_ms / default_ms:5.2f}"
                   + (f"  best {flops / best_ms / 1e9:6.0f} {rows[-1]['best']}" if sweep else ""),
                   flush=True)
-            del da, db, out, ta_t, tb_t, lhs, rhs
     return rows
 
 
