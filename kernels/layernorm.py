@@ -27,7 +27,8 @@ ONE = np.float32(1.0)
 FORWARD_BLOCK = 128
 BACKWARD_BLOCK = 256
 ROWS_PER_BLOCK = 32
-MAX_SHARED_BYTES = 48 * 1024     # dynamic shared memory available without an opt-in
+MAX_SHARED_BYTES = 48 * 1024     # static + dynamic shared memory without an opt-in
+_SCRATCH_BYTES = REDUCE_SCRATCH * np.dtype(np.float32).itemsize   # the static part
 
 
 # ----------------------------------------------------------------------------------
@@ -150,9 +151,9 @@ def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, *, s
     if rows_per_block < 1:
         raise ValueError(f"rows_per_block must be at least 1, got {rows_per_block}")
     shared_bytes = 2 * C * np.dtype(np.float32).itemsize
-    if shared_bytes > MAX_SHARED_BYTES:
-        raise ValueError(f"layernorm_backward: C = {C} needs {shared_bytes} bytes of shared "
-                         f"memory, more than {MAX_SHARED_BYTES}")
+    if _SCRATCH_BYTES + shared_bytes > MAX_SHARED_BYTES:
+        raise ValueError(f"layernorm_backward: C = {C} needs {_SCRATCH_BYTES + shared_bytes} "
+                         f"bytes of shared memory, more than {MAX_SHARED_BYTES}")
     if N == 0:
         return
     _layernorm_backward_kernel[ceil_div(N, rows_per_block), block, stream, shared_bytes](

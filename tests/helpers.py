@@ -4,6 +4,10 @@ import os
 import numpy as np
 
 ON_GPU = os.environ.get("MICROGPT_TEST_DEVICE", "sim") == "gpu"
+# On a GPU the tests draw the model's real shapes, unless MICROGPT_TEST_SHAPES=small asks for
+# the simulator's: the sanitizer run (docs/design.md) wants those, the shapes that end
+# tiles mid-way and trip bounds, at a cost a memory checker can afford.
+REAL_SHAPES = ON_GPU and os.environ.get("MICROGPT_TEST_SHAPES", "real") != "small"
 
 # ||out - ref|| / ||ref||, docs/design.md's tolerances
 TOL_F32_OP = 1e-5

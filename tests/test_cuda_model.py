@@ -7,12 +7,12 @@ pass, so a kernel that leaves an element unwritten fails the comparison.
 """
 import numpy as np
 import pytest
-from helpers import ON_GPU, TOL_F32_MODEL, assert_close, rel_error
+from helpers import REAL_SHAPES, TOL_F32_MODEL, assert_close, rel_error
 
 from microgpt import GPT, get_config
 from microgpt.optim import AdamW, AdamWConfig, lr_at
 
-if ON_GPU:
+if REAL_SHAPES:
     CASES = [("andrea-12m", {}, 4, 256), ("andrea-120m", {}, 2, 256)]
 else:
     CASES = [("microgpt", dict(vocab_size=24), 2, 8),

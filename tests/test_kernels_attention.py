@@ -5,7 +5,7 @@ import functools
 
 import numpy as np
 import pytest
-from helpers import (ON_GPU, TOL_F32_OP, assert_close, assert_one_key_gradients, poisoned,
+from helpers import (REAL_SHAPES, TOL_F32_OP, assert_close, assert_one_key_gradients, poisoned,
                      randn)
 from hypothesis import given
 from hypothesis import strategies as st
@@ -36,7 +36,7 @@ SIM_HEAD_SHAPES = st.one_of(
 # On a GPU the simulator's own shapes are drawn too: small sizes and edges where an
 # out-of-range index shows in the simulator (IndexError) but passes unseen on a GPU
 # unless compute-sanitizer watches.
-if ON_GPU:
+if REAL_SHAPES:
     # each head_dim x block compiles three kernels, and the float64 reference of a full
     # andrea-120m attention takes seconds: a few real-shape examples
     HEAD_DIMS = st.sampled_from([4, 32, 64, 72])
@@ -387,7 +387,7 @@ def test_pipeline_matches_reference(shape, seed):
     check_pipeline(shape, seed)
 
 
-@pytest.mark.skipif(not ON_GPU, reason="andrea-120m's shapes need a GPU")
+@pytest.mark.skipif(not REAL_SHAPES, reason="andrea-120m's shapes need a GPU and real shapes")
 def test_andrea_120m_attention_layer():
     """The model's own shapes, whatever Hypothesis draws: attention forward and backward
     and the composed pipeline at (B, H, T, D) = (16, 12, 1024, 64), default geometry."""

@@ -2,7 +2,7 @@
 (kernels/crossentropy.py), the in-place backward included."""
 import numpy as np
 import pytest
-from helpers import ON_GPU, TOL_F32_OP, assert_close, poisoned, randn
+from helpers import REAL_SHAPES, TOL_F32_OP, assert_close, poisoned, randn
 from hypothesis import given
 from hypothesis import strategies as st
 from numba import cuda
@@ -15,7 +15,7 @@ SIM_SHAPES = st.tuples(st.integers(1, 4), st.integers(1, 64))
 # On a GPU the simulator's own shapes are drawn too: small sizes and edges where an
 # out-of-range index shows in the simulator (IndexError) but passes unseen on a GPU
 # unless compute-sanitizer watches.
-if ON_GPU:
+if REAL_SHAPES:
     # a real-shape example costs seconds of host-side data and float64 reference
     SHAPES = st.one_of(st.just((1024, 50304)),
                        st.tuples(st.integers(1, 1024), st.integers(1, 50304)), SIM_SHAPES)
@@ -31,7 +31,7 @@ TIES = st.booleans()
 # Rows of 8 to 10 columns per thread of a 32-thread block, with logits of std 60: a
 # thread's running max then meets values more than 88 below and above it, where exp of
 # the wrong difference overflows float32. On a GPU, the model's rows.
-WIDE_ROWS = SHAPES if ON_GPU else st.tuples(st.integers(1, 2), st.integers(8 * 32, 10 * 32))
+WIDE_ROWS = SHAPES if REAL_SHAPES else st.tuples(st.integers(1, 2), st.integers(8 * 32, 10 * 32))
 WIDE_SCALE = 60.0
 
 

@@ -1,7 +1,7 @@
 """The residual and GELU kernels against the float64 reference (kernels/elementwise.py)."""
 import numpy as np
 import pytest
-from helpers import ON_GPU, TOL_F32_OP, assert_close, poisoned, randn
+from helpers import REAL_SHAPES, TOL_F32_OP, assert_close, poisoned, randn
 from hypothesis import given
 from hypothesis import strategies as st
 from numba import cuda
@@ -14,7 +14,7 @@ SIM_SHAPES = st.tuples(st.integers(1, 2), st.integers(1, 5), st.integers(1, 12))
 # On a GPU the simulator's own shapes are drawn too: small sizes and edges where an
 # out-of-range index shows in the simulator (IndexError) but passes unseen on a GPU
 # unless compute-sanitizer watches.
-if ON_GPU:
+if REAL_SHAPES:
     # a real-shape example costs seconds of host-side data and float64 reference
     SHAPES = st.one_of(st.just((16, 1024, 3072)),
                        st.tuples(st.integers(1, 16), st.integers(1, 1024), st.integers(1, 3072)),

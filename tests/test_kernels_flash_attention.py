@@ -19,7 +19,7 @@ A wrong tile, mask or rescale moves whole rows by O(1): far outside all of these
 import ml_dtypes
 import numpy as np
 import pytest
-from helpers import (ON_GPU, TOL_F32_OP, assert_close, assert_one_key_gradients, poisoned,
+from helpers import (REAL_SHAPES, TOL_F32_OP, assert_close, assert_one_key_gradients, poisoned,
                      randn)
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -34,7 +34,7 @@ TOL_GRAD = 3 * 2.0**-8
 BF16_NAN = 0xFFFF
 SEEDS = st.integers(0, 2**32 - 1)
 
-if ON_GPU:
+if REAL_SHAPES:
     # the model's head_dims (32, 64), the design notes' 72, and a D below one chunk; each
     # tile compiles three kernels, and the float64 reference of a full andrea-120m
     # attention takes seconds: a few real-shape examples
@@ -99,8 +99,8 @@ def check_backward(shape, tiles, seed):
 
 
 # T = 1 in one head; the design notes' head_dim 72 (padded to 80 inside the kernels)
-EXAMPLE_TILE = None if ON_GPU else FlashTile(16, 16)
-EXAMPLE_SHAPES = [(1, 1, 1, 8), (1, 1, 1000 if ON_GPU else 5, 72)]
+EXAMPLE_TILE = None if REAL_SHAPES else FlashTile(16, 16)
+EXAMPLE_SHAPES = [(1, 1, 1, 8), (1, 1, 1000 if REAL_SHAPES else 5, 72)]
 
 
 def examples(test, tile_argument, tile):

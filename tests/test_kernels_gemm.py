@@ -2,7 +2,7 @@
 accumulate combination, edge tiles, tile overrides, and the model's real shapes on a GPU."""
 import numpy as np
 import pytest
-from helpers import ON_GPU, TOL_F32_OP, assert_close, poisoned, randn
+from helpers import REAL_SHAPES, TOL_F32_OP, assert_close, poisoned, randn
 from hypothesis import given
 from hypothesis import strategies as st
 from numba import cuda
@@ -30,7 +30,7 @@ SIM_TILES = [GemmTile(8, 8, 4, 2, 2), GemmTile(16, 8, 4, 4, 2), GemmTile(8, 16, 
 # On a GPU the simulator's own shapes are drawn too: small sizes and edges where an
 # out-of-range index shows in the simulator (IndexError) but passes unseen on a GPU
 # unless compute-sanitizer watches.
-if ON_GPU:
+if REAL_SHAPES:
     SIZES = st.one_of(st.tuples(st.integers(1, 16384), st.integers(1, 3072),
                                 st.integers(1, 3072)), SIM_SIZES)
     # None takes each default tile on the model's products; one odd override besides
@@ -64,7 +64,7 @@ def test_matmul_matches_reference(product, tile, seed):
     check_matmul(*product, tile, seed)
 
 
-@pytest.mark.skipif(not ON_GPU, reason="the model's products need a GPU")
+@pytest.mark.skipif(not REAL_SHAPES, reason="the model's products need a GPU and real shapes")
 @pytest.mark.parametrize("product", MODEL_PRODUCTS)
 def test_model_products(product):
     """Each product of an andrea-120m step, with the tile the launcher picks."""

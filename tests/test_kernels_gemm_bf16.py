@@ -12,7 +12,7 @@ Tolerances, derived:
 import ml_dtypes
 import numpy as np
 import pytest
-from helpers import ON_GPU, TOL_F32_OP, assert_close, poisoned, randn
+from helpers import REAL_SHAPES, TOL_F32_OP, assert_close, poisoned, randn
 from hypothesis import given
 from hypothesis import strategies as st
 from numba import cuda
@@ -28,7 +28,7 @@ EPILOGUES = ["float32", "bf16", "accumulate", "split_k"]
 STEP_PRODUCTS = (gemm_bf16.step_products(16, 1024, 768, 50304)
                  + gemm_bf16.step_products(64, 256, 384, 4096))
 
-if ON_GPU:
+if REAL_SHAPES:
     SIZES = st.tuples(st.integers(1, 16384), st.integers(1, 3072), st.integers(1, 3072))
     TILES = st.sampled_from([None, gemm_bf16.LARGE_TILE, gemm_bf16.SMALL_TILE,
                              MmaTile(64, 128, 32, 32, 64, 3)])
@@ -88,7 +88,7 @@ def test_matmul_bf16_matches_reference(sizes, aligned, transpose_a, transpose_b,
                       max_chain=16 if fold else gemm_bf16.MAX_CHAIN)
 
 
-@pytest.mark.skipif(not ON_GPU, reason="the model's products need a GPU")
+@pytest.mark.skipif(not REAL_SHAPES, reason="the model's products need a GPU and real shapes")
 @pytest.mark.parametrize("product", STEP_PRODUCTS, ids=lambda p: f"{p[0]} {p[1]}x{p[2]}x{p[3]}")
 def test_step_products(product):
     """Each product of an andrea-120m and an andrea-12m step, with the launcher's defaults

@@ -1,7 +1,7 @@
 """The LayerNorm kernels against the float64 reference (kernels/layernorm.py)."""
 import numpy as np
 import pytest
-from helpers import ON_GPU, TOL_F32_OP, assert_close, poisoned, randn
+from helpers import ON_GPU, REAL_SHAPES, TOL_F32_OP, assert_close, poisoned, randn
 from hypothesis import given
 from hypothesis import strategies as st
 from numba import cuda
@@ -14,7 +14,7 @@ SIM_SHAPES = st.tuples(st.integers(1, 5), st.integers(1, 40))
 # On a GPU the simulator's own shapes are drawn too: small sizes and edges where an
 # out-of-range index shows in the simulator (IndexError) but passes unseen on a GPU
 # unless compute-sanitizer watches.
-if ON_GPU:
+if REAL_SHAPES:
     # a real-shape example costs seconds of host-side data and float64 reference
     SHAPES = st.one_of(st.just((16384, 768)),
                        st.tuples(st.integers(1, 16384), st.integers(1, 1536)), SIM_SHAPES)
@@ -101,12 +101,16 @@ def test_default_blocks_at_their_caps():
 
 
 def test_backward_at_exactly_48_kib_of_shared_memory():
-    """C = 6144: dweight and dbias partials fill the 48 KiB (49152 bytes) a block gets
-    without an opt-in, exactly; one more column is refused."""
-    check_backward((1, 6144), None, 1, seed=5)
-    wide, wide_vec = (cuda.to_device(np.ones(s, np.float32)) for s in ((1, 6145), (6145,)))
+    """The widest row whose dweight and dbias partials (dynamic, 8 bytes a column) and the
+    reduction scratch (static: 32 floats on a GPU, 1024 in the simulator) fill the 48 KiB
+    (49152 bytes) a block gets without an opt-in, exactly; one more column is refused. The
+    first version counted the dynamic part only, and its widest launch failed on the H200."""
+    widest = 6128 if ON_GPU else 5632
+    check_backward((1, widest), None, 1, seed=5)
+    wide, wide_vec = (cuda.to_device(np.ones(s, np.float32)) for s in ((1, widest + 1),
+                                                                       (widest + 1,)))
     stats = cuda.to_device(np.ones(1, np.float32))
-    with pytest.raises(ValueError, match="C = 6145 needs 49160 bytes of shared memory"):
+    with pytest.raises(ValueError, match=f"C = {widest + 1} needs 49160 bytes of shared memory"):
         layernorm.layernorm_backward(wide, wide_vec, wide_vec, wide, wide, wide_vec, stats,
                                      stats)
 

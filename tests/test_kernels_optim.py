@@ -2,7 +2,7 @@
 the float64 reference (kernels/reductions.py, kernels/adamw.py)."""
 import numpy as np
 import pytest
-from helpers import ON_GPU, TOL_F32_OP, assert_close, poisoned, randn
+from helpers import REAL_SHAPES, TOL_F32_OP, assert_close, poisoned, randn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import cuda
@@ -17,7 +17,7 @@ ANDREA_120M_PARAMS = 124_392_960
 # too: small sizes where an out-of-range index shows in the simulator (IndexError) but
 # passes unseen on a GPU unless compute-sanitizer watches.
 SIM_LENGTHS = st.integers(1, 300)
-if ON_GPU:
+if REAL_SHAPES:
     LENGTHS = st.one_of(st.just(16384), st.integers(1, 1 << 22), SIM_LENGTHS)
     PARAM_LENGTHS = st.one_of(st.just(ANDREA_120M_PARAMS), st.integers(1, 1 << 22), SIM_LENGTHS)
     REDUCE_BLOCKS = st.sampled_from([32, 256, 512, 1024])
