@@ -1,13 +1,18 @@
-"""The optimizer on the device: the global gradient norm, the clip and AdamW, fused.
+"""The optimizer on the device: the global gradient norm, the clip and AdamW, fused, and
+the schedule of its hyper-parameters.
 
-NumPy twins: ``microgpt.reference.global_norm``, ``clip_scale`` and ``adamw_update``.
+NumPy twins: ``microgpt.reference.global_norm``, ``clip_scale`` and ``adamw_update``; the
+schedule's is ``microgpt.optim.lr_at``.
 
 global_norm_squared reduces the flat gradient to one float on the device
-(kernels.reductions). adamw_update is one launch over the model's flat buffers, one thread
-per element: it reads that float, computes the clip scale min(1, max_norm / (norm + 1e-6))
-itself (so the host never waits for the norm), clips the gradient, updates both moments
-and the parameter, and applies weight decay to the elements [0, n_decay) only, which
-model.ParamLayout fills with the matrices.
+(kernels.reductions). adamw_schedule advances a (4,) device array of hyper-parameters
+(microgpt.ops.HPARAMS) to the next update: its number, learning rate (linear warmup, then
+cosine decay) and bias corrections. adamw_update is one launch over the model's flat
+buffers, one thread per element: it reads that array and the squared norm, computes the
+clip scale min(1, max_norm / (norm + 1e-6)) itself (so the host never waits for the norm),
+clips the gradient, updates both moments and the parameter, and applies weight decay to
+the elements [0, n_decay) only, which params.ParamLayout fills with the matrices. Nothing
+the host passes changes from one step to the next, so a captured step replays as is.
 """
 import math
 
@@ -20,6 +25,8 @@ from microgpt.kernels.common import ceil_div, check_array, check_block_size
 CLIP_EPS = np.float32(1e-6)
 ONE = np.float32(1.0)
 ZERO = np.float32(0.0)
+HALF = np.float32(0.5)
+PI = np.float32(math.pi)
 
 BLOCK = 256
 
@@ -28,12 +35,34 @@ BLOCK = 256
 # kernel
 
 @cuda.jit
-def _adamw_kernel(param, grad, m, v, norm_squared, lr, beta1, beta2, eps, weight_decay,
-                  n_decay, max_norm, bias_correction1, bias_correction2):
-    # param, grad, m, v (n,); norm_squared (1,); the rest float32 scalars, n_decay int64
+def _schedule_kernel(hparams, lr, warmup_steps, total_steps, min_lr_ratio, beta1, beta2):
+    # one thread: hparams (4,) from update n to update n + 1; the rest float32 scalars
+    if cuda.grid(1) != 0:
+        return
+    step = hparams[0] + ONE
+    s = step - ONE                      # lr_at counts steps from 0
+    if s < warmup_steps:
+        rate = lr * (s + ONE) / warmup_steps
+    else:
+        span = max(ONE, total_steps - warmup_steps)
+        progress = min(ONE, (s - warmup_steps) / span)
+        cosine = HALF * (ONE + math.cos(PI * progress))
+        rate = lr * (min_lr_ratio + (ONE - min_lr_ratio) * cosine)
+    hparams[0] = step
+    hparams[1] = rate
+    hparams[2] = ONE - beta1 ** step
+    hparams[3] = ONE - beta2 ** step
+
+
+@cuda.jit
+def _adamw_kernel(param, grad, m, v, norm_squared, hparams, beta1, beta2, eps, weight_decay,
+                  n_decay, max_norm):
+    # param, grad, m, v (n,); norm_squared (1,); hparams (4,); the rest float32 scalars,
+    # n_decay int64
     i = cuda.grid(1)
     if i >= param.size:
         return
+    lr, bias_correction1, bias_correction2 = hparams[1], hparams[2], hparams[3]
     clip = min(ONE, max_norm / (math.sqrt(norm_squared[0]) + CLIP_EPS))
     g = grad[i] * clip
     m_i = beta1 * m[i] + (ONE - beta1) * g
@@ -48,7 +77,8 @@ def _adamw_kernel(param, grad, m, v, norm_squared, lr, beta1, beta2, eps, weight
 
 
 PTX_SIGNATURES = [
-    (_adamw_kernel, (float32[::1],) * 5 + (float32,) * 5 + (int64,) + (float32,) * 3),
+    (_schedule_kernel, (float32[::1],) + (float32,) * 6),
+    (_adamw_kernel, (float32[::1],) * 6 + (float32,) * 4 + (int64, float32)),
 ]
 
 
@@ -60,11 +90,25 @@ def global_norm_squared(out, grad, *, stream=0, block=reductions.BLOCK):
     reductions.sum_squares_to(out, grad, stream=stream, block=block)
 
 
-def adamw_update(param, grad, m, v, norm_squared, *, lr, step, weight_decay, n_decay,
+def adamw_schedule(hparams, *, lr, warmup_steps, total_steps, min_lr_ratio, beta1, beta2,
+                   stream=0):
+    """Advance hparams (4,) = [step, lr, 1 - beta1**step, 1 - beta2**step] to the next
+    update: step + 1 and its learning rate by microgpt.optim.lr_at's schedule (linear
+    warmup over warmup_steps, cosine decay to min_lr_ratio * lr at total_steps)."""
+    check_array("hparams", hparams, (4,))
+    if warmup_steps < 0 or total_steps < 1:
+        raise ValueError(f"warmup_steps must be >= 0 and total_steps >= 1, got "
+                         f"{warmup_steps} and {total_steps}")
+    _schedule_kernel[1, 1, stream](hparams, *map(np.float32, (
+        lr, warmup_steps, total_steps, min_lr_ratio, beta1, beta2)))
+
+
+def adamw_update(param, grad, m, v, norm_squared, hparams, *, weight_decay, n_decay,
                  max_norm, beta1, beta2, eps, stream=0, block=BLOCK):
-    """One AdamW step on the flat buffers param, grad, m, v (n,), in place; step counts
-    from 1. The gradient is clipped to max_norm by its norm sqrt(norm_squared[0]), read
-    on the device; elements [0, n_decay) are decayed, the rest are not."""
+    """One AdamW step on the flat buffers param, grad, m, v (n,), in place, with the
+    learning rate and bias corrections of hparams (4,) (microgpt.ops.HPARAMS). The
+    gradient is clipped to max_norm by its norm sqrt(norm_squared[0]), read on the device;
+    elements [0, n_decay) are decayed, the rest are not."""
     check_block_size(block)
     if len(param.shape) != 1:
         raise ValueError(f"param: expected a flat (n,) array, got shape {tuple(param.shape)}")
@@ -72,16 +116,12 @@ def adamw_update(param, grad, m, v, norm_squared, *, lr, step, weight_decay, n_d
     for name, arr in (("param", param), ("grad", grad), ("m", m), ("v", v)):
         check_array(name, arr, (n,))
     check_array("norm_squared", norm_squared, (1,))
-    if step < 1:
-        raise ValueError(f"step counts from 1, got {step}")
+    check_array("hparams", hparams, (4,))
     if not 0 <= n_decay <= n:
         raise ValueError(f"n_decay must lie in [0, {n}], got {n_decay}")
     if n == 0:
         return
-    # the bias corrections are host scalars, computed in float64 like the reference's
-    bias_correction1 = 1.0 - beta1 ** step
-    bias_correction2 = 1.0 - beta2 ** step
-    scalars = (lr, beta1, beta2, eps, weight_decay)
+    scalars = (beta1, beta2, eps, weight_decay)
     _adamw_kernel[ceil_div(n, block), block, stream](
-        param, grad, m, v, norm_squared, *map(np.float32, scalars), int(n_decay),
-        np.float32(max_norm), np.float32(bias_correction1), np.float32(bias_correction2))
+        param, grad, m, v, norm_squared, hparams, *map(np.float32, scalars), int(n_decay),
+        np.float32(max_norm))

@@ -1,7 +1,10 @@
 """Whole-array sums to one float on the device: the logged mean loss and the squared
 global gradient norm, so that the host copies back a single float (or nothing at all).
+And record_step, which writes a step's metrics into a log on the device, so that the host
+reads them every log interval instead of every step.
 
-NumPy twins: ``numpy.sum`` and ``microgpt.reference.global_norm`` squared.
+NumPy twins: ``numpy.sum``, ``microgpt.reference.global_norm`` squared, and
+``NumpyBackend.record_step``.
 
 Two launches: one thread zeroes the (1,) output, then a grid of at most MAX_BLOCKS blocks
 strides over the array, each thread accumulating its float32 partial sum, each block
@@ -9,7 +12,9 @@ reducing its threads' partials (kernels.common.block_sum) and adding the block's
 the output with one atomic. MAX_BLOCKS blocks are enough to keep every SM of an H200
 streaming while keeping the atomics (and their rounding) few.
 """
-from numba import boolean, cuda, float32
+import math
+
+from numba import boolean, cuda, float32, int32
 
 from microgpt.kernels.common import (REDUCE_SCRATCH, WARP, block_sum, ceil_div, check_array,
                                      check_block_size)
@@ -39,9 +44,26 @@ def _sum_kernel(out, x, square):
         cuda.atomic.add(out, 0, block_total)
 
 
+@cuda.jit
+def _record_step_kernel(log, losses, norm_squared, hparams):
+    # one block: row (step - 1) % rows of log (rows, 3) = the mean of losses (n,), the
+    # gradient norm sqrt(norm_squared[0]) and the learning rate hparams[1]
+    scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
+    partial = float32(0.0)
+    for i in range(cuda.threadIdx.x, losses.size, cuda.blockDim.x):
+        partial += losses[i]
+    total = block_sum(partial, scratch)
+    if cuda.threadIdx.x == 0:
+        row = (int32(hparams[0]) - 1) % log.shape[0]
+        log[row, 0] = total / float32(losses.size)
+        log[row, 1] = math.sqrt(norm_squared[0])
+        log[row, 2] = hparams[1]
+
+
 PTX_SIGNATURES = [
     (_zero_kernel, (float32[::1],)),
     (_sum_kernel, (float32[::1], float32[::1], boolean)),
+    (_record_step_kernel, (float32[:, ::1], float32[::1], float32[::1], float32[::1])),
 ]
 
 
@@ -69,3 +91,21 @@ def sum_to(out, x, *, stream=0, block=BLOCK, max_blocks=MAX_BLOCKS):
 def sum_squares_to(out, x, *, stream=0, block=BLOCK, max_blocks=MAX_BLOCKS):
     """out (1,) = sum of the squares of x (n,), accumulated in float32 on the device."""
     _launch_sum(out, x, True, stream, block, max_blocks)
+
+
+def record_step(log, losses, norm_squared, hparams, *, stream=0, block=BLOCK):
+    """Row (step - 1) % rows of log (rows, 3) = [mean of losses (n,), sqrt(norm_squared[0]),
+    hparams[1]], step being hparams[0]: the loss, gradient norm and learning rate of the
+    step that hparams describes (microgpt.ops.HPARAMS, LOG_COLUMNS)."""
+    check_block_size(block, WARP)
+    if len(log.shape) != 2 or log.shape[1] != 3 or log.shape[0] < 1:
+        raise ValueError(f"log: expected shape (rows, 3), got {tuple(log.shape)}")
+    check_array("log", log, log.shape)
+    if len(losses.shape) != 1:
+        raise ValueError(f"losses: expected a flat (n,) array, got shape {tuple(losses.shape)}")
+    if losses.size == 0:
+        raise ValueError("losses: a step has at least one token, got none")
+    check_array("losses", losses, losses.shape)
+    check_array("norm_squared", norm_squared, (1,))
+    check_array("hparams", hparams, (4,))
+    _record_step_kernel[1, block, stream](log, losses, norm_squared, hparams)

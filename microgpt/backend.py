@@ -1,25 +1,19 @@
-"""Backends: the ops the model is written against, on NumPy or on CUDA.
-
-Every op takes its outputs first, then its inputs, and writes into buffers the model
-allocated once per batch shape; the CUDA backend (``microgpt.cuda_backend``) has the
-same methods with the same signatures, backed by ``microgpt.kernels``. Gradient outputs
-of parameters (dweight, dbias, dwte, ...) and ``dinp`` of ``layernorm_backward`` are
-accumulated into (+=); every other output is overwritten.
+"""Backends: the ops the model is written against (microgpt.ops), on NumPy or on CUDA.
 
 The NumPy backend runs the reference (``microgpt.reference``) and copies its results into
-the model's buffers, so the model that trains on the CPU is the oracle itself.
+the model's buffers, so the model that trains on the CPU is the oracle itself. The CUDA
+backend (``microgpt.cuda_backend``) has the same methods with the same signatures, backed
+by ``microgpt.kernels``; tests/test_ops.py holds both to microgpt.ops.OPS.
 """
 import numpy as np
 
 from microgpt import reference as ref
-
-
-class BackendError(RuntimeError):
-    """The requested backend cannot run here (e.g. cuda without a GPU)."""
+from microgpt.errors import BackendError
 
 
 class NumpyBackend:
     name = "numpy"
+    graphs = False      # nothing to capture: every op runs when called
 
     def __init__(self, dtype=np.float32):
         self.dtype = np.dtype(dtype)
@@ -111,15 +105,31 @@ class NumpyBackend:
         """out (1,) = sum of squares of the flat gradient."""
         out[0] = ref.global_norm(grad) ** 2
 
-    def adamw_update(self, param, grad, m, v, norm_squared, *, lr, step, weight_decay,
+    def adamw_schedule(self, hparams, *, lr, warmup_steps, total_steps, min_lr_ratio, beta1,
+                       beta2):
+        """hparams (4,) = microgpt.ops.HPARAMS, advanced to the next update."""
+        step = int(hparams[0]) + 1
+        rate = ref.lr_schedule(step - 1, lr=lr, warmup_steps=warmup_steps, total_steps=total_steps,
+                     min_lr_ratio=min_lr_ratio)
+        hparams[...] = (step, rate, 1.0 - beta1 ** step, 1.0 - beta2 ** step)
+
+    def adamw_update(self, param, grad, m, v, norm_squared, hparams, *, weight_decay,
                      n_decay, max_norm, beta1, beta2, eps):
-        """One AdamW step on flat buffers: the first n_decay elements are decayed, the
-        gradient is clipped to max_norm using norm_squared (1,), as computed above."""
+        """One AdamW step on flat buffers with the step and learning rate of hparams (4,):
+        the first n_decay elements are decayed, the gradient is clipped to max_norm using
+        norm_squared (1,), as computed above."""
         scale = ref.clip_scale(float(np.sqrt(norm_squared[0])), max_norm)
+        step, lr = int(hparams[0]), float(hparams[1])
         for part, wd in ((slice(0, n_decay), weight_decay), (slice(n_decay, None), 0.0)):
             param[part], m[part], v[part] = ref.adamw_update(
                 param[part], grad[part], m[part], v[part], lr=lr, step=step,
                 weight_decay=wd, beta1=beta1, beta2=beta2, eps=eps, grad_scale=scale)
+
+    def record_step(self, log, losses, norm_squared, hparams):
+        """Row (step - 1) % rows of log = microgpt.ops.LOG_COLUMNS of the step hparams
+        describes: its mean loss, gradient norm and learning rate."""
+        log[(int(hparams[0]) - 1) % log.shape[0]] = (
+            np.mean(losses, dtype=np.float64), np.sqrt(norm_squared[0]), hparams[1])
 
 
 def cuda_available():
@@ -137,6 +147,6 @@ def get_backend(name, dtype=np.float32):
     if name == "cuda":
         if np.dtype(dtype) != np.float32:
             raise BackendError("the cuda backend runs float32 only")
-        from microgpt.cuda_backend import CudaBackend
+        from microgpt.cuda_backend import CudaBackend   # imports numba.cuda: only when asked
         return CudaBackend()
     raise BackendError(f"unknown backend {name!r}; choose numpy or cuda")

@@ -34,7 +34,7 @@ from safetensors.numpy import load_file, save
 
 from microgpt.config import ConfigError, GPTConfig, config_from_dict
 from microgpt.errors import UserError
-from microgpt.model import ParamLayout
+from microgpt.params import ParamLayout
 from microgpt.tokenizer import TOKENIZER_FILE, tokenizer_from_reference
 
 MODEL_FILE = "model.safetensors"

@@ -1,19 +1,22 @@
 """The CUDA backend: the NumpyBackend's methods, run by the kernels in microgpt.kernels.
 
 Arrays are numba device arrays (float32, token ids int32) and stay on the GPU; the only
-device-to-host copies are to_host calls, which the model makes for the values it reports
-(the loss, the gradient norm) and for state_dict. Every kernel is launched on one stream.
+device-to-host copies are to_host calls. Every kernel is launched on the backend's own
+stream (not the legacy default stream, which cannot be captured), and a sequence of
+launches can be captured once into a CUDA graph and replayed (``capture``): one launch
+from the host for the whole sequence.
 """
 import functools
+import importlib
 
 import numpy as np
 from numba import cuda
 from numba.cuda.cudadrv import driver
 
-from microgpt.backend import BackendError, cuda_available
-from microgpt.kernels import (adamw, attention, crossentropy, elementwise, embedding, gemm,
-                              heads, layernorm, reductions)
+from microgpt.errors import BackendError
+from microgpt.kernels import reductions
 from microgpt.kernels.common import SIMULATOR
+from microgpt.ops import OPS
 
 
 def _on_stream(launcher):
@@ -27,12 +30,13 @@ def _on_stream(launcher):
 class CudaBackend:
     name = "cuda"
     dtype = np.dtype(np.float32)
+    graphs = not SIMULATOR      # the simulator runs each launch at once: nothing to capture
 
     def __init__(self):
-        if not (SIMULATOR or cuda_available()):
+        if not cuda.is_available():
             raise BackendError("no usable CUDA GPU found; use --device cpu (or check the "
                                "NVIDIA driver with nvidia-smi)")
-        self.stream = cuda.default_stream()
+        self.stream = cuda.stream()
         self._scalar = cuda.device_array((1,), np.float32)
 
     # memory ------------------------------------------------------------------------
@@ -62,27 +66,56 @@ class CudaBackend:
     def synchronize(self):
         self.stream.synchronize()
 
-    # the ops: the same names and arguments as NumpyBackend ----------------------------
-    encoder_forward = _on_stream(embedding.encoder_forward)
-    encoder_backward = _on_stream(embedding.encoder_backward)
-    layernorm_forward = _on_stream(layernorm.layernorm_forward)
-    layernorm_backward = _on_stream(layernorm.layernorm_backward)
-    matmul = _on_stream(gemm.matmul)
-    split_heads_forward = _on_stream(heads.split_heads_forward)
-    split_heads_backward = _on_stream(heads.split_heads_backward)
-    merge_heads_forward = _on_stream(heads.merge_heads_forward)
-    merge_heads_backward = _on_stream(heads.merge_heads_backward)
-    attention_forward = _on_stream(attention.attention_forward)
-    attention_backward = _on_stream(attention.attention_backward)
-    residual_forward = _on_stream(elementwise.residual_forward)
-    gelu_forward = _on_stream(elementwise.gelu_forward)
-    gelu_backward = _on_stream(elementwise.gelu_backward)
-    crossentropy_forward = _on_stream(crossentropy.crossentropy_forward)
-    crossentropy_backward = _on_stream(crossentropy.crossentropy_backward)
-    global_norm_squared = _on_stream(adamw.global_norm_squared)
-    adamw_update = _on_stream(adamw.adamw_update)
-
     def mean(self, x):
         """The mean of x as a Python float: reduced on the device, one float copied back."""
         reductions.sum_to(self._scalar, x.reshape(x.size), stream=self.stream)
         return float(self.to_host(self._scalar)[0]) / x.size
+
+    # graphs ------------------------------------------------------------------------
+    def capture(self, enqueue):
+        """Run enqueue() with this stream in capture mode -> a Graph of the work it
+        launched, which runs only when replayed. Run enqueue once eagerly first: a first
+        launch compiles its kernel, and the arguments of every launch are fixed at capture,
+        so what enqueue launches must not depend on values that change later."""
+        from cuda.bindings import driver as cu
+
+        stream = cu.CUstream(int(self.stream.handle))
+        _check(cu.cuStreamBeginCapture(
+            stream, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
+        try:
+            enqueue()
+        finally:
+            graph = _check(cu.cuStreamEndCapture(stream))
+        return Graph(_check(cu.cuGraphInstantiate(graph, 0)), graph, stream)
+
+
+class Graph:
+    """A captured sequence of launches, replayed on the stream it was captured on."""
+
+    def __init__(self, executable, graph, stream):
+        self._executable, self._graph, self._stream = executable, graph, stream
+
+    def replay(self):
+        from cuda.bindings import driver as cu
+        _check(cu.cuGraphLaunch(self._executable, self._stream))
+
+    def __del__(self):
+        from cuda.bindings import driver as cu
+        cu.cuGraphExecDestroy(self._executable)
+        cu.cuGraphDestroy(self._graph)
+
+
+def _check(result):
+    """cuda.bindings returns (status, value...): raise on an error, else the value."""
+    status, *values = result
+    if int(status) != 0:
+        from cuda.bindings import driver as cu
+        _, name = cu.cuGetErrorName(status)
+        raise RuntimeError(f"CUDA graph call failed: {name.decode() if name else status}")
+    return values[0] if len(values) == 1 else None
+
+
+# the ops, derived from the one declaration of the op set
+for _name, _module in OPS.items():
+    setattr(CudaBackend, _name, _on_stream(
+        getattr(importlib.import_module(f"microgpt.kernels.{_module}"), _name)))

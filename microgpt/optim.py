@@ -2,6 +2,10 @@
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
+from microgpt import reference as ref
+
 
 @dataclass(frozen=True)
 class AdamWConfig:
@@ -17,18 +21,17 @@ class AdamWConfig:
 
 
 def lr_at(step, cfg):
-    """Linear warmup to cfg.lr over warmup_steps, then cosine decay to min_lr_ratio * lr at
-    total_steps. step counts from 0."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    span = max(1, cfg.total_steps - cfg.warmup_steps)
-    progress = min(1.0, (step - cfg.warmup_steps) / span)
-    cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
-    return cfg.lr * (cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * cosine)
+    """The learning rate of step (counting from 0) under cfg's schedule: linear warmup to
+    cfg.lr over warmup_steps, then cosine decay to min_lr_ratio * lr at total_steps."""
+    return ref.lr_schedule(step, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
+                           total_steps=cfg.total_steps, min_lr_ratio=cfg.min_lr_ratio)
 
 
 class AdamW:
-    """Moments live beside the parameters, on the model's backend, as flat buffers."""
+    """Moments live beside the parameters, on the model's backend, as flat buffers; so do
+    the squared gradient norm and the hyper-parameters of the next update (ops.HPARAMS),
+    which the device advances itself: update() enqueues a whole optimizer step without
+    a value from the host, and the same launches replay in a captured step."""
 
     def __init__(self, model, cfg):
         self.model, self.cfg = model, cfg
@@ -36,19 +39,38 @@ class AdamW:
         self.m = ops.zeros((model.layout.size,))
         self.v = ops.zeros((model.layout.size,))
         self.norm_squared = ops.zeros((1,))
+        self.hparams = ops.zeros((4,))
         self.step_count = 0        # steps taken; the next update is number step_count + 1
 
+    def update(self):
+        """Enqueue one update on the scheduled learning rate: the next hyper-parameters,
+        the gradient's norm, the clip and AdamW. Nothing is read back, and step_count is
+        left to the caller (microgpt.step.Step counts the updates it replays)."""
+        ops, cfg = self.model.backend, self.cfg
+        ops.adamw_schedule(self.hparams, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
+                           total_steps=cfg.total_steps, min_lr_ratio=cfg.min_lr_ratio,
+                           beta1=cfg.beta1, beta2=cfg.beta2)
+        self._update()
+
     def step(self, lr):
-        """Clip the model's gradient to max_norm and update; returns the gradient's norm
-        before clipping (one float copied back to the host)."""
+        """One update at learning rate lr, set from the host; returns the gradient's norm
+        before clipping (one float copied back). For tests and single steps: the trainer
+        runs update() inside a microgpt.step.Step."""
+        ops, cfg = self.model.backend, self.cfg
+        n = self.step_count + 1
+        ops.copy(self.hparams, ops.to_device(
+            np.array([n, lr, 1.0 - cfg.beta1 ** n, 1.0 - cfg.beta2 ** n])))
+        self._update()
+        self.step_count += 1
+        return math.sqrt(float(ops.to_host(self.norm_squared)[0]))
+
+    def _update(self):
         ops, model, cfg = self.model.backend, self.model, self.cfg
         ops.global_norm_squared(self.norm_squared, model.grads_flat)
-        self.step_count += 1
-        ops.adamw_update(model.params_flat, model.grads_flat, self.m, self.v, self.norm_squared,
-                         lr=lr, step=self.step_count, weight_decay=cfg.weight_decay,
+        ops.adamw_update(model.params_flat, model.grads_flat, self.m, self.v,
+                         self.norm_squared, self.hparams, weight_decay=cfg.weight_decay,
                          n_decay=model.layout.n_decay, max_norm=cfg.max_norm,
                          beta1=cfg.beta1, beta2=cfg.beta2, eps=cfg.eps)
-        return math.sqrt(float(ops.to_host(self.norm_squared)[0]))
 
     def state_dict(self):
         ops = self.model.backend
@@ -62,3 +84,5 @@ class AdamW:
                                  f"the model has {self.model.layout.size} parameters")
             ops.copy(getattr(self, name), ops.to_device(moments[name]))
         self.step_count = int(meta["step"])
+        # the schedule continues from the restored step
+        ops.copy(self.hparams, ops.to_device(np.array([self.step_count, 0.0, 0.0, 0.0])))

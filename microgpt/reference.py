@@ -203,3 +203,14 @@ def adamw_update(param, grad, m, v, *, lr, step, weight_decay, beta1=0.9, beta2=
     v_hat = v / (1 - beta2 ** step)
     param = param - lr * (m_hat / (np.sqrt(v_hat) + eps) + weight_decay * param)
     return param, m, v
+
+
+def lr_schedule(step, *, lr, warmup_steps, total_steps, min_lr_ratio):
+    """The learning rate of step (counting from 0): linear warmup to lr over warmup_steps,
+    then cosine decay to min_lr_ratio * lr at total_steps."""
+    if step < warmup_steps:
+        return lr * (step + 1) / warmup_steps
+    span = max(1, total_steps - warmup_steps)
+    progress = min(1.0, (step - warmup_steps) / span)
+    cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
+    return lr * (min_lr_ratio + (1.0 - min_lr_ratio) * cosine)

@@ -1,4 +1,4 @@
-"""Sampling from a trained model, and the device choice shared with the trainer.
+"""Sampling from a trained model.
 
     python -m microgpt.sample --checkpoint runs/NAME --prompt "def " --tokens 200
 """
@@ -6,31 +6,13 @@ import sys
 
 import numpy as np
 
-from microgpt.backend import BackendError, cuda_available, get_backend
 from microgpt.checkpoint import load_checkpoint
-from microgpt.errors import ArgumentParser, UserError, non_negative, positive_int, run_cli
+from microgpt.cli import (DEVICES, ArgumentParser, make_backend, non_negative, positive_int,
+                          run_cli)
+from microgpt.errors import UserError
 from microgpt.model import GPT
 
 PROG = "microgpt.sample"
-DEVICES = ("auto", "cpu", "cuda")
-
-
-def backend_for(device):
-    """--device -> the model's backend name: cpu is numpy, auto takes a GPU when numba sees one."""
-    if device == "auto":
-        return "cuda" if cuda_available() else "numpy"
-    return {"cpu": "numpy", "cuda": "cuda"}[device]
-
-
-def make_backend(device):
-    """--device -> the backend to run on; one that cannot run here is a UserError."""
-    try:
-        return get_backend(backend_for(device))
-    except BackendError as err:
-        raise UserError(f"--device {device}: {err}") from None
-    except ImportError as err:
-        raise UserError(f"--device {device}: the cuda backend is not available ({err}); "
-                        "use --device cpu") from None
 
 
 def generate(model, prompt_ids, n_tokens, *, temperature, top_k, rng, vocab_limit):

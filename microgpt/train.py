@@ -22,18 +22,20 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from microgpt import distributed
-from microgpt.backend import BackendError
 from microgpt.checkpoint import (LATEST, atomic_file, find_checkpoint, load_checkpoint,
                                  remove_stale_temporaries, save_checkpoint)
 from microgpt.config import CONFIGS, ConfigError, get_config
 from microgpt.data import (BatchLoader, default_cache_dir, load_tokens, shard_paths,
                            tokens_signature, unigram_entropy)
-from microgpt.errors import (EXIT_INTERRUPTED, EXIT_USER_ERROR, ArgumentParser, Terminated,
-                             UserError, exit_status, file_kind, non_negative, positive_float,
-                             positive_int, run_cli)
-from microgpt.optim import AdamW, AdamWConfig, lr_at
-from microgpt.model import GPT, ParamLayout
-from microgpt.sample import DEVICES, backend_for, make_backend, sample_text
+from microgpt.cli import (DEVICES, EXIT_INTERRUPTED, EXIT_USER_ERROR, ArgumentParser,
+                          Terminated, backend_for, exit_status, make_backend, non_negative,
+                          positive_float, positive_int, run_cli)
+from microgpt.errors import BackendError, UserError, file_kind
+from microgpt.optim import AdamW, AdamWConfig
+from microgpt.model import GPT
+from microgpt.params import ParamLayout
+from microgpt.sample import sample_text
+from microgpt.step import LOG_ROWS, Step, step_specs
 from microgpt.tokenizer import BPETokenizer, ByteTokenizer, TokenIds
 
 PROG = "microgpt.train"
@@ -309,6 +311,7 @@ class Run:
     history: dict           # "train": [loss per step], "val": [[step, loss], ...]
     world: object           # distributed.SingleProcess, or this rank's data-parallel world
     data_signature: str     # data.tokens_signature of the tokens, kept in every checkpoint
+    train_step: Step        # the device buffers of a step, and its captured graph
 
     @property
     def rows(self):
@@ -358,8 +361,10 @@ def setup(ns, world, backend, resources):
     optimizer = AdamW(model, AdamWConfig(lr=args.lr, warmup_steps=args.warmup,
                                          total_steps=args.steps))
     entropy = unigram_entropy(data.train, config.vocab_size)
+    train_step = Step(model, optimizer, args.batch_size // world.world_size, T,
+                      graph=os.environ.get("MICROGPT_GRAPH", "1") != "0")
     run = Run(args, out, model, optimizer, tokenizer, loader, val_batches, entropy, start,
-              {"train": [], "val": []}, world, signature)
+              {"train": [], "val": []}, world, signature, train_step)
     if ckpt:
         restore(run, ckpt)
     if not run.lead:
@@ -475,11 +480,11 @@ def check_memory(config, args, world, backend):
     gradients and AdamW moments, the activations of one batch, the validation batches)
     against the memory available to this rank."""
     rows = args.batch_size // world.world_size
-    C, L, T = config.d_model, config.n_layer, config.context
-    # floats per token that model.Activations holds: per layer, then the rest
-    per_token = L * (17 * C + config.n_head + 4) + 16 * C + config.vocab_size + 4
+    T = config.context
+    step_bytes = 4 * sum(math.prod(b.shape) * (b.per_layer or 1)
+                         for b in step_specs(config, rows, T))
     n_params = ParamLayout(config).size
-    need = 4 * (4 * n_params + rows * T * per_token) + 8 * args.eval_batches * rows * T
+    need = 4 * 4 * n_params + step_bytes + 8 * args.eval_batches * rows * T
     where, available = available_memory(backend)
     if available is not None and need > available:
         gib = 2 ** 30
@@ -605,35 +610,51 @@ def train(run, stop_at):
     if run.lead and model.backend.name == "cuda":
         progress.log("compiling kernels ...")
     # overflow on the way to a divergence is reported once, by healthy(), not op by op
+    def allreduce():
+        world.allreduce_mean(model.grads_flat, model.backend)
+    between = allreduce if world.world_size > 1 else None     # between backward and update
+    read_at = time.perf_counter()
+    # overflow on the way to a divergence is reported once, by healthy(), not op by op
     with StopRequest() as stop, np.errstate(all="ignore"):
         while run.step < args.steps:
             inputs, targets = run.loader.next_batch()
-            t0 = time.perf_counter()
-            loss = model.forward_backward(inputs[run.rows], targets[run.rows])
-            world.allreduce_mean(model.grads_flat, model.backend)
-            loss = world.mean(loss)
-            lr = lr_at(run.step, run.optimizer.cfg)
-            norm = run.optimizer.step(lr)
-            seconds = time.perf_counter() - t0
+            run.train_step.run(inputs[run.rows], targets[run.rows], between=between)
             run.step += 1
-            run.history["train"].append(loss)
-            if not healthy(loss, model.config):
-                return diverged(run, f"the loss at step {run.step} is {loss:.4g}")
-            progress.step(run.step, loss, seconds)
             last = run.step == args.steps
+            due_eval = last or (args.eval_every and run.step % args.eval_every == 0)
+            due_sample = (run.lead and args.sample_every and run.step % args.sample_every == 0
+                          and not last)
+            due_checkpoint = last or (args.checkpoint_every
+                                      and run.step % args.checkpoint_every == 0)
+            interrupted = world.any(stop.requested)
+            stopping = interrupted or (run.step == stop_at and not last)
+            due_log = last or run.step == 1 or run.step % args.log_every == 0
+            if not (due_log or due_eval or due_sample or due_checkpoint or stopping
+                    or run.train_step.unread == LOG_ROWS):
+                continue    # the host runs ahead: nothing is read back between log lines
+            # the one read back: every step's loss, norm and lr since the last one
+            metrics = run.train_step.metrics()
+            losses = world.mean(metrics["loss"])
+            now = time.perf_counter()
+            seconds, read_at = (now - read_at) / len(losses), now
+            first = run.step - len(losses) + 1
+            for i, loss in enumerate(losses):
+                run.history["train"].append(float(loss))
+                if not healthy(loss, model.config):
+                    return diverged(run, f"the loss at step {first + i} is {loss:.4g}")
+                progress.step(first + i, loss, seconds)
+            loss, norm, lr = losses[-1], metrics["grad_norm"][-1], metrics["lr"][-1]
             val = None
-            if last or (args.eval_every and run.step % args.eval_every == 0):
+            if due_eval:
                 val = evaluate(run)
                 run.history["val"].append([run.step, val])
-            if last or val is not None or run.step == 1 or run.step % args.log_every == 0:
+            if due_log or val is not None:
                 progress.log_step(run.step, loss, val, lr, norm, tokens_per_step)
-            if (run.lead and args.sample_every and run.step % args.sample_every == 0
-                    and not last):
+            if due_sample:
                 text = sample_text(model, run.tokenizer, "", SAMPLE_TOKENS,
                                    seed=args.seed + run.step)
                 progress.log(f"--- sample at step {run.step} ---\n{text}\n---")
-            interrupted = world.any(stop.requested)
-            if interrupted or (run.step == stop_at and not last):
+            if stopping:
                 unhealthy = save(run, progress, val)
                 if unhealthy is not None:
                     return diverged(run, unhealthy)
@@ -642,10 +663,11 @@ def train(run, stop_at):
                 if not interrupted:
                     return 0
                 return exit_status(stop.signum) if stop.requested else EXIT_INTERRUPTED
-            if last or (args.checkpoint_every and run.step % args.checkpoint_every == 0):
+            if due_checkpoint:
                 unhealthy = save(run, progress, val)
                 if unhealthy is not None:
                     return diverged(run, unhealthy)
+            read_at = time.perf_counter()   # evaluation, samples and checkpoints not counted
     elapsed = time.perf_counter() - started
     if run.lead:
         finish(run, progress, elapsed, run.step - first_step)
@@ -671,7 +693,8 @@ def diverged(run, what):
 
 def evaluate(run):
     """Mean loss over the fixed validation batches, each rank taking its rows."""
-    local = np.mean([run.model.evaluate(x[run.rows], y[run.rows]) for x, y in run.val_batches])
+    local = np.mean([run.train_step.evaluate(x[run.rows], y[run.rows])
+                     for x, y in run.val_batches])
     return run.world.mean(float(local))
 
 
@@ -680,7 +703,7 @@ def save(run, progress, val):
     loss on the first validation batch) -> None, or what kept them from being written."""
     if val is None:
         x, y = run.val_batches[0]
-        val = run.world.mean(run.model.evaluate(x[run.rows], y[run.rows]))
+        val = run.world.mean(run.train_step.evaluate(x[run.rows], y[run.rows]))
     if not healthy(val, run.model.config):
         return f"the parameters after step {run.step} have a loss of {val:.4g}"
     on_every_rank(run.world, lambda: write_checkpoint(run, progress) if run.lead else None)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from microgpt import GPT
 from microgpt.config import GPTConfig
-from microgpt.model import ParamLayout
+from microgpt.params import ParamLayout
 from microgpt.optim import AdamW, AdamWConfig, lr_at
 
 CPU = settings(settings.get_profile("cpu"))

@@ -22,7 +22,7 @@ from microgpt import GPT, get_config, sample, train
 from microgpt.backend import NumpyBackend, cuda_available
 from microgpt.checkpoint import LATEST, OPTIMIZER_FILE, load_checkpoint
 from microgpt.data import write_shard
-from microgpt.optim import AdamW
+from microgpt.step import Step
 
 WORDS = ["def", "return", "self", "import", "class", "for", "in", "range", "print", "if",
          "else", "None", "True", "(", ")", ":", "=", "+", "0", "1", "\n", "    "]
@@ -393,14 +393,13 @@ def test_divergence_keeps_the_last_healthy_checkpoint(blow_up_after, kept, tiny,
                                                       capsys, monkeypatch):
     """Parameters that explode (finite, then overflowing) after a given step: the run stops
     with one line, the checkpoint before stays the latest, and NumPy says nothing."""
-    step = AdamW.step
+    run = Step.run
 
-    def exploding_step(self, lr):
-        norm = step(self, lr)
-        if self.step_count == blow_up_after:
+    def exploding_run(self, *args, **kwargs):
+        run(self, *args, **kwargs)
+        if self.optimizer.step_count == blow_up_after:
             self.model.params_flat *= np.float32(1e30)
-        return norm
-    monkeypatch.setattr(AdamW, "step", exploding_step)
+    monkeypatch.setattr(Step, "run", exploding_run)
     out = tmp_path / "run"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

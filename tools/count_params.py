@@ -4,7 +4,7 @@
     python tools/count_params.py --config andrea-120m
     python tools/count_params.py --config microgpt --vocab-size 4096
 
-Counted from microgpt.model.ParamLayout, the table the model allocates its parameters
+Counted from microgpt.params.ParamLayout, the table the model allocates its parameters
 from, so the figures are what the model really holds (the LM head is tied to wte).
 """
 import argparse
@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 
 from microgpt.config import CONFIGS, ConfigError, get_config
-from microgpt.model import ParamLayout
+from microgpt.params import ParamLayout
 
 BYTE_VOCAB = 256    # the byte tokenizer's vocabulary: microgpt's size when none is given
 TABLE_ORDER = ("embedding", "attention", "mlp", "norm")   # a group not named here goes last

@@ -1,0 +1,82 @@
+"""The parameter table: allocation, init, checkpoints, the optimizer and count_params read it.
+
+Every parameter lives in one flat buffer (ParamLayout), so that one AdamW launch, one norm
+and one all-reduce cover them all; the model sees views of it by name.
+"""
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    name: str
+    shape: tuple
+    group: str          # embedding | attention | mlp | norm, for count_params
+
+    @property
+    def size(self):
+        return math.prod(self.shape)
+
+    @property
+    def decay(self):
+        """Weight decay applies to matrices only, not to LayerNorm weights and biases."""
+        return len(self.shape) == 2
+
+
+def param_specs(cfg):
+    C = cfg.d_model
+    specs = [ParamSpec("wte", (cfg.vocab_size, C), "embedding"),
+             ParamSpec("wpe", (cfg.context, C), "embedding")]
+    for i in range(cfg.n_layer):
+        h = f"h.{i}."
+        specs += [ParamSpec(h + "ln_1.weight", (C,), "norm"),
+                  ParamSpec(h + "ln_1.bias", (C,), "norm"),
+                  ParamSpec(h + "attn.w_qkv", (C, 3 * C), "attention"),
+                  ParamSpec(h + "attn.w_o", (C, C), "attention"),
+                  ParamSpec(h + "ln_2.weight", (C,), "norm"),
+                  ParamSpec(h + "ln_2.bias", (C,), "norm"),
+                  ParamSpec(h + "mlp.w_fc", (C, 4 * C), "mlp"),
+                  ParamSpec(h + "mlp.w_proj", (4 * C, C), "mlp")]
+    specs += [ParamSpec("ln_f.weight", (C,), "norm"), ParamSpec("ln_f.bias", (C,), "norm")]
+    return specs
+
+
+class ParamLayout:
+    """Where each parameter lives in one flat buffer.
+
+    Matrices come first, so the decayed parameters are the prefix [0, n_decay) and one
+    AdamW launch (one all-reduce, one norm) covers everything."""
+
+    def __init__(self, cfg):
+        self.specs = param_specs(cfg)
+        ordered = [s for s in self.specs if s.decay] + [s for s in self.specs if not s.decay]
+        self.offsets, offset = {}, 0
+        for s in ordered:
+            self.offsets[s.name] = offset
+            offset += s.size
+        self.size = offset
+        self.n_decay = sum(s.size for s in self.specs if s.decay)
+
+    def views(self, flat):
+        """name -> a view of flat with the parameter's shape (any backend's array)."""
+        return {s.name: flat[self.offsets[s.name]:self.offsets[s.name] + s.size].reshape(s.shape)
+                for s in self.specs}
+
+
+def init_params(cfg, layout, seed):
+    """GPT-2 init as a flat float32 host array: N(0, 0.02), the residual projections
+    w_o and w_proj scaled by 1/sqrt(2 n_layer), LayerNorm weight 1 and bias 0."""
+    rng = np.random.default_rng(seed)
+    flat = np.empty(layout.size, np.float32)
+    views = layout.views(flat)
+    for s in layout.specs:
+        if s.group == "norm":
+            views[s.name][...] = 1.0 if s.name.endswith("weight") else 0.0
+        else:
+            std = 0.02
+            if s.name.endswith(("attn.w_o", "mlp.w_proj")):
+                std /= math.sqrt(2 * cfg.n_layer)
+            views[s.name][...] = rng.normal(0.0, std, s.shape)
+    return flat

@@ -1,0 +1,115 @@
+"""A training step of one (batch, sequence) shape, as one object that owns its buffers.
+
+Life cycle: ``Step(model, optimizer, B, T)`` allocates every buffer the step writes (the
+model's activation table plus a metrics log); ``run(tokens, targets)`` copies the batch in
+(one host-to-device copy) and enqueues forward, backward and update; ``metrics()`` is the
+one read back, made every log interval, of each step's loss, gradient norm and learning
+rate since the last call. Between two metrics() the host never waits for the device.
+
+Nothing in a step changes between steps but the contents of its buffers: the optimizer's
+learning rate and step number live on the device (optim.AdamW), so on the CUDA backend the
+second run captures the whole step into a CUDA graph and every later run replays it, one
+launch from the host instead of ~180. The first run is eager (it compiles the kernels). The
+simulator and the NumPy backend always run eagerly, as does ``graph=False`` (for
+debugging: each launch then runs, and fails, where it is written).
+"""
+import numpy as np
+
+from microgpt.model import BufferSpec, Buffers, activation_specs
+from microgpt.ops import LOG_COLUMNS
+
+LOG_ROWS = 1024      # steps between two metrics() calls, at most
+
+
+def step_specs(cfg, B, T):
+    """Every buffer a training step of shape (B, T) owns: the activations, and the log that
+    record_step fills. (The parameters, gradients, moments, the squared gradient norm and
+    the hyper-parameters belong to the model and the optimizer: every shape shares them.)"""
+    return activation_specs(cfg, B, T) + [BufferSpec("log", (LOG_ROWS, len(LOG_COLUMNS)))]
+
+
+class Step:
+    def __init__(self, model, optimizer, B, T, *, graph=True):
+        self.model, self.optimizer = model, optimizer
+        self.backend = model.backend
+        self.shape = (B, T)
+        model.check_context(T)
+        self.buffers = Buffers(self.backend, step_specs(model.config, B, T))
+        self.graph = graph and self.backend.graphs
+        self._captured = {}         # phases -> the graph that replays them
+        self._runs = 0
+        self.unread = 0             # steps run since the last metrics()
+
+    # the phases ------------------------------------------------------------------------
+    def forward(self):
+        """Logits and per-token losses of the batch in the buffers."""
+        self.model.enqueue_forward(self.buffers)
+        self.model.enqueue_loss(self.buffers)
+
+    def backward(self):
+        """The gradient of the mean loss, into the model's gradient buffer."""
+        self.model.enqueue_backward(self.buffers)
+
+    def update(self):
+        """One AdamW update at the scheduled learning rate, and the step's metrics logged
+        on the device."""
+        self.optimizer.update()
+        self.backend.record_step(self.buffers.log, self.buffers.losses,
+                                 self.optimizer.norm_squared, self.optimizer.hparams)
+
+    # running -----------------------------------------------------------------------
+    def run(self, tokens, targets, *, between=None):
+        """Enqueue one training step on host int arrays tokens and targets (B, T). between,
+        if given, runs eagerly after the backward and before the update (the data-parallel
+        all-reduce of the gradients), splitting the captured step in two."""
+        if self.unread == LOG_ROWS:
+            raise RuntimeError(f"{LOG_ROWS} steps since the last metrics(): read them first")
+        self.load(tokens, targets)
+        if between is None:
+            self._replay(("forward", "backward", "update"))
+        else:
+            self._replay(("forward", "backward"))
+            between()
+            self._replay(("update",))
+        # the host's count of the device's step number (the capture ran update() once)
+        self.optimizer.step_count += 1
+        self._runs += 1
+        self.unread += 1
+
+    def evaluate(self, tokens, targets):
+        """The mean loss of a batch (no backward, no update) -> a float, read back."""
+        self.load(tokens, targets)
+        self._replay(("forward",))
+        return self.backend.mean(self.buffers.losses)
+
+    def load(self, tokens, targets):
+        """Token ids and targets into the batch buffer: one copy to the device."""
+        for name, ids in (("tokens", tokens), ("targets", targets)):
+            if tuple(ids.shape) != self.shape:
+                raise ValueError(f"{name}: expected shape {self.shape}, got {tuple(ids.shape)}")
+            self.model.check_tokens(ids)
+        self.backend.copy(self.buffers.batch, np.stack([tokens, targets]).astype(np.int32))
+
+    def _replay(self, phases):
+        """Run the phases: eagerly until a run has compiled their kernels, then captured
+        once and replayed."""
+        def enqueue():
+            for phase in phases:
+                getattr(self, phase)()
+        if not self.graph or self._runs == 0:
+            enqueue()
+            return
+        if phases not in self._captured:
+            self._captured[phases] = self.backend.capture(enqueue)
+        self._captured[phases].replay()
+
+    def metrics(self):
+        """The one read back: {column: host array} of microgpt.ops.LOG_COLUMNS, one entry
+        per step run since the last call, in order."""
+        n, self.unread = self.unread, 0
+        if n == 0:
+            return {name: np.empty(0) for name in LOG_COLUMNS}
+        log = self.backend.to_host(self.buffers.log).astype(np.float64)
+        last = (self.optimizer.step_count - 1) % LOG_ROWS
+        order = [(last - n + 1 + i) % LOG_ROWS for i in range(n)]
+        return {name: log[order, j] for j, name in enumerate(LOG_COLUMNS)}
