@@ -102,13 +102,14 @@ def check_adamw(n, decay_fraction, clipped, clip_ratio, grad_norm, step, lr, wei
     norm = float(np.sqrt(np.float64(norm_squared)))
     # the clip is active when max_norm lies below the norm, inactive when above it
     max_norm = norm * clip_ratio if clipped else norm / clip_ratio
-    hp = dict(lr=lr, step=step, weight_decay=weight_decay, n_decay=round(decay_fraction * n),
-              max_norm=max_norm, beta1=beta1, beta2=beta2, eps=1e-8)
+    hp = dict(weight_decay=weight_decay, n_decay=round(decay_fraction * n), max_norm=max_norm,
+              beta1=beta1, beta2=beta2, eps=1e-8)
+    hparams = np.array([step, lr, 1 - beta1 ** step, 1 - beta2 ** step], np.float32)
     d_param, d_m, d_v = cuda.to_device(param), cuda.to_device(m), cuda.to_device(v)
     adamw.adamw_update(d_param, cuda.to_device(grad), d_m, d_v,
-                       cuda.to_device(np.array([norm_squared])),
+                       cuda.to_device(np.array([norm_squared])), cuda.to_device(hparams),
                        **({} if block is None else {"block": block}), **hp)
-    expected = reference_step(param, grad, m, v, norm_squared, hp)
+    expected = reference_step(param, grad, m, v, norm_squared, dict(hp, lr=lr, step=step))
     for name, got, want in zip(("param", "m", "v"), (d_param, d_m, d_v), expected):
         assert_close(got.copy_to_host(), want, TOL_F32_OP, f"adamw {name}")
 
@@ -137,15 +138,14 @@ def test_a_sum_over_nothing_is_zero():
 
 def test_adamw_of_no_parameters_launches_nothing(no_launches):
     empty = cuda.to_device(np.ones(0, np.float32))
-    adamw.adamw_update(empty, empty, empty, empty, cuda.to_device(np.ones(1, np.float32)),
-                       step=1, n_decay=0, **HP)
+    adamw.adamw_update(empty, empty, empty, empty, ones(1), ones(4), n_decay=0, **HP)
 
 
 def ones(*shape, dtype=np.float32):
     return cuda.to_device(np.ones(shape, dtype))
 
 
-HP = dict(lr=1e-3, weight_decay=0.1, max_norm=1.0, beta1=0.9, beta2=0.95, eps=1e-8)
+HP = dict(weight_decay=0.1, max_norm=1.0, beta1=0.9, beta2=0.95, eps=1e-8)
 
 
 @pytest.mark.parametrize("changes,error,message", [
@@ -155,7 +155,7 @@ HP = dict(lr=1e-3, weight_decay=0.1, max_norm=1.0, beta1=0.9, beta2=0.95, eps=1e
     (dict(v=ones(10, dtype=np.float64)), TypeError, "v: expected dtype float32"),
     (dict(param=np.ones(10, np.float32)), TypeError, "param: expected a device array"),
     (dict(norm_squared=ones(2)), ValueError, r"norm_squared: expected shape \(1,\)"),
-    (dict(step=0), ValueError, "step counts from 1, got 0"),
+    (dict(hparams=ones(3)), ValueError, r"hparams: expected shape \(4,\)"),
     (dict(n_decay=11), ValueError, r"n_decay must lie in \[0, 10\], got 11"),
     (dict(n_decay=-1), ValueError, r"n_decay must lie in \[0, 10\], got -1"),
     (dict(block=0), ValueError, "block size"),
@@ -163,9 +163,9 @@ HP = dict(lr=1e-3, weight_decay=0.1, max_norm=1.0, beta1=0.9, beta2=0.95, eps=1e
 ])
 def test_adamw_rejects_bad_arguments(changes, error, message):
     args = dict(param=ones(10), grad=ones(10), m=ones(10), v=ones(10), norm_squared=ones(1),
-                step=1, n_decay=5, **HP)
+                hparams=ones(4), n_decay=5, **HP)
     args.update(changes)
-    arrays = [args.pop(name) for name in ("param", "grad", "m", "v", "norm_squared")]
+    arrays = [args.pop(name) for name in ("param", "grad", "m", "v", "norm_squared", "hparams")]
     with pytest.raises(error, match=message):
         adamw.adamw_update(*arrays, **args)
 
@@ -189,3 +189,98 @@ def test_sums_reject_bad_arguments(launch, changes, message):
 def test_global_norm_squared_rejects_bad_arguments():
     with pytest.raises(ValueError, match=r"out: expected shape \(1,\)"):
         adamw.global_norm_squared(ones(10), ones(10))
+
+
+# ----------------------------------------------------------------------------------
+# the schedule of the hyper-parameters, and the metrics log (a captured step's two
+# replacements for host scalars)
+
+SCHEDULE = dict(lr=st.floats(1e-5, 1.0), warmup_steps=st.integers(0, 100),
+                total_steps=st.integers(1, 100_000), min_lr_ratio=st.floats(0.0, 1.0),
+                beta1=st.floats(0.8, 0.95), beta2=st.floats(0.9, 0.9999))
+
+
+@settings(max_examples=30)
+@given(step=st.integers(0, 200_000), **SCHEDULE)
+def test_adamw_schedule(step, lr, warmup_steps, total_steps, min_lr_ratio, beta1, beta2):
+    """From update `step` to step + 1: the learning rate of optim.lr_at's schedule and the
+    bias corrections, against float64. The rate within 1e-6 of the peak lr (near the end of
+    a cosine to 0 it is itself ~0, so relative to itself would ask for float64); the
+    corrections within 1e-6 relative, also at step 1 with beta2 = 0.9999, where 1 - beta2
+    has four digits to lose."""
+    hparams = cuda.to_device(np.array([step, np.nan, np.nan, np.nan], np.float32))
+    adamw.adamw_schedule(hparams, lr=lr, warmup_steps=warmup_steps, total_steps=total_steps,
+                         min_lr_ratio=min_lr_ratio, beta1=beta1, beta2=beta2)
+    got = hparams.copy_to_host().astype(np.float64)
+    n = step + 1
+    want_lr = ref.lr_schedule(step, lr=lr, warmup_steps=warmup_steps, total_steps=total_steps,
+                              min_lr_ratio=min_lr_ratio)
+    assert got[0] == n
+    assert abs(got[1] - want_lr) <= 1e-6 * lr, (got[1], want_lr)
+    for value, beta in zip(got[2:], (beta1, beta2)):
+        want = -np.expm1(n * np.log1p(-(1.0 - beta)))
+        assert abs(value - want) <= 1e-6 * want, (value, want)
+
+
+def test_adamw_schedule_warms_up_then_decays():
+    """Fixed values, so that a schedule shared by kernel and reference cannot drift
+    together: lr 1.0, warmup 4, 12 steps, to 0.1 of the peak."""
+    hparams = cuda.to_device(np.zeros(4, np.float32))
+    rates = []
+    for _ in range(13):
+        adamw.adamw_schedule(hparams, lr=1.0, warmup_steps=4, total_steps=12, min_lr_ratio=0.1,
+                             beta1=0.5, beta2=0.5)
+        rates.append(hparams.copy_to_host()[1])
+    np.testing.assert_allclose(rates[:5], [0.25, 0.5, 0.75, 1.0, 1.0], rtol=1e-6)
+    np.testing.assert_allclose(rates[8], 0.55, rtol=1e-6)           # halfway: the mean
+    np.testing.assert_allclose(rates[12:], [0.1], rtol=1e-6)         # past the end: the floor
+    np.testing.assert_allclose(hparams.copy_to_host()[[0, 2]], [13, 1 - 0.5 ** 13], rtol=1e-6)
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(hparams=ones(3)), r"hparams: expected shape \(4,\)"),
+    (dict(warmup_steps=-1), "warmup_steps must be >= 0 and total_steps >= 1"),
+    (dict(total_steps=0), "warmup_steps must be >= 0 and total_steps >= 1"),
+])
+def test_adamw_schedule_rejects_bad_arguments(changes, message):
+    args = dict(hparams=ones(4), lr=1e-3, warmup_steps=0, total_steps=10, min_lr_ratio=0.1,
+                beta1=0.9, beta2=0.95)
+    args.update(changes)
+    with pytest.raises(ValueError, match=message):
+        adamw.adamw_schedule(args.pop("hparams"), **args)
+
+
+@given(n=SIM_LENGTHS.filter(lambda n: n > 0), rows=st.integers(1, 5), step=st.integers(1, 40),
+       block=REDUCE_BLOCKS, seed=SEEDS)
+def test_record_step(n, rows, step, block, seed):
+    """Row (step - 1) % rows of the log gets the step's mean loss, gradient norm and lr; the
+    other rows keep what they held (poison, here)."""
+    rng = np.random.default_rng(seed)
+    losses = np.abs(randn(rng, n)) * np.float32(5.0)
+    norm_squared, lr = np.float32(rng.uniform(0.1, 10.0)), np.float32(rng.uniform(1e-4, 1e-2))
+    log = cuda.to_device(poisoned((rows, 3)))
+    reductions.record_step(log, cuda.to_device(losses), cuda.to_device(np.array([norm_squared])),
+                           cuda.to_device(np.array([step, lr, 0.5, 0.5], np.float32)),
+                           block=block)
+    got = log.copy_to_host()
+    row = (step - 1) % rows
+    assert_close(got[row], [losses.mean(dtype=np.float64), np.sqrt(np.float64(norm_squared)),
+                            lr], TOL_F32_OP, "log row")
+    assert np.isnan(np.delete(got, row, axis=0)).all()
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(log=ones(4, 2)), r"log: expected shape \(rows, 3\)"),
+    (dict(log=ones(0, 3)), r"log: expected shape \(rows, 3\)"),
+    (dict(losses=ones(0)), "losses: a step has at least one token"),
+    (dict(losses=ones(2, 5)), r"losses: expected a flat \(n,\) array"),
+    (dict(norm_squared=ones(2)), r"norm_squared: expected shape \(1,\)"),
+    (dict(hparams=ones(3)), r"hparams: expected shape \(4,\)"),
+    (dict(block=48), "block size must be a multiple of 32"),
+])
+def test_record_step_rejects_bad_arguments(changes, message):
+    args = dict(log=ones(4, 3), losses=ones(10), norm_squared=ones(1), hparams=ones(4))
+    args.update(changes)
+    arrays = [args.pop(name) for name in ("log", "losses", "norm_squared", "hparams")]
+    with pytest.raises(ValueError, match=message):
+        reductions.record_step(*arrays, **args)

@@ -349,6 +349,8 @@ def bench_kernels(reps):
     flat = 124_392_960  # andrea-120m's parameter count
     p, g, m = dev(flat, scale=0.02), dev(flat, scale=1e-3), dev(flat, scale=1e-3)
     vv, nsq = ops.zeros((flat,)), ops.zeros((1,))
+    hparams = ops.to_device(np.array([1, 1e-4, 0.1, 0.05], np.float32))
+    metrics_log = ops.zeros((1024, 3))
 
     tx, tw, tw_o = tdev(N, C), tdev(C, 3 * C, scale=0.02), tdev(C, C, scale=0.02)
     tq, tk, tv = (tdev(B, H, T, D, grad=True) for _ in range(3))
@@ -396,6 +398,8 @@ def bench_kernels(reps):
             lambda: F.layer_norm(tx, (C,), tln_w, tln_b),
             0,
         ),
+        ("residual add (B, T, C)", lambda: ops.residual_forward(proj, merged.reshape(N, C), x),
+         lambda: tx + tx, 0),
         (
             "gelu forward (N, 4C)",
             lambda: ops.gelu_forward(fc_out, fc),
@@ -416,26 +420,15 @@ def bench_kernels(reps):
             2 * N * C * V,
         ),
         ("global grad norm (124M)", lambda: ops.global_norm_squared(nsq, g), None, 0),
-        (
-            "AdamW update (124M)",
-            lambda: ops.adamw_update(
-                p,
-                g,
-                m,
-                vv,
-                nsq,
-                lr=1e-4,
-                step=1,
-                weight_decay=0.1,
-                n_decay=flat // 2,
-                max_norm=1.0,
-                beta1=0.9,
-                beta2=0.95,
-                eps=1e-8,
-            ),
-            None,
-            0,
-        ),
+        ("AdamW schedule (lr, bias corrections)",
+         lambda: ops.adamw_schedule(hparams, lr=1e-4, warmup_steps=10, total_steps=1000,
+                                    min_lr_ratio=0.1, beta1=0.9, beta2=0.95), None, 0),
+        ("AdamW update (124M)",
+         lambda: ops.adamw_update(p, g, m, vv, nsq, hparams, weight_decay=0.1,
+                                  n_decay=flat // 2, max_norm=1.0, beta1=0.9, beta2=0.95,
+                                  eps=1e-8), None, 0),
+        ("record step metrics (16384 losses)",
+         lambda: ops.record_step(metrics_log, losses, nsq, hparams), None, 0),
     ]
     # the backward passes (microgpt's only; PyTorch's GEMM twins for scale)
     dw_qkv, ln_dw, ln_db = dev(C, 3 * C), dev(C), dev(C)
@@ -519,6 +512,7 @@ def bench_steps(reps):
     from numba import cuda
     from microgpt import GPT, get_config
     from microgpt.optim import AdamW, AdamWConfig
+    from microgpt.step import Step
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -529,26 +523,35 @@ def bench_steps(reps):
         idx = rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
         targets = rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
 
-        free_before, total = cuda.current_context().get_memory_info()
-        model = GPT(cfg, backend="cuda")
-        opt = AdamW(model, AdamWConfig())
-        d_idx, d_targets = model.backend.to_device(idx), model.backend.to_device(targets)
-
-        def ours_step():
-            model.forward_backward(d_idx, d_targets)
-            opt.step(1e-4)
-
-        ours_step()
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            ours_step()
-        model.backend.synchronize()
-        ours_s = (time.perf_counter() - t0) / reps
-        free_after, _ = cuda.current_context().get_memory_info()
-        ours_gib = (free_before - free_after) / 2**30
-        model = opt = d_idx = d_targets = None  # free the device memory before PyTorch runs
-
-        row = {"config": name, "B": B, "T": T, "ours_tok_s": B * T / ours_s, "ours_gib": ours_gib}
+        row = {}
+        for graph in (False, True):
+            free_before, total = cuda.current_context().get_memory_info()
+            model = GPT(cfg, backend="cuda")
+            step = Step(model, AdamW(model, AdamWConfig(total_steps=10**6)), B, T, graph=graph)
+            for _ in range(2):          # compile; then capture
+                step.run(idx, targets)
+            step.metrics()
+            # the host's cost of a step, the device idle: what a graph saves
+            host = []
+            for _ in range(min(reps, 5)):
+                model.backend.synchronize()
+                t0 = time.perf_counter()
+                step.run(idx, targets)
+                host.append(time.perf_counter() - t0)
+            step.metrics()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                step.run(idx, targets)
+            step.metrics()              # the one read back, which waits for the device
+            ours_s = (time.perf_counter() - t0) / reps
+            free_after, _ = cuda.current_context().get_memory_info()
+            label = "ours_graph" if graph else "ours_eager"
+            row[label + "_tok_s"] = B * T / ours_s
+            row[label + "_host_ms"] = 1e3 * float(np.median(host))
+            row["ours_gib"] = (free_before - free_after) / 2**30
+            model = step = None         # free the device memory before the next runs
+        row["ours_tok_s"] = row["ours_graph_tok_s"]
+        row.update(config=name, B=B, T=T)
         t_idx, t_targets = (
             torch.from_numpy(idx).long().cuda(),
             torch.from_numpy(targets).long().cuda(),
@@ -642,6 +645,18 @@ def write_report(path, gemm, kernels, steps, command, sweep=False, attention=(),
                 cells += [f"{r[who + '_tok_s']:,.0f}", f"{r[who + '_gib']:.1f}"]
             cells.append(f"{r['ours_tok_s'] / r['torch_fp32_tok_s']:.2f}")
             lines.append("| " + " | ".join(cells) + " |")
+        lines += [
+            "",
+            "microgpt's step through microgpt.step.Step, launched op by op (eager) and replayed "
+            "as one CUDA graph; host ms: the Python side of one step with the device idle.",
+            "",
+            "| config | eager tok/s | eager host ms | graph tok/s | graph host ms |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for r in steps:
+            lines.append(f"| {r['config']} | {r['ours_eager_tok_s']:,.0f} | "
+                         f"{r['ours_eager_host_ms']:.2f} | {r['ours_graph_tok_s']:,.0f} | "
+                         f"{r['ours_graph_host_ms']:.2f} |")
         lines.append("")
     with open(path, "w") as f:
         f.write("\n".join(lines))

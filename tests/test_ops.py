@@ -1,0 +1,108 @@
+"""The op set is declared once (microgpt.ops) and everything that lists ops agrees with it:
+both backends, the compile check, the kernel tests and the bench rows. And the package's
+import graph: no cycle, and the kernels do not load the model."""
+import ast
+import importlib
+import inspect
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from microgpt.backend import NumpyBackend
+from microgpt.cuda_backend import CudaBackend
+from microgpt.ops import MEMORY, OPS
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# launcher keywords that are the CUDA backend's alone: geometry and the stream
+LAUNCH_ONLY = {"stream", "block", "tile", "rows_per_block", "max_blocks", "split_k",
+               "blocks_per_head"}
+
+
+def public_methods(cls):
+    return {name for name, _ in inspect.getmembers(cls, callable) if not name.startswith("_")}
+
+
+def test_both_backends_expose_exactly_the_declared_ops():
+    declared = set(OPS) | set(MEMORY)
+    assert public_methods(NumpyBackend) == declared
+    assert public_methods(CudaBackend) - {"capture"} == declared
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_the_ops_take_the_same_arguments_on_both_backends(op):
+    """The reference method and the kernel launcher: the same parameters in the same order,
+    but for the launcher's geometry and stream."""
+    numpy_params = list(inspect.signature(getattr(NumpyBackend, op)).parameters)[1:]
+    launcher = getattr(importlib.import_module(f"microgpt.kernels.{OPS[op]}"), op)
+    cuda_params = [p for p in inspect.signature(launcher).parameters if p not in LAUNCH_ONLY]
+    assert numpy_params == cuda_params
+
+
+def test_every_kernel_module_of_the_op_set_is_compile_checked():
+    for module in set(OPS.values()):
+        assert importlib.import_module(f"microgpt.kernels.{module}").PTX_SIGNATURES, module
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_every_op_has_a_kernel_test(op):
+    """The launcher is called in tests/test_kernels_<module>.py (the AdamW and reduction
+    modules in test_kernels_optim.py, the heads' in test_kernels_attention.py)."""
+    module = OPS[op]
+    name = {"adamw": "optim", "reductions": "optim", "heads": "attention"}.get(module, module)
+    source = (ROOT / "tests" / f"test_kernels_{name}.py").read_text()
+    assert f"{module}.{op}(" in source
+
+
+def test_every_op_has_a_bench_row():
+    """tools/bench.py times each op of an andrea-120m step: ops.<name>(...) in its kernels
+    section."""
+    tree = ast.parse((ROOT / "tools" / "bench.py").read_text())
+    bench = next(f for f in ast.walk(tree)
+                 if isinstance(f, ast.FunctionDef) and f.name == "bench_kernels")
+    called = {node.func.attr for node in ast.walk(bench)
+              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and isinstance(node.func.value, ast.Name) and node.func.value.id == "ops"}
+    assert set(OPS) - called == set()
+
+
+def module_imports(path, package):
+    """Modules of `package` that a file imports (at any depth of the file)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(package):
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names if a.name.startswith(package))
+    return names
+
+
+def test_the_package_has_no_import_cycle():
+    """Every import inside microgpt/ (lazy ones in functions included) as a graph over its
+    modules: no cycle."""
+    files = {f"microgpt.{p.stem}": p for p in (ROOT / "microgpt").glob("*.py")
+             if p.stem != "__init__"}
+    files.update({f"microgpt.kernels.{p.stem}": p for p in (ROOT / "kernels").glob("*.py")
+                  if p.stem != "__init__"})
+    graph = {name: module_imports(path, "microgpt") & files.keys()
+             for name, path in files.items()}
+
+    def visit(name, path):
+        if name in path:
+            pytest.fail("import cycle: " + " -> ".join(path[path.index(name):] + [name]))
+        for dep in graph[name]:
+            visit(dep, path + [name])
+    for name in graph:
+        visit(name, [])
+
+
+def test_importing_the_kernels_does_not_load_the_model():
+    code = ("import sys, microgpt.kernels.gemm, microgpt.kernels.flash_attention; "
+            "print(sorted(m for m in sys.modules if m.startswith('microgpt')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={"NUMBA_ENABLE_CUDASIM": "1", "PATH": ""}).stdout
+    loaded = set(ast.literal_eval(out))
+    assert not loaded & {"microgpt.model", "microgpt.backend", "microgpt.step",
+                         "microgpt.config"}, loaded

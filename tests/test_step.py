@@ -1,0 +1,94 @@
+"""microgpt.step.Step on the NumPy backend: the same arithmetic as the model's own calls,
+the metrics log read back in order, and its limits. (On the cuda backend, captured against
+eager: tests/test_cuda_model.py.)"""
+import numpy as np
+import pytest
+
+from microgpt import GPT, get_config, step as step_module
+from microgpt.optim import AdamW, AdamWConfig, lr_at
+from microgpt.step import Step
+
+CFG = get_config("microgpt", vocab_size=24, n_layer=2, d_model=16, n_head=2, context=8)
+OPT = AdamWConfig(lr=1e-2, warmup_steps=2, total_steps=6)
+
+
+def batches(n, B=3, T=8, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.integers(0, CFG.vocab_size, (B, T)), rng.integers(0, CFG.vocab_size, (B, T)))
+            for _ in range(n)]
+
+
+def test_step_equals_the_model_calls():
+    """Five steps through Step, and through forward_backward + AdamW.step(lr_at(...)) on a
+    twin: the same losses, norms and lrs, and the same parameters and moments, exactly (the
+    NumPy backend computes the schedule with the same float64 arithmetic as lr_at)."""
+    model, twin = GPT(CFG, seed=1), GPT(CFG, seed=1)
+    opt, twin_opt = AdamW(model, OPT), AdamW(twin, OPT)
+    step = Step(model, opt, 3, 8)
+    want = {"loss": [], "grad_norm": [], "lr": []}
+    for i, (tokens, targets) in enumerate(batches(5)):
+        step.run(tokens, targets)
+        want["loss"].append(twin.forward_backward(tokens, targets))
+        want["grad_norm"].append(twin_opt.step(lr_at(i, OPT)))
+        want["lr"].append(lr_at(i, OPT))
+    got = step.metrics()
+    for column, values in want.items():
+        np.testing.assert_allclose(got[column], values, rtol=1e-6, err_msg=column)
+    for name, value in twin.state_dict().items():
+        np.testing.assert_array_equal(model.state_dict()[name], value, err_msg=name)
+    np.testing.assert_array_equal(opt.state_dict()[0]["m"], twin_opt.state_dict()[0]["m"])
+    assert opt.step_count == twin_opt.step_count == 5
+    assert step.metrics()["loss"].size == 0          # read once
+
+
+def test_metrics_come_back_in_order_across_the_log_end(monkeypatch):
+    """A log of 3 rows: 2 steps, then 3 (wrapping around), each read in step order; a 4th
+    unread step is refused rather than overwriting the first."""
+    monkeypatch.setattr(step_module, "LOG_ROWS", 3)
+    model, twin = GPT(CFG, seed=2), GPT(CFG, seed=2)
+    step, twin_opt = Step(model, AdamW(model, OPT), 3, 8), AdamW(twin, OPT)
+    data = batches(5, seed=1)
+    want = []
+    for i, (tokens, targets) in enumerate(data):
+        want.append(twin.forward_backward(tokens, targets))
+        twin_opt.step(lr_at(i, OPT))
+    for start, stop in ((0, 2), (2, 5)):
+        for tokens, targets in data[start:stop]:
+            step.run(tokens, targets)
+        np.testing.assert_allclose(step.metrics()["loss"], want[start:stop], rtol=1e-6)
+    for tokens, targets in data[:3]:
+        step.run(tokens, targets)
+    with pytest.raises(RuntimeError, match="3 steps since the last metrics"):
+        step.run(*data[3])
+
+
+def test_evaluate_is_the_model_loss_and_changes_nothing():
+    model = GPT(CFG, seed=3)
+    step = Step(model, AdamW(model, OPT), 3, 8)
+    tokens, targets = batches(1, seed=2)[0]
+    before = model.state_dict()
+    assert step.evaluate(tokens, targets) == pytest.approx(model.evaluate(tokens, targets),
+                                                           rel=1e-12)
+    for name, value in before.items():
+        np.testing.assert_array_equal(model.state_dict()[name], value)
+    assert step.optimizer.step_count == 0
+
+
+@pytest.mark.parametrize("tokens,targets,message", [
+    (np.zeros((2, 8), int), np.zeros((3, 8), int), r"tokens: expected shape \(3, 8\)"),
+    (np.zeros((3, 8), int), np.zeros((3, 7), int), r"targets: expected shape \(3, 8\)"),
+    (np.full((3, 8), 24), np.zeros((3, 8), int), r"token indices must lie in \[0, 24\)"),
+    (np.zeros((3, 8), int), np.full((3, 8), -1), r"token indices must lie in \[0, 24\)"),
+])
+def test_bad_batches_are_refused(tokens, targets, message):
+    model = GPT(CFG, seed=4)
+    step = Step(model, AdamW(model, OPT), 3, 8)
+    with pytest.raises(ValueError, match=message):
+        step.run(tokens, targets)
+    assert step.unread == 0 and step.optimizer.step_count == 0
+
+
+def test_a_sequence_longer_than_the_context_is_refused():
+    model = GPT(CFG, seed=5)
+    with pytest.raises(ValueError, match="sequence length 9 exceeds the model's context 8"):
+        Step(model, AdamW(model, OPT), 3, 9)
