@@ -44,12 +44,34 @@ ONE = np.float32(1.0)
 FORWARD_BLOCK = 128
 BACKWARD_BLOCK = 256
 ROWS_PER_BLOCK = 32
-MAX_SHARED_BYTES = 48 * 1024     # dynamic shared memory available without an opt-in
 FLOAT32_BYTES = 4
+# the shared memory a block may use without the driver's opt-in (48 KiB, static and
+# dynamic together), less the block reduction's static scratch (WARP floats on a GPU)
+MAX_DYNAMIC_SHARED_BYTES = 48 * 1024 - WARP * FLOAT32_BYTES
 
 
 # ----------------------------------------------------------------------------------
 # kernels
+
+@cuda.jit(device=True, inline=True)
+def _normalise_row(out, mean, rstd, row, x, row_mean, weight, bias, scratch):
+    """The forward after the mean: the variance of the centred row x (C,) (a row of the
+    input, or the fused sum in shared memory), then out[row] and the statistics. Every
+    thread of the block calls, for the columns c = threadIdx.x + k * blockDim.x."""
+    tid, n_threads = cuda.threadIdx.x, cuda.blockDim.x
+    C = x.shape[0]
+    partial = float32(0.0)
+    for c in range(tid, C, n_threads):
+        centred = x[c] - row_mean
+        partial += centred * centred
+    row_rstd = ONE / math.sqrt(block_sum(partial, scratch) / float32(C) + LN_EPS)
+
+    for c in range(tid, C, n_threads):
+        store_float32(out, (row, c), (x[c] - row_mean) * row_rstd * weight[c] + bias[c])
+    if tid == 0:
+        mean[row] = row_mean
+        rstd[row] = row_rstd
+
 
 @cuda.jit
 def _layernorm_forward_kernel(out, mean, rstd, inp, weight, bias):
@@ -57,25 +79,12 @@ def _layernorm_forward_kernel(out, mean, rstd, inp, weight, bias):
     # block = row
     scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
     row = cuda.blockIdx.x
-    tid, n_threads = cuda.threadIdx.x, cuda.blockDim.x
-    C = inp.shape[1]
-
+    x = inp[row]
     partial = float32(0.0)
-    for c in range(tid, C, n_threads):
-        partial += inp[row, c]
-    row_mean = block_sum(partial, scratch) / float32(C)
-
-    partial = float32(0.0)
-    for c in range(tid, C, n_threads):
-        centred = inp[row, c] - row_mean
-        partial += centred * centred
-    row_rstd = ONE / math.sqrt(block_sum(partial, scratch) / float32(C) + LN_EPS)
-
-    for c in range(tid, C, n_threads):
-        store_float32(out, (row, c), (inp[row, c] - row_mean) * row_rstd * weight[c] + bias[c])
-    if tid == 0:
-        mean[row] = row_mean
-        rstd[row] = row_rstd
+    for c in range(cuda.threadIdx.x, x.shape[0], cuda.blockDim.x):
+        partial += x[c]
+    row_mean = block_sum(partial, scratch) / float32(x.shape[0])
+    _normalise_row(out, mean, rstd, row, x, row_mean, weight, bias, scratch)
 
 
 @cuda.jit
@@ -87,28 +96,15 @@ def _residual_layernorm_forward_kernel(resid, out, mean, rstd, a, b, weight, bia
     # so no barrier guards it
     row_sum = cuda.shared.array(0, float32)
     row = cuda.blockIdx.x
-    tid, n_threads = cuda.threadIdx.x, cuda.blockDim.x
     C = a.shape[1]
-
     partial = float32(0.0)
-    for c in range(tid, C, n_threads):
+    for c in range(cuda.threadIdx.x, C, cuda.blockDim.x):
         x = a[row, c] + b[row, c]
         resid[row, c] = x
         row_sum[c] = x
         partial += x
     row_mean = block_sum(partial, scratch) / float32(C)
-
-    partial = float32(0.0)
-    for c in range(tid, C, n_threads):
-        centred = row_sum[c] - row_mean
-        partial += centred * centred
-    row_rstd = ONE / math.sqrt(block_sum(partial, scratch) / float32(C) + LN_EPS)
-
-    for c in range(tid, C, n_threads):
-        store_float32(out, (row, c), (row_sum[c] - row_mean) * row_rstd * weight[c] + bias[c])
-    if tid == 0:
-        mean[row] = row_mean
-        rstd[row] = row_rstd
+    _normalise_row(out, mean, rstd, row, row_sum[:C], row_mean, weight, bias, scratch)
 
 
 @functools.cache
@@ -194,9 +190,10 @@ def _check_rows(inp, weight, mean, rstd, inp_name="inp"):
 def _check_shared_bytes(op, C, floats_per_column):
     """The dynamic shared memory a launch of op needs for rows of C, checked; returns it."""
     shared_bytes = floats_per_column * C * FLOAT32_BYTES
-    if shared_bytes > MAX_SHARED_BYTES:
+    if shared_bytes > MAX_DYNAMIC_SHARED_BYTES:
         raise ValueError(f"{op}: C = {C} needs {shared_bytes} bytes of shared memory, more "
-                         f"than {MAX_SHARED_BYTES}")
+                         f"than the {MAX_DYNAMIC_SHARED_BYTES} a block has beside its "
+                         "reduction scratch")
     return shared_bytes
 
 

@@ -159,22 +159,25 @@ def test_default_blocks_at_their_caps():
     check_backward((2, 300), None, layernorm.ROWS_PER_BLOCK, 7, BF16, copy=True)
 
 
-def test_residual_forward_at_exactly_48_kib_of_shared_memory():
-    """C = 12288: the row's sum fills the 48 KiB a block gets without an opt-in, exactly;
-    one more column is refused."""
-    check_residual_forward((1, 12288), None, np.float32, seed=8)
-    wide, vec, stats = ones(1, 12289), ones(12289), ones(1)
-    with pytest.raises(ValueError, match="C = 12289 needs 49156 bytes of shared memory"):
+def test_residual_forward_at_the_shared_memory_limit():
+    """C = 12256: the row's sum (49024 bytes) and the reduction's 128-byte scratch fill the
+    48 KiB a block gets without an opt-in, exactly; one more column is refused."""
+    check_residual_forward((1, 12256), None, np.float32, seed=8)
+    wide, vec, stats = ones(1, 12257), ones(12257), ones(1)
+    with pytest.raises(ValueError, match="C = 12257 needs 49028 bytes of shared memory, "
+                                         "more than the 49024"):
         layernorm.residual_layernorm_forward(wide, wide, stats, stats, wide, wide, vec, vec)
 
 
-def test_backward_at_exactly_48_kib_of_shared_memory():
-    """C = 6144: dweight and dbias partials fill the 48 KiB (49152 bytes) a block gets
-    without an opt-in, exactly; one more column is refused."""
-    check_backward((1, 6144), None, 1, seed=5)
-    wide, wide_vec = (cuda.to_device(np.ones(s, np.float32)) for s in ((1, 6145), (6145,)))
+def test_backward_at_the_shared_memory_limit():
+    """C = 6128: dweight and dbias partials (49024 bytes) and the reduction's 128-byte
+    scratch fill the 48 KiB (49152 bytes) a block gets without an opt-in, exactly; one more
+    column is refused. (At C = 6144 the partials alone fill 48 KiB: the H200 refused that
+    launch, CUDA_ERROR_INVALID_VALUE.)"""
+    check_backward((1, 6128), None, 1, seed=5)
+    wide, wide_vec = (cuda.to_device(np.ones(s, np.float32)) for s in ((1, 6129), (6129,)))
     stats = cuda.to_device(np.ones(1, np.float32))
-    with pytest.raises(ValueError, match="C = 6145 needs 49160 bytes of shared memory"):
+    with pytest.raises(ValueError, match="C = 6129 needs 49032 bytes of shared memory"):
         layernorm.layernorm_backward(wide, wide_vec, wide_vec, wide, wide, wide_vec, stats,
                                      stats)
 

@@ -554,7 +554,7 @@ def bench_fused(reps, shape=(16, 1024, 768, 50304)):
         ms = cuda_time(fused, reps)
         pair_ms = cuda_time(unfused, reps) if unfused else None
         out.append((name, ms, pair_ms, nbytes))
-        print(f"  {name:52s} {ms:8.3f} ms  {nbytes / ms / 1e9:6.0f} GB/s"
+        print(f"  {name:52s} {ms:8.3f} ms  {nbytes / ms / 1e6:6.0f} GB/s"
               + (f"   unfused {pair_ms:8.3f} ms" if pair_ms else ""), flush=True)
     return out
 
@@ -567,7 +567,7 @@ def fused_report(rows):
              "|---|---:|---:|---:|---:|"]
     for name, ms, pair_ms, nbytes in rows:
         pair = f"{pair_ms:.3f} | {pair_ms / ms:.2f}" if pair_ms else "n/a | "
-        lines.append(f"| {name} | {ms:.3f} | {nbytes / ms / 1e9:.0f} | {pair} |")
+        lines.append(f"| {name} | {ms:.3f} | {nbytes / ms / 1e6:.0f} | {pair} |")
     return lines + [""]
 
 
