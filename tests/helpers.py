@@ -15,6 +15,7 @@ TOL_F32_MODEL = 1e-4
 TOL_BF16_OUT = 2.0**-8 + TOL_F32_OP
 
 POISON = np.float32(np.nan)
+BF16 = np.uint16        # how a bf16 array is held: its bit patterns
 
 
 def rel_error(out, ref):
@@ -54,6 +55,16 @@ def bf16(x):
 def from_bf16(bits):
     """uint16 bits of bf16 values (a device array's copy) -> float64."""
     return bits.view(ml_dtypes.bfloat16).astype(np.float64)
+
+
+def assert_output_close(out, ref, what):
+    """A kernel's output (a device array) against its float64 reference: TOL_F32_OP for
+    float32, TOL_BF16_OUT for bf16 (the float32 result rounded)."""
+    got = out.copy_to_host()
+    if got.dtype == BF16:
+        assert_close(from_bf16(got), ref, TOL_BF16_OUT, what + " (bf16)")
+    else:
+        assert_close(got, ref, TOL_F32_OP, what)
 
 
 def assert_one_key_gradients(dq, dk, dout, q, k, v, what):

@@ -10,7 +10,7 @@ of the logits alone, at any spread.
 """
 import numpy as np
 import pytest
-from helpers import (ON_GPU, TOL_BF16_OUT, TOL_F32_OP, assert_close, bf16, from_bf16, poisoned,
+from helpers import (BF16, ON_GPU, TOL_F32_OP, assert_close, assert_output_close, bf16, poisoned,
                      randn)
 from hypothesis import given
 from hypothesis import strategies as st
@@ -42,7 +42,6 @@ TIES = st.booleans()
 # the wrong difference overflows float32. On a GPU, the model's rows.
 WIDE_ROWS = SHAPES if ON_GPU else st.tuples(st.integers(1, 2), st.integers(8 * 32, 10 * 32))
 WIDE_SCALE = 60.0
-BF16 = np.uint16          # how a bf16 array is held
 DTYPES = st.sampled_from([np.float32, BF16])
 
 
@@ -54,12 +53,6 @@ def draw_case(seed, N, V, scale, ties, dtype=np.float32):
         logits = np.round(logits)
     device, exact = bf16(logits) if dtype == BF16 else (logits, logits.astype(np.float64))
     return device, exact, rng.integers(0, V, N).astype(np.int32)
-
-
-def host_values(arr):
-    """A device array, float32 or bf16, as float64 on the host."""
-    got = arr.copy_to_host()
-    return from_bf16(got) if got.dtype == BF16 else got
 
 
 def check_forward(shape, block, scale, ties, seed, dtype=np.float32):
@@ -84,8 +77,7 @@ def check_backward(shape, block, scale, ties, in_place, seed, dtype=np.float32):
     crossentropy.crossentropy_backward(dlogits, d_logits, cuda.to_device(lse),
                                        cuda.to_device(targets), 1.0 / N, block=block)
     expected = ref.crossentropy_backward(1.0 / N, exact, lse.astype(np.float64), targets)
-    assert_close(host_values(dlogits), expected, TOL_BF16_OUT if dtype == BF16 else TOL_F32_OP,
-                 f"dlogits, in place {in_place}, {np.dtype(dtype)}")
+    assert_output_close(dlogits, expected, f"dlogits, in place {in_place}, {np.dtype(dtype)}")
 
 
 def check_forward_backward(shape, block, scale, ties, seed, dtype=np.float32):
@@ -96,9 +88,7 @@ def check_forward_backward(shape, block, scale, ties, seed, dtype=np.float32):
                                                1.0 / N, block=block)
     losses_ref, dlogits_ref = ref.crossentropy_forward_backward(exact, targets, 1.0 / N)
     assert_close(losses.copy_to_host(), losses_ref, TOL_F32_OP, "fused losses")
-    assert_close(host_values(d_logits), dlogits_ref,
-                 TOL_BF16_OUT if dtype == BF16 else TOL_F32_OP,
-                 f"fused dlogits, {np.dtype(dtype)}")
+    assert_output_close(d_logits, dlogits_ref, f"fused dlogits, {np.dtype(dtype)}")
 
 
 @given(shape=SHAPES, block=BLOCKS, scale=SCALES, ties=TIES, dtype=DTYPES, seed=SEEDS)

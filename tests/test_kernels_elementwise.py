@@ -6,7 +6,7 @@ same bf16-rounded values; a bf16 output is the float32 result rounded, TOL_BF16_
 """
 import numpy as np
 import pytest
-from helpers import (ON_GPU, TOL_BF16_OUT, TOL_F32_OP, assert_close, bf16, from_bf16, poisoned,
+from helpers import (BF16, ON_GPU, TOL_F32_OP, assert_close, assert_output_close, bf16, poisoned,
                      randn)
 from hypothesis import given
 from hypothesis import strategies as st
@@ -32,7 +32,6 @@ else:
 SEEDS = st.integers(0, 2**32 - 1)
 # GELU's interesting range: the tails where tanh saturates and the bend near 0
 SCALES = st.sampled_from([0.5, 2.0, 6.0])
-BF16 = np.uint16          # how a bf16 array is held
 DTYPES = st.sampled_from([np.float32, BF16])
 
 
@@ -42,12 +41,6 @@ def device_input(x, dtype):
     return cuda.to_device(x), exact
 
 
-def assert_out_close(out, want, what):
-    got = out.copy_to_host()
-    if got.dtype == BF16:
-        assert_close(from_bf16(got), want, TOL_BF16_OUT, what + " (bf16)")
-    else:
-        assert_close(got, want, TOL_F32_OP, what)
 
 
 @given(shape=SHAPES, block=BLOCKS, seed=SEEDS)
@@ -66,7 +59,7 @@ def test_gelu_forward(shape, block, scale, out_dtype, inp_dtype, seed):
     x, x64 = device_input(randn(np.random.default_rng(seed), *shape, scale=scale), inp_dtype)
     out = cuda.to_device(poisoned(shape, out_dtype))
     elementwise.gelu_forward(out, x, block=block)
-    assert_out_close(out, ref.gelu_forward(x64), f"gelu of {np.dtype(inp_dtype)}")
+    assert_output_close(out, ref.gelu_forward(x64), f"gelu of {np.dtype(inp_dtype)}")
 
 
 @given(shape=SHAPES, block=BLOCKS, scale=SCALES, in_place=st.booleans(), dinp_dtype=DTYPES,
@@ -79,9 +72,9 @@ def test_gelu_backward(shape, block, scale, in_place, dinp_dtype, dout_dtype, in
     in_place = in_place and dinp_dtype == dout_dtype
     dx = dy if in_place else cuda.to_device(poisoned(shape, dinp_dtype))
     elementwise.gelu_backward(dx, dy, x, block=block)
-    assert_out_close(dx, ref.gelu_backward(dy64, x64),
-                     f"gelu backward, in place {in_place}, dout {np.dtype(dout_dtype)}, "
-                     f"inp {np.dtype(inp_dtype)}")
+    assert_output_close(dx, ref.gelu_backward(dy64, x64),
+                        f"gelu backward, in place {in_place}, dout {np.dtype(dout_dtype)}, "
+                        f"inp {np.dtype(inp_dtype)}")
 
 
 def test_gelu_at_values_written_out():
@@ -115,7 +108,7 @@ def test_default_block():
     bits, exact = bf16(x)
     out_bf16 = cuda.to_device(poisoned(300, BF16))
     elementwise.gelu_forward(out_bf16, cuda.to_device(bits))
-    assert_out_close(out_bf16, ref.gelu_forward(exact), "gelu, bf16")
+    assert_output_close(out_bf16, ref.gelu_forward(exact), "gelu, bf16")
 
 
 def test_empty_arrays_launch_nothing(no_launches):

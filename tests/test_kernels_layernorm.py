@@ -8,7 +8,7 @@ float32 dinp rounded, TOL_BF16_OUT.
 """
 import numpy as np
 import pytest
-from helpers import (ON_GPU, TOL_BF16_OUT, TOL_F32_OP, assert_close, bf16, from_bf16, poisoned,
+from helpers import (BF16, ON_GPU, TOL_F32_OP, assert_close, assert_output_close, bf16, poisoned,
                      randn)
 from hypothesis import given
 from hypothesis import strategies as st
@@ -33,7 +33,6 @@ else:
     BLOCKS = st.just(32)
     ROWS_PER_BLOCK = st.integers(1, 3)
 SEEDS = st.integers(0, 2**32 - 1)
-BF16 = np.uint16          # how a bf16 array is held
 DTYPES = st.sampled_from([np.float32, BF16])
 
 
@@ -45,13 +44,6 @@ def draw_rows(rng, N, C):
     return randn(rng, N, C) * spread + randn(rng, N, 1, scale=2.0)
 
 
-def assert_out_close(out, want, what):
-    """out: a device array, float32 or bf16, against its float64 reference."""
-    got = out.copy_to_host()
-    if got.dtype == BF16:
-        assert_close(from_bf16(got), want, TOL_BF16_OUT, what + " (bf16)")
-    else:
-        assert_close(got, want, TOL_F32_OP, what)
 
 
 def check_forward(shape, block, out_dtype, seed):
@@ -64,7 +56,7 @@ def check_forward(shape, block, out_dtype, seed):
                                 cuda.to_device(bias), block=block)
     want_out, want_mean, want_rstd = ref.layernorm_forward(x.astype(np.float64),
                                                            weight.astype(np.float64), bias)
-    assert_out_close(out, want_out, "layernorm forward out")
+    assert_output_close(out, want_out, "layernorm forward out")
     assert_close(mean.copy_to_host(), want_mean, TOL_F32_OP, "layernorm forward mean")
     assert_close(rstd.copy_to_host(), want_rstd, TOL_F32_OP, "layernorm forward rstd")
 
@@ -84,7 +76,7 @@ def check_residual_forward(shape, block, out_dtype, seed):
     want = ref.residual_layernorm_forward(a.astype(np.float64), b, weight.astype(np.float64),
                                           bias)
     assert_close(resid.copy_to_host(), want[0], TOL_F32_OP, "residual_layernorm resid")
-    assert_out_close(out, want[1], "residual_layernorm out")
+    assert_output_close(out, want[1], "residual_layernorm out")
     assert_close(mean.copy_to_host(), want[2], TOL_F32_OP, "residual_layernorm mean")
     assert_close(rstd.copy_to_host(), want[3], TOL_F32_OP, "residual_layernorm rstd")
 
@@ -110,7 +102,7 @@ def check_backward(shape, block, rows_per_block, seed, dout_dtype=np.float32, co
                                       starts, expected):
         assert_close(got.copy_to_host(), start + want, TOL_F32_OP, f"layernorm backward {name}")
     if copy:
-        assert_out_close(dinp_copy, starts[0] + expected[0], "layernorm backward dinp_copy")
+        assert_output_close(dinp_copy, starts[0] + expected[0], "layernorm backward dinp_copy")
 
 
 @given(shape=SHAPES, block=BLOCKS, out_dtype=DTYPES, seed=SEEDS)
