@@ -1,6 +1,8 @@
-"""Softmax cross-entropy over the vocabulary, forward and backward, one block per row.
+"""Softmax cross-entropy over the vocabulary, forward and backward, one block per row,
+and both passes fused into one launch for the training step.
 
-NumPy twins: ``microgpt.reference.crossentropy_forward`` and ``crossentropy_backward``.
+NumPy twins: ``microgpt.reference.crossentropy_forward``, ``crossentropy_backward`` and
+``crossentropy_forward_backward``.
 
 Forward: each thread walks its strided columns of the row once (coalesced across the
 block), keeping an online pair (running max, sum of exp(x - max) over its other columns);
@@ -13,15 +15,28 @@ Backward: dlogits = dloss * (exp(logits - lse) - onehot(target)), recomputing th
 from the saved lse, with expm1 at the target for the same reason. Each element is read and
 then written by the same thread, so dlogits may be logits itself: the (N, V) logits buffer
 becomes its own gradient in place.
+
+Forward + backward: the forward's pass, then the backward's over the same row in the same
+block, writing dlogits over the logits; the logsumexp stays in registers, as the row max
+and the log of the rest, which also spares the gradient the rounding of a float32 lse
+(large logits: the unfused backward's relative error is |lse| u). The second read
+of the row comes from L2 when the row is still there (a float32 row of V = 50304 is
+201 KB, a bf16 one 101 KB). One launch, no lse array.
+
+Mixed precision: logits and dlogits may be bf16 (uint16 arrays, ``kernels/precision.py``):
+the LM head's GEMM writes bf16 logits, and dlogits is the operand of the two GEMMs after
+it. The arithmetic, the statistics and the loss are float32 either way, and a bf16 row is
+overwritten by its bf16 gradient in place: no float32 copy of the logits exists.
 """
 import math
 
 import numpy as np
-from numba import cuda, float32, int32
+from numba import cuda, float32, int32, uint16
 
 from microgpt.kernels.common import (REDUCE_SCRATCH, WARP, block_max, block_sum,
                                      check_array, check_block_size, check_not_empty,
                                      row_block)
+from microgpt.kernels.precision import check_activation, load_float32, store_float32
 
 ONE = np.float32(1.0)
 ZERO = np.float32(0.0)
@@ -32,21 +47,22 @@ BLOCK = 512      # V = 50304 gives each thread ~100 columns
 # ----------------------------------------------------------------------------------
 # kernels
 
-@cuda.jit
-def _crossentropy_forward_kernel(losses, lse, logits, targets):
-    # losses (N,), lse (N,), logits (N, V), targets (N,) int32; block = row
-    scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
-    row = cuda.blockIdx.x
+@cuda.jit(device=True, inline=True)
+def _row_statistics(logits, row, target, scratch):
+    """(row max, log of sum(exp(x - row max)), the target's logit) of one row; every
+    thread of the block calls, and the target's logit is valid in the thread whose columns
+    hold it (target % blockDim), the one that writes the loss."""
     tid, n_threads = cuda.threadIdx.x, cuda.blockDim.x
-    V = logits.shape[1]
-
     # online over this thread's columns: the running max, and the sum of exp(x - max) over
     # every column but the max itself (its term is exactly 1, kept out so that log1p can
     # resolve a sum of 1 + tiny: the loss of a confidently right token)
     running_max = float32(-math.inf)
     running_rest = float32(0.0)
-    for j in range(tid, V, n_threads):
-        x = logits[row, j]
+    target_logit = float32(0.0)
+    for j in range(tid, logits.shape[1], n_threads):
+        x = load_float32(logits, (row, j))
+        if j == target:
+            target_logit = x
         if x > running_max:
             # the old max joins the rest
             running_rest = (running_rest + ONE) * math.exp(running_max - x)
@@ -62,53 +78,90 @@ def _crossentropy_forward_kernel(losses, lse, logits, targets):
     rescale = math.exp(running_max - row_max)
     own_max_term = ZERO if float32(tid) == owner else rescale
     row_rest = block_sum(running_rest * rescale + own_max_term, scratch)
+    return row_max, math.log1p(row_rest), target_logit
+
+
+@cuda.jit
+def _crossentropy_forward_kernel(losses, lse, logits, targets):
+    # losses (N,), lse (N,), logits (N, V) float32 or bf16, targets (N,) int32; block = row
+    scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
+    row, tid = cuda.blockIdx.x, cuda.threadIdx.x
+    target = targets[row]
+    row_max, log_sum, target_logit = _row_statistics(logits, row, target, scratch)
     if tid == 0:
-        log_sum = math.log1p(row_rest)            # log of sum(exp(x - row_max))
         lse[row] = row_max + log_sum
+    if tid == target % cuda.blockDim.x:
         # both terms are >= 0, so the loss keeps its relative accuracy however small
-        losses[row] = (row_max - logits[row, targets[row]]) + log_sum
+        losses[row] = (row_max - target_logit) + log_sum
+
+
+@cuda.jit(device=True, inline=True)
+def _write_row_gradient(dlogits, logits, row, shift, log_sum, target, dloss):
+    """dlogits[row] = dloss * (softmax - onehot(target)), with log p = (x - shift) -
+    log_sum and shift + log_sum the row's logsumexp; each column is read and then written
+    by one thread, so dlogits may be logits."""
+    for j in range(cuda.threadIdx.x, logits.shape[1], cuda.blockDim.x):
+        log_p = (load_float32(logits, (row, j)) - shift) - log_sum
+        # p - 1 at the target as expm1: exact when the target is all but certain
+        store_float32(dlogits, (row, j),
+                      dloss * (math.expm1(log_p) if j == target else math.exp(log_p)))
 
 
 @cuda.jit
 def _crossentropy_backward_kernel(dlogits, logits, lse, targets, dloss):
-    # dlogits (N, V), logits (N, V) (may be the same array), lse (N,), targets (N,) int32,
-    # dloss float32; block = row
+    # dlogits (N, V), logits (N, V) (may be the same array), each float32 or bf16, lse (N,),
+    # targets (N,) int32, dloss float32; block = row
     row = cuda.blockIdx.x
-    row_lse, target = lse[row], targets[row]
-    for j in range(cuda.threadIdx.x, logits.shape[1], cuda.blockDim.x):
-        log_p = logits[row, j] - row_lse
-        # p - 1 at the target as expm1: exact when the target is all but certain
-        dlogits[row, j] = dloss * (math.expm1(log_p) if j == target else math.exp(log_p))
+    _write_row_gradient(dlogits, logits, row, lse[row], ZERO, targets[row], dloss)
 
 
+@cuda.jit
+def _crossentropy_forward_backward_kernel(losses, logits, targets, dloss):
+    # losses (N,), logits (N, V) float32 or bf16, overwritten by dlogits, targets (N,)
+    # int32, dloss float32; block = row. The row is read twice (the statistics, then the
+    # gradient), by the same thread per column, and written once. The logsumexp stays split
+    # as row max + log_sum: x - row max is exact near the max, so log p carries no rounding
+    # of a large logsumexp (as a saved float32 lse does: |lse| u relative in every p).
+    scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
+    row = cuda.blockIdx.x
+    target = targets[row]
+    row_max, log_sum, target_logit = _row_statistics(logits, row, target, scratch)
+    if cuda.threadIdx.x == target % cuda.blockDim.x:
+        losses[row] = (row_max - target_logit) + log_sum
+    _write_row_gradient(logits, logits, row, row_max, log_sum, target, dloss)
+
+
+_ROWS, _BF16_ROWS, _VECTOR, _TARGETS = float32[:, ::1], uint16[:, ::1], float32[::1], int32[::1]
 PTX_SIGNATURES = [
-    (_crossentropy_forward_kernel, (float32[::1], float32[::1], float32[:, ::1],
-                                    int32[::1])),
-    (_crossentropy_backward_kernel, (float32[:, ::1], float32[:, ::1], float32[::1],
-                                     int32[::1], float32)),
+    (_crossentropy_forward_kernel, (_VECTOR, _VECTOR, _ROWS, _TARGETS)),
+    (_crossentropy_forward_kernel, (_VECTOR, _VECTOR, _BF16_ROWS, _TARGETS)),
+    (_crossentropy_backward_kernel, (_ROWS, _ROWS, _VECTOR, _TARGETS, float32)),
+    (_crossentropy_backward_kernel, (_BF16_ROWS, _BF16_ROWS, _VECTOR, _TARGETS, float32)),
+    (_crossentropy_forward_backward_kernel, (_VECTOR, _ROWS, _TARGETS, float32)),
+    (_crossentropy_forward_backward_kernel, (_VECTOR, _BF16_ROWS, _TARGETS, float32)),
 ]
 
 
 # ----------------------------------------------------------------------------------
 # launchers
 
-def _check_rows(logits, lse, targets):
-    """The shapes both passes share; returns (N, V). Targets are not range-checked here
+def _check_rows(logits, targets):
+    """The shapes every pass shares; returns (N, V). Targets are not range-checked here
     (that would copy them to the host): the model checks token ids when they arrive."""
     if len(logits.shape) != 2:
         raise ValueError(f"logits: expected shape (N, V), got {tuple(logits.shape)}")
     N, V = logits.shape
     check_not_empty("V", V)
-    check_array("logits", logits, (N, V))
-    check_array("lse", lse, (N,))
+    check_activation("logits", logits, (N, V))
     check_array("targets", targets, (N,), np.int32)
     return N, V
 
 
 def crossentropy_forward(losses, lse, logits, targets, *, stream=0, block=None):
     """losses (N,) = lse - logits[target] and lse (N,) = logsumexp of each row of logits
-    (N, V), for targets (N,) int32."""
-    N, V = _check_rows(logits, lse, targets)
+    (N, V), float32 or bf16, for targets (N,) int32."""
+    N, V = _check_rows(logits, targets)
+    check_array("lse", lse, (N,))
     block = row_block(V, BLOCK) if block is None else block
     check_block_size(block, WARP)
     check_array("losses", losses, (N,))
@@ -119,12 +172,26 @@ def crossentropy_forward(losses, lse, logits, targets, *, stream=0, block=None):
 
 def crossentropy_backward(dlogits, logits, lse, targets, dloss, *, stream=0, block=None):
     """dlogits (N, V) = dloss * (softmax(logits) - onehot(targets)), dloss a float (1/N
-    for the mean loss); dlogits may be logits itself (in place)."""
-    N, V = _check_rows(logits, lse, targets)
+    for the mean loss); dlogits may be logits itself (in place). Each is float32 or bf16."""
+    N, V = _check_rows(logits, targets)
+    check_array("lse", lse, (N,))
     block = row_block(V, BLOCK) if block is None else block
     check_block_size(block)
-    check_array("dlogits", dlogits, (N, V))
+    check_activation("dlogits", dlogits, (N, V))
     if N == 0:
         return
     _crossentropy_backward_kernel[N, block, stream](dlogits, logits, lse, targets,
                                                     np.float32(dloss))
+
+
+def crossentropy_forward_backward(losses, logits, targets, dloss, *, stream=0, block=None):
+    """losses (N,) as crossentropy_forward's, and logits (N, V), float32 or bf16,
+    overwritten by dlogits = dloss * (softmax(logits) - onehot(targets)), in one launch."""
+    N, V = _check_rows(logits, targets)
+    block = row_block(V, BLOCK) if block is None else block
+    check_block_size(block, WARP)
+    check_array("losses", losses, (N,))
+    if N == 0:
+        return
+    _crossentropy_forward_backward_kernel[N, block, stream](losses, logits, targets,
+                                                            np.float32(dloss))

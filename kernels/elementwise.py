@@ -4,13 +4,19 @@ NumPy twins: ``microgpt.reference.residual_forward``, ``gelu_forward``, ``gelu_b
 The launchers take arrays of any shape (all of one shape, C-contiguous) and run one thread
 per element over their flat views. Every constant is a float32 so that no float64
 arithmetic slips into the kernels.
+
+Mixed precision: every array of the GELU kernels may be float32 or bf16 (uint16 arrays,
+``kernels/precision.py``), each on its own, with float32 arithmetic: the forward's output
+is the operand of the MLP's projection GEMM and its input the result of the GEMM before
+it; the backward's dout is a GEMM result and its dinp the operand of the next two.
 """
 import math
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, uint16
 
 from microgpt.kernels.common import ceil_div, check_array, check_block_size
+from microgpt.kernels.precision import check_activation, load_float32, store_float32
 from microgpt.reference import GELU_SCALE as _GELU_SCALE
 
 GELU_SCALE = np.float32(_GELU_SCALE)          # sqrt(2 / pi)
@@ -34,40 +40,51 @@ def _residual_forward_kernel(out, a, b):
 
 @cuda.jit
 def _gelu_forward_kernel(out, inp):
+    # out, inp: float32 or bf16 each
     i = cuda.grid(1)
     if i < out.size:
-        x = inp[i]
+        x = load_float32(inp, i)
         u = GELU_SCALE * (x + GELU_CUBIC * x * x * x)
-        out[i] = HALF * x * (ONE + math.tanh(u))
+        store_float32(out, i, HALF * x * (ONE + math.tanh(u)))
 
 
 @cuda.jit
 def _gelu_backward_kernel(dinp, dout, inp):
-    # dinp may be dout itself: each thread reads its dout element before writing it
+    # dinp, dout, inp: float32 or bf16 each; dinp may be dout itself: each thread reads its
+    # dout element before writing it
     i = cuda.grid(1)
     if i < dinp.size:
-        x = inp[i]
+        x = load_float32(inp, i)
         t = math.tanh(GELU_SCALE * (x + GELU_CUBIC * x * x * x))
         du = GELU_SCALE * (ONE + GELU_CUBIC_3 * x * x)
-        dinp[i] = dout[i] * (HALF * (ONE + t) + HALF * x * (ONE - t * t) * du)
+        store_float32(dinp, i,
+                      load_float32(dout, i) * (HALF * (ONE + t) + HALF * x * (ONE - t * t) * du))
 
 
+_F32, _BF16 = float32[::1], uint16[::1]
 PTX_SIGNATURES = [
-    (_residual_forward_kernel, (float32[::1], float32[::1], float32[::1])),
-    (_gelu_forward_kernel, (float32[::1], float32[::1])),
-    (_gelu_backward_kernel, (float32[::1], float32[::1], float32[::1])),
+    (_residual_forward_kernel, (_F32, _F32, _F32)),
+    (_gelu_forward_kernel, (_F32, _F32)),
+    (_gelu_forward_kernel, (_BF16, _F32)),           # the GEMM wrote float32
+    (_gelu_forward_kernel, (_BF16, _BF16)),
+    (_gelu_backward_kernel, (_F32, _F32, _F32)),
+    (_gelu_backward_kernel, (_BF16, _BF16, _BF16)),
 ]
 
 
 # ----------------------------------------------------------------------------------
 # launchers
 
-def _launch_flat(kernel, arrays, names, stream, block):
-    """Check that every array has the first one's shape, then run kernel over flat views."""
+def _launch_flat(kernel, arrays, names, stream, block, bf16=False):
+    """Check that every array has the first one's shape (and is float32, or also bf16
+    where bf16), then run kernel over flat views."""
     check_block_size(block)
     shape = arrays[0].shape
     for name, arr in zip(names, arrays):
-        check_array(name, arr, shape)
+        if bf16:
+            check_activation(name, arr, shape)
+        else:
+            check_array(name, arr, shape)
     n = arrays[0].size
     if n:
         kernel[ceil_div(n, block), block, stream](*(arr.reshape(n) for arr in arrays))
@@ -79,11 +96,12 @@ def residual_forward(out, a, b, *, stream=0, block=BLOCK):
 
 
 def gelu_forward(out, inp, *, stream=0, block=BLOCK):
-    """out = gelu(inp), tanh approximation, both of one shape."""
-    _launch_flat(_gelu_forward_kernel, (out, inp), ("out", "inp"), stream, block)
+    """out = gelu(inp), tanh approximation, both of one shape, each float32 or bf16."""
+    _launch_flat(_gelu_forward_kernel, (out, inp), ("out", "inp"), stream, block, bf16=True)
 
 
 def gelu_backward(dinp, dout, inp, *, stream=0, block=BLOCK):
-    """dinp = dout * gelu'(inp); dinp may be the same array as dout (in place)."""
+    """dinp = dout * gelu'(inp), each float32 or bf16; dinp may be the same array as dout
+    (in place)."""
     _launch_flat(_gelu_backward_kernel, (dinp, dout, inp), ("dinp", "dout", "inp"),
-                 stream, block)
+                 stream, block, bf16=True)

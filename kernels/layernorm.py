@@ -1,24 +1,41 @@
-"""LayerNorm over the last axis of (N, C) rows, forward and backward.
+"""LayerNorm over the last axis of (N, C) rows, forward and backward, and the residual
+add fused into the forward.
 
-NumPy twins: ``microgpt.reference.layernorm_forward`` and ``layernorm_backward``.
+NumPy twins: ``microgpt.reference.layernorm_forward``, ``layernorm_backward`` and
+``residual_layernorm_forward``.
 
 Forward: one block per row. Two block reductions (the mean, then the variance of the
 centred row, which is more accurate than E[x^2] - mean^2), then the normalised, scaled and
 shifted row; mean and rstd are saved for the backward. Re-reading the row hits L1.
+
+Residual + LayerNorm forward: the same, on the sum a + b of two rows (the residual
+stream and a block's branch), which it writes out as the next residual stream; the sum
+stays in shared memory for the statistics and the normalisation, so a and b are read
+once and no second launch re-reads the sum. The backward of the residual add is the
+identity into both of its inputs, so this op's backward is ``layernorm_backward``
+accumulating into the residual stream's gradient, as the model's is.
 
 Backward, fused into one launch: a block owns a chunk of rows_per_block rows. Per row it
 reduces sum(dxhat) and sum(dxhat * xhat) over the block and adds the row's input gradient
 into dinp; meanwhile each thread accumulates dweight and dbias for the columns it owns in
 (dynamic) shared memory, and at the end the block adds its partial sums with one atomic
 per column: N / rows_per_block atomics per element of dweight and dbias instead of N.
+
+Mixed precision: `out` (forward) and `dout` (backward) may be bf16 (uint16 arrays, see
+``kernels/precision.py``), since the forward's output is a GEMM operand and the backward's
+dout a GEMM result; and the backward can write a bf16 copy of the accumulated dinp, the
+operand of the GEMMs that read the residual stream's gradient next. Statistics, sums and
+dinp itself stay float32.
 """
+import functools
 import math
 
 import numpy as np
-from numba import cuda, float32, int64
+from numba import cuda, float32, int64, uint16
 
 from microgpt.kernels.common import (REDUCE_SCRATCH, WARP, ceil_div, check_array,
                                      check_block_size, check_not_empty, block_sum, row_block)
+from microgpt.kernels.precision import check_activation, load_float32, store_float32
 from microgpt.reference import LN_EPS as _LN_EPS
 
 LN_EPS = np.float32(_LN_EPS)
@@ -27,110 +44,164 @@ ONE = np.float32(1.0)
 FORWARD_BLOCK = 128
 BACKWARD_BLOCK = 256
 ROWS_PER_BLOCK = 32
-MAX_SHARED_BYTES = 48 * 1024     # static + dynamic shared memory without an opt-in
-_SCRATCH_BYTES = REDUCE_SCRATCH * np.dtype(np.float32).itemsize   # the static part
+FLOAT32_BYTES = 4
+# the shared memory a block may use without the driver's opt-in (48 KiB, static and
+# dynamic together), less the block reduction's static scratch (WARP floats on a GPU)
+MAX_DYNAMIC_SHARED_BYTES = 48 * 1024 - WARP * FLOAT32_BYTES
 
 
 # ----------------------------------------------------------------------------------
 # kernels
 
-@cuda.jit
-def _layernorm_forward_kernel(out, mean, rstd, inp, weight, bias):
-    # out (N, C), mean (N,), rstd (N,), inp (N, C), weight (C,), bias (C,); block = row
-    scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
-    row = cuda.blockIdx.x
+@cuda.jit(device=True, inline=True)
+def _normalise_row(out, mean, rstd, row, x, row_mean, weight, bias, scratch):
+    """The forward after the mean: the variance of the centred row x (C,) (a row of the
+    input, or the fused sum in shared memory), then out[row] and the statistics. Every
+    thread of the block calls, for the columns c = threadIdx.x + k * blockDim.x."""
     tid, n_threads = cuda.threadIdx.x, cuda.blockDim.x
-    C = inp.shape[1]
-
+    C = x.shape[0]
     partial = float32(0.0)
     for c in range(tid, C, n_threads):
-        partial += inp[row, c]
-    row_mean = block_sum(partial, scratch) / float32(C)
-
-    partial = float32(0.0)
-    for c in range(tid, C, n_threads):
-        centred = inp[row, c] - row_mean
+        centred = x[c] - row_mean
         partial += centred * centred
     row_rstd = ONE / math.sqrt(block_sum(partial, scratch) / float32(C) + LN_EPS)
 
     for c in range(tid, C, n_threads):
-        out[row, c] = (inp[row, c] - row_mean) * row_rstd * weight[c] + bias[c]
+        store_float32(out, (row, c), (x[c] - row_mean) * row_rstd * weight[c] + bias[c])
     if tid == 0:
         mean[row] = row_mean
         rstd[row] = row_rstd
 
 
 @cuda.jit
-def _layernorm_backward_kernel(dinp, dweight, dbias, dout, inp, weight, mean, rstd,
-                               rows_per_block):
-    # dinp (N, C) +=, dweight (C,) +=, dbias (C,) +=, dout (N, C), inp (N, C), weight (C,),
-    # mean (N,), rstd (N,); block = rows [blockIdx * rows_per_block, ...)
+def _layernorm_forward_kernel(out, mean, rstd, inp, weight, bias):
+    # out (N, C) float32 or bf16, mean (N,), rstd (N,), inp (N, C), weight (C,), bias (C,);
+    # block = row
     scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
-    # dynamic shared memory (2C,): [0, C) dweight partials, [C, 2C) dbias partials; column
-    # c belongs to thread c % blockDim for the whole kernel, so no barrier guards them
-    partials = cuda.shared.array(0, float32)
-    tid, n_threads = cuda.threadIdx.x, cuda.blockDim.x
-    N, C = inp.shape
-    for c in range(tid, C, n_threads):
-        partials[c] = float32(0.0)
-        partials[C + c] = float32(0.0)
+    row = cuda.blockIdx.x
+    x = inp[row]
+    partial = float32(0.0)
+    for c in range(cuda.threadIdx.x, x.shape[0], cuda.blockDim.x):
+        partial += x[c]
+    row_mean = block_sum(partial, scratch) / float32(x.shape[0])
+    _normalise_row(out, mean, rstd, row, x, row_mean, weight, bias, scratch)
 
-    first_row = cuda.blockIdx.x * rows_per_block
-    for row in range(first_row, min(first_row + rows_per_block, N)):
-        row_mean, row_rstd = mean[row], rstd[row]
-        sum_dxhat = float32(0.0)
-        sum_dxhat_xhat = float32(0.0)
+
+@cuda.jit
+def _residual_layernorm_forward_kernel(resid, out, mean, rstd, a, b, weight, bias):
+    # resid (N, C) = a + b, out (N, C) float32 or bf16 = layernorm(resid) * weight + bias,
+    # mean (N,), rstd (N,), a (N, C), b (N, C), weight (C,), bias (C,); block = row
+    scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
+    # dynamic shared memory (C,): the row's sum; column c is thread c % blockDim's alone,
+    # so no barrier guards it
+    row_sum = cuda.shared.array(0, float32)
+    row = cuda.blockIdx.x
+    C = a.shape[1]
+    partial = float32(0.0)
+    for c in range(cuda.threadIdx.x, C, cuda.blockDim.x):
+        x = a[row, c] + b[row, c]
+        resid[row, c] = x
+        row_sum[c] = x
+        partial += x
+    row_mean = block_sum(partial, scratch) / float32(C)
+    _normalise_row(out, mean, rstd, row, row_sum[:C], row_mean, weight, bias, scratch)
+
+
+@functools.cache
+def _layernorm_backward_kernel(write_copy):
+    """write_copy: also write dinp's new value, rounded to bf16, into dinp_copy."""
+    @cuda.jit
+    def layernorm_backward_kernel(dinp, dinp_copy, dweight, dbias, dout, inp, weight, mean,
+                                  rstd, rows_per_block):
+        # dinp (N, C) +=, dinp_copy (N, C) bf16 (when write_copy), dweight (C,) +=,
+        # dbias (C,) +=, dout (N, C) float32 or bf16, inp (N, C), weight (C,), mean (N,),
+        # rstd (N,); block = rows [blockIdx * rows_per_block, ...)
+        scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
+        # dynamic shared memory (2C,): [0, C) dweight partials, [C, 2C) dbias partials;
+        # column c belongs to thread c % blockDim for the whole kernel, so no barrier
+        # guards them
+        partials = cuda.shared.array(0, float32)
+        tid, n_threads = cuda.threadIdx.x, cuda.blockDim.x
+        N, C = inp.shape
         for c in range(tid, C, n_threads):
-            dy = dout[row, c]
-            xhat = (inp[row, c] - row_mean) * row_rstd
-            dxhat = dy * weight[c]
-            sum_dxhat += dxhat
-            sum_dxhat_xhat += dxhat * xhat
-            partials[c] += dy * xhat
-            partials[C + c] += dy
-        mean_dxhat = block_sum(sum_dxhat, scratch) / float32(C)
-        mean_dxhat_xhat = block_sum(sum_dxhat_xhat, scratch) / float32(C)
+            partials[c] = float32(0.0)
+            partials[C + c] = float32(0.0)
+
+        first_row = cuda.blockIdx.x * rows_per_block
+        for row in range(first_row, min(first_row + rows_per_block, N)):
+            row_mean, row_rstd = mean[row], rstd[row]
+            sum_dxhat = float32(0.0)
+            sum_dxhat_xhat = float32(0.0)
+            for c in range(tid, C, n_threads):
+                dy = load_float32(dout, (row, c))
+                xhat = (inp[row, c] - row_mean) * row_rstd
+                dxhat = dy * weight[c]
+                sum_dxhat += dxhat
+                sum_dxhat_xhat += dxhat * xhat
+                partials[c] += dy * xhat
+                partials[C + c] += dy
+            mean_dxhat = block_sum(sum_dxhat, scratch) / float32(C)
+            mean_dxhat_xhat = block_sum(sum_dxhat_xhat, scratch) / float32(C)
+            for c in range(tid, C, n_threads):
+                xhat = (inp[row, c] - row_mean) * row_rstd
+                dxhat = load_float32(dout, (row, c)) * weight[c]
+                total = dinp[row, c] + row_rstd * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat)
+                dinp[row, c] = total
+                if write_copy:
+                    store_float32(dinp_copy, (row, c), total)
+
         for c in range(tid, C, n_threads):
-            xhat = (inp[row, c] - row_mean) * row_rstd
-            dxhat = dout[row, c] * weight[c]
-            dinp[row, c] += row_rstd * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat)
-
-    for c in range(tid, C, n_threads):
-        cuda.atomic.add(dweight, c, partials[c])
-        cuda.atomic.add(dbias, c, partials[C + c])
+            cuda.atomic.add(dweight, c, partials[c])
+            cuda.atomic.add(dbias, c, partials[C + c])
+    return layernorm_backward_kernel
 
 
+_ROWS, _VECTOR, _BF16_ROWS = float32[:, ::1], float32[::1], uint16[:, ::1]
 PTX_SIGNATURES = [
-    (_layernorm_forward_kernel, (float32[:, ::1], float32[::1], float32[::1],
-                                 float32[:, ::1], float32[::1], float32[::1])),
-    (_layernorm_backward_kernel, (float32[:, ::1], float32[::1], float32[::1],
-                                  float32[:, ::1], float32[:, ::1], float32[::1],
-                                  float32[::1], float32[::1], int64)),
+    (_layernorm_forward_kernel, (_ROWS, _VECTOR, _VECTOR, _ROWS, _VECTOR, _VECTOR)),
+    (_layernorm_forward_kernel, (_BF16_ROWS, _VECTOR, _VECTOR, _ROWS, _VECTOR, _VECTOR)),
+    (_residual_layernorm_forward_kernel, (_ROWS, _ROWS, _VECTOR, _VECTOR, _ROWS, _ROWS,
+                                          _VECTOR, _VECTOR)),
+    (_residual_layernorm_forward_kernel, (_ROWS, _BF16_ROWS, _VECTOR, _VECTOR, _ROWS, _ROWS,
+                                          _VECTOR, _VECTOR)),
+    (_layernorm_backward_kernel(False), (_ROWS, _ROWS, _VECTOR, _VECTOR, _ROWS, _ROWS,
+                                         _VECTOR, _VECTOR, _VECTOR, int64)),
+    (_layernorm_backward_kernel(True), (_ROWS, _BF16_ROWS, _VECTOR, _VECTOR, _BF16_ROWS,
+                                        _ROWS, _VECTOR, _VECTOR, _VECTOR, int64)),
 ]
 
 
 # ----------------------------------------------------------------------------------
 # launchers
 
-def _check_rows(inp, weight, mean, rstd, **rows_like_inp):
-    """The shapes both passes share; returns (N, C)."""
+def _check_rows(inp, weight, mean, rstd, inp_name="inp"):
+    """The shapes every pass shares; returns (N, C)."""
     if len(inp.shape) != 2:
-        raise ValueError(f"inp: expected shape (N, C), got {tuple(inp.shape)}")
+        raise ValueError(f"{inp_name}: expected shape (N, C), got {tuple(inp.shape)}")
     N, C = inp.shape
     check_not_empty("C", C)
-    check_array("inp", inp, (N, C))
+    check_array(inp_name, inp, (N, C))
     check_array("weight", weight, (C,))
     check_array("mean", mean, (N,))
     check_array("rstd", rstd, (N,))
-    for name, arr in rows_like_inp.items():
-        check_array(name, arr, (N, C))
     return N, C
+
+
+def _check_shared_bytes(op, C, floats_per_column):
+    """The dynamic shared memory a launch of op needs for rows of C, checked; returns it."""
+    shared_bytes = floats_per_column * C * FLOAT32_BYTES
+    if shared_bytes > MAX_DYNAMIC_SHARED_BYTES:
+        raise ValueError(f"{op}: C = {C} needs {shared_bytes} bytes of shared memory, more "
+                         f"than the {MAX_DYNAMIC_SHARED_BYTES} a block has beside its "
+                         "reduction scratch")
+    return shared_bytes
 
 
 def layernorm_forward(out, mean, rstd, inp, weight, bias, *, stream=0, block=None):
     """out (N, C) = layernorm(inp (N, C)) * weight (C,) + bias (C,), eps 1e-5; writes the
-    row statistics mean (N,) and rstd (N,) for the backward."""
-    N, C = _check_rows(inp, weight, mean, rstd, out=out)
+    row statistics mean (N,) and rstd (N,) for the backward. out is float32 or bf16."""
+    N, C = _check_rows(inp, weight, mean, rstd)
+    check_activation("out", out, (N, C))
     block = row_block(C, FORWARD_BLOCK) if block is None else block
     check_block_size(block, WARP)
     check_array("bias", bias, (C,))
@@ -139,22 +210,45 @@ def layernorm_forward(out, mean, rstd, inp, weight, bias, *, stream=0, block=Non
     _layernorm_forward_kernel[N, block, stream](out, mean, rstd, inp, weight, bias)
 
 
-def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, *, stream=0,
-                       block=None, rows_per_block=ROWS_PER_BLOCK):
+def residual_layernorm_forward(resid, out, mean, rstd, a, b, weight, bias, *, stream=0,
+                               block=None):
+    """resid (N, C) = a (N, C) + b (N, C), and out (N, C) = layernorm(resid) * weight (C,)
+    + bias (C,) with its statistics mean (N,) and rstd (N,), in one launch. out is float32
+    or bf16; its backward is layernorm_backward into the gradient of resid."""
+    N, C = _check_rows(a, weight, mean, rstd, inp_name="a")
+    check_array("b", b, (N, C))
+    check_array("resid", resid, (N, C))
+    check_activation("out", out, (N, C))
+    check_array("bias", bias, (C,))
+    block = row_block(C, FORWARD_BLOCK) if block is None else block
+    check_block_size(block, WARP)
+    shared_bytes = _check_shared_bytes("residual_layernorm_forward", C, 1)
+    if N == 0:
+        return
+    _residual_layernorm_forward_kernel[N, block, stream, shared_bytes](
+        resid, out, mean, rstd, a, b, weight, bias)
+
+
+def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, *, dinp_copy=None,
+                       stream=0, block=None, rows_per_block=ROWS_PER_BLOCK):
     """dinp (N, C), dweight (C,) and dbias (C,) += the gradients of the forward given dout
-    (N, C); all three accumulate (dinp is the residual stream's gradient)."""
-    N, C = _check_rows(inp, weight, mean, rstd, dinp=dinp, dout=dout)
+    (N, C); all three accumulate (dinp is the residual stream's gradient). dout is float32
+    or bf16; dinp_copy (N, C), when given, is bf16 and receives dinp's new value rounded."""
+    N, C = _check_rows(inp, weight, mean, rstd)
+    check_array("dinp", dinp, (N, C))
+    check_activation("dout", dout, (N, C))
+    if dinp_copy is not None:
+        check_array("dinp_copy", dinp_copy, (N, C), np.uint16)
     block = row_block(C, BACKWARD_BLOCK) if block is None else block
     check_block_size(block, WARP)
     check_array("dweight", dweight, (C,))
     check_array("dbias", dbias, (C,))
     if rows_per_block < 1:
         raise ValueError(f"rows_per_block must be at least 1, got {rows_per_block}")
-    shared_bytes = 2 * C * np.dtype(np.float32).itemsize
-    if _SCRATCH_BYTES + shared_bytes > MAX_SHARED_BYTES:
-        raise ValueError(f"layernorm_backward: C = {C} needs {_SCRATCH_BYTES + shared_bytes} "
-                         f"bytes of shared memory, more than {MAX_SHARED_BYTES}")
+    shared_bytes = _check_shared_bytes("layernorm_backward", C, 2)
     if N == 0:
         return
-    _layernorm_backward_kernel[ceil_div(N, rows_per_block), block, stream, shared_bytes](
-        dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows_per_block)
+    kernel = _layernorm_backward_kernel(dinp_copy is not None)
+    kernel[ceil_div(N, rows_per_block), block, stream, shared_bytes](
+        dinp, dinp if dinp_copy is None else dinp_copy, dweight, dbias, dout, inp, weight,
+        mean, rstd, rows_per_block)

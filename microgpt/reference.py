@@ -57,6 +57,14 @@ def layernorm_backward(dy, x, weight, mean, rstd):
     return dx, (dy * xhat).sum(axis=0), dy.sum(axis=0)
 
 
+def residual_layernorm_forward(a, b, weight, bias, eps=LN_EPS):
+    """The residual add and the LayerNorm after it, one op: a, b (N, C) -> resid = a + b
+    (N, C), y (N, C), mean (N,), rstd (N,). Its backward is layernorm_backward, whose dx
+    adds to the gradient of resid (the add passes it to a and to b unchanged)."""
+    resid = a + b
+    return (resid, *layernorm_forward(resid, weight, bias, eps))
+
+
 # ----------------------------------------------------------------------------------
 # matmul: the fused QKV projection, W_O, the MLP and the tied LM head are all this
 
@@ -177,6 +185,13 @@ def crossentropy_backward(dloss, logits, lse, targets):
     dlogits = np.exp(logits - lse[:, None])
     dlogits[np.arange(len(targets)), targets] -= 1.0
     return (dloss * dlogits).astype(logits.dtype)
+
+
+def crossentropy_forward_backward(logits, targets, dloss):
+    """Both passes as one op, as the training step needs them: -> losses (N,), and
+    dlogits (N, V), the gradient of sum_i dloss * losses_i."""
+    losses, lse = crossentropy_forward(logits, targets)
+    return losses, crossentropy_backward(dloss, logits, lse, targets)
 
 
 # ----------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
-"""Shared by the tests: relative error against a float64 reference, poisoning, random data."""
+"""Shared by the tests: relative error against a float64 reference, poisoning, random data,
+bf16 arrays."""
 import os
 
+import ml_dtypes
 import numpy as np
 
 ON_GPU = os.environ.get("MICROGPT_TEST_DEVICE", "sim") == "gpu"
@@ -12,8 +14,12 @@ REAL_SHAPES = ON_GPU and os.environ.get("MICROGPT_TEST_SHAPES", "real") != "smal
 # ||out - ref|| / ||ref||, docs/design.md's tolerances
 TOL_F32_OP = 1e-5
 TOL_F32_MODEL = 1e-4
+# a float32 result (TOL_F32_OP) rounded to bf16: half a unit in the last of its 8
+# significant bits, at most 2^-8 relative per element, so at most 2^-8 in norm
+TOL_BF16_OUT = 2.0**-8 + TOL_F32_OP
 
 POISON = np.float32(np.nan)
+BF16 = np.uint16        # how a bf16 array is held: its bit patterns
 
 
 def rel_error(out, ref):
@@ -38,7 +44,31 @@ def randn(rng, *shape, scale=1.0, dtype=np.float32):
 
 
 def poisoned(shape, dtype=np.float32):
+    """NaN, or for a bf16 array (uint16) the bits of a bf16 NaN, or -1 for integers."""
+    if np.dtype(dtype) == np.uint16:
+        return np.full(shape, 0xFFFF, np.uint16)
     return np.full(shape, np.nan if np.dtype(dtype).kind == "f" else -1, dtype)
+
+
+def bf16(x):
+    """float32 -> (uint16 bits for the device, the same bf16 values in float64)."""
+    rounded = x.astype(ml_dtypes.bfloat16)
+    return rounded.view(np.uint16), rounded.astype(np.float64)
+
+
+def from_bf16(bits):
+    """uint16 bits of bf16 values (a device array's copy) -> float64."""
+    return bits.view(ml_dtypes.bfloat16).astype(np.float64)
+
+
+def assert_output_close(out, ref, what):
+    """A kernel's output (a device array) against its float64 reference: TOL_F32_OP for
+    float32, TOL_BF16_OUT for bf16 (the float32 result rounded)."""
+    got = out.copy_to_host()
+    if got.dtype == BF16:
+        assert_close(from_bf16(got), ref, TOL_BF16_OUT, what + " (bf16)")
+    else:
+        assert_close(got, ref, TOL_F32_OP, what)
 
 
 def assert_one_key_gradients(dq, dk, dout, q, k, v, what):

@@ -27,7 +27,7 @@ import types
 
 import pytest
 
-HELPER_MODULES = {"common", "mma", "tiles"}
+HELPER_MODULES = {"common", "mma", "precision", "tiles"}
 # (module, kernel, head_dim or None): stack bytes measured when the spill check came in.
 # The float32 dq kernel holds a query row and its gradient (2 D floats) per thread: at
 # D = 72 that no longer fits beside the rest. It is the float32 fallback for such a head

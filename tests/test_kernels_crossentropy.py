@@ -1,8 +1,17 @@
 """The fused softmax cross-entropy kernels against the float64 reference
-(kernels/crossentropy.py), the in-place backward included."""
+(kernels/crossentropy.py), the in-place backward and the forward + backward included.
+
+Tolerances: float32 results TOL_F32_OP. bf16 logits are inputs: the reference gets the
+same bf16-rounded values, so the losses keep TOL_F32_OP; a bf16 dlogits is the float32
+gradient rounded, TOL_BF16_OUT (helpers). The unfused backward is fed the kernel's float32
+lse (its rounding is the forward's error, |lse| u relative in every p); the forward +
+backward keeps the logsumexp as row max + log of the rest and meets the float64 reference
+of the logits alone, at any spread.
+"""
 import numpy as np
 import pytest
-from helpers import REAL_SHAPES, TOL_F32_OP, assert_close, poisoned, randn
+from helpers import (BF16, REAL_SHAPES, TOL_F32_OP, assert_close, assert_output_close, bf16,
+                     poisoned, randn)
 from hypothesis import given
 from hypothesis import strategies as st
 from numba import cuda
@@ -33,62 +42,83 @@ TIES = st.booleans()
 # the wrong difference overflows float32. On a GPU, the model's rows.
 WIDE_ROWS = SHAPES if REAL_SHAPES else st.tuples(st.integers(1, 2), st.integers(8 * 32, 10 * 32))
 WIDE_SCALE = 60.0
+DTYPES = st.sampled_from([np.float32, BF16])
 
 
-def draw_case(seed, N, V, scale, ties):
+def draw_case(seed, N, V, scale, ties, dtype=np.float32):
+    """-> (logits for the device, the same values in float64, targets int32)."""
     rng = np.random.default_rng(seed)
     logits = randn(rng, N, V, scale=scale) + randn(rng, N, 1, scale=scale)
     if ties:
         logits = np.round(logits)
-    return logits, rng.integers(0, V, N).astype(np.int32)
+    device, exact = bf16(logits) if dtype == BF16 else (logits, logits.astype(np.float64))
+    return device, exact, rng.integers(0, V, N).astype(np.int32)
 
 
-def check_forward(shape, block, scale, ties, seed):
+def check_forward(shape, block, scale, ties, seed, dtype=np.float32):
     N, V = shape
-    logits, targets = draw_case(seed, N, V, scale, ties)
+    logits, exact, targets = draw_case(seed, N, V, scale, ties, dtype)
     losses, lse = cuda.to_device(poisoned(N)), cuda.to_device(poisoned(N))
     crossentropy.crossentropy_forward(losses, lse, cuda.to_device(logits),
                                       cuda.to_device(targets), block=block)
-    losses_ref, lse_ref = ref.crossentropy_forward(logits.astype(np.float64), targets)
+    losses_ref, lse_ref = ref.crossentropy_forward(exact, targets)
     assert_close(lse.copy_to_host(), lse_ref, TOL_F32_OP, "logsumexp")
     assert_close(losses.copy_to_host(), losses_ref, TOL_F32_OP, "losses")
 
 
-def check_backward(shape, block, scale, ties, in_place, seed):
+def check_backward(shape, block, scale, ties, in_place, seed, dtype=np.float32):
+    """dtype: of logits and dlogits alike (in place they are one array)."""
     N, V = shape
-    logits, targets = draw_case(seed, N, V, scale, ties)
+    logits, exact, targets = draw_case(seed, N, V, scale, ties, dtype)
     # the reference sees the very lse the kernel gets: the forward's, rounded to float32
-    lse = ref.crossentropy_forward(logits.astype(np.float64), targets)[1].astype(np.float32)
+    lse = ref.crossentropy_forward(exact, targets)[1].astype(np.float32)
     d_logits = cuda.to_device(logits)
-    dlogits = d_logits if in_place else cuda.to_device(poisoned((N, V)))
+    dlogits = d_logits if in_place else cuda.to_device(poisoned((N, V), dtype))
     crossentropy.crossentropy_backward(dlogits, d_logits, cuda.to_device(lse),
                                        cuda.to_device(targets), 1.0 / N, block=block)
-    expected = ref.crossentropy_backward(1.0 / N, logits.astype(np.float64),
-                                         lse.astype(np.float64), targets)
-    assert_close(dlogits.copy_to_host(), expected, TOL_F32_OP, f"dlogits, in place {in_place}")
+    expected = ref.crossentropy_backward(1.0 / N, exact, lse.astype(np.float64), targets)
+    assert_output_close(dlogits, expected, f"dlogits, in place {in_place}, {np.dtype(dtype)}")
 
 
-@given(shape=SHAPES, block=BLOCKS, scale=SCALES, ties=TIES, seed=SEEDS)
-def test_crossentropy_forward(shape, block, scale, ties, seed):
-    check_forward(shape, block, scale, ties, seed)
+def check_forward_backward(shape, block, scale, ties, seed, dtype=np.float32):
+    N, V = shape
+    logits, exact, targets = draw_case(seed, N, V, scale, ties, dtype)
+    losses, d_logits = cuda.to_device(poisoned(N)), cuda.to_device(logits)
+    crossentropy.crossentropy_forward_backward(losses, d_logits, cuda.to_device(targets),
+                                               1.0 / N, block=block)
+    losses_ref, dlogits_ref = ref.crossentropy_forward_backward(exact, targets, 1.0 / N)
+    assert_close(losses.copy_to_host(), losses_ref, TOL_F32_OP, "fused losses")
+    assert_output_close(d_logits, dlogits_ref, f"fused dlogits, {np.dtype(dtype)}")
+
+
+@given(shape=SHAPES, block=BLOCKS, scale=SCALES, ties=TIES, dtype=DTYPES, seed=SEEDS)
+def test_crossentropy_forward(shape, block, scale, ties, dtype, seed):
+    check_forward(shape, block, scale, ties, seed, dtype)
 
 
 @given(shape=SHAPES, block=BLOCKS, scale=SCALES, ties=TIES, in_place=st.booleans(),
-       seed=SEEDS)
-def test_crossentropy_backward(shape, block, scale, ties, in_place, seed):
-    check_backward(shape, block, scale, ties, in_place, seed)
+       dtype=DTYPES, seed=SEEDS)
+def test_crossentropy_backward(shape, block, scale, ties, in_place, dtype, seed):
+    check_backward(shape, block, scale, ties, in_place, seed, dtype)
+
+
+@given(shape=SHAPES, block=BLOCKS, scale=SCALES, ties=TIES, dtype=DTYPES, seed=SEEDS)
+def test_crossentropy_forward_backward(shape, block, scale, ties, dtype, seed):
+    check_forward_backward(shape, block, scale, ties, seed, dtype)
 
 
 @given(shape=WIDE_ROWS, block=BLOCKS, in_place=st.booleans(), seed=SEEDS)
 def test_crossentropy_of_widely_spread_logits(shape, block, in_place, seed):
     check_forward(shape, block, WIDE_SCALE, False, seed)
     check_backward(shape, block, WIDE_SCALE, False, in_place, seed)
+    check_forward_backward(shape, block, WIDE_SCALE, False, seed)
 
 
 def test_default_block_at_its_cap():
     """block=None as the model launches it, on rows wider than the default 512 threads."""
     check_forward((2, 600), None, 3.0, False, seed=5)
     check_backward((2, 600), None, 3.0, False, True, seed=6)
+    check_forward_backward((2, 600), None, 3.0, False, seed=7, dtype=BF16)
 
 
 def test_no_rows_launch_nothing(no_launches):
@@ -97,6 +127,7 @@ def test_no_rows_launch_nothing(no_launches):
     targets = cuda.to_device(np.zeros(0, np.int32))
     crossentropy.crossentropy_forward(rows, rows, logits, targets)
     crossentropy.crossentropy_backward(logits, logits, rows, targets, 1.0)
+    crossentropy.crossentropy_forward_backward(rows, logits, targets, 1.0)
 
 
 def test_confidently_right_tokens_keep_relative_accuracy():
@@ -118,6 +149,22 @@ def test_confidently_right_tokens_keep_relative_accuracy():
     assert_close(d_logits.copy_to_host(), expected, TOL_F32_OP, "tiny dlogits")
 
 
+def test_fused_keeps_a_tiny_loss_at_a_large_max():
+    """The target is the max of 300 by a gap of 10: loss and p - 1 are ~5e-5, below the
+    resolution of a float32 lse of 300 (3e-5), so a backward fed a saved lse loses them.
+    The forward + backward keeps the logsumexp as max + log1p(rest) and both keep their
+    relative accuracy (the float64 reference holds them to ~1e-9)."""
+    logits = np.array([[290.0, 300.0, 287.5], [-1.0, 2.0, 0.5]], np.float32)
+    targets = np.array([1, 0], np.int32)
+    check_rows = ref.crossentropy_forward_backward(logits.astype(np.float64), targets, 0.5)
+    losses, d_logits = cuda.to_device(poisoned(2)), cuda.to_device(logits)
+    crossentropy.crossentropy_forward_backward(losses, d_logits, cuda.to_device(targets), 0.5,
+                                               block=32)
+    assert_close(losses.copy_to_host()[:1], check_rows[0][:1], TOL_F32_OP, "tiny loss")
+    assert_close(d_logits.copy_to_host()[:1], check_rows[1][:1], TOL_F32_OP, "tiny dlogits")
+    assert_close(d_logits.copy_to_host(), check_rows[1], TOL_F32_OP, "dlogits")
+
+
 def test_row_max_tied_across_threads():
     """The max appears in columns 0, 32 (thread 0 twice) and 33 (thread 1) of a 32-thread
     block: its exp(0) = 1 must be counted three times, no more, no less."""
@@ -137,38 +184,47 @@ def ones(*shape, dtype=np.float32):
     return cuda.to_device(np.ones(shape, dtype))
 
 
-def launch(backward, losses=(3,), lse=(3,), logits=(3, 7), targets=(3,),
-           targets_dtype=np.int32, dlogits=(3, 7), block=None):
-    """crossentropy_forward or _backward on arrays of these shapes."""
-    d_logits, d_lse = ones(*logits), ones(*lse)
+def launch(kind, losses=(3,), lse=(3,), logits=(3, 7), targets=(3,),
+           targets_dtype=np.int32, dlogits=(3, 7), block=None, dtype=np.float32):
+    """crossentropy_forward, _backward or _forward_backward (kind) on arrays of these
+    shapes, logits of this dtype."""
+    d_logits, d_lse = ones(*logits, dtype=dtype), ones(*lse)
     d_targets = cuda.to_device(np.zeros(targets, targets_dtype))
-    if backward:
+    if kind == "backward":
         crossentropy.crossentropy_backward(ones(*dlogits), d_logits, d_lse, d_targets, 1 / 3,
                                            block=block)
+    elif kind == "fused":
+        crossentropy.crossentropy_forward_backward(ones(*losses), d_logits, d_targets, 1 / 3,
+                                                   block=block)
     else:
         crossentropy.crossentropy_forward(ones(*losses), d_lse, d_logits, d_targets, block=block)
 
 
-@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("kind", ["forward", "backward", "fused"])
 @pytest.mark.parametrize("changes,error,message", [
     (dict(logits=(3, 7, 1)), ValueError, r"logits: expected shape \(N, V\)"),
     (dict(logits=(3, 0), dlogits=(3, 0)), ValueError, "V must be at least 1, got 0"),
-    (dict(lse=(4,)), ValueError, r"lse: expected shape \(3,\)"),
     (dict(targets=(2,)), ValueError, r"targets: expected shape \(3,\)"),
     (dict(targets_dtype=np.int64), TypeError, "targets: expected dtype int32"),
+    (dict(dtype=np.float16), TypeError, "logits: expected dtype float32 or bf16"),
     (dict(block=0), ValueError, "block size"),
     (dict(block=1056), ValueError, "block size"),
 ])
-def test_launchers_reject_bad_arguments(backward, changes, error, message):
+def test_launchers_reject_bad_arguments(kind, changes, error, message):
     with pytest.raises(error, match=message):
-        launch(backward, **changes)
+        launch(kind, **changes)
 
 
 def test_launchers_reject_their_own_bad_arguments():
-    with pytest.raises(ValueError, match=r"losses: expected shape \(3,\)"):
-        launch(False, losses=(4,))
-    with pytest.raises(ValueError, match="block size must be a multiple of 32"):
-        launch(False, block=48)          # block_max and block_sum need whole warps
+    with pytest.raises(ValueError, match=r"lse: expected shape \(3,\)"):
+        launch("forward", lse=(4,))
+    with pytest.raises(ValueError, match=r"lse: expected shape \(3,\)"):
+        launch("backward", lse=(2,))
+    for kind in ("forward", "fused"):
+        with pytest.raises(ValueError, match=r"losses: expected shape \(3,\)"):
+            launch(kind, losses=(4,))
+        with pytest.raises(ValueError, match="block size must be a multiple of 32"):
+            launch(kind, block=48)          # block_max and block_sum need whole warps
     with pytest.raises(ValueError, match=r"dlogits: expected shape \(3, 7\)"):
-        launch(True, dlogits=(3,))
-    launch(True, block=48)               # the backward has no block reduction
+        launch("backward", dlogits=(3,))
+    launch("backward", block=48)            # the backward has no block reduction

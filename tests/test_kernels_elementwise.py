@@ -1,7 +1,13 @@
-"""The residual and GELU kernels against the float64 reference (kernels/elementwise.py)."""
+"""The residual and GELU kernels against the float64 reference (kernels/elementwise.py).
+
+Tolerances: float32 results TOL_F32_OP. A bf16 input is exact, and the reference gets the
+same bf16-rounded values; a bf16 output is the float32 result rounded, TOL_BF16_OUT
+(helpers).
+"""
 import numpy as np
 import pytest
-from helpers import REAL_SHAPES, TOL_F32_OP, assert_close, poisoned, randn
+from helpers import (BF16, REAL_SHAPES, TOL_F32_OP, assert_close, assert_output_close, bf16,
+                     poisoned, randn)
 from hypothesis import given
 from hypothesis import strategies as st
 from numba import cuda
@@ -26,6 +32,15 @@ else:
 SEEDS = st.integers(0, 2**32 - 1)
 # GELU's interesting range: the tails where tanh saturates and the bend near 0
 SCALES = st.sampled_from([0.5, 2.0, 6.0])
+DTYPES = st.sampled_from([np.float32, BF16])
+
+
+def device_input(x, dtype):
+    """-> (x as a device array of dtype, its values in float64)."""
+    x, exact = bf16(x) if dtype == BF16 else (x, x.astype(np.float64))
+    return cuda.to_device(x), exact
+
+
 
 
 @given(shape=SHAPES, block=BLOCKS, seed=SEEDS)
@@ -38,23 +53,28 @@ def test_residual_forward(shape, block, seed):
                  TOL_F32_OP, "residual")
 
 
-@given(shape=SHAPES, block=BLOCKS, scale=SCALES, seed=SEEDS)
-def test_gelu_forward(shape, block, scale, seed):
-    x = randn(np.random.default_rng(seed), *shape, scale=scale)
-    out = cuda.to_device(poisoned(shape))
-    elementwise.gelu_forward(out, cuda.to_device(x), block=block)
-    assert_close(out.copy_to_host(), ref.gelu_forward(x.astype(np.float64)), TOL_F32_OP, "gelu")
+@given(shape=SHAPES, block=BLOCKS, scale=SCALES, out_dtype=DTYPES, inp_dtype=DTYPES,
+       seed=SEEDS)
+def test_gelu_forward(shape, block, scale, out_dtype, inp_dtype, seed):
+    x, x64 = device_input(randn(np.random.default_rng(seed), *shape, scale=scale), inp_dtype)
+    out = cuda.to_device(poisoned(shape, out_dtype))
+    elementwise.gelu_forward(out, x, block=block)
+    assert_output_close(out, ref.gelu_forward(x64), f"gelu of {np.dtype(inp_dtype)}")
 
 
-@given(shape=SHAPES, block=BLOCKS, scale=SCALES, in_place=st.booleans(), seed=SEEDS)
-def test_gelu_backward(shape, block, scale, in_place, seed):
+@given(shape=SHAPES, block=BLOCKS, scale=SCALES, in_place=st.booleans(), dinp_dtype=DTYPES,
+       dout_dtype=DTYPES, inp_dtype=DTYPES, seed=SEEDS)
+def test_gelu_backward(shape, block, scale, in_place, dinp_dtype, dout_dtype, inp_dtype, seed):
+    """in place when asked and dinp and dout share a dtype."""
     rng = np.random.default_rng(seed)
-    x, dy = randn(rng, *shape, scale=scale), randn(rng, *shape)
-    d_dy = cuda.to_device(dy)
-    dx = d_dy if in_place else cuda.to_device(poisoned(shape))
-    elementwise.gelu_backward(dx, d_dy, cuda.to_device(x), block=block)
-    expected = ref.gelu_backward(dy.astype(np.float64), x.astype(np.float64))
-    assert_close(dx.copy_to_host(), expected, TOL_F32_OP, f"gelu backward, in place {in_place}")
+    x, x64 = device_input(randn(rng, *shape, scale=scale), inp_dtype)
+    dy, dy64 = device_input(randn(rng, *shape), dout_dtype)
+    in_place = in_place and dinp_dtype == dout_dtype
+    dx = dy if in_place else cuda.to_device(poisoned(shape, dinp_dtype))
+    elementwise.gelu_backward(dx, dy, x, block=block)
+    assert_output_close(dx, ref.gelu_backward(dy64, x64),
+                        f"gelu backward, in place {in_place}, dout {np.dtype(dout_dtype)}, "
+                        f"inp {np.dtype(inp_dtype)}")
 
 
 def test_gelu_at_values_written_out():
@@ -85,6 +105,10 @@ def test_default_block():
     elementwise.gelu_backward(dinp, cuda.to_device(y), cuda.to_device(x))
     assert_close(dinp.copy_to_host(), ref.gelu_backward(y.astype(np.float64), x), TOL_F32_OP,
                  "gelu backward")
+    bits, exact = bf16(x)
+    out_bf16 = cuda.to_device(poisoned(300, BF16))
+    elementwise.gelu_forward(out_bf16, cuda.to_device(bits))
+    assert_output_close(out_bf16, ref.gelu_forward(exact), "gelu, bf16")
 
 
 def test_empty_arrays_launch_nothing(no_launches):
@@ -101,6 +125,7 @@ def ones(*shape, dtype=np.float32):
 
 LAUNCHERS = {"residual_forward": ("out", "a", "b"), "gelu_forward": ("out", "inp"),
              "gelu_backward": ("dinp", "dout", "inp")}
+TAKES_BF16 = {"gelu_forward", "gelu_backward"}
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
@@ -121,6 +146,13 @@ def test_launchers_reject_bad_arguments(launcher):
             with_arg(np.ones((2, 3), np.float32))
         with pytest.raises(ValueError, match=f"{name}: expected a C-contiguous array"):
             with_arg(ones(2, 6)[:, ::2])
+        with pytest.raises(TypeError, match=f"{name}: expected dtype float32"):
+            with_arg(ones(2, 3, dtype=np.float16))
+        if launcher not in TAKES_BF16:
+            with pytest.raises(TypeError, match=f"{name}: expected dtype float32, got uint16"):
+                with_arg(ones(2, 3, dtype=BF16))
+        else:
+            with_arg(ones(2, 3, dtype=BF16))       # taken, beside float32 ones
     for block in (0, 1025):
         with pytest.raises(ValueError, match="block size"):
             launch(*(ones(2, 3) for _ in names), block=block)

@@ -9,10 +9,10 @@ Tolerances, derived:
   significant bits, at most 2^-8 relative per element, so at most 2^-8 in norm, plus the
   accumulation's 1e-5.
 """
-import ml_dtypes
 import numpy as np
 import pytest
-from helpers import REAL_SHAPES, TOL_F32_OP, assert_close, poisoned, randn
+from helpers import (REAL_SHAPES, TOL_BF16_OUT, TOL_F32_OP, assert_close, bf16, from_bf16,
+                     poisoned, randn)
 from hypothesis import given
 from hypothesis import strategies as st
 from numba import cuda
@@ -20,7 +20,6 @@ from numba import cuda
 from microgpt.kernels import gemm_bf16
 from microgpt.kernels.gemm_bf16 import MmaTile
 
-TOL_BF16_OUT = 2.0**-8 + TOL_F32_OP
 EPILOGUES = ["float32", "bf16", "accumulate", "split_k"]
 
 
@@ -43,12 +42,6 @@ ALIGNED = st.booleans()
 SEEDS = st.integers(0, 2**32 - 1)
 
 
-def bf16(x):
-    """float32 -> (uint16 bits for the device, the same bf16 values in float64)."""
-    rounded = x.astype(ml_dtypes.bfloat16)
-    return rounded.view(np.uint16), rounded.astype(np.float64)
-
-
 def check_matmul_bf16(M, N, K, transpose_a, transpose_b, epilogue, tile, seed, split_k,
                       max_chain=gemm_bf16.MAX_CHAIN):
     """epilogue: "float32" or "bf16" (out written), "accumulate" or "split_k" (a float32
@@ -60,7 +53,7 @@ def check_matmul_bf16(M, N, K, transpose_a, transpose_b, epilogue, tile, seed, s
     expected = (a64.T if transpose_a else a64) @ (b64.T if transpose_b else b64)
     accumulate = epilogue in ("accumulate", "split_k")
     if epilogue == "bf16":
-        out = cuda.to_device(np.full((M, N), 0xFFFF, np.uint16))      # a bf16 NaN
+        out = cuda.to_device(poisoned((M, N), np.uint16))
     else:
         out0 = randn(rng, M, N) if accumulate else poisoned((M, N))
         out = cuda.to_device(out0)
@@ -71,7 +64,7 @@ def check_matmul_bf16(M, N, K, transpose_a, transpose_b, epilogue, tile, seed, s
                           max_chain=max_chain)
     got = out.copy_to_host()
     if epilogue == "bf16":
-        got = got.view(ml_dtypes.bfloat16).astype(np.float64)
+        got = from_bf16(got)
     assert_close(got, expected, TOL_BF16_OUT if epilogue == "bf16" else TOL_F32_OP,
                  f"matmul_bf16 {M}x{N}x{K} ta={transpose_a} tb={transpose_b} {epilogue} "
                  f"{tile} split_k={split_k} max_chain={max_chain}")

@@ -1,7 +1,15 @@
-"""The LayerNorm kernels against the float64 reference (kernels/layernorm.py)."""
+"""The LayerNorm kernels against the float64 reference (kernels/layernorm.py): the
+residual add fused into the forward, and the bf16 variants.
+
+Tolerances: float32 results TOL_F32_OP. A bf16 `out` is the float32 result rounded to
+bf16, TOL_BF16_OUT (helpers). A bf16 `dout` is an input: the reference gets the same
+bf16-rounded values, so the float32 results keep TOL_F32_OP; the bf16 copy of dinp is the
+float32 dinp rounded, TOL_BF16_OUT.
+"""
 import numpy as np
 import pytest
-from helpers import ON_GPU, REAL_SHAPES, TOL_F32_OP, assert_close, poisoned, randn
+from helpers import (BF16, REAL_SHAPES, TOL_F32_OP, assert_close, assert_output_close, bf16,
+                     poisoned, randn)
 from hypothesis import given
 from hypothesis import strategies as st
 from numba import cuda
@@ -25,6 +33,7 @@ else:
     BLOCKS = st.just(32)
     ROWS_PER_BLOCK = st.integers(1, 3)
 SEEDS = st.integers(0, 2**32 - 1)
+DTYPES = st.sampled_from([np.float32, BF16])
 
 
 def draw_rows(rng, N, C):
@@ -35,45 +44,85 @@ def draw_rows(rng, N, C):
     return randn(rng, N, C) * spread + randn(rng, N, 1, scale=2.0)
 
 
-def check_forward(shape, block, seed):
+
+
+def check_forward(shape, block, out_dtype, seed):
     N, C = shape
     rng = np.random.default_rng(seed)
     x, weight, bias = draw_rows(rng, N, C), randn(rng, C), randn(rng, C)
-    out, mean, rstd = (cuda.to_device(poisoned(s)) for s in ((N, C), (N,), (N,)))
+    out = cuda.to_device(poisoned((N, C), out_dtype))
+    mean, rstd = cuda.to_device(poisoned(N)), cuda.to_device(poisoned(N))
     layernorm.layernorm_forward(out, mean, rstd, cuda.to_device(x), cuda.to_device(weight),
                                 cuda.to_device(bias), block=block)
-    expected = ref.layernorm_forward(x.astype(np.float64), weight.astype(np.float64), bias)
-    for name, got, want in zip(("out", "mean", "rstd"), (out, mean, rstd), expected):
-        assert_close(got.copy_to_host(), want, TOL_F32_OP, f"layernorm forward {name}")
+    want_out, want_mean, want_rstd = ref.layernorm_forward(x.astype(np.float64),
+                                                           weight.astype(np.float64), bias)
+    assert_output_close(out, want_out, "layernorm forward out")
+    assert_close(mean.copy_to_host(), want_mean, TOL_F32_OP, "layernorm forward mean")
+    assert_close(rstd.copy_to_host(), want_rstd, TOL_F32_OP, "layernorm forward rstd")
 
 
-def check_backward(shape, block, rows_per_block, seed):
+def check_residual_forward(shape, block, out_dtype, seed):
+    """a is the residual stream (rows with their own offset and spread), b a block's
+    branch at a scale of its own: the sum is what is normalised."""
+    N, C = shape
+    rng = np.random.default_rng(seed)
+    a, b = draw_rows(rng, N, C), randn(rng, N, C, scale=rng.uniform(0.1, 3.0))
+    weight, bias = randn(rng, C), randn(rng, C)
+    resid, out = cuda.to_device(poisoned((N, C))), cuda.to_device(poisoned((N, C), out_dtype))
+    mean, rstd = cuda.to_device(poisoned(N)), cuda.to_device(poisoned(N))
+    layernorm.residual_layernorm_forward(resid, out, mean, rstd, cuda.to_device(a),
+                                         cuda.to_device(b), cuda.to_device(weight),
+                                         cuda.to_device(bias), block=block)
+    want = ref.residual_layernorm_forward(a.astype(np.float64), b, weight.astype(np.float64),
+                                          bias)
+    assert_close(resid.copy_to_host(), want[0], TOL_F32_OP, "residual_layernorm resid")
+    assert_output_close(out, want[1], "residual_layernorm out")
+    assert_close(mean.copy_to_host(), want[2], TOL_F32_OP, "residual_layernorm mean")
+    assert_close(rstd.copy_to_host(), want[3], TOL_F32_OP, "residual_layernorm rstd")
+
+
+def check_backward(shape, block, rows_per_block, seed, dout_dtype=np.float32, copy=False):
+    """dout_dtype bf16: the kernel reads bf16 dout, the reference the same values; copy:
+    the kernel also writes dinp's new value in bf16."""
     N, C = shape
     rng = np.random.default_rng(seed)
     x, weight, dy = draw_rows(rng, N, C), randn(rng, C), randn(rng, N, C)
+    dy, dy64 = bf16(dy) if dout_dtype == BF16 else (dy, dy.astype(np.float64))
     x64 = x.astype(np.float64)
     _, mean, rstd = ref.layernorm_forward(x64, weight.astype(np.float64), np.zeros(C))
     starts = randn(rng, N, C), randn(rng, C), randn(rng, C)      # dinp, dweight, dbias
     dinp, dweight, dbias = (cuda.to_device(s) for s in starts)
+    dinp_copy = cuda.to_device(poisoned((N, C), BF16)) if copy else None
     layernorm.layernorm_backward(
         dinp, dweight, dbias, cuda.to_device(dy), cuda.to_device(x), cuda.to_device(weight),
         cuda.to_device(mean.astype(np.float32)), cuda.to_device(rstd.astype(np.float32)),
-        block=block, rows_per_block=rows_per_block)
-    expected = ref.layernorm_backward(dy.astype(np.float64), x64, weight.astype(np.float64),
-                                      mean, rstd)
+        dinp_copy=dinp_copy, block=block, rows_per_block=rows_per_block)
+    expected = ref.layernorm_backward(dy64, x64, weight.astype(np.float64), mean, rstd)
     for name, got, start, want in zip(("dinp", "dweight", "dbias"), (dinp, dweight, dbias),
                                       starts, expected):
         assert_close(got.copy_to_host(), start + want, TOL_F32_OP, f"layernorm backward {name}")
+    if copy:
+        assert_output_close(dinp_copy, starts[0] + expected[0], "layernorm backward dinp_copy")
 
 
-@given(shape=SHAPES, block=BLOCKS, seed=SEEDS)
-def test_layernorm_forward(shape, block, seed):
-    check_forward(shape, block, seed)
+@given(shape=SHAPES, block=BLOCKS, out_dtype=DTYPES, seed=SEEDS)
+def test_layernorm_forward(shape, block, out_dtype, seed):
+    check_forward(shape, block, out_dtype, seed)
 
 
-@given(shape=SHAPES, block=BLOCKS, rows_per_block=ROWS_PER_BLOCK, seed=SEEDS)
-def test_layernorm_backward_accumulates(shape, block, rows_per_block, seed):
-    check_backward(shape, block, rows_per_block, seed)
+@given(shape=SHAPES, block=BLOCKS, out_dtype=DTYPES, seed=SEEDS)
+def test_residual_layernorm_forward(shape, block, out_dtype, seed):
+    check_residual_forward(shape, block, out_dtype, seed)
+
+
+@given(shape=SHAPES, block=BLOCKS, rows_per_block=ROWS_PER_BLOCK, dout_dtype=DTYPES,
+       copy=st.booleans(), seed=SEEDS)
+def test_layernorm_backward_accumulates(shape, block, rows_per_block, dout_dtype, copy, seed):
+    check_backward(shape, block, rows_per_block, seed, dout_dtype, copy)
+
+
+def ones(*shape, dtype=np.float32):
+    return cuda.to_device(np.ones(shape, dtype))
 
 
 def test_layernorm_of_a_row_written_out():
@@ -96,21 +145,31 @@ def test_layernorm_of_a_row_written_out():
 def test_default_blocks_at_their_caps():
     """block=None as the model launches it, on rows wider than both defaults (128 threads
     forward, 256 backward)."""
-    check_forward((2, 300), None, seed=3)
+    check_forward((2, 300), None, np.float32, seed=3)
+    check_residual_forward((2, 300), None, BF16, seed=6)
     check_backward((2, 300), None, layernorm.ROWS_PER_BLOCK, seed=4)
+    check_backward((2, 300), None, layernorm.ROWS_PER_BLOCK, 7, BF16, copy=True)
 
 
-def test_backward_at_exactly_48_kib_of_shared_memory():
-    """The widest row whose dweight and dbias partials (dynamic, 8 bytes a column) and the
-    reduction scratch (static: 32 floats on a GPU, 1024 in the simulator) fill the 48 KiB
-    (49152 bytes) a block gets without an opt-in, exactly; one more column is refused. The
-    first version counted the dynamic part only, and its widest launch failed on the H200."""
-    widest = 6128 if ON_GPU else 5632
-    check_backward((1, widest), None, 1, seed=5)
-    wide, wide_vec = (cuda.to_device(np.ones(s, np.float32)) for s in ((1, widest + 1),
-                                                                       (widest + 1,)))
+def test_residual_forward_at_the_shared_memory_limit():
+    """C = 12256: the row's sum (49024 bytes) and the reduction's 128-byte scratch fill the
+    48 KiB a block gets without an opt-in, exactly; one more column is refused."""
+    check_residual_forward((1, 12256), None, np.float32, seed=8)
+    wide, vec, stats = ones(1, 12257), ones(12257), ones(1)
+    with pytest.raises(ValueError, match="C = 12257 needs 49028 bytes of shared memory, "
+                                         "more than the 49024"):
+        layernorm.residual_layernorm_forward(wide, wide, stats, stats, wide, wide, vec, vec)
+
+
+def test_backward_at_the_shared_memory_limit():
+    """C = 6128: dweight and dbias partials (49024 bytes) and the reduction's 128-byte
+    scratch fill the 48 KiB (49152 bytes) a block gets without an opt-in, exactly; one more
+    column is refused. (At C = 6144 the partials alone fill 48 KiB: the H200 refused that
+    launch, CUDA_ERROR_INVALID_VALUE.)"""
+    check_backward((1, 6128), None, 1, seed=5)
+    wide, wide_vec = (cuda.to_device(np.ones(s, np.float32)) for s in ((1, 6129), (6129,)))
     stats = cuda.to_device(np.ones(1, np.float32))
-    with pytest.raises(ValueError, match=f"C = {widest + 1} needs 49160 bytes of shared memory"):
+    with pytest.raises(ValueError, match="C = 6129 needs 49032 bytes of shared memory"):
         layernorm.layernorm_backward(wide, wide_vec, wide_vec, wide, wide, wide_vec, stats,
                                      stats)
 
@@ -122,31 +181,37 @@ def test_no_rows_launch_nothing(no_launches):
     vec_start = np.random.default_rng(0).standard_normal(8).astype(np.float32)
     vec = cuda.to_device(vec_start)
     layernorm.layernorm_forward(rows, stats, stats, rows, vec, vec)
+    layernorm.residual_layernorm_forward(rows, rows, stats, stats, rows, rows, vec, vec)
     layernorm.layernorm_backward(rows, vec, vec, rows, rows, vec, stats, stats)
     np.testing.assert_array_equal(vec.copy_to_host(), vec_start)
-
-
-def ones(*shape):
-    return cuda.to_device(np.ones(shape, np.float32))
 
 
 # good shapes for (N, C) = (4, 8); each case changes some
 GOOD = dict(out=(4, 8), dinp=(4, 8), dout=(4, 8), inp=(4, 8), weight=(8,), bias=(8,),
             dweight=(8,), dbias=(8,), mean=(4,), rstd=(4,))
+PASSES = ["forward", "residual", "backward"]
 
 
-def launch(backward, block=None, rows_per_block=1, **shapes):
-    a = {name: ones(*shape) for name, shape in {**GOOD, **shapes}.items()}
-    if backward:
+def launch(kind, block=None, rows_per_block=1, dtypes=None, **shapes):
+    """kind in PASSES; dtypes {name: dtype} for arrays that are not float32. The residual
+    forward takes inp's shape for a, b and resid."""
+    a = {name: ones(*shape, dtype=(dtypes or {}).get(name, np.float32))
+         for name, shape in {**GOOD, **shapes}.items()}
+    if kind == "backward":
         layernorm.layernorm_backward(a["dinp"], a["dweight"], a["dbias"], a["dout"], a["inp"],
-                                     a["weight"], a["mean"], a["rstd"], block=block,
+                                     a["weight"], a["mean"], a["rstd"],
+                                     dinp_copy=a.get("dinp_copy"), block=block,
                                      rows_per_block=rows_per_block)
+    elif kind == "residual":
+        layernorm.residual_layernorm_forward(a.get("resid", a["inp"]), a["out"], a["mean"],
+                                             a["rstd"], a["inp"], a.get("b", a["inp"]),
+                                             a["weight"], a["bias"], block=block)
     else:
         layernorm.layernorm_forward(a["out"], a["mean"], a["rstd"], a["inp"], a["weight"],
                                     a["bias"], block=block)
 
 
-@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("kind", PASSES)
 @pytest.mark.parametrize("changes,message", [
     (dict(inp=(4, 8, 1)), r"inp: expected shape \(N, C\)"),
     (dict(inp=(4, 0), out=(4, 0), dinp=(4, 0), dout=(4, 0)), "C must be at least 1, got 0"),
@@ -157,20 +222,45 @@ def launch(backward, block=None, rows_per_block=1, **shapes):
     (dict(block=48), "block size must be a multiple of 32"),
     (dict(block=1056), "block size must be a multiple of 32"),
 ])
-def test_launchers_reject_bad_arguments(backward, changes, message):
+def test_launchers_reject_bad_arguments(kind, changes, message):
+    if kind == "residual":
+        message = message.replace("inp:", "a:")
     with pytest.raises(ValueError, match=message):
-        launch(backward, **changes)
+        launch(kind, **changes)
 
 
-@pytest.mark.parametrize("backward,changes,message", [
-    (False, dict(out=(4, 7)), r"out: expected shape \(4, 8\)"),
-    (False, dict(bias=(4,)), r"bias: expected shape \(8,\)"),
-    (True, dict(dinp=(8, 4)), r"dinp: expected shape \(4, 8\)"),
-    (True, dict(dout=(4,)), r"dout: expected shape \(4, 8\)"),
-    (True, dict(dweight=(4,)), r"dweight: expected shape \(8,\)"),
-    (True, dict(dbias=(9,)), r"dbias: expected shape \(8,\)"),
-    (True, dict(rows_per_block=0), "rows_per_block must be at least 1, got 0"),
+@pytest.mark.parametrize("kind,changes,message", [
+    ("forward", dict(out=(4, 7)), r"out: expected shape \(4, 8\)"),
+    ("forward", dict(bias=(4,)), r"bias: expected shape \(8,\)"),
+    ("residual", dict(out=(4, 7)), r"out: expected shape \(4, 8\)"),
+    ("residual", dict(resid=(4, 7)), r"resid: expected shape \(4, 8\)"),
+    ("residual", dict(b=(8, 4)), r"b: expected shape \(4, 8\)"),
+    ("residual", dict(bias=(4,)), r"bias: expected shape \(8,\)"),
+    ("backward", dict(dinp=(8, 4)), r"dinp: expected shape \(4, 8\)"),
+    ("backward", dict(dout=(4,)), r"dout: expected shape \(4, 8\)"),
+    ("backward", dict(dinp_copy=(4, 7)), r"dinp_copy: expected shape \(4, 8\)"),
+    ("backward", dict(dweight=(4,)), r"dweight: expected shape \(8,\)"),
+    ("backward", dict(dbias=(9,)), r"dbias: expected shape \(8,\)"),
+    ("backward", dict(rows_per_block=0), "rows_per_block must be at least 1, got 0"),
+    ("backward", dict(rows_per_block=-1), "rows_per_block must be at least 1, got -1"),
 ])
-def test_each_pass_rejects_its_own_bad_arguments(backward, changes, message):
+def test_each_pass_rejects_its_own_bad_arguments(kind, changes, message):
     with pytest.raises(ValueError, match=message):
-        launch(backward, **changes)
+        launch(kind, **changes, dtypes=dict(dinp_copy=BF16))
+
+
+@pytest.mark.parametrize("kind,name,dtype,message", [
+    ("forward", "out", np.float64, "out: expected dtype float32 or bf16"),
+    ("residual", "out", np.int16, "out: expected dtype float32 or bf16"),
+    ("residual", "b", BF16, "b: expected dtype float32, got uint16"),
+    ("residual", "resid", BF16, "resid: expected dtype float32, got uint16"),
+    ("backward", "dout", np.float16, "dout: expected dtype float32 or bf16"),
+    ("backward", "dinp", BF16, "dinp: expected dtype float32, got uint16"),
+    ("backward", "dinp_copy", np.float32, "dinp_copy: expected dtype uint16, got float32"),
+    ("backward", "inp", BF16, "inp: expected dtype float32, got uint16"),
+])
+def test_bf16_only_where_it_is_meant(kind, name, dtype, message):
+    """bf16 is taken for the GEMM-facing arrays only: statistics, the residual stream and
+    the accumulated gradients stay float32."""
+    with pytest.raises(TypeError, match=message):
+        launch(kind, dtypes={name: dtype}, **{name: GOOD.get(name, (4, 8))})

@@ -16,7 +16,10 @@ Four sections:
            in float32 (TF32 off);
   steps    tokens/s and peak device memory of a whole training step (forward, backward,
            AdamW) for andrea-12m (B 64, T 256) and andrea-120m (B 16, T 1024), beside a
-           PyTorch model of the same architecture in float32 (TF32 off) and bf16 autocast.
+           PyTorch model of the same architecture in float32 (TF32 off) and bf16 autocast;
+  fused    the fused kernels of mixed precision (residual + LayerNorm, cross-entropy
+           forward + backward, bf16 outputs) at andrea-120m shapes, beside the unfused
+           launches they replace.
 The file written holds the machine, the versions and the command. Ratios are what count:
 absolute figures move 10-30% between runs.
 """
@@ -462,6 +465,106 @@ def bench_kernels(reps):
 
 
 # ----------------------------------------------------------------------------------
+# fused kernels against the launches they replace
+
+def bench_fused(reps, shape=(16, 1024, 768, 50304)):
+    """(name, ms, the unfused launches' ms or None, bytes each must move) at shape (B, T,
+    C, V), andrea-120m's. bf16 arrays are uint16 device arrays."""
+    from numba import cuda
+
+    from microgpt.kernels import crossentropy, elementwise, layernorm
+
+    import ml_dtypes
+
+    B, T, C, V = shape
+    N = B * T
+    rng = np.random.default_rng(0)
+
+    def dev(*dims, scale=1.0, bf16=False):
+        """Random rows on the device: 256 drawn rows repeated (drawing all 824M logits
+        would take the host longer than the whole benchmark)."""
+        block = rng.standard_normal((min(dims[0], 256),) + dims[1:], dtype=np.float32) * scale
+        if bf16:
+            block = block.astype(ml_dtypes.bfloat16).view(np.uint16)
+        return cuda.to_device(np.resize(block, dims))
+
+    def dev_bf16(*dims, scale=1.0):
+        return dev(*dims, scale=scale, bf16=True)
+
+    a, b, resid, ln_out, dln, dresid = (dev(N, C) for _ in range(6))
+    ln_out16, dln16, dresid16 = dev_bf16(N, C), dev_bf16(N, C), dev_bf16(N, C)
+    w, bias, mean, rstd, dw, db = dev(C), dev(C), dev(N), dev(N), dev(C), dev(C)
+    logits, losses, lse = dev(N, V, scale=2.0), dev(N), dev(N)
+    logits16 = dev_bf16(N, V, scale=2.0)
+    targets = cuda.to_device(rng.integers(0, V, N).astype(np.int32))
+    fc, fc_out, fc16, fc_out16 = (dev(N, 4 * C), dev(N, 4 * C), dev_bf16(N, 4 * C),
+                                  dev_bf16(N, 4 * C))
+    f32, bf16 = 4, 2
+    nc, nv, nf = N * C, N * V, N * 4 * C
+
+    def residual_pair():
+        elementwise.residual_forward(resid, a, b)
+        layernorm.layernorm_forward(ln_out, mean, rstd, resid, w, bias)
+
+    def crossentropy_pair():
+        crossentropy.crossentropy_forward(losses, lse, logits, targets)
+        crossentropy.crossentropy_backward(logits, logits, lse, targets, 1.0 / N)
+
+    rows = [
+        ("residual + layernorm forward, float32 out",
+         lambda: layernorm.residual_layernorm_forward(resid, ln_out, mean, rstd, a, b, w, bias),
+         residual_pair, nc * 4 * f32),
+        ("residual + layernorm forward, bf16 out",
+         lambda: layernorm.residual_layernorm_forward(resid, ln_out16, mean, rstd, a, b, w,
+                                                      bias),
+         residual_pair, nc * (3 * f32 + bf16)),
+        ("layernorm backward, float32 dout",
+         lambda: layernorm.layernorm_backward(dresid, dw, db, dln, resid, w, mean, rstd),
+         None, nc * 4 * f32),
+        ("layernorm backward, bf16 dout + bf16 copy of dinp",
+         lambda: layernorm.layernorm_backward(dresid, dw, db, dln16, resid, w, mean, rstd,
+                                              dinp_copy=dresid16),
+         None, nc * (3 * f32 + 2 * bf16)),
+        ("crossentropy forward + backward, float32 logits",
+         lambda: crossentropy.crossentropy_forward_backward(losses, logits, targets, 1.0 / N),
+         crossentropy_pair, nv * 2 * f32),
+        ("crossentropy forward + backward, bf16 logits",
+         lambda: crossentropy.crossentropy_forward_backward(losses, logits16, targets, 1.0 / N),
+         crossentropy_pair, nv * 2 * bf16),
+        ("gelu forward, float32 -> float32", lambda: elementwise.gelu_forward(fc_out, fc), None,
+         nf * 2 * f32),
+        ("gelu forward, float32 -> bf16", lambda: elementwise.gelu_forward(fc_out16, fc), None,
+         nf * (f32 + bf16)),
+        ("gelu forward, bf16 -> bf16", lambda: elementwise.gelu_forward(fc_out16, fc16), None,
+         nf * 2 * bf16),
+        ("gelu backward in place, float32", lambda: elementwise.gelu_backward(fc_out, fc_out, fc),
+         None, nf * 3 * f32),
+        ("gelu backward in place, bf16",
+         lambda: elementwise.gelu_backward(fc_out16, fc_out16, fc16), None, nf * 3 * bf16),
+    ]
+    out = []
+    for name, fused, unfused, nbytes in rows:
+        ms = cuda_time(fused, reps)
+        pair_ms = cuda_time(unfused, reps) if unfused else None
+        out.append((name, ms, pair_ms, nbytes))
+        print(f"  {name:52s} {ms:8.3f} ms  {nbytes / ms / 1e6:6.0f} GB/s"
+              + (f"   unfused {pair_ms:8.3f} ms" if pair_ms else ""), flush=True)
+    return out
+
+
+def fused_report(rows):
+    lines = ["## Fused kernels of mixed precision at andrea-120m shapes "
+             "(N = B·T = 16384 rows, C 768, V 50304)", "",
+             "GB/s: the bytes the kernel must read and write once each, over its time.", "",
+             "| kernel | ms | GB/s | the unfused launches it replaces, ms | unfused / fused |",
+             "|---|---:|---:|---:|---:|"]
+    for name, ms, pair_ms, nbytes in rows:
+        pair = f"{pair_ms:.3f} | {pair_ms / ms:.2f}" if pair_ms else "n/a | "
+        lines.append(f"| {name} | {ms:.3f} | {nbytes / ms / 1e6:.0f} | {pair} |")
+    return lines + [""]
+
+
+# ----------------------------------------------------------------------------------
 # whole training steps
 
 
@@ -603,7 +706,7 @@ def versions():
 
 
 def write_report(path, gemm, kernels, steps, command, sweep=False, attention=(),
-                 attention_sweep=False):
+                 attention_sweep=False, fused=()):
     lines = [
         f"# Benchmark results ({datetime.date.today().isoformat()})",
         "",
@@ -618,6 +721,8 @@ def write_report(path, gemm, kernels, steps, command, sweep=False, attention=(),
         lines += gemm_report(gemm, sweep)
     if attention:
         lines += attention_report(attention, attention_sweep)
+    if fused:
+        lines += fused_report(fused)
     if kernels:
         lines += [
             "## Kernels at andrea-120m shapes (B 16, T 1024, C 768, 12 heads of 64, V 50304)",
@@ -667,7 +772,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--only", choices=["gemm", "attention", "kernels", "steps"],
+    parser.add_argument("--only", choices=["gemm", "attention", "kernels", "steps", "fused"],
                         help="run one section")
     parser.add_argument("--gemm-sweep", action="store_true",
                         help="time every tile and split-K candidate of each GEMM")
@@ -686,9 +791,10 @@ def main(argv=None):
                  if args.only in (None, "attention") else [])
     kernels = bench_kernels(args.reps) if args.only in (None, "kernels") else []
     steps = bench_steps(max(2, args.reps // 2)) if args.only in (None, "steps") else []
+    fused = bench_fused(args.reps) if args.only in (None, "fused") else []
     write_report(args.out, gemm, kernels, steps,
                  "python tools/bench.py " + " ".join(argv or sys.argv[1:]), args.gemm_sweep,
-                 attention, args.attention_sweep)
+                 attention, args.attention_sweep, fused)
     return 0
 
 

@@ -1,0 +1,74 @@
+"""Activations held in float32 or in bf16: one kernel body reads and writes either.
+
+bf16 arrays are uint16 device arrays of the bit patterns (``ml_dtypes.bfloat16`` on the
+host, viewed as uint16), as the bf16 GEMM takes its operands. A kernel calls
+``load_float32(arr, index)`` and ``store_float32(arr, index, value)`` and does its
+arithmetic in float32 whatever the array holds; numba compiles one specialisation per
+argument dtype (a typing-time overload picks the conversion, so a float32 array costs
+nothing extra). bf16 -> float32 is exact (a 16-bit shift); float32 -> bf16 rounds to
+nearest even (``mma.to_bf16``, one cvt).
+
+Simulator twins: the simulator runs Python and knows no overloads, so there both helpers
+are Python functions that look at the array's dtype when called.
+"""
+import numpy as np
+from numba import cuda, uint32
+
+from microgpt.kernels.common import SIMULATOR, check_array
+from microgpt.kernels.mma import bits_to_float32, to_bf16
+
+BF16 = np.dtype(np.uint16)      # how a bf16 array is stored on the device
+
+
+def is_bf16(arr):
+    return arr.dtype == BF16
+
+
+def check_activation(name, arr, shape):
+    """check_array for an array that may be float32 or bf16; returns whether it is bf16."""
+    if arr.dtype not in (np.dtype(np.float32), BF16):
+        raise TypeError(f"{name}: expected dtype float32 or bf16 (a uint16 array), "
+                        f"got {arr.dtype}")
+    check_array(name, arr, shape, arr.dtype)
+    return is_bf16(arr)
+
+
+if not SIMULATOR:
+    from numba.cuda import types
+    from numba.cuda.extending import overload
+
+    def load_float32(arr, index):
+        """arr[index] as a float32 (arr float32 or bf16); device code only."""
+        raise NotImplementedError("a device function: call it from a kernel")
+
+    def store_float32(arr, index, value):
+        """arr[index] = value, rounded to bf16 if arr is bf16; device code only."""
+        raise NotImplementedError("a device function: call it from a kernel")
+
+    @overload(load_float32)
+    def _load_float32(arr, index):
+        if arr.dtype == types.uint16:
+            return lambda arr, index: bits_to_float32(uint32(arr[index]) << 16)
+        return lambda arr, index: arr[index]
+
+    @overload(store_float32)
+    def _store_float32(arr, index, value):
+        if arr.dtype == types.uint16:
+            def store_bf16(arr, index, value):
+                arr[index] = to_bf16(value)
+            return store_bf16
+
+        def store(arr, index, value):
+            arr[index] = value
+        return store
+
+else:
+    @cuda.jit(device=True)
+    def load_float32(arr, index):
+        if is_bf16(arr):
+            return bits_to_float32(np.uint32(arr[index]) << np.uint32(16))
+        return np.float32(arr[index])
+
+    @cuda.jit(device=True)
+    def store_float32(arr, index, value):
+        arr[index] = to_bf16(value) if is_bf16(arr) else value
