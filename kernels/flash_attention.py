@@ -48,11 +48,11 @@ from typing import NamedTuple
 import numpy as np
 from numba import cuda, float32, int32, types, uint16, uint32
 
-from microgpt.kernels.common import ceil_div, check_array
+from microgpt.kernels.common import SIMULATOR, ceil_div, check_array
 from microgpt.kernels.mma import (CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, bits_to_float32,
                                   cp_async_commit, cp_async_wait_group, mma_bf16_16816,
-                                  pack_bf16x2, shuffle_xor, to_bf16)
-from microgpt.kernels.tiles import a_fragment_loader, b_fragment_loader, tile_copier
+                                  opaque, pack_bf16x2, shuffle_xor, to_bf16)
+from microgpt.kernels.tiles import a_fragment_loader, b_fragment_loader, swizzled, tile_copier
 
 # static shared memory a block may declare without the driver's opt-in attribute
 SHARED_LIMIT = 48 * 1024
@@ -64,17 +64,24 @@ ZERO = np.float32(0.0)
 
 
 class FlashTile(NamedTuple):
-    """rows: the block's own rows, 16 per warp; step: rows of the other side per step."""
+    """rows: the block's own rows; step: rows of the other side per step; warp_rows: a
+    warp's own rows, 16 or 32 (two mma row tiles that share every B fragment loaded);
+    min_blocks: blocks per SM that the register allocation must leave room for (the
+    launch bounds: 65536 / (threads * min_blocks) registers a thread at most)."""
     rows: int
     step: int
+    warp_rows: int = MMA_M
+    min_blocks: int = 1
 
     @property
     def threads(self):
-        return self.rows // MMA_M * 32
+        return self.rows // self.warp_rows * 32
 
 
-# tiles resident for the whole walk, each `rows` x DS: q; q and dout; k and v
-RESIDENT = {"forward": 1, "dq": 2, "dkdv": 2}
+# tiles resident for the whole walk, each `rows` x DS: q; q and dout; k and v. "dkdv+dq"
+# is the dk/dv pass that adds dq too, by float32 atomics: its v tile's place holds each
+# step's ds^T once v is in registers, so it is max(DS, step) wide
+RESIDENT = {"forward": 1, "dq": 2, "dkdv": 2, "dkdv+dq": 2}
 
 
 def head_widths(D):
@@ -85,7 +92,9 @@ def head_widths(D):
 
 
 def shared_bytes(tile, D, kind):
-    return (RESIDENT[kind] * tile.rows + STAGES * 2 * tile.step) * head_widths(D)[1] * 2
+    DS = head_widths(D)[1]
+    widened = tile.rows * max(0, tile.step - DS) if kind == "dkdv+dq" else 0
+    return ((RESIDENT[kind] * tile.rows + STAGES * 2 * tile.step) * DS + widened) * 2
 
 
 def default_tile(D, kind):
@@ -96,33 +105,43 @@ def default_tile(D, kind):
     DS = head_widths(D)[1]
     if DS <= 32:
         return {"forward": FlashTile(64, 64), "dq": FlashTile(64, 64),
-                "dkdv": FlashTile(64, 32)}[kind]
+                "dkdv": FlashTile(64, 32), "dkdv+dq": FlashTile(64, 64)}[kind]
     if DS <= 64:
         return {"forward": FlashTile(128, 64), "dq": FlashTile(64, 32),
-                "dkdv": FlashTile(64, 64)}[kind]
+                "dkdv": FlashTile(64, 64), "dkdv+dq": FlashTile(64, 64)}[kind]
     return FlashTile(64, 32) if kind == "forward" else FlashTile(32, 32)
 
 
 def check_tile(tile, D, kind):
-    rows, step = tile
+    rows, step, warp_rows, min_blocks = tile
     if rows < MMA_M or step < MMA_K or rows % MMA_M or step % MMA_K:
         raise ValueError(f"tile {tile}: rows and step must be positive multiples of 16")
+    if warp_rows not in (MMA_M, 2 * MMA_M) or rows % warp_rows:
+        raise ValueError(f"tile {tile}: warp_rows must be 16 or 32 and divide rows")
+    if not 1 <= min_blocks <= 2048 // tile.threads:
+        raise ValueError(f"tile {tile}: min_blocks must be 1 to {2048 // tile.threads} "
+                         f"(2048 threads per SM)")
     if tile.threads > 1024:
         raise ValueError(f"tile {tile}: {tile.threads} threads per block, more than 1024")
+    warps, query_tiles = tile.threads // 32, step // MMA_M
+    if kind == "dkdv+dq" and (query_tiles % warps or step & (step - 1)):
+        raise ValueError(f"tile {tile}: dq by atomics splits a step's {query_tiles} query "
+                         f"tiles of 16 among {warps} warps, and swizzles a tile one step "
+                         f"wide: step must be a power of two and a multiple of {16 * warps}")
     if shared_bytes(tile, D, kind) > SHARED_LIMIT:
         raise ValueError(f"tile {tile} of the {kind} pass with head_dim {D}: "
                          f"{shared_bytes(tile, D, kind)} bytes of shared memory, more than "
                          f"{SHARED_LIMIT}")
 
 
-# ----------------------------------------------------------------------------------
 # device parts: tiles in, products on the tensor cores, masks and row reductions
 
 @cuda.jit(device=True, inline=True)
-def mma_into(acc, n, a0, a1, a2, a3, b0, b1):
-    """acc[n, :] += the 16 x 8 product of one mma (acc: a warp's accumulator tiles)."""
-    acc[n, 0], acc[n, 1], acc[n, 2], acc[n, 3] = mma_bf16_16816(
-        a0, a1, a2, a3, b0, b1, acc[n, 0], acc[n, 1], acc[n, 2], acc[n, 3])
+def mma_into(acc, mi, n, a0, a1, a2, a3, b0, b1):
+    """acc[mi, n, :] += the 16 x 8 product of one mma (acc: a warp's accumulator tiles,
+    mi its row tile)."""
+    acc[mi, n, 0], acc[mi, n, 1], acc[mi, n, 2], acc[mi, n, 3] = mma_bf16_16816(
+        a0, a1, a2, a3, b0, b1, acc[mi, n, 0], acc[mi, n, 1], acc[mi, n, 2], acc[mi, n, 3])
 
 
 @cuda.jit(device=True, inline=True)
@@ -154,10 +173,12 @@ class _Parts(NamedTuple):
 
 @functools.cache
 def _parts(D, tile, keys_are_rows):
-    DP, DS = head_widths(D)
-    rows, step = tile
-    KD, ND = DP // MMA_K, DP // MMA_N          # mma k steps and n tiles over the head dim
-    KS, NS = step // MMA_K, step // MMA_N      # the same over a step of the other side
+    """The device parts of one tile shape. A warp's arrays have a leading axis of WM row
+    tiles of 16 (its own rows): fragments (WM, KD, 4), scores (WM, NS, 4), accumulators
+    (WM, ND, 4); every B fragment loaded from shared memory feeds all WM of them."""
+    DP, DS, KD, ND, NS, WM = _constants(D, tile)
+    step = tile.step
+    KS = step // MMA_K                         # mma k steps over a step of the other side
     aligned = D % CHUNK == 0
     # A from a tile [m][k]; B = X^T from a tile of X's rows [n][k]; B = X from one [k][n]
     copy_step = tile_copier(step, DS, tile.threads, aligned)
@@ -173,52 +194,69 @@ def _parts(D, tile, keys_are_rows):
 
     @cuda.jit(device=True, inline=True)
     def fragments(frag, smem, base, row):
-        """frag (KD, 4): the A fragments of 16 rows from `row` of a tile, over DP."""
-        at = a_locate(row, 0)
-        for kk in range(KD):
-            frag[kk, 0], frag[kk, 1], frag[kk, 2], frag[kk, 3] = a_load(
-                smem, int32(base + a_advance(at, kk * MMA_K)))
+        """frag (WM, KD, 4): the A fragments of WM x 16 rows from `row` of a tile, over DP."""
+        for mi in range(WM):
+            at = a_locate(row + mi * MMA_M, 0)
+            for kk in range(KD):
+                frag[mi, kk, 0], frag[mi, kk, 1], frag[mi, kk, 2], frag[mi, kk, 3] = a_load(
+                    smem, int32(base + a_advance(at, kk * MMA_K)))
 
+    # Where a lane's ldmatrix reads in a step's tile: located once per step, through
+    # `opaque` (else the compiler hoists every fragment's index out of the loop, two
+    # registers each), the rest by fixed moves. 16 rows on adds 16 * DS (the swizzle
+    # repeats every 8 rows); 16 columns on flips chunk bits above the lane's own (the
+    # advancers' XOR), and so does 16 columns on from the first or second 8 of a pair.
     @cuda.jit(device=True, inline=True)
     def scores(s, frag, smem, base):
-        """s (NS, 4) = (16 x DP rows whose A fragments are frag) @ (the step's tile)^T."""
-        for j in range(NS):
-            for r in range(4):
-                s[j, r] = ZERO
-        for j in range(0, NS, 2):
-            at = bt_locate(0, j * MMA_N)
-            for kk in range(KD):
-                b0, b1, b2, b3 = bt_load(smem, int32(base + bt_advance(at, kk * MMA_K)))
-                a0, a1, a2, a3 = frag[kk, 0], frag[kk, 1], frag[kk, 2], frag[kk, 3]
-                mma_into(s, j, a0, a1, a2, a3, b0, b1)
-                mma_into(s, j + 1, a0, a1, a2, a3, b2, b3)
+        """s (WM, NS, 4) = (the rows whose A fragments are frag) @ (the step's tile)^T."""
+        for mi in range(WM):
+            for j in range(NS):
+                for r in range(4):
+                    s[mi, j, r] = ZERO
+        at = base + opaque(bt_locate(0, 0))
+        for kk in range(KD):
+            at_k = bt_advance(at, kk * MMA_K)
+            for j in range(0, NS, 2):
+                b0, b1, b2, b3 = bt_load(smem, int32(at_k + j * MMA_N * DS))
+                for mi in range(WM):
+                    a0, a1, a2, a3 = frag[mi, kk, 0], frag[mi, kk, 1], frag[mi, kk, 2], \
+                        frag[mi, kk, 3]
+                    mma_into(s, mi, j, a0, a1, a2, a3, b0, b1)
+                    mma_into(s, mi, j + 1, a0, a1, a2, a3, b2, b3)
 
     @cuda.jit(device=True, inline=True)
     def accumulate(acc, p, smem, base):
-        """acc (ND, 4) += p (16 x step accumulators, rounded to bf16) @ the step's tile."""
+        """acc (WM, ND, 4) += p (accumulators over the step, rounded to bf16) @ the step's
+        tile."""
+        pa = cuda.local.array((WM, 4), uint32)
+        at = base + opaque(b_locate(0, 0))
         for kk in range(KS):
-            a0 = pack_bf16x2(p[2 * kk, 0], p[2 * kk, 1])
-            a1 = pack_bf16x2(p[2 * kk, 2], p[2 * kk, 3])
-            a2 = pack_bf16x2(p[2 * kk + 1, 0], p[2 * kk + 1, 1])
-            a3 = pack_bf16x2(p[2 * kk + 1, 2], p[2 * kk + 1, 3])
+            for mi in range(WM):
+                pa[mi, 0] = pack_bf16x2(p[mi, 2 * kk, 0], p[mi, 2 * kk, 1])
+                pa[mi, 1] = pack_bf16x2(p[mi, 2 * kk, 2], p[mi, 2 * kk, 3])
+                pa[mi, 2] = pack_bf16x2(p[mi, 2 * kk + 1, 0], p[mi, 2 * kk + 1, 1])
+                pa[mi, 3] = pack_bf16x2(p[mi, 2 * kk + 1, 2], p[mi, 2 * kk + 1, 3])
+            at_k = b_advance(at, kk * MMA_K)
             for n in range(0, ND, 2):
-                b0, b1, b2, b3 = b_load(smem, int32(base + b_advance(
-                    b_locate(0, n * MMA_N), kk * MMA_K)))
-                mma_into(acc, n, a0, a1, a2, a3, b0, b1)
-                mma_into(acc, n + 1, a0, a1, a2, a3, b2, b3)
+                b0, b1, b2, b3 = b_load(smem, int32(at_k ^ n * MMA_N))
+                for mi in range(WM):
+                    mma_into(acc, mi, n, pa[mi, 0], pa[mi, 1], pa[mi, 2], pa[mi, 3], b0, b1)
+                    mma_into(acc, mi, n + 1, pa[mi, 0], pa[mi, 1], pa[mi, 2], pa[mi, 3],
+                             b2, b3)
 
     @cuda.jit(device=True, inline=True)
     def mask(s, row, col0, T):
         """-inf where the key lies past the query or past T; row: the thread's first row
-        (its second is row + 8), col0: the step's first column."""
+        (the others: + 8, + 16, + 24), col0: the step's first column."""
         col = col0 + 2 * (cuda.threadIdx.x % 4)
-        for j in range(NS):
-            for r in range(4):
-                i, c = row + 8 * (r // 2), col + j * MMA_N + r % 2
-                if (c < i if keys_are_rows else c > i) or c >= T:
-                    s[j, r] = NEG_INF
+        for mi in range(WM):
+            for j in range(NS):
+                for r in range(4):
+                    i, c = row + mi * MMA_M + 8 * (r // 2), col + j * MMA_N + r % 2
+                    if (c < i if keys_are_rows else c > i) or c >= T:
+                        s[mi, j, r] = NEG_INF
 
-    return _Parts(tile_copier(rows, DS, tile.threads, aligned), copy_pair,
+    return _Parts(tile_copier(tile.rows, DS, tile.threads, aligned), copy_pair,
                   fragments, scores, accumulate, mask)
 
 
@@ -226,15 +264,16 @@ def _writer(D, DP):
     ND = DP // MMA_N
 
     @cuda.jit(device=True, inline=True)
-    def write_rows(dst, i, acc, half, factor):
-        """dst[i, :D] = row g + 8 * half of the thread's accumulators x factor, in bf16."""
+    def write_rows(dst, i, acc, mi, half, factor):
+        """dst[i, :D] = row g + 8 * half of the thread's accumulators of row tile mi x
+        factor, in bf16."""
         col = 2 * (cuda.threadIdx.x % 4)
         for n in range(ND):
             c = n * MMA_N + col
             if c < D:
-                dst[i, c] = to_bf16(acc[n, 2 * half] * factor)
+                dst[i, c] = to_bf16(acc[mi, n, 2 * half] * factor)
             if c + 1 < D:
-                dst[i, c + 1] = to_bf16(acc[n, 2 * half + 1] * factor)
+                dst[i, c + 1] = to_bf16(acc[mi, n, 2 * half + 1] * factor)
     return write_rows
 
 
@@ -242,14 +281,23 @@ def _writer(D, DP):
 # kernels
 
 def _constants(D, tile):
+    """(DP, DS, KD, ND, NS, WM): the padded and the shared width of a head row, mma k
+    steps and n tiles over DP, n tiles over a step, row tiles of a warp."""
     DP, DS = head_widths(D)
-    return DP, DS, DP // MMA_K, DP // MMA_N, tile.step // MMA_N
+    return DP, DS, DP // MMA_K, DP // MMA_N, tile.step // MMA_N, tile.warp_rows // MMA_M
+
+
+def _jit(tile):
+    """cuda.jit with the tile's launch bounds (threads per block, min_blocks per SM): ptxas
+    then keeps each thread within 65536 / (threads * min_blocks) registers. The simulator
+    has no launch bounds."""
+    return cuda.jit if SIMULATOR else cuda.jit(launch_bounds=(tile.threads, tile.min_blocks))
 
 
 @functools.cache
 def _forward_kernel(D, tile):
-    DP, DS, KD, ND, NS = _constants(D, tile)
-    rows, step = tile
+    DP, DS, KD, ND, NS, WM = _constants(D, tile)
+    rows, step, warp_rows = tile.rows, tile.step, tile.warp_rows
     parts = _parts(D, tile, False)
     write_rows = _writer(D, DP)
     smem_size = (rows + STAGES * 2 * step) * DS
@@ -258,27 +306,29 @@ def _forward_kernel(D, tile):
     ln2 = np.float32(math.log(2.0))
     wait_all = cp_async_wait_group(0)
 
-    @cuda.jit
+    @_jit(tile)
     def flash_attention_forward_kernel(out, lse, q, k, v):
         # out, q, k, v (B, H, T, D) bf16 bits; lse (B, H, T). Block (x, h, b) owns query
         # rows q0 .. q0 + rows, the last tiles first (they walk the most keys).
         h, b = cuda.blockIdx.y, cuda.blockIdx.z
         T = q.shape[2]
         q0 = (cuda.gridDim.x - 1 - cuda.blockIdx.x) * rows
-        warp_row = cuda.threadIdx.x // 32 * MMA_M
-        row = q0 + warp_row + cuda.threadIdx.x % 32 // 4      # this thread's rows: row, +8
+        warp_row = cuda.threadIdx.x // 32 * warp_rows
+        # this thread's rows: row + 16 mi + 8 half
+        row = q0 + warp_row + cuda.threadIdx.x % 32 // 4
         kh, vh = k[b, h], v[b, h]
         smem = cuda.shared.array(smem_size, uint16, alignment=SHARED_ALIGN)
-        qf = cuda.local.array((KD, 4), uint32)
-        s = cuda.local.array((NS, 4), float32)
-        acc = cuda.local.array((ND, 4), float32)
-        m = cuda.local.array(2, float32)      # running max of the scaled log2 scores
-        l = cuda.local.array(2, float32)      # running sum of their exp2, this lane's part
-        for n in range(ND):
-            for r in range(4):
-                acc[n, r] = ZERO
-        for half in range(2):
-            m[half], l[half] = NEG_INF, ZERO
+        qf = cuda.local.array((WM, KD, 4), uint32)
+        s = cuda.local.array((WM, NS, 4), float32)
+        acc = cuda.local.array((WM, ND, 4), float32)
+        m = cuda.local.array((WM, 2), float32)      # running max of the scaled log2 scores
+        l = cuda.local.array((WM, 2), float32)      # running sum of their exp2, this lane's
+        for mi in range(WM):
+            for n in range(ND):
+                for r in range(4):
+                    acc[mi, n, r] = ZERO
+            for half in range(2):
+                m[mi, half], l[mi, half] = NEG_INF, ZERO
 
         parts.copy_own(smem, 0, q[b, h], q0, 0)
         parts.copy_pair(smem, rows * DS, kh, vh, 0)
@@ -298,39 +348,41 @@ def _forward_kernel(D, tile):
             parts.scores(s, qf, smem, k_base)
             if key0 + step > q0 or key0 + step > T:
                 parts.mask(s, row, key0, T)
-            for half in range(2):
-                top = NEG_INF
-                for j in range(NS):
-                    top = max(top, max(s[j, 2 * half], s[j, 2 * half + 1]))
-                new_max = max(m[half], quad_max(top) * scale_log2)
-                rescale = math.exp2(m[half] - new_max)
-                total = l[half] * rescale
-                for j in range(NS):
-                    for r in range(2 * half, 2 * half + 2):
-                        s[j, r] = math.exp2(s[j, r] * scale_log2 - new_max)
-                        total += s[j, r]
-                for n in range(ND):
-                    acc[n, 2 * half] *= rescale
-                    acc[n, 2 * half + 1] *= rescale
-                m[half], l[half] = new_max, total
+            for mi in range(WM):
+                for half in range(2):
+                    top = NEG_INF
+                    for j in range(NS):
+                        top = max(top, max(s[mi, j, 2 * half], s[mi, j, 2 * half + 1]))
+                    new_max = max(m[mi, half], quad_max(top) * scale_log2)
+                    rescale = math.exp2(m[mi, half] - new_max)
+                    total = l[mi, half] * rescale
+                    for j in range(NS):
+                        for r in range(2 * half, 2 * half + 2):
+                            s[mi, j, r] = math.exp2(s[mi, j, r] * scale_log2 - new_max)
+                            total += s[mi, j, r]
+                    for n in range(ND):
+                        acc[mi, n, 2 * half] *= rescale
+                        acc[mi, n, 2 * half + 1] *= rescale
+                    m[mi, half], l[mi, half] = new_max, total
             parts.accumulate(acc, s, smem, k_base + step * DS)
 
         oh = out[b, h]
-        for half in range(2):
-            total = quad_sum(l[half])
-            i = row + 8 * half
-            if i < T:
-                write_rows(oh, i, acc, half, np.float32(1.0) / total)
-                if cuda.threadIdx.x % 4 == 0:
-                    lse[b, h, i] = (m[half] + math.log2(total)) * ln2
+        for mi in range(WM):
+            for half in range(2):
+                total = quad_sum(l[mi, half])
+                i = row + mi * MMA_M + 8 * half
+                if i < T:
+                    write_rows(oh, i, acc, mi, half, np.float32(1.0) / total)
+                    if cuda.threadIdx.x % 4 == 0:
+                        lse[b, h, i] = (m[mi, half] + math.log2(total)) * ln2
 
     return flash_attention_forward_kernel
 
 
 @functools.cache
 def _dq_kernel(D, tile):
-    DP, DS, KD, ND, NS = _constants(D, tile)
-    rows, step = tile
+    DP, DS, KD, ND, NS, WM = _constants(D, tile)
+    rows, step, warp_rows = tile.rows, tile.step, tile.warp_rows
     parts = _parts(D, tile, False)
     write_rows = _writer(D, DP)
     smem_size = (2 * rows + STAGES * 2 * step) * DS
@@ -340,44 +392,46 @@ def _dq_kernel(D, tile):
     log2e = np.float32(LOG2E)
     wait_all = cp_async_wait_group(0)
 
-    @cuda.jit
+    @_jit(tile)
     def flash_attention_backward_dq_kernel(dq, delta, dout, q, k, v, out, lse):
         # dq, dout, q, k, v, out (B, H, T, D) bf16 bits; delta, lse (B, H, T): delta is
         # written. Block (x, h, b) owns query rows q0 .. q0 + rows, the last first.
         h, b = cuda.blockIdx.y, cuda.blockIdx.z
         T = q.shape[2]
         q0 = (cuda.gridDim.x - 1 - cuda.blockIdx.x) * rows
-        warp_row = cuda.threadIdx.x // 32 * MMA_M
+        warp_row = cuda.threadIdx.x // 32 * warp_rows
         lane4 = cuda.threadIdx.x % 4
         row = q0 + warp_row + cuda.threadIdx.x % 32 // 4
         kh, vh, doh, oh = k[b, h], v[b, h], dout[b, h], out[b, h]
         smem = cuda.shared.array(smem_size, uint16, alignment=SHARED_ALIGN)
-        qf = cuda.local.array((KD, 4), uint32)
-        dof = cuda.local.array((KD, 4), uint32)
-        s = cuda.local.array((NS, 4), float32)
-        dp = cuda.local.array((NS, 4), float32)
-        acc = cuda.local.array((ND, 4), float32)
-        row_lse = cuda.local.array(2, float32)      # log2 domain; +inf past T: p = 0
-        row_delta = cuda.local.array(2, float32)
-        for n in range(ND):
-            for r in range(4):
-                acc[n, r] = ZERO
+        qf = cuda.local.array((WM, KD, 4), uint32)
+        dof = cuda.local.array((WM, KD, 4), uint32)
+        s = cuda.local.array((WM, NS, 4), float32)
+        dp = cuda.local.array((WM, NS, 4), float32)
+        acc = cuda.local.array((WM, ND, 4), float32)
+        row_lse = cuda.local.array((WM, 2), float32)    # log2 domain; +inf past T: p = 0
+        row_delta = cuda.local.array((WM, 2), float32)
+        for mi in range(WM):
+            for n in range(ND):
+                for r in range(4):
+                    acc[mi, n, r] = ZERO
 
         parts.copy_own(smem, 0, q[b, h], q0, 0)
         parts.copy_own(smem, rows * DS, doh, q0, 0)
         parts.copy_pair(smem, 2 * rows * DS, kh, vh, 0)
         cp_async_commit()
         # delta of the thread's rows while the copies fly: the 4 lanes of a row split it
-        for half in range(2):
-            i = row + 8 * half
-            part = ZERO
-            if i < T:
-                for c in range(lane4, D, 4):
-                    part += bf16_value(doh[i, c]) * bf16_value(oh[i, c])
-            row_delta[half] = quad_sum(part)
-            row_lse[half] = lse[b, h, i] * log2e if i < T else INF
-            if i < T and lane4 == 0:
-                delta[b, h, i] = row_delta[half]
+        for mi in range(WM):
+            for half in range(2):
+                i = row + mi * MMA_M + 8 * half
+                part = ZERO
+                if i < T:
+                    for c in range(lane4, D, 4):
+                        part += bf16_value(doh[i, c]) * bf16_value(oh[i, c])
+                row_delta[mi, half] = quad_sum(part)
+                row_lse[mi, half] = lse[b, h, i] * log2e if i < T else INF
+                if i < T and lane4 == 0:
+                    delta[b, h, i] = row_delta[mi, half]
 
         steps = (min(T, q0 + rows) + step - 1) // step
         for it in range(steps):
@@ -396,64 +450,81 @@ def _dq_kernel(D, tile):
             if key0 + step > q0 or key0 + step > T:
                 parts.mask(s, row, key0, T)
             parts.scores(dp, dof, smem, k_base + step * DS)        # dout v^T
-            for j in range(NS):
-                for r in range(4):
-                    p = math.exp2(s[j, r] * scale_log2 - row_lse[r // 2])
-                    dp[j, r] = p * (dp[j, r] - row_delta[r // 2])
+            for mi in range(WM):
+                for j in range(NS):
+                    for r in range(4):
+                        p = math.exp2(s[mi, j, r] * scale_log2 - row_lse[mi, r // 2])
+                        dp[mi, j, r] = p * (dp[mi, j, r] - row_delta[mi, r // 2])
             parts.accumulate(acc, dp, smem, k_base)                # dq += ds k
 
         dqh = dq[b, h]
-        for half in range(2):
-            i = row + 8 * half
-            if i < T:
-                write_rows(dqh, i, acc, half, scale)
+        for mi in range(WM):
+            for half in range(2):
+                i = row + mi * MMA_M + 8 * half
+                if i < T:
+                    write_rows(dqh, i, acc, mi, half, scale)
 
     return flash_attention_backward_dq_kernel
 
 
 @functools.cache
-def _dkdv_kernel(D, tile):
-    DP, DS, KD, ND, NS = _constants(D, tile)
-    rows, step = tile
+def _dkdv_kernel(D, tile, with_dq):
+    """The dk/dv pass; with_dq: it adds each step's dq (scale-free) into a float32
+    dq_acc by atomics as well, else dq_acc is not touched."""
+    DP, DS, KD, ND, NS, WM = _constants(D, tile)
+    rows, step, warp_rows = tile.rows, tile.step, tile.warp_rows
     parts = _parts(D, tile, True)
     write_rows = _writer(D, DP)
-    smem_size = (2 * rows + STAGES * 2 * step) * DS
+    VS = max(DS, step) if with_dq else DS       # the v tile's row, or a ds^T row
+    stages0 = rows * (DS + VS)
+    smem_size = stages0 + STAGES * 2 * step * DS
     stage_size = 2 * step * DS
     scale = np.float32(1.0 / math.sqrt(D))
     scale_log2 = np.float32(LOG2E / math.sqrt(D))
     log2e = np.float32(LOG2E)
     wait_all = cp_async_wait_group(0)
+    # dq of a step = ds (step x rows) k (rows x DP): A from ds^T [key][query] in shared
+    # memory (ldmatrix.trans), B from the block's k tile [key][dim]; a warp takes every
+    # warps-th of the step's query tiles of 16
+    ds_index = swizzled(step)
+    ds_locate, ds_advance, ds_load = a_fragment_loader(step, True)
+    k_locate, k_advance, k_load = b_fragment_loader(DS, False)
+    warps = tile.threads // 32
+    QT = step // MMA_M
 
-    @cuda.jit
-    def flash_attention_backward_dkdv_kernel(dk, dv, dout, q, k, v, lse, delta):
-        # dk, dv, dout, q, k, v (B, H, T, D) bf16 bits; lse, delta (B, H, T). Block
-        # (x, h, b) owns key rows k0 .. k0 + rows, the first first (they walk the most
-        # queries), and the query steps from the one holding k0 to T.
+    @_jit(tile)
+    def flash_attention_backward_dkdv_kernel(dk, dv, dq_acc, dout, q, k, v, lse, delta):
+        # dk, dv, dout, q, k, v (B, H, T, D) bf16 bits; dq_acc (B, H, T, D) float32; lse,
+        # delta (B, H, T). Block (x, h, b) owns key rows k0 .. k0 + rows, the first first
+        # (they walk the most queries), and the query steps from the one holding k0 to T.
         h, b = cuda.blockIdx.y, cuda.blockIdx.z
         T = q.shape[2]
         k0 = cuda.blockIdx.x * rows
-        warp_row = cuda.threadIdx.x // 32 * MMA_M
-        col = 2 * (cuda.threadIdx.x % 4)
-        row = k0 + warp_row + cuda.threadIdx.x % 32 // 4
+        warp = cuda.threadIdx.x // 32
+        warp_row = warp * warp_rows
+        g, col = cuda.threadIdx.x % 32 // 4, 2 * (cuda.threadIdx.x % 4)
+        row = k0 + warp_row + g
         qh, doh = q[b, h], dout[b, h]
         smem = cuda.shared.array(smem_size, uint16, alignment=SHARED_ALIGN)
-        kf = cuda.local.array((KD, 4), uint32)
-        vf = cuda.local.array((KD, 4), uint32)
-        s = cuda.local.array((NS, 4), float32)
-        dp = cuda.local.array((NS, 4), float32)
-        dk_acc = cuda.local.array((ND, 4), float32)
-        dv_acc = cuda.local.array((ND, 4), float32)
+        kf = cuda.local.array((WM, KD, 4), uint32)
+        vf = cuda.local.array((WM, KD, 4), uint32)
+        s = cuda.local.array((WM, NS, 4), float32)
+        dp = cuda.local.array((WM, NS, 4), float32)
+        dk_acc = cuda.local.array((WM, ND, 4), float32)
+        dv_acc = cuda.local.array((WM, ND, 4), float32)
+        dq_part = cuda.local.array((1, ND, 4), float32)
         col_lse = cuda.local.array((NS, 2), float32)
         col_delta = cuda.local.array((NS, 2), float32)
-        for n in range(ND):
-            for r in range(4):
-                dk_acc[n, r] = ZERO
-                dv_acc[n, r] = ZERO
+        for mi in range(WM):
+            for n in range(ND):
+                for r in range(4):
+                    dk_acc[mi, n, r] = ZERO
+                    dv_acc[mi, n, r] = ZERO
 
         first = k0 // step
         parts.copy_own(smem, 0, k[b, h], k0, 0)
         parts.copy_own(smem, rows * DS, v[b, h], k0, 0)
-        parts.copy_pair(smem, 2 * rows * DS, qh, doh, first * step)
+        parts.copy_pair(smem, stages0, qh, doh, first * step)
         cp_async_commit()
         steps = (T + step - 1) // step - first
         for it in range(steps):
@@ -469,43 +540,123 @@ def _dkdv_kernel(D, tile):
             if it == 0:
                 parts.fragments(kf, smem, 0, warp_row)
                 parts.fragments(vf, smem, rows * DS, warp_row)
+                if with_dq:
+                    cuda.syncthreads()      # v is in registers: its place takes ds^T
             if it + 1 < steps:
-                parts.copy_pair(smem, 2 * rows * DS + (it + 1) % STAGES * stage_size, qh,
-                                doh, query0 + step)
+                parts.copy_pair(smem, stages0 + (it + 1) % STAGES * stage_size, qh, doh,
+                                query0 + step)
             cp_async_commit()
-            q_base = 2 * rows * DS + it % STAGES * stage_size
+            q_base = stages0 + it % STAGES * stage_size
             parts.scores(s, kf, smem, q_base)                       # k q^T
             if query0 < k0 + rows:
                 parts.mask(s, row, query0, T)
-            for j in range(NS):
-                for r in range(4):
-                    s[j, r] = math.exp2(s[j, r] * scale_log2 - col_lse[j, r % 2])
+            for mi in range(WM):
+                for j in range(NS):
+                    for r in range(4):
+                        s[mi, j, r] = math.exp2(s[mi, j, r] * scale_log2 - col_lse[j, r % 2])
             parts.accumulate(dv_acc, s, smem, q_base + step * DS)  # dv += p^T dout
             parts.scores(dp, vf, smem, q_base + step * DS)          # v dout^T
-            for j in range(NS):
-                for r in range(4):
-                    dp[j, r] = s[j, r] * (dp[j, r] - col_delta[j, r % 2])
+            for mi in range(WM):
+                for j in range(NS):
+                    for r in range(4):
+                        dp[mi, j, r] = s[mi, j, r] * (dp[mi, j, r] - col_delta[j, r % 2])
             parts.accumulate(dk_acc, dp, smem, q_base)              # dk += ds^T q
+            if with_dq:
+                # fixed moves from a lane's located index, as in scores and accumulate:
+                # 8 rows on add 8 rows, 16 columns on flip chunk bits
+                at = rows * DS + opaque(ds_index(warp_row + g, col))
+                for mi in range(WM):
+                    for j in range(NS):
+                        for r in range(4):
+                            smem[(at ^ j * MMA_N) + (mi * MMA_M + 8 * (r // 2)) * step
+                                 + r % 2] = to_bf16(dp[mi, j, r])
+                cuda.syncthreads()
+                at = rows * DS + opaque(ds_locate(0, 0))
+                bt = opaque(k_locate(0, 0))
+                for u in range(QT // warps):
+                    qt = warp + u * warps
+                    for n in range(ND):
+                        for r in range(4):
+                            dq_part[0, n, r] = ZERO
+                    for kk in range(rows // MMA_K):
+                        a0, a1, a2, a3 = ds_load(smem, int32(
+                            ds_advance(at ^ qt * MMA_M, kk * MMA_K)))
+                        for n in range(0, ND, 2):
+                            b0, b1, b2, b3 = k_load(smem, int32(
+                                k_advance(bt, kk * MMA_K) ^ n * MMA_N))
+                            mma_into(dq_part, 0, n, a0, a1, a2, a3, b0, b1)
+                            mma_into(dq_part, 0, n + 1, a0, a1, a2, a3, b2, b3)
+                    for half in range(2):
+                        i = query0 + qt * MMA_M + g + 8 * half
+                        if i < T:
+                            for n in range(ND):
+                                for r in range(2):
+                                    c = n * MMA_N + col + r
+                                    if c < D:
+                                        cuda.atomic.add(dq_acc, (b, h, i, c),
+                                                        dq_part[0, n, 2 * half + r])
 
         dkh, dvh = dk[b, h], dv[b, h]
-        for half in range(2):
-            i = row + 8 * half
-            if i < T:
-                write_rows(dkh, i, dk_acc, half, scale)
-                write_rows(dvh, i, dv_acc, half, np.float32(1.0))
+        for mi in range(WM):
+            for half in range(2):
+                i = row + mi * MMA_M + 8 * half
+                if i < T:
+                    write_rows(dkh, i, dk_acc, mi, half, scale)
+                    write_rows(dvh, i, dv_acc, mi, half, np.float32(1.0))
 
     return flash_attention_backward_dkdv_kernel
 
 
+ROWS_PER_BLOCK = 128        # the per-row kernels: a thread per row of (B, H, T)
+
+
+@functools.cache
+def _rows_kernels(D):
+    """The two small launches around a dk/dv pass that adds dq by atomics: before it,
+    delta = rowsum(dout * out) and a zeroed dq_acc; after it, dq = dq_acc / sqrt(D) in
+    bf16. A thread per row of (B, H, T) (they move B H T D elements: bandwidth, not
+    compute)."""
+    scale = np.float32(1.0 / math.sqrt(D))
+
+    @cuda.jit
+    def flash_attention_delta_kernel(delta, dq_acc, dout, out):
+        h, b = cuda.blockIdx.y, cuda.blockIdx.z
+        i = cuda.blockIdx.x * ROWS_PER_BLOCK + cuda.threadIdx.x
+        if i < dout.shape[2]:
+            total = ZERO
+            for c in range(D):
+                total += bf16_value(dout[b, h, i, c]) * bf16_value(out[b, h, i, c])
+                dq_acc[b, h, i, c] = ZERO
+            delta[b, h, i] = total
+
+    @cuda.jit
+    def flash_attention_dq_convert_kernel(dq, dq_acc):
+        h, b = cuda.blockIdx.y, cuda.blockIdx.z
+        i = cuda.blockIdx.x * ROWS_PER_BLOCK + cuda.threadIdx.x
+        if i < dq.shape[2]:
+            for c in range(D):
+                dq[b, h, i, c] = to_bf16(dq_acc[b, h, i, c] * scale)
+
+    return flash_attention_delta_kernel, flash_attention_dq_convert_kernel
+
+
+
+
 _HEADS = types.uint16[:, :, :, ::1]
 _ROWS3 = types.float32[:, :, ::1]
+_HEADS32 = types.float32[:, :, :, ::1]
 PTX_SIGNATURES = [
     entry
     for D in (32, 64, 72)
     for entry in [
         (_forward_kernel(D, default_tile(D, "forward")), (_HEADS, _ROWS3) + (_HEADS,) * 3),
         (_dq_kernel(D, default_tile(D, "dq")), (_HEADS, _ROWS3) + (_HEADS,) * 5 + (_ROWS3,)),
-        (_dkdv_kernel(D, default_tile(D, "dkdv")), (_HEADS,) * 6 + (_ROWS3,) * 2),
+        (_dkdv_kernel(D, default_tile(D, "dkdv"), False),
+         (_HEADS,) * 2 + (_HEADS32,) + (_HEADS,) * 4 + (_ROWS3,) * 2),
+        (_dkdv_kernel(D, default_tile(D, "dkdv+dq"), True),
+         (_HEADS,) * 2 + (_HEADS32,) + (_HEADS,) * 4 + (_ROWS3,) * 2),
+        (_rows_kernels(D)[0], (_ROWS3, _HEADS32, _HEADS, _HEADS)),
+        (_rows_kernels(D)[1], (_HEADS, _HEADS32)),
     ]
 ]
 
@@ -545,18 +696,36 @@ def flash_attention_forward(out, lse, q, k, v, *, tile=None, stream=0):
 
 
 def flash_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, delta=None, *,
-                             tiles=(None, None), stream=0):
+                             tiles=(None, None), dq_atomic=False, dq_acc=None, stream=0):
     """dq, dk, dv (B, H, T, D) bf16, overwritten, from dout and the forward's q, k, v, out
-    and lse. delta (B, H, T) float32: a workspace (allocated when None). Two launches: dq
-    by query tiles (writing delta), then dk and dv by key tiles; tiles: their FlashTiles."""
+    and lse. delta (B, H, T) float32: a workspace (allocated when None).
+
+    Two ways to dq. By default two launches: dq by query tiles (writing delta), then dk
+    and dv by key tiles; tiles: their FlashTiles. dq_atomic: three, delta (and a zeroed
+    dq_acc) by rows, the dk/dv pass adding dq into dq_acc by float32 atomics (tiles[1]),
+    then dq from dq_acc by rows; dq_acc (B, H, T, D) float32 is a workspace (allocated
+    when None). The first is deterministic, the second's dq sums in a varying order."""
     if delta is None:
         delta = cuda.device_array(lse.shape, np.float32, stream=stream)
+    if dq_atomic and dq_acc is None:
+        dq_acc = cuda.device_array(dq.shape, np.float32, stream=stream)
     B, H, T, D = _check_heads(dict(lse=lse, delta=delta), q=q, k=k, v=v, out=out, dout=dout,
                               dq=dq, dk=dk, dv=dv)
+    if dq_atomic:
+        check_array("dq_acc", dq_acc, dq.shape)
     if q.size == 0:
         return
-    dq_tile, dkdv_tile = _tile(tiles[0], D, "dq"), _tile(tiles[1], D, "dkdv")
-    _dq_kernel(D, dq_tile)[(ceil_div(T, dq_tile.rows), H, B), dq_tile.threads, stream](
-        dq, delta, dout, q, k, v, out, lse)
-    _dkdv_kernel(D, dkdv_tile)[(ceil_div(T, dkdv_tile.rows), H, B), dkdv_tile.threads,
-                               stream](dk, dv, dout, q, k, v, lse, delta)
+    if dq_atomic:
+        tile = _tile(tiles[1], D, "dkdv+dq")
+        delta_kernel, convert_kernel = _rows_kernels(D)
+        row_grid = (ceil_div(T, ROWS_PER_BLOCK), H, B)
+        delta_kernel[row_grid, ROWS_PER_BLOCK, stream](delta, dq_acc, dout, out)
+    else:
+        dq_tile, tile = _tile(tiles[0], D, "dq"), _tile(tiles[1], D, "dkdv")
+        _dq_kernel(D, dq_tile)[(ceil_div(T, dq_tile.rows), H, B), dq_tile.threads, stream](
+            dq, delta, dout, q, k, v, out, lse)
+        dq_acc = delta.reshape(B, H, T, 1)      # a float32 (B, H, T, D') the pass ignores
+    _dkdv_kernel(D, tile, dq_atomic)[(ceil_div(T, tile.rows), H, B), tile.threads, stream](
+        dk, dv, dq_acc, dout, q, k, v, lse, delta)
+    if dq_atomic:
+        convert_kernel[row_grid, ROWS_PER_BLOCK, stream](dq, dq_acc)

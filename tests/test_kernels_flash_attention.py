@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from helpers import (ON_GPU, TOL_F32_OP, assert_close, assert_one_key_gradients, poisoned,
                      randn)
-from hypothesis import example, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from numba import cuda
 
@@ -40,15 +40,17 @@ if ON_GPU:
     # attention takes seconds: a few real-shape examples
     SHAPES = st.tuples(st.integers(1, 16), st.integers(1, 12), st.integers(1, 1024),
                        st.sampled_from([32, 64, 72, 4]))
-    TILES = st.sampled_from([None, FlashTile(64, 32)])
+    TILES = st.sampled_from([None, FlashTile(64, 32), FlashTile(128, 32, 32, 1),
+                             FlashTile(64, 32, 16, 2), FlashTile(64, 64, 32)])
 else:
     # one or two warps per block (the simulator runs every barrier of every thread, two
     # per warp-collective atom: a block step costs ~0.1 s), T across two tiles and steps
     # with ragged ends, D padded (4, 12; 72 below) or not, by cp.async (D a multiple of 8)
-    # or element by element
+    # or element by element; a warp of 16 rows or of 32 (two row tiles)
     SHAPES = st.tuples(st.sampled_from([1, 2]), st.sampled_from([1, 2]), st.integers(1, 20),
                        st.sampled_from([4, 8, 12, 16])).filter(lambda s: s[0] * s[1] < 4)
-    TILES = st.sampled_from([FlashTile(16, 16), FlashTile(32, 16), FlashTile(16, 32)])
+    TILES = st.sampled_from([FlashTile(16, 16), FlashTile(32, 16), FlashTile(16, 32),
+                             FlashTile(32, 16, 32)])
 
 def bf16(x):
     """float32 -> (uint16 bits for the device, the same bf16 values in float64)."""
@@ -72,7 +74,7 @@ def check_forward(shape, tile, seed):
     assert_close(lse.copy_to_host(), want_lse, TOL_F32_OP, what + " lse")
 
 
-def check_backward(shape, tiles, seed):
+def check_backward(shape, tiles, seed, dq_atomic=False):
     B, H, T, D = shape
     rng = np.random.default_rng(seed)
     (q, q64), (k, k64), (v, v64), (dout, dout64) = (bf16(randn(rng, *shape))
@@ -82,12 +84,14 @@ def check_backward(shape, tiles, seed):
     lse = want_lse.astype(np.float32)
     grads = [cuda.to_device(np.full(shape, BF16_NAN, np.uint16)) for _ in range(3)]
     delta = cuda.to_device(poisoned(shape[:3]))
+    dq_acc = cuda.to_device(poisoned(shape)) if dq_atomic else None
     fa.flash_attention_backward(*grads, *map(cuda.to_device, (dout, q, k, v, out, lse)),
-                                delta, tiles=tiles)
+                                delta, tiles=tiles, dq_atomic=dq_atomic, dq_acc=dq_acc)
     dq, dk, dv = (from_bf16(g.copy_to_host()) for g in grads)
-    want_dq, want_dk, want_dv = ref.attention_backward(dout64, q64, k64, v64, want_out,
+    # the reference takes the out the kernels take (delta = rowsum(dout * out) is theirs)
+    want_dq, want_dk, want_dv = ref.attention_backward(dout64, q64, k64, v64, from_bf16(out),
                                                        want_lse)
-    what = f"flash attention backward {shape} tiles={tiles}"
+    what = f"flash attention backward {shape} tiles={tiles} dq_atomic={dq_atomic}"
     assert_close(delta.copy_to_host(), (dout64 * from_bf16(out)).sum(-1), TOL_F32_OP,
                  what + " delta")
     assert_close(dv, want_dv, TOL_OUT, what + " dv")
@@ -103,25 +107,42 @@ EXAMPLE_TILE = None if ON_GPU else FlashTile(16, 16)
 EXAMPLE_SHAPES = [(1, 1, 1, 8), (1, 1, 1000 if ON_GPU else 5, 72)]
 
 
-def examples(test, tile_argument, tile):
+def examples(test, **fixed):
     for shape in EXAMPLE_SHAPES:
-        test = example(shape=shape, seed=1, **{tile_argument: tile})(test)
+        test = example(shape=shape, seed=1, **fixed)(test)
     return test
+
+
+def usable(tile, D, kind):
+    """Whether a drawn tile suits this head_dim and pass (a wide D takes smaller tiles,
+    dq by atomics a step of 16 queries per warp or more; the launcher's refusals are
+    tested below)."""
+    try:
+        tile is None or fa.check_tile(tile, D, kind)
+    except ValueError:
+        return False
+    return True
 
 
 @given(shape=SHAPES, tile=TILES, seed=SEEDS)
 def test_flash_attention_forward(shape, tile, seed):
+    assume(usable(tile, shape[3], "forward"))
     check_forward(shape, tile, seed)
 
 
-@given(shape=SHAPES, tiles=st.tuples(TILES, TILES), seed=SEEDS)
-def test_flash_attention_backward(shape, tiles, seed):
-    check_backward(shape, tiles, seed)
+@given(shape=SHAPES, tiles=st.tuples(TILES, TILES), dq_atomic=st.booleans(), seed=SEEDS)
+def test_flash_attention_backward(shape, tiles, dq_atomic, seed):
+    """Both ways to dq: a pass of its own (tiles: dq, dk/dv), or atomics from the dk/dv
+    pass (tiles[1]; the dq_acc workspace poisoned too)."""
+    assume(usable(tiles[1], shape[3], "dkdv+dq") if dq_atomic else
+           usable(tiles[0], shape[3], "dq") and usable(tiles[1], shape[3], "dkdv"))
+    check_backward(shape, tiles, seed, dq_atomic)
 
 
-test_flash_attention_forward = examples(test_flash_attention_forward, "tile", EXAMPLE_TILE)
-test_flash_attention_backward = examples(test_flash_attention_backward, "tiles",
-                                         (EXAMPLE_TILE, EXAMPLE_TILE))
+test_flash_attention_forward = examples(test_flash_attention_forward, tile=EXAMPLE_TILE)
+for atomic in (False, True):
+    test_flash_attention_backward = examples(
+        test_flash_attention_backward, tiles=(EXAMPLE_TILE, EXAMPLE_TILE), dq_atomic=atomic)
 
 
 def test_default_tiles_fit_and_pad():
@@ -143,8 +164,15 @@ def test_flash_attention_rejects_bad_arguments():
         fa.flash_attention_forward(x, lse, dev(1, 2, 3, 32, dtype=np.float32), x, x)
     with pytest.raises(ValueError, match="multiples of 16"):
         fa.flash_attention_forward(x, lse, x, x, x, tile=FlashTile(24, 16))
+    with pytest.raises(ValueError, match="warp_rows must be 16 or 32"):
+        fa.flash_attention_forward(x, lse, x, x, x, tile=FlashTile(48, 16, 32))
+    with pytest.raises(ValueError, match="min_blocks must be 1 to 16"):
+        fa.flash_attention_forward(x, lse, x, x, x, tile=FlashTile(64, 16, 16, 17))
     wide = dev(1, 2, 3, 64)
     with pytest.raises(ValueError, match="shared memory"):
         fa.flash_attention_backward(*[wide] * 8, lse, tiles=(FlashTile(128, 128), None))
+    with pytest.raises(ValueError, match="step must be a power of two and a multiple of 64"):
+        fa.flash_attention_backward(*[wide] * 8, lse, tiles=(None, FlashTile(64, 32)),
+                                    dq_atomic=True)
     with pytest.raises(ValueError, match="delta: expected shape"):
         fa.flash_attention_backward(x, x, x, x, x, x, x, x, lse, dev(1, 2, 4, dtype=np.float32))
