@@ -52,7 +52,7 @@ from microgpt.kernels.common import SIMULATOR, ceil_div, check_array
 from microgpt.kernels.mma import (CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, bits_to_float32,
                                   cp_async_commit, cp_async_wait_group, mma_bf16_16816,
                                   opaque, pack_bf16x2, shuffle_xor, to_bf16)
-from microgpt.kernels.tiles import a_fragment_loader, b_fragment_loader, swizzled, tile_copier
+from microgpt.kernels.tiles import a_fragment_loader, b_fragment_loader, tile_copier
 
 # static shared memory a block may declare without the driver's opt-in attribute
 SHARED_LIMIT = 48 * 1024
@@ -78,10 +78,8 @@ class FlashTile(NamedTuple):
         return self.rows // self.warp_rows * 32
 
 
-# tiles resident for the whole walk, each `rows` x DS: q; q and dout; k and v. "dkdv+dq"
-# is the dk/dv pass that adds dq too, by float32 atomics: its v tile's place holds each
-# step's ds^T once v is in registers, so it is max(DS, step) wide
-RESIDENT = {"forward": 1, "dq": 2, "dkdv": 2, "dkdv+dq": 2}
+# tiles resident for the whole walk, each `rows` x DS: q; q and dout; k and v
+RESIDENT = {"forward": 1, "dq": 2, "dkdv": 2}
 
 
 def head_widths(D):
@@ -92,24 +90,24 @@ def head_widths(D):
 
 
 def shared_bytes(tile, D, kind):
-    DS = head_widths(D)[1]
-    widened = tile.rows * max(0, tile.step - DS) if kind == "dkdv+dq" else 0
-    return ((RESIDENT[kind] * tile.rows + STAGES * 2 * tile.step) * DS + widened) * 2
+    return (RESIDENT[kind] * tile.rows + STAGES * 2 * tile.step) * head_widths(D)[1] * 2
 
 
 def default_tile(D, kind):
-    """The fastest tile of the H200 sweep (docs/flash-attention.md) for this width of
-    shared rows: at D 64 the forward's 8 warps share each k, v step (128 x 64), the dq
-    pass streams 32 keys a step, the dk/dv pass 64 queries; at D 32 (andrea-12m, T 256)
-    more, smaller blocks win; past 64 what fits 48 KiB."""
+    """The fastest tile of the H200 sweeps (docs/flash-attention.md) for this width of
+    shared rows. At D 64 the forward's 8 warps share each k, v step (128 x 64) with
+    registers capped for 2 blocks per SM, the backward streams 32 rows a step; at D 32
+    (andrea-12m, T 256) 4-warp forward blocks capped for 4 per SM, and a dk/dv pass of
+    32-row warps; past 64 what fits 48 KiB (and, for the dk/dv pass, 255 registers)."""
     DS = head_widths(D)[1]
     if DS <= 32:
-        return {"forward": FlashTile(64, 64), "dq": FlashTile(64, 64),
-                "dkdv": FlashTile(64, 32), "dkdv+dq": FlashTile(64, 64)}[kind]
+        return {"forward": FlashTile(64, 64, 16, 4), "dq": FlashTile(64, 64),
+                "dkdv": FlashTile(128, 32, 32)}[kind]
     if DS <= 64:
-        return {"forward": FlashTile(128, 64), "dq": FlashTile(64, 32),
-                "dkdv": FlashTile(64, 64), "dkdv+dq": FlashTile(64, 64)}[kind]
-    return FlashTile(64, 32) if kind == "forward" else FlashTile(32, 32)
+        return {"forward": FlashTile(128, 64, 16, 2), "dq": FlashTile(64, 32),
+                "dkdv": FlashTile(64, 32)}[kind]
+    return {"forward": FlashTile(64, 32), "dq": FlashTile(32, 32),
+            "dkdv": FlashTile(32, 16)}[kind]
 
 
 def check_tile(tile, D, kind):
@@ -123,11 +121,6 @@ def check_tile(tile, D, kind):
                          f"(2048 threads per SM)")
     if tile.threads > 1024:
         raise ValueError(f"tile {tile}: {tile.threads} threads per block, more than 1024")
-    warps, query_tiles = tile.threads // 32, step // MMA_M
-    if kind == "dkdv+dq" and (query_tiles % warps or step & (step - 1)):
-        raise ValueError(f"tile {tile}: dq by atomics splits a step's {query_tiles} query "
-                         f"tiles of 16 among {warps} warps, and swizzles a tile one step "
-                         f"wide: step must be a power of two and a multiple of {16 * warps}")
     if shared_bytes(tile, D, kind) > SHARED_LIMIT:
         raise ValueError(f"tile {tile} of the {kind} pass with head_dim {D}: "
                          f"{shared_bytes(tile, D, kind)} bytes of shared memory, more than "
@@ -468,42 +461,29 @@ def _dq_kernel(D, tile):
 
 
 @functools.cache
-def _dkdv_kernel(D, tile, with_dq):
-    """The dk/dv pass; with_dq: it adds each step's dq (scale-free) into a float32
-    dq_acc by atomics as well, else dq_acc is not touched."""
+def _dkdv_kernel(D, tile):
     DP, DS, KD, ND, NS, WM = _constants(D, tile)
     rows, step, warp_rows = tile.rows, tile.step, tile.warp_rows
     parts = _parts(D, tile, True)
     write_rows = _writer(D, DP)
-    VS = max(DS, step) if with_dq else DS       # the v tile's row, or a ds^T row
-    stages0 = rows * (DS + VS)
-    smem_size = stages0 + STAGES * 2 * step * DS
+    smem_size = (2 * rows + STAGES * 2 * step) * DS
     stage_size = 2 * step * DS
     scale = np.float32(1.0 / math.sqrt(D))
     scale_log2 = np.float32(LOG2E / math.sqrt(D))
     log2e = np.float32(LOG2E)
     wait_all = cp_async_wait_group(0)
-    # dq of a step = ds (step x rows) k (rows x DP): A from ds^T [key][query] in shared
-    # memory (ldmatrix.trans), B from the block's k tile [key][dim]; a warp takes every
-    # warps-th of the step's query tiles of 16
-    ds_index = swizzled(step)
-    ds_locate, ds_advance, ds_load = a_fragment_loader(step, True)
-    k_locate, k_advance, k_load = b_fragment_loader(DS, False)
-    warps = tile.threads // 32
-    QT = step // MMA_M
 
     @_jit(tile)
-    def flash_attention_backward_dkdv_kernel(dk, dv, dq_acc, dout, q, k, v, lse, delta):
-        # dk, dv, dout, q, k, v (B, H, T, D) bf16 bits; dq_acc (B, H, T, D) float32; lse,
-        # delta (B, H, T). Block (x, h, b) owns key rows k0 .. k0 + rows, the first first
-        # (they walk the most queries), and the query steps from the one holding k0 to T.
+    def flash_attention_backward_dkdv_kernel(dk, dv, dout, q, k, v, lse, delta):
+        # dk, dv, dout, q, k, v (B, H, T, D) bf16 bits; lse, delta (B, H, T). Block
+        # (x, h, b) owns key rows k0 .. k0 + rows, the first first (they walk the most
+        # queries), and the query steps from the one holding k0 to T.
         h, b = cuda.blockIdx.y, cuda.blockIdx.z
         T = q.shape[2]
         k0 = cuda.blockIdx.x * rows
-        warp = cuda.threadIdx.x // 32
-        warp_row = warp * warp_rows
-        g, col = cuda.threadIdx.x % 32 // 4, 2 * (cuda.threadIdx.x % 4)
-        row = k0 + warp_row + g
+        warp_row = cuda.threadIdx.x // 32 * warp_rows
+        col = 2 * (cuda.threadIdx.x % 4)
+        row = k0 + warp_row + cuda.threadIdx.x % 32 // 4
         qh, doh = q[b, h], dout[b, h]
         smem = cuda.shared.array(smem_size, uint16, alignment=SHARED_ALIGN)
         kf = cuda.local.array((WM, KD, 4), uint32)
@@ -512,7 +492,6 @@ def _dkdv_kernel(D, tile, with_dq):
         dp = cuda.local.array((WM, NS, 4), float32)
         dk_acc = cuda.local.array((WM, ND, 4), float32)
         dv_acc = cuda.local.array((WM, ND, 4), float32)
-        dq_part = cuda.local.array((1, ND, 4), float32)
         col_lse = cuda.local.array((NS, 2), float32)
         col_delta = cuda.local.array((NS, 2), float32)
         for mi in range(WM):
@@ -524,7 +503,7 @@ def _dkdv_kernel(D, tile, with_dq):
         first = k0 // step
         parts.copy_own(smem, 0, k[b, h], k0, 0)
         parts.copy_own(smem, rows * DS, v[b, h], k0, 0)
-        parts.copy_pair(smem, stages0, qh, doh, first * step)
+        parts.copy_pair(smem, 2 * rows * DS, qh, doh, first * step)
         cp_async_commit()
         steps = (T + step - 1) // step - first
         for it in range(steps):
@@ -540,13 +519,11 @@ def _dkdv_kernel(D, tile, with_dq):
             if it == 0:
                 parts.fragments(kf, smem, 0, warp_row)
                 parts.fragments(vf, smem, rows * DS, warp_row)
-                if with_dq:
-                    cuda.syncthreads()      # v is in registers: its place takes ds^T
             if it + 1 < steps:
-                parts.copy_pair(smem, stages0 + (it + 1) % STAGES * stage_size, qh, doh,
-                                query0 + step)
+                parts.copy_pair(smem, 2 * rows * DS + (it + 1) % STAGES * stage_size, qh,
+                                doh, query0 + step)
             cp_async_commit()
-            q_base = stages0 + it % STAGES * stage_size
+            q_base = 2 * rows * DS + it % STAGES * stage_size
             parts.scores(s, kf, smem, q_base)                       # k q^T
             if query0 < k0 + rows:
                 parts.mask(s, row, query0, T)
@@ -561,40 +538,6 @@ def _dkdv_kernel(D, tile, with_dq):
                     for r in range(4):
                         dp[mi, j, r] = s[mi, j, r] * (dp[mi, j, r] - col_delta[j, r % 2])
             parts.accumulate(dk_acc, dp, smem, q_base)              # dk += ds^T q
-            if with_dq:
-                # fixed moves from a lane's located index, as in scores and accumulate:
-                # 8 rows on add 8 rows, 16 columns on flip chunk bits
-                at = rows * DS + opaque(ds_index(warp_row + g, col))
-                for mi in range(WM):
-                    for j in range(NS):
-                        for r in range(4):
-                            smem[(at ^ j * MMA_N) + (mi * MMA_M + 8 * (r // 2)) * step
-                                 + r % 2] = to_bf16(dp[mi, j, r])
-                cuda.syncthreads()
-                at = rows * DS + opaque(ds_locate(0, 0))
-                bt = opaque(k_locate(0, 0))
-                for u in range(QT // warps):
-                    qt = warp + u * warps
-                    for n in range(ND):
-                        for r in range(4):
-                            dq_part[0, n, r] = ZERO
-                    for kk in range(rows // MMA_K):
-                        a0, a1, a2, a3 = ds_load(smem, int32(
-                            ds_advance(at ^ qt * MMA_M, kk * MMA_K)))
-                        for n in range(0, ND, 2):
-                            b0, b1, b2, b3 = k_load(smem, int32(
-                                k_advance(bt, kk * MMA_K) ^ n * MMA_N))
-                            mma_into(dq_part, 0, n, a0, a1, a2, a3, b0, b1)
-                            mma_into(dq_part, 0, n + 1, a0, a1, a2, a3, b2, b3)
-                    for half in range(2):
-                        i = query0 + qt * MMA_M + g + 8 * half
-                        if i < T:
-                            for n in range(ND):
-                                for r in range(2):
-                                    c = n * MMA_N + col + r
-                                    if c < D:
-                                        cuda.atomic.add(dq_acc, (b, h, i, c),
-                                                        dq_part[0, n, 2 * half + r])
 
         dkh, dvh = dk[b, h], dv[b, h]
         for mi in range(WM):
@@ -607,56 +550,15 @@ def _dkdv_kernel(D, tile, with_dq):
     return flash_attention_backward_dkdv_kernel
 
 
-ROWS_PER_BLOCK = 128        # the per-row kernels: a thread per row of (B, H, T)
-
-
-@functools.cache
-def _rows_kernels(D):
-    """The two small launches around a dk/dv pass that adds dq by atomics: before it,
-    delta = rowsum(dout * out) and a zeroed dq_acc; after it, dq = dq_acc / sqrt(D) in
-    bf16. A thread per row of (B, H, T) (they move B H T D elements: bandwidth, not
-    compute)."""
-    scale = np.float32(1.0 / math.sqrt(D))
-
-    @cuda.jit
-    def flash_attention_delta_kernel(delta, dq_acc, dout, out):
-        h, b = cuda.blockIdx.y, cuda.blockIdx.z
-        i = cuda.blockIdx.x * ROWS_PER_BLOCK + cuda.threadIdx.x
-        if i < dout.shape[2]:
-            total = ZERO
-            for c in range(D):
-                total += bf16_value(dout[b, h, i, c]) * bf16_value(out[b, h, i, c])
-                dq_acc[b, h, i, c] = ZERO
-            delta[b, h, i] = total
-
-    @cuda.jit
-    def flash_attention_dq_convert_kernel(dq, dq_acc):
-        h, b = cuda.blockIdx.y, cuda.blockIdx.z
-        i = cuda.blockIdx.x * ROWS_PER_BLOCK + cuda.threadIdx.x
-        if i < dq.shape[2]:
-            for c in range(D):
-                dq[b, h, i, c] = to_bf16(dq_acc[b, h, i, c] * scale)
-
-    return flash_attention_delta_kernel, flash_attention_dq_convert_kernel
-
-
-
-
 _HEADS = types.uint16[:, :, :, ::1]
 _ROWS3 = types.float32[:, :, ::1]
-_HEADS32 = types.float32[:, :, :, ::1]
 PTX_SIGNATURES = [
     entry
     for D in (32, 64, 72)
     for entry in [
         (_forward_kernel(D, default_tile(D, "forward")), (_HEADS, _ROWS3) + (_HEADS,) * 3),
         (_dq_kernel(D, default_tile(D, "dq")), (_HEADS, _ROWS3) + (_HEADS,) * 5 + (_ROWS3,)),
-        (_dkdv_kernel(D, default_tile(D, "dkdv"), False),
-         (_HEADS,) * 2 + (_HEADS32,) + (_HEADS,) * 4 + (_ROWS3,) * 2),
-        (_dkdv_kernel(D, default_tile(D, "dkdv+dq"), True),
-         (_HEADS,) * 2 + (_HEADS32,) + (_HEADS,) * 4 + (_ROWS3,) * 2),
-        (_rows_kernels(D)[0], (_ROWS3, _HEADS32, _HEADS, _HEADS)),
-        (_rows_kernels(D)[1], (_HEADS, _HEADS32)),
+        (_dkdv_kernel(D, default_tile(D, "dkdv")), (_HEADS,) * 6 + (_ROWS3,) * 2),
     ]
 ]
 
@@ -696,36 +598,18 @@ def flash_attention_forward(out, lse, q, k, v, *, tile=None, stream=0):
 
 
 def flash_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, delta=None, *,
-                             tiles=(None, None), dq_atomic=False, dq_acc=None, stream=0):
+                             tiles=(None, None), stream=0):
     """dq, dk, dv (B, H, T, D) bf16, overwritten, from dout and the forward's q, k, v, out
-    and lse. delta (B, H, T) float32: a workspace (allocated when None).
-
-    Two ways to dq. By default two launches: dq by query tiles (writing delta), then dk
-    and dv by key tiles; tiles: their FlashTiles. dq_atomic: three, delta (and a zeroed
-    dq_acc) by rows, the dk/dv pass adding dq into dq_acc by float32 atomics (tiles[1]),
-    then dq from dq_acc by rows; dq_acc (B, H, T, D) float32 is a workspace (allocated
-    when None). The first is deterministic, the second's dq sums in a varying order."""
+    and lse. delta (B, H, T) float32: a workspace (allocated when None). Two launches: dq
+    by query tiles (writing delta), then dk and dv by key tiles; tiles: their FlashTiles."""
     if delta is None:
         delta = cuda.device_array(lse.shape, np.float32, stream=stream)
-    if dq_atomic and dq_acc is None:
-        dq_acc = cuda.device_array(dq.shape, np.float32, stream=stream)
     B, H, T, D = _check_heads(dict(lse=lse, delta=delta), q=q, k=k, v=v, out=out, dout=dout,
                               dq=dq, dk=dk, dv=dv)
-    if dq_atomic:
-        check_array("dq_acc", dq_acc, dq.shape)
     if q.size == 0:
         return
-    if dq_atomic:
-        tile = _tile(tiles[1], D, "dkdv+dq")
-        delta_kernel, convert_kernel = _rows_kernels(D)
-        row_grid = (ceil_div(T, ROWS_PER_BLOCK), H, B)
-        delta_kernel[row_grid, ROWS_PER_BLOCK, stream](delta, dq_acc, dout, out)
-    else:
-        dq_tile, tile = _tile(tiles[0], D, "dq"), _tile(tiles[1], D, "dkdv")
-        _dq_kernel(D, dq_tile)[(ceil_div(T, dq_tile.rows), H, B), dq_tile.threads, stream](
-            dq, delta, dout, q, k, v, out, lse)
-        dq_acc = delta.reshape(B, H, T, 1)      # a float32 (B, H, T, D') the pass ignores
-    _dkdv_kernel(D, tile, dq_atomic)[(ceil_div(T, tile.rows), H, B), tile.threads, stream](
-        dk, dv, dq_acc, dout, q, k, v, lse, delta)
-    if dq_atomic:
-        convert_kernel[row_grid, ROWS_PER_BLOCK, stream](dq, dq_acc)
+    dq_tile, dkdv_tile = _tile(tiles[0], D, "dq"), _tile(tiles[1], D, "dkdv")
+    _dq_kernel(D, dq_tile)[(ceil_div(T, dq_tile.rows), H, B), dq_tile.threads, stream](
+        dq, delta, dout, q, k, v, out, lse)
+    _dkdv_kernel(D, dkdv_tile)[(ceil_div(T, dkdv_tile.rows), H, B), dkdv_tile.threads,
+                               stream](dk, dv, dout, q, k, v, lse, delta)

@@ -40,8 +40,8 @@ if ON_GPU:
     # attention takes seconds: a few real-shape examples
     SHAPES = st.tuples(st.integers(1, 16), st.integers(1, 12), st.integers(1, 1024),
                        st.sampled_from([32, 64, 72, 4]))
-    TILES = st.sampled_from([None, FlashTile(64, 32), FlashTile(128, 32, 32, 1),
-                             FlashTile(64, 32, 16, 2), FlashTile(64, 64, 32)])
+    TILES = st.sampled_from([None, FlashTile(64, 32), FlashTile(128, 32, 32),
+                             FlashTile(64, 32, 16, 2)])
 else:
     # one or two warps per block (the simulator runs every barrier of every thread, two
     # per warp-collective atom: a block step costs ~0.1 s), T across two tiles and steps
@@ -74,7 +74,7 @@ def check_forward(shape, tile, seed):
     assert_close(lse.copy_to_host(), want_lse, TOL_F32_OP, what + " lse")
 
 
-def check_backward(shape, tiles, seed, dq_atomic=False):
+def check_backward(shape, tiles, seed):
     B, H, T, D = shape
     rng = np.random.default_rng(seed)
     (q, q64), (k, k64), (v, v64), (dout, dout64) = (bf16(randn(rng, *shape))
@@ -84,14 +84,13 @@ def check_backward(shape, tiles, seed, dq_atomic=False):
     lse = want_lse.astype(np.float32)
     grads = [cuda.to_device(np.full(shape, BF16_NAN, np.uint16)) for _ in range(3)]
     delta = cuda.to_device(poisoned(shape[:3]))
-    dq_acc = cuda.to_device(poisoned(shape)) if dq_atomic else None
     fa.flash_attention_backward(*grads, *map(cuda.to_device, (dout, q, k, v, out, lse)),
-                                delta, tiles=tiles, dq_atomic=dq_atomic, dq_acc=dq_acc)
+                                delta, tiles=tiles)
     dq, dk, dv = (from_bf16(g.copy_to_host()) for g in grads)
     # the reference takes the out the kernels take (delta = rowsum(dout * out) is theirs)
     want_dq, want_dk, want_dv = ref.attention_backward(dout64, q64, k64, v64, from_bf16(out),
                                                        want_lse)
-    what = f"flash attention backward {shape} tiles={tiles} dq_atomic={dq_atomic}"
+    what = f"flash attention backward {shape} tiles={tiles}"
     assert_close(delta.copy_to_host(), (dout64 * from_bf16(out)).sum(-1), TOL_F32_OP,
                  what + " delta")
     assert_close(dv, want_dv, TOL_OUT, what + " dv")
@@ -113,36 +112,27 @@ def examples(test, **fixed):
     return test
 
 
-def usable(tile, D, kind):
-    """Whether a drawn tile suits this head_dim and pass (a wide D takes smaller tiles,
-    dq by atomics a step of 16 queries per warp or more; the launcher's refusals are
-    tested below)."""
-    try:
-        tile is None or fa.check_tile(tile, D, kind)
-    except ValueError:
-        return False
-    return True
+def fits(tile, D, kind):
+    """Whether a drawn tile fits the shared memory at this head_dim (a wide D takes
+    smaller tiles; the launcher's refusal is tested below)."""
+    return tile is None or fa.shared_bytes(tile, D, kind) <= fa.SHARED_LIMIT
 
 
 @given(shape=SHAPES, tile=TILES, seed=SEEDS)
 def test_flash_attention_forward(shape, tile, seed):
-    assume(usable(tile, shape[3], "forward"))
+    assume(fits(tile, shape[3], "forward"))
     check_forward(shape, tile, seed)
 
 
-@given(shape=SHAPES, tiles=st.tuples(TILES, TILES), dq_atomic=st.booleans(), seed=SEEDS)
-def test_flash_attention_backward(shape, tiles, dq_atomic, seed):
-    """Both ways to dq: a pass of its own (tiles: dq, dk/dv), or atomics from the dk/dv
-    pass (tiles[1]; the dq_acc workspace poisoned too)."""
-    assume(usable(tiles[1], shape[3], "dkdv+dq") if dq_atomic else
-           usable(tiles[0], shape[3], "dq") and usable(tiles[1], shape[3], "dkdv"))
-    check_backward(shape, tiles, seed, dq_atomic)
+@given(shape=SHAPES, tiles=st.tuples(TILES, TILES), seed=SEEDS)
+def test_flash_attention_backward(shape, tiles, seed):
+    assume(fits(tiles[0], shape[3], "dq") and fits(tiles[1], shape[3], "dkdv"))
+    check_backward(shape, tiles, seed)
 
 
 test_flash_attention_forward = examples(test_flash_attention_forward, tile=EXAMPLE_TILE)
-for atomic in (False, True):
-    test_flash_attention_backward = examples(
-        test_flash_attention_backward, tiles=(EXAMPLE_TILE, EXAMPLE_TILE), dq_atomic=atomic)
+test_flash_attention_backward = examples(test_flash_attention_backward,
+                                         tiles=(EXAMPLE_TILE, EXAMPLE_TILE))
 
 
 def test_default_tiles_fit_and_pad():
@@ -171,8 +161,5 @@ def test_flash_attention_rejects_bad_arguments():
     wide = dev(1, 2, 3, 64)
     with pytest.raises(ValueError, match="shared memory"):
         fa.flash_attention_backward(*[wide] * 8, lse, tiles=(FlashTile(128, 128), None))
-    with pytest.raises(ValueError, match="step must be a power of two and a multiple of 64"):
-        fa.flash_attention_backward(*[wide] * 8, lse, tiles=(None, FlashTile(64, 32)),
-                                    dq_atomic=True)
     with pytest.raises(ValueError, match="delta: expected shape"):
         fa.flash_attention_backward(x, x, x, x, x, x, x, x, lse, dev(1, 2, 4, dtype=np.float32))

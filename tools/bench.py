@@ -158,10 +158,9 @@ ATTENTION_SHAPES = (("andrea-120m", 16, 12, 1024, 64), ("andrea-12m", 64, 12, 25
 
 
 def attention_candidates(D):
-    """(forward tiles, backward variants) the sweep times, defaults first. A backward
-    variant is (dq tile, dk/dv tile, dq_atomic): each pass's tile varied alone (the two
-    are timed together), then dq by atomics from the dk/dv pass with its tiles. Beside
-    the tile shapes: 32 rows per warp, and launch bounds for 2-4 blocks per SM."""
+    """(forward tiles, (dq tile, dk/dv tile) pairs) the sweep times, defaults first; each
+    backward pass varied alone (the two are timed together). Beside the tile shapes: 32
+    rows per warp, and launch bounds for 2-4 blocks per SM."""
     from microgpt.kernels import flash_attention as fa
     from microgpt.kernels.flash_attention import FlashTile as F
 
@@ -180,22 +179,17 @@ def attention_candidates(D):
         [F(128, 64), F(64, 64), F(128, 64, 16, 2), F(64, 64, 16, 4), F(128, 32, 16, 2),
          F(128, 64, 32), F(128, 32, 32), F(64, 32, 16, 2)], "forward")
     others = [F(64, 32), F(64, 64), F(64, 32, 16, 2), F(128, 32, 32)]
-    atomic = [fa.default_tile(D, "dkdv+dq"), F(64, 64, 16, 2), F(32, 32), F(32, 32, 16, 6),
-              F(64, 64, 32)]
-    backward = ([(dq, dkdv, False)] + [(t, dkdv, False) for t in usable(others, "dq")]
-                + [(dq, t, False) for t in usable(others, "dkdv")]
-                + [(None, t, True) for t in usable(atomic, "dkdv+dq")])
+    backward = ([(dq, dkdv)] + [(t, dkdv) for t in usable(others, "dq")]
+                + [(dq, t) for t in usable(others, "dkdv")])
     return list(dict.fromkeys(forward)), list(dict.fromkeys(backward))
 
 
 def variant_text(variant):
-    """A tile (rows, step, warp_rows, min_blocks), or a backward variant of two and
-    whether dq is by atomics, as the report prints it."""
+    """A tile (rows, step, warp_rows, min_blocks), or a backward pair, as the report
+    prints it."""
     if isinstance(variant[0], int):
         return str(tuple(variant))
-    dq, dkdv, atomic = variant
-    return (f"atomic dq, dk/dv {tuple(dkdv)}" if atomic
-            else f"dq {tuple(dq)}, dk/dv {tuple(dkdv)}")
+    return f"dq {tuple(variant[0])}, dk/dv {tuple(variant[1])}"
 
 
 def best_variant(run, variants, result, reps):
@@ -234,14 +228,12 @@ def time_flash_attention(host, reps, sweep):
                      for x in host)
     out, dq, dk, dv = (cuda.device_array(shape, np.uint16) for _ in range(4))
     lse, delta = (cuda.device_array(shape[:3], np.float32) for _ in range(2))
-    dq_acc = cuda.device_array(shape, np.float32)
 
     def forward(tile=None):
         fa.flash_attention_forward(out, lse, q, k, v, tile=tile)
 
-    def backward(variant=(None, None, False)):
-        fa.flash_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, delta,
-                                    tiles=variant[:2], dq_atomic=variant[2], dq_acc=dq_acc)
+    def backward(tiles=(None, None)):
+        fa.flash_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, delta, tiles=tiles)
 
     row = dict(fwd=cuda_time(forward, reps), bwd=cuda_time(backward, reps),
                both=cuda_time(lambda: (forward(), backward()), reps))
