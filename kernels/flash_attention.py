@@ -206,7 +206,7 @@ def _parts(D, tile, keys_are_rows):
             for j in range(NS):
                 for r in range(4):
                     s[mi, j, r] = ZERO
-        at = base + opaque(bt_locate(0, 0))
+        at = opaque(int32(base + bt_locate(0, 0)))
         for kk in range(KD):
             at_k = bt_advance(at, kk * MMA_K)
             for j in range(0, NS, 2):
@@ -222,7 +222,7 @@ def _parts(D, tile, keys_are_rows):
         """acc (WM, ND, 4) += p (accumulators over the step, rounded to bf16) @ the step's
         tile."""
         pa = cuda.local.array((WM, 4), uint32)
-        at = base + opaque(b_locate(0, 0))
+        at = opaque(int32(base + b_locate(0, 0)))
         for kk in range(KS):
             for mi in range(WM):
                 pa[mi, 0] = pack_bf16x2(p[mi, 2 * kk, 0], p[mi, 2 * kk, 1])
@@ -351,7 +351,7 @@ def _forward_kernel(D, tile):
                     total = l[mi, half] * rescale
                     for j in range(NS):
                         for r in range(2 * half, 2 * half + 2):
-                            s[mi, j, r] = math.exp2(s[mi, j, r] * scale_log2 - new_max)
+                            s[mi, j, r] = math.exp2(cuda.fma(s[mi, j, r], scale_log2, -new_max))
                             total += s[mi, j, r]
                     for n in range(ND):
                         acc[mi, n, 2 * half] *= rescale
@@ -446,7 +446,7 @@ def _dq_kernel(D, tile):
             for mi in range(WM):
                 for j in range(NS):
                     for r in range(4):
-                        p = math.exp2(s[mi, j, r] * scale_log2 - row_lse[mi, r // 2])
+                        p = math.exp2(cuda.fma(s[mi, j, r], scale_log2, -row_lse[mi, r // 2]))
                         dp[mi, j, r] = p * (dp[mi, j, r] - row_delta[mi, r // 2])
             parts.accumulate(acc, dp, smem, k_base)                # dq += ds k
 
@@ -530,7 +530,8 @@ def _dkdv_kernel(D, tile):
             for mi in range(WM):
                 for j in range(NS):
                     for r in range(4):
-                        s[mi, j, r] = math.exp2(s[mi, j, r] * scale_log2 - col_lse[j, r % 2])
+                        s[mi, j, r] = math.exp2(
+                            cuda.fma(s[mi, j, r], scale_log2, -col_lse[j, r % 2]))
             parts.accumulate(dv_acc, s, smem, q_base + step * DS)  # dv += p^T dout
             parts.scores(dp, vf, smem, q_base + step * DS)          # v dout^T
             for mi in range(WM):
