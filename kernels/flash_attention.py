@@ -9,7 +9,8 @@ the natural-log logsumexp of each row of the scaled scores; the backward's delta
 float32 = rowsum(dout * out) is a workspace it writes and reads.
 
 How a block works. A block owns `rows` rows of one (batch, head): queries in the forward
-and the dq pass, keys in the dk/dv pass; each warp owns 16 of them, and their mma A
+and the dq pass, keys in the dk/dv pass; each warp owns 16 or 32 of them (one or two mma
+row tiles, which share every fragment of the other side they load), and their mma A
 fragments (q, or k and v; dout too in the dq pass) stay in registers for the whole walk.
 The other side streams through shared memory `step` rows at a time, by 16-byte cp.async
 into one of two buffers while the tensor cores work on the other (the GEMM's pipeline with
@@ -17,10 +18,12 @@ two stages, one barrier per step). Per step each warp computes its 16 x step sco
 mma.sync, keeps them in the accumulator registers, and feeds them straight back as the A
 operand of the next product (the accumulator layout of two 16 x 8 tiles is the A fragment
 of one 16 x 16: FlashAttention-2's register trick), rounded to bf16 as the tensor cores
-take them. Softmax runs in float32 in the log2 domain (exp2 of scores pre-scaled by
-log2(e) / sqrt(D)); the row max and sum of a 16-row slab are spread over the 4 lanes that
-hold a row, combined by two warp shuffles. Only tiles at or below the diagonal are walked;
-the one that crosses it (and the one past T) is masked element by element.
+take them. Softmax runs in float32 in the log2 domain (exp2 of one FFMA: the score times
+log2(e) / sqrt(D) minus the row max); the row max and sum of a 16-row slab are spread over
+the 4 lanes that hold a row, combined by two warp shuffles. Only tiles at or below the
+diagonal are walked; the one that crosses it (and the one past T) is masked element by
+element. A tile's min_blocks sets the launch bounds, which cap the registers of a thread
+so that that many blocks fit an SM (the forward's 8-warp blocks: two, at 128 registers).
 
 forward   block = query tile: s = q k^T, online softmax (running max m and sum l, the
           accumulator rescaled by exp2(m_old - m_new) per step), acc += p v; writes out
@@ -31,9 +34,10 @@ dq pass   block = query tile: delta = rowsum(dout * out) of its rows (written fo
 dk/dv     block = key tile, walking the query steps at or below the diagonal: p^T =
 pass      exp2(k q^T - lse), dv += p^T dout, dp^T = v dout^T, ds^T = p^T (dp^T - delta),
           dk += ds^T q. Every dq, dk, dv element has one owner: no atomics, deterministic.
-The dq pass is separate rather than fused into the dk/dv pass by float32 atomics: that
-would save recomputing s and dp (two of seven products) at the cost of a float32 dq
-buffer, atomics and a conversion pass.
+The dq pass is separate rather than fused into the dk/dv pass by float32 atomics. Fused
+saves recomputing s and dp (two of seven products) for a float32 dq buffer, ds^T through
+shared memory, a barrier, atomics and two row passes; built and measured on the H200
+(docs/flash-attention.md), it took 2.5x the time of the two passes at andrea-120m.
 
 head_dim D: the mma walks the head dimension padded to the next multiple of 16 (DP), and
 a shared tile row holds DS = the next power of two (what the tiles' XOR swizzle permutes);
@@ -127,6 +131,7 @@ def check_tile(tile, D, kind):
                          f"{SHARED_LIMIT}")
 
 
+# ----------------------------------------------------------------------------------
 # device parts: tiles in, products on the tensor cores, masks and row reductions
 
 @cuda.jit(device=True, inline=True)
@@ -195,10 +200,10 @@ def _parts(D, tile, keys_are_rows):
                     smem, int32(base + a_advance(at, kk * MMA_K)))
 
     # Where a lane's ldmatrix reads in a step's tile: located once per step, through
-    # `opaque` (else the compiler hoists every fragment's index out of the loop, two
-    # registers each), the rest by fixed moves. 16 rows on adds 16 * DS (the swizzle
-    # repeats every 8 rows); 16 columns on flips chunk bits above the lane's own (the
-    # advancers' XOR), and so does 16 columns on from the first or second 8 of a pair.
+    # `opaque` (else the compiler hoists every fragment's index out of the key loop, two
+    # registers each), the others by fixed moves. 16 rows on adds 16 * DS (the swizzle
+    # repeats every 8 rows); 16 columns on XORs the index with 16: the lane's own chunk
+    # is 0 or 1 of a pair, so adding 2 chunks flips bits the swizzle's XOR leaves alone.
     @cuda.jit(device=True, inline=True)
     def scores(s, frag, smem, base):
         """s (WM, NS, 4) = (the rows whose A fragments are frag) @ (the step's tile)^T."""
@@ -315,7 +320,7 @@ def _forward_kernel(D, tile):
         s = cuda.local.array((WM, NS, 4), float32)
         acc = cuda.local.array((WM, ND, 4), float32)
         m = cuda.local.array((WM, 2), float32)      # running max of the scaled log2 scores
-        l = cuda.local.array((WM, 2), float32)      # running sum of their exp2, this lane's
+        l = cuda.local.array((WM, 2), float32)      # their exp2 summed, this lane's part
         for mi in range(WM):
             for n in range(ND):
                 for r in range(4):
