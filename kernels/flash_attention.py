@@ -9,7 +9,8 @@ the natural-log logsumexp of each row of the scaled scores; the backward's delta
 float32 = rowsum(dout * out) is a workspace it writes and reads.
 
 How a block works. A block owns `rows` rows of one (batch, head): queries in the forward
-and the dq pass, keys in the dk/dv pass; each warp owns 16 of them, and their mma A
+and the dq pass, keys in the dk/dv pass; each warp owns 16 or 32 of them (one or two mma
+row tiles, which share every fragment of the other side they load), and their mma A
 fragments (q, or k and v; dout too in the dq pass) stay in registers for the whole walk.
 The other side streams through shared memory `step` rows at a time, by 16-byte cp.async
 into one of two buffers while the tensor cores work on the other (the GEMM's pipeline with
@@ -17,10 +18,12 @@ two stages, one barrier per step). Per step each warp computes its 16 x step sco
 mma.sync, keeps them in the accumulator registers, and feeds them straight back as the A
 operand of the next product (the accumulator layout of two 16 x 8 tiles is the A fragment
 of one 16 x 16: FlashAttention-2's register trick), rounded to bf16 as the tensor cores
-take them. Softmax runs in float32 in the log2 domain (exp2 of scores pre-scaled by
-log2(e) / sqrt(D)); the row max and sum of a 16-row slab are spread over the 4 lanes that
-hold a row, combined by two warp shuffles. Only tiles at or below the diagonal are walked;
-the one that crosses it (and the one past T) is masked element by element.
+take them. Softmax runs in float32 in the log2 domain (exp2 of one FFMA: the score times
+log2(e) / sqrt(D) minus the row max); the row max and sum of a 16-row slab are spread over
+the 4 lanes that hold a row, combined by two warp shuffles. Only tiles at or below the
+diagonal are walked; the one that crosses it (and the one past T) is masked element by
+element. A tile's min_blocks sets the launch bounds, which cap the registers of a thread
+so that that many blocks fit an SM (the forward's 8-warp blocks: two, at 128 registers).
 
 forward   block = query tile: s = q k^T, online softmax (running max m and sum l, the
           accumulator rescaled by exp2(m_old - m_new) per step), acc += p v; writes out
@@ -31,9 +34,10 @@ dq pass   block = query tile: delta = rowsum(dout * out) of its rows (written fo
 dk/dv     block = key tile, walking the query steps at or below the diagonal: p^T =
 pass      exp2(k q^T - lse), dv += p^T dout, dp^T = v dout^T, ds^T = p^T (dp^T - delta),
           dk += ds^T q. Every dq, dk, dv element has one owner: no atomics, deterministic.
-The dq pass is separate rather than fused into the dk/dv pass by float32 atomics: that
-would save recomputing s and dp (two of seven products) at the cost of a float32 dq
-buffer, atomics and a conversion pass.
+The dq pass is separate rather than fused into the dk/dv pass by float32 atomics. Fused
+saves recomputing s and dp (two of seven products) for a float32 dq buffer, ds^T through
+shared memory, a barrier, atomics and two row passes; built and measured on the H200
+(docs/flash-attention.md), it took 2.5x the time of the two passes at andrea-120m.
 
 head_dim D: the mma walks the head dimension padded to the next multiple of 16 (DP), and
 a shared tile row holds DS = the next power of two (what the tiles' XOR swizzle permutes);
@@ -48,10 +52,10 @@ from typing import NamedTuple
 import numpy as np
 from numba import cuda, float32, int32, types, uint16, uint32
 
-from microgpt.kernels.common import ceil_div, check_array
+from microgpt.kernels.common import SIMULATOR, ceil_div, check_array
 from microgpt.kernels.mma import (CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, bits_to_float32,
                                   cp_async_commit, cp_async_wait_group, mma_bf16_16816,
-                                  pack_bf16x2, shuffle_xor, to_bf16)
+                                  opaque, pack_bf16x2, shuffle_xor, to_bf16)
 from microgpt.kernels.tiles import a_fragment_loader, b_fragment_loader, tile_copier
 
 # static shared memory a block may declare without the driver's opt-in attribute
@@ -64,13 +68,18 @@ ZERO = np.float32(0.0)
 
 
 class FlashTile(NamedTuple):
-    """rows: the block's own rows, 16 per warp; step: rows of the other side per step."""
+    """rows: the block's own rows; step: rows of the other side per step; warp_rows: a
+    warp's own rows, 16 or 32 (two mma row tiles that share every B fragment loaded);
+    min_blocks: blocks per SM that the register allocation must leave room for (the
+    launch bounds: 65536 / (threads * min_blocks) registers a thread at most)."""
     rows: int
     step: int
+    warp_rows: int = MMA_M
+    min_blocks: int = 1
 
     @property
     def threads(self):
-        return self.rows // MMA_M * 32
+        return self.rows // self.warp_rows * 32
 
 
 # tiles resident for the whole walk, each `rows` x DS: q; q and dout; k and v
@@ -89,24 +98,31 @@ def shared_bytes(tile, D, kind):
 
 
 def default_tile(D, kind):
-    """The fastest tile of the H200 sweep (docs/flash-attention.md) for this width of
-    shared rows: at D 64 the forward's 8 warps share each k, v step (128 x 64), the dq
-    pass streams 32 keys a step, the dk/dv pass 64 queries; at D 32 (andrea-12m, T 256)
-    more, smaller blocks win; past 64 what fits 48 KiB."""
+    """The fastest tile of the H200 sweeps (docs/flash-attention.md) for this width of
+    shared rows. At D 64 the forward's 8 warps share each k, v step (128 x 64) with
+    registers capped for 2 blocks per SM, the backward streams 32 rows a step; at D 32
+    (andrea-12m, T 256) 4-warp forward blocks capped for 4 per SM, and a dk/dv pass of
+    32-row warps; past 64 what fits 48 KiB (and, for the dk/dv pass, 255 registers)."""
     DS = head_widths(D)[1]
     if DS <= 32:
-        return {"forward": FlashTile(64, 64), "dq": FlashTile(64, 64),
-                "dkdv": FlashTile(64, 32)}[kind]
+        return {"forward": FlashTile(64, 64, 16, 4), "dq": FlashTile(64, 64),
+                "dkdv": FlashTile(128, 32, 32)}[kind]
     if DS <= 64:
-        return {"forward": FlashTile(128, 64), "dq": FlashTile(64, 32),
-                "dkdv": FlashTile(64, 64)}[kind]
-    return FlashTile(64, 32) if kind == "forward" else FlashTile(32, 32)
+        return {"forward": FlashTile(128, 64, 16, 2), "dq": FlashTile(64, 32),
+                "dkdv": FlashTile(64, 32)}[kind]
+    return {"forward": FlashTile(64, 32), "dq": FlashTile(32, 32),
+            "dkdv": FlashTile(32, 16)}[kind]
 
 
 def check_tile(tile, D, kind):
-    rows, step = tile
+    rows, step, warp_rows, min_blocks = tile
     if rows < MMA_M or step < MMA_K or rows % MMA_M or step % MMA_K:
         raise ValueError(f"tile {tile}: rows and step must be positive multiples of 16")
+    if warp_rows not in (MMA_M, 2 * MMA_M) or rows % warp_rows:
+        raise ValueError(f"tile {tile}: warp_rows must be 16 or 32 and divide rows")
+    if not 1 <= min_blocks <= 2048 // tile.threads:
+        raise ValueError(f"tile {tile}: min_blocks must be 1 to {2048 // tile.threads} "
+                         f"(2048 threads per SM)")
     if tile.threads > 1024:
         raise ValueError(f"tile {tile}: {tile.threads} threads per block, more than 1024")
     if shared_bytes(tile, D, kind) > SHARED_LIMIT:
@@ -119,10 +135,11 @@ def check_tile(tile, D, kind):
 # device parts: tiles in, products on the tensor cores, masks and row reductions
 
 @cuda.jit(device=True, inline=True)
-def mma_into(acc, n, a0, a1, a2, a3, b0, b1):
-    """acc[n, :] += the 16 x 8 product of one mma (acc: a warp's accumulator tiles)."""
-    acc[n, 0], acc[n, 1], acc[n, 2], acc[n, 3] = mma_bf16_16816(
-        a0, a1, a2, a3, b0, b1, acc[n, 0], acc[n, 1], acc[n, 2], acc[n, 3])
+def mma_into(acc, mi, n, a0, a1, a2, a3, b0, b1):
+    """acc[mi, n, :] += the 16 x 8 product of one mma (acc: a warp's accumulator tiles,
+    mi its row tile)."""
+    acc[mi, n, 0], acc[mi, n, 1], acc[mi, n, 2], acc[mi, n, 3] = mma_bf16_16816(
+        a0, a1, a2, a3, b0, b1, acc[mi, n, 0], acc[mi, n, 1], acc[mi, n, 2], acc[mi, n, 3])
 
 
 @cuda.jit(device=True, inline=True)
@@ -154,10 +171,12 @@ class _Parts(NamedTuple):
 
 @functools.cache
 def _parts(D, tile, keys_are_rows):
-    DP, DS = head_widths(D)
-    rows, step = tile
-    KD, ND = DP // MMA_K, DP // MMA_N          # mma k steps and n tiles over the head dim
-    KS, NS = step // MMA_K, step // MMA_N      # the same over a step of the other side
+    """The device parts of one tile shape. A warp's arrays have a leading axis of WM row
+    tiles of 16 (its own rows): fragments (WM, KD, 4), scores (WM, NS, 4), accumulators
+    (WM, ND, 4); every B fragment loaded from shared memory feeds all WM of them."""
+    DP, DS, KD, ND, NS, WM = _constants(D, tile)
+    step = tile.step
+    KS = step // MMA_K                         # mma k steps over a step of the other side
     aligned = D % CHUNK == 0
     # A from a tile [m][k]; B = X^T from a tile of X's rows [n][k]; B = X from one [k][n]
     copy_step = tile_copier(step, DS, tile.threads, aligned)
@@ -173,52 +192,69 @@ def _parts(D, tile, keys_are_rows):
 
     @cuda.jit(device=True, inline=True)
     def fragments(frag, smem, base, row):
-        """frag (KD, 4): the A fragments of 16 rows from `row` of a tile, over DP."""
-        at = a_locate(row, 0)
-        for kk in range(KD):
-            frag[kk, 0], frag[kk, 1], frag[kk, 2], frag[kk, 3] = a_load(
-                smem, int32(base + a_advance(at, kk * MMA_K)))
+        """frag (WM, KD, 4): the A fragments of WM x 16 rows from `row` of a tile, over DP."""
+        for mi in range(WM):
+            at = a_locate(row + mi * MMA_M, 0)
+            for kk in range(KD):
+                frag[mi, kk, 0], frag[mi, kk, 1], frag[mi, kk, 2], frag[mi, kk, 3] = a_load(
+                    smem, int32(base + a_advance(at, kk * MMA_K)))
 
+    # Where a lane's ldmatrix reads in a step's tile: located once per step, through
+    # `opaque` (else the compiler hoists every fragment's index out of the key loop, two
+    # registers each), the others by fixed moves. 16 rows on adds 16 * DS (the swizzle
+    # repeats every 8 rows); 16 columns on XORs the index with 16: the lane's own chunk
+    # is 0 or 1 of a pair, so adding 2 chunks flips bits the swizzle's XOR leaves alone.
     @cuda.jit(device=True, inline=True)
     def scores(s, frag, smem, base):
-        """s (NS, 4) = (16 x DP rows whose A fragments are frag) @ (the step's tile)^T."""
-        for j in range(NS):
-            for r in range(4):
-                s[j, r] = ZERO
-        for j in range(0, NS, 2):
-            at = bt_locate(0, j * MMA_N)
-            for kk in range(KD):
-                b0, b1, b2, b3 = bt_load(smem, int32(base + bt_advance(at, kk * MMA_K)))
-                a0, a1, a2, a3 = frag[kk, 0], frag[kk, 1], frag[kk, 2], frag[kk, 3]
-                mma_into(s, j, a0, a1, a2, a3, b0, b1)
-                mma_into(s, j + 1, a0, a1, a2, a3, b2, b3)
+        """s (WM, NS, 4) = (the rows whose A fragments are frag) @ (the step's tile)^T."""
+        for mi in range(WM):
+            for j in range(NS):
+                for r in range(4):
+                    s[mi, j, r] = ZERO
+        at = opaque(int32(base + bt_locate(0, 0)))
+        for kk in range(KD):
+            at_k = bt_advance(at, kk * MMA_K)
+            for j in range(0, NS, 2):
+                b0, b1, b2, b3 = bt_load(smem, int32(at_k + j * MMA_N * DS))
+                for mi in range(WM):
+                    a0, a1, a2, a3 = frag[mi, kk, 0], frag[mi, kk, 1], frag[mi, kk, 2], \
+                        frag[mi, kk, 3]
+                    mma_into(s, mi, j, a0, a1, a2, a3, b0, b1)
+                    mma_into(s, mi, j + 1, a0, a1, a2, a3, b2, b3)
 
     @cuda.jit(device=True, inline=True)
     def accumulate(acc, p, smem, base):
-        """acc (ND, 4) += p (16 x step accumulators, rounded to bf16) @ the step's tile."""
+        """acc (WM, ND, 4) += p (accumulators over the step, rounded to bf16) @ the step's
+        tile."""
+        pa = cuda.local.array((WM, 4), uint32)
+        at = opaque(int32(base + b_locate(0, 0)))
         for kk in range(KS):
-            a0 = pack_bf16x2(p[2 * kk, 0], p[2 * kk, 1])
-            a1 = pack_bf16x2(p[2 * kk, 2], p[2 * kk, 3])
-            a2 = pack_bf16x2(p[2 * kk + 1, 0], p[2 * kk + 1, 1])
-            a3 = pack_bf16x2(p[2 * kk + 1, 2], p[2 * kk + 1, 3])
+            for mi in range(WM):
+                pa[mi, 0] = pack_bf16x2(p[mi, 2 * kk, 0], p[mi, 2 * kk, 1])
+                pa[mi, 1] = pack_bf16x2(p[mi, 2 * kk, 2], p[mi, 2 * kk, 3])
+                pa[mi, 2] = pack_bf16x2(p[mi, 2 * kk + 1, 0], p[mi, 2 * kk + 1, 1])
+                pa[mi, 3] = pack_bf16x2(p[mi, 2 * kk + 1, 2], p[mi, 2 * kk + 1, 3])
+            at_k = b_advance(at, kk * MMA_K)
             for n in range(0, ND, 2):
-                b0, b1, b2, b3 = b_load(smem, int32(base + b_advance(
-                    b_locate(0, n * MMA_N), kk * MMA_K)))
-                mma_into(acc, n, a0, a1, a2, a3, b0, b1)
-                mma_into(acc, n + 1, a0, a1, a2, a3, b2, b3)
+                b0, b1, b2, b3 = b_load(smem, int32(at_k ^ n * MMA_N))
+                for mi in range(WM):
+                    mma_into(acc, mi, n, pa[mi, 0], pa[mi, 1], pa[mi, 2], pa[mi, 3], b0, b1)
+                    mma_into(acc, mi, n + 1, pa[mi, 0], pa[mi, 1], pa[mi, 2], pa[mi, 3],
+                             b2, b3)
 
     @cuda.jit(device=True, inline=True)
     def mask(s, row, col0, T):
         """-inf where the key lies past the query or past T; row: the thread's first row
-        (its second is row + 8), col0: the step's first column."""
+        (the others: + 8, + 16, + 24), col0: the step's first column."""
         col = col0 + 2 * (cuda.threadIdx.x % 4)
-        for j in range(NS):
-            for r in range(4):
-                i, c = row + 8 * (r // 2), col + j * MMA_N + r % 2
-                if (c < i if keys_are_rows else c > i) or c >= T:
-                    s[j, r] = NEG_INF
+        for mi in range(WM):
+            for j in range(NS):
+                for r in range(4):
+                    i, c = row + mi * MMA_M + 8 * (r // 2), col + j * MMA_N + r % 2
+                    if (c < i if keys_are_rows else c > i) or c >= T:
+                        s[mi, j, r] = NEG_INF
 
-    return _Parts(tile_copier(rows, DS, tile.threads, aligned), copy_pair,
+    return _Parts(tile_copier(tile.rows, DS, tile.threads, aligned), copy_pair,
                   fragments, scores, accumulate, mask)
 
 
@@ -226,15 +262,16 @@ def _writer(D, DP):
     ND = DP // MMA_N
 
     @cuda.jit(device=True, inline=True)
-    def write_rows(dst, i, acc, half, factor):
-        """dst[i, :D] = row g + 8 * half of the thread's accumulators x factor, in bf16."""
+    def write_rows(dst, i, acc, mi, half, factor):
+        """dst[i, :D] = row g + 8 * half of the thread's accumulators of row tile mi x
+        factor, in bf16."""
         col = 2 * (cuda.threadIdx.x % 4)
         for n in range(ND):
             c = n * MMA_N + col
             if c < D:
-                dst[i, c] = to_bf16(acc[n, 2 * half] * factor)
+                dst[i, c] = to_bf16(acc[mi, n, 2 * half] * factor)
             if c + 1 < D:
-                dst[i, c + 1] = to_bf16(acc[n, 2 * half + 1] * factor)
+                dst[i, c + 1] = to_bf16(acc[mi, n, 2 * half + 1] * factor)
     return write_rows
 
 
@@ -242,14 +279,23 @@ def _writer(D, DP):
 # kernels
 
 def _constants(D, tile):
+    """(DP, DS, KD, ND, NS, WM): the padded and the shared width of a head row, mma k
+    steps and n tiles over DP, n tiles over a step, row tiles of a warp."""
     DP, DS = head_widths(D)
-    return DP, DS, DP // MMA_K, DP // MMA_N, tile.step // MMA_N
+    return DP, DS, DP // MMA_K, DP // MMA_N, tile.step // MMA_N, tile.warp_rows // MMA_M
+
+
+def _jit(tile):
+    """cuda.jit with the tile's launch bounds (threads per block, min_blocks per SM): ptxas
+    then keeps each thread within 65536 / (threads * min_blocks) registers. The simulator
+    has no launch bounds."""
+    return cuda.jit if SIMULATOR else cuda.jit(launch_bounds=(tile.threads, tile.min_blocks))
 
 
 @functools.cache
 def _forward_kernel(D, tile):
-    DP, DS, KD, ND, NS = _constants(D, tile)
-    rows, step = tile
+    DP, DS, KD, ND, NS, WM = _constants(D, tile)
+    rows, step, warp_rows = tile.rows, tile.step, tile.warp_rows
     parts = _parts(D, tile, False)
     write_rows = _writer(D, DP)
     smem_size = (rows + STAGES * 2 * step) * DS
@@ -258,27 +304,29 @@ def _forward_kernel(D, tile):
     ln2 = np.float32(math.log(2.0))
     wait_all = cp_async_wait_group(0)
 
-    @cuda.jit
+    @_jit(tile)
     def flash_attention_forward_kernel(out, lse, q, k, v):
         # out, q, k, v (B, H, T, D) bf16 bits; lse (B, H, T). Block (x, h, b) owns query
         # rows q0 .. q0 + rows, the last tiles first (they walk the most keys).
         h, b = cuda.blockIdx.y, cuda.blockIdx.z
         T = q.shape[2]
         q0 = (cuda.gridDim.x - 1 - cuda.blockIdx.x) * rows
-        warp_row = cuda.threadIdx.x // 32 * MMA_M
-        row = q0 + warp_row + cuda.threadIdx.x % 32 // 4      # this thread's rows: row, +8
+        warp_row = cuda.threadIdx.x // 32 * warp_rows
+        # this thread's rows: row + 16 mi + 8 half
+        row = q0 + warp_row + cuda.threadIdx.x % 32 // 4
         kh, vh = k[b, h], v[b, h]
         smem = cuda.shared.array(smem_size, uint16, alignment=SHARED_ALIGN)
-        qf = cuda.local.array((KD, 4), uint32)
-        s = cuda.local.array((NS, 4), float32)
-        acc = cuda.local.array((ND, 4), float32)
-        m = cuda.local.array(2, float32)      # running max of the scaled log2 scores
-        l = cuda.local.array(2, float32)      # running sum of their exp2, this lane's part
-        for n in range(ND):
-            for r in range(4):
-                acc[n, r] = ZERO
-        for half in range(2):
-            m[half], l[half] = NEG_INF, ZERO
+        qf = cuda.local.array((WM, KD, 4), uint32)
+        s = cuda.local.array((WM, NS, 4), float32)
+        acc = cuda.local.array((WM, ND, 4), float32)
+        m = cuda.local.array((WM, 2), float32)      # running max of the scaled log2 scores
+        l = cuda.local.array((WM, 2), float32)      # their exp2 summed, this lane's part
+        for mi in range(WM):
+            for n in range(ND):
+                for r in range(4):
+                    acc[mi, n, r] = ZERO
+            for half in range(2):
+                m[mi, half], l[mi, half] = NEG_INF, ZERO
 
         parts.copy_own(smem, 0, q[b, h], q0, 0)
         parts.copy_pair(smem, rows * DS, kh, vh, 0)
@@ -298,39 +346,41 @@ def _forward_kernel(D, tile):
             parts.scores(s, qf, smem, k_base)
             if key0 + step > q0 or key0 + step > T:
                 parts.mask(s, row, key0, T)
-            for half in range(2):
-                top = NEG_INF
-                for j in range(NS):
-                    top = max(top, max(s[j, 2 * half], s[j, 2 * half + 1]))
-                new_max = max(m[half], quad_max(top) * scale_log2)
-                rescale = math.exp2(m[half] - new_max)
-                total = l[half] * rescale
-                for j in range(NS):
-                    for r in range(2 * half, 2 * half + 2):
-                        s[j, r] = math.exp2(s[j, r] * scale_log2 - new_max)
-                        total += s[j, r]
-                for n in range(ND):
-                    acc[n, 2 * half] *= rescale
-                    acc[n, 2 * half + 1] *= rescale
-                m[half], l[half] = new_max, total
+            for mi in range(WM):
+                for half in range(2):
+                    top = NEG_INF
+                    for j in range(NS):
+                        top = max(top, max(s[mi, j, 2 * half], s[mi, j, 2 * half + 1]))
+                    new_max = max(m[mi, half], quad_max(top) * scale_log2)
+                    rescale = math.exp2(m[mi, half] - new_max)
+                    total = l[mi, half] * rescale
+                    for j in range(NS):
+                        for r in range(2 * half, 2 * half + 2):
+                            s[mi, j, r] = math.exp2(cuda.fma(s[mi, j, r], scale_log2, -new_max))
+                            total += s[mi, j, r]
+                    for n in range(ND):
+                        acc[mi, n, 2 * half] *= rescale
+                        acc[mi, n, 2 * half + 1] *= rescale
+                    m[mi, half], l[mi, half] = new_max, total
             parts.accumulate(acc, s, smem, k_base + step * DS)
 
         oh = out[b, h]
-        for half in range(2):
-            total = quad_sum(l[half])
-            i = row + 8 * half
-            if i < T:
-                write_rows(oh, i, acc, half, np.float32(1.0) / total)
-                if cuda.threadIdx.x % 4 == 0:
-                    lse[b, h, i] = (m[half] + math.log2(total)) * ln2
+        for mi in range(WM):
+            for half in range(2):
+                total = quad_sum(l[mi, half])
+                i = row + mi * MMA_M + 8 * half
+                if i < T:
+                    write_rows(oh, i, acc, mi, half, np.float32(1.0) / total)
+                    if cuda.threadIdx.x % 4 == 0:
+                        lse[b, h, i] = (m[mi, half] + math.log2(total)) * ln2
 
     return flash_attention_forward_kernel
 
 
 @functools.cache
 def _dq_kernel(D, tile):
-    DP, DS, KD, ND, NS = _constants(D, tile)
-    rows, step = tile
+    DP, DS, KD, ND, NS, WM = _constants(D, tile)
+    rows, step, warp_rows = tile.rows, tile.step, tile.warp_rows
     parts = _parts(D, tile, False)
     write_rows = _writer(D, DP)
     smem_size = (2 * rows + STAGES * 2 * step) * DS
@@ -340,44 +390,46 @@ def _dq_kernel(D, tile):
     log2e = np.float32(LOG2E)
     wait_all = cp_async_wait_group(0)
 
-    @cuda.jit
+    @_jit(tile)
     def flash_attention_backward_dq_kernel(dq, delta, dout, q, k, v, out, lse):
         # dq, dout, q, k, v, out (B, H, T, D) bf16 bits; delta, lse (B, H, T): delta is
         # written. Block (x, h, b) owns query rows q0 .. q0 + rows, the last first.
         h, b = cuda.blockIdx.y, cuda.blockIdx.z
         T = q.shape[2]
         q0 = (cuda.gridDim.x - 1 - cuda.blockIdx.x) * rows
-        warp_row = cuda.threadIdx.x // 32 * MMA_M
+        warp_row = cuda.threadIdx.x // 32 * warp_rows
         lane4 = cuda.threadIdx.x % 4
         row = q0 + warp_row + cuda.threadIdx.x % 32 // 4
         kh, vh, doh, oh = k[b, h], v[b, h], dout[b, h], out[b, h]
         smem = cuda.shared.array(smem_size, uint16, alignment=SHARED_ALIGN)
-        qf = cuda.local.array((KD, 4), uint32)
-        dof = cuda.local.array((KD, 4), uint32)
-        s = cuda.local.array((NS, 4), float32)
-        dp = cuda.local.array((NS, 4), float32)
-        acc = cuda.local.array((ND, 4), float32)
-        row_lse = cuda.local.array(2, float32)      # log2 domain; +inf past T: p = 0
-        row_delta = cuda.local.array(2, float32)
-        for n in range(ND):
-            for r in range(4):
-                acc[n, r] = ZERO
+        qf = cuda.local.array((WM, KD, 4), uint32)
+        dof = cuda.local.array((WM, KD, 4), uint32)
+        s = cuda.local.array((WM, NS, 4), float32)
+        dp = cuda.local.array((WM, NS, 4), float32)
+        acc = cuda.local.array((WM, ND, 4), float32)
+        row_lse = cuda.local.array((WM, 2), float32)    # log2 domain; +inf past T: p = 0
+        row_delta = cuda.local.array((WM, 2), float32)
+        for mi in range(WM):
+            for n in range(ND):
+                for r in range(4):
+                    acc[mi, n, r] = ZERO
 
         parts.copy_own(smem, 0, q[b, h], q0, 0)
         parts.copy_own(smem, rows * DS, doh, q0, 0)
         parts.copy_pair(smem, 2 * rows * DS, kh, vh, 0)
         cp_async_commit()
         # delta of the thread's rows while the copies fly: the 4 lanes of a row split it
-        for half in range(2):
-            i = row + 8 * half
-            part = ZERO
-            if i < T:
-                for c in range(lane4, D, 4):
-                    part += bf16_value(doh[i, c]) * bf16_value(oh[i, c])
-            row_delta[half] = quad_sum(part)
-            row_lse[half] = lse[b, h, i] * log2e if i < T else INF
-            if i < T and lane4 == 0:
-                delta[b, h, i] = row_delta[half]
+        for mi in range(WM):
+            for half in range(2):
+                i = row + mi * MMA_M + 8 * half
+                part = ZERO
+                if i < T:
+                    for c in range(lane4, D, 4):
+                        part += bf16_value(doh[i, c]) * bf16_value(oh[i, c])
+                row_delta[mi, half] = quad_sum(part)
+                row_lse[mi, half] = lse[b, h, i] * log2e if i < T else INF
+                if i < T and lane4 == 0:
+                    delta[b, h, i] = row_delta[mi, half]
 
         steps = (min(T, q0 + rows) + step - 1) // step
         for it in range(steps):
@@ -396,25 +448,27 @@ def _dq_kernel(D, tile):
             if key0 + step > q0 or key0 + step > T:
                 parts.mask(s, row, key0, T)
             parts.scores(dp, dof, smem, k_base + step * DS)        # dout v^T
-            for j in range(NS):
-                for r in range(4):
-                    p = math.exp2(s[j, r] * scale_log2 - row_lse[r // 2])
-                    dp[j, r] = p * (dp[j, r] - row_delta[r // 2])
+            for mi in range(WM):
+                for j in range(NS):
+                    for r in range(4):
+                        p = math.exp2(cuda.fma(s[mi, j, r], scale_log2, -row_lse[mi, r // 2]))
+                        dp[mi, j, r] = p * (dp[mi, j, r] - row_delta[mi, r // 2])
             parts.accumulate(acc, dp, smem, k_base)                # dq += ds k
 
         dqh = dq[b, h]
-        for half in range(2):
-            i = row + 8 * half
-            if i < T:
-                write_rows(dqh, i, acc, half, scale)
+        for mi in range(WM):
+            for half in range(2):
+                i = row + mi * MMA_M + 8 * half
+                if i < T:
+                    write_rows(dqh, i, acc, mi, half, scale)
 
     return flash_attention_backward_dq_kernel
 
 
 @functools.cache
 def _dkdv_kernel(D, tile):
-    DP, DS, KD, ND, NS = _constants(D, tile)
-    rows, step = tile
+    DP, DS, KD, ND, NS, WM = _constants(D, tile)
+    rows, step, warp_rows = tile.rows, tile.step, tile.warp_rows
     parts = _parts(D, tile, True)
     write_rows = _writer(D, DP)
     smem_size = (2 * rows + STAGES * 2 * step) * DS
@@ -424,7 +478,7 @@ def _dkdv_kernel(D, tile):
     log2e = np.float32(LOG2E)
     wait_all = cp_async_wait_group(0)
 
-    @cuda.jit
+    @_jit(tile)
     def flash_attention_backward_dkdv_kernel(dk, dv, dout, q, k, v, lse, delta):
         # dk, dv, dout, q, k, v (B, H, T, D) bf16 bits; lse, delta (B, H, T). Block
         # (x, h, b) owns key rows k0 .. k0 + rows, the first first (they walk the most
@@ -432,23 +486,24 @@ def _dkdv_kernel(D, tile):
         h, b = cuda.blockIdx.y, cuda.blockIdx.z
         T = q.shape[2]
         k0 = cuda.blockIdx.x * rows
-        warp_row = cuda.threadIdx.x // 32 * MMA_M
+        warp_row = cuda.threadIdx.x // 32 * warp_rows
         col = 2 * (cuda.threadIdx.x % 4)
         row = k0 + warp_row + cuda.threadIdx.x % 32 // 4
         qh, doh = q[b, h], dout[b, h]
         smem = cuda.shared.array(smem_size, uint16, alignment=SHARED_ALIGN)
-        kf = cuda.local.array((KD, 4), uint32)
-        vf = cuda.local.array((KD, 4), uint32)
-        s = cuda.local.array((NS, 4), float32)
-        dp = cuda.local.array((NS, 4), float32)
-        dk_acc = cuda.local.array((ND, 4), float32)
-        dv_acc = cuda.local.array((ND, 4), float32)
+        kf = cuda.local.array((WM, KD, 4), uint32)
+        vf = cuda.local.array((WM, KD, 4), uint32)
+        s = cuda.local.array((WM, NS, 4), float32)
+        dp = cuda.local.array((WM, NS, 4), float32)
+        dk_acc = cuda.local.array((WM, ND, 4), float32)
+        dv_acc = cuda.local.array((WM, ND, 4), float32)
         col_lse = cuda.local.array((NS, 2), float32)
         col_delta = cuda.local.array((NS, 2), float32)
-        for n in range(ND):
-            for r in range(4):
-                dk_acc[n, r] = ZERO
-                dv_acc[n, r] = ZERO
+        for mi in range(WM):
+            for n in range(ND):
+                for r in range(4):
+                    dk_acc[mi, n, r] = ZERO
+                    dv_acc[mi, n, r] = ZERO
 
         first = k0 // step
         parts.copy_own(smem, 0, k[b, h], k0, 0)
@@ -477,22 +532,26 @@ def _dkdv_kernel(D, tile):
             parts.scores(s, kf, smem, q_base)                       # k q^T
             if query0 < k0 + rows:
                 parts.mask(s, row, query0, T)
-            for j in range(NS):
-                for r in range(4):
-                    s[j, r] = math.exp2(s[j, r] * scale_log2 - col_lse[j, r % 2])
+            for mi in range(WM):
+                for j in range(NS):
+                    for r in range(4):
+                        s[mi, j, r] = math.exp2(
+                            cuda.fma(s[mi, j, r], scale_log2, -col_lse[j, r % 2]))
             parts.accumulate(dv_acc, s, smem, q_base + step * DS)  # dv += p^T dout
             parts.scores(dp, vf, smem, q_base + step * DS)          # v dout^T
-            for j in range(NS):
-                for r in range(4):
-                    dp[j, r] = s[j, r] * (dp[j, r] - col_delta[j, r % 2])
+            for mi in range(WM):
+                for j in range(NS):
+                    for r in range(4):
+                        dp[mi, j, r] = s[mi, j, r] * (dp[mi, j, r] - col_delta[j, r % 2])
             parts.accumulate(dk_acc, dp, smem, q_base)              # dk += ds^T q
 
         dkh, dvh = dk[b, h], dv[b, h]
-        for half in range(2):
-            i = row + 8 * half
-            if i < T:
-                write_rows(dkh, i, dk_acc, half, scale)
-                write_rows(dvh, i, dv_acc, half, np.float32(1.0))
+        for mi in range(WM):
+            for half in range(2):
+                i = row + mi * MMA_M + 8 * half
+                if i < T:
+                    write_rows(dkh, i, dk_acc, mi, half, scale)
+                    write_rows(dvh, i, dv_acc, mi, half, np.float32(1.0))
 
     return flash_attention_backward_dkdv_kernel
 

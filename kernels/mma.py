@@ -18,6 +18,8 @@ The atoms, in the words of the PTX ISA (warp-collective ones marked):
   bits_to_float32     a bit pattern read as float32 (bf16 -> float32 is a 16-bit shift)
   shuffle_xor         the float32 that lane ^ lane_mask holds (warp; numba's shfl_xor_sync
                       on the GPU, here for its twin: the row reductions of flash attention)
+  opaque              an int32 unchanged, through a volatile mov the compiler may neither
+                      move nor see through: what a loop computes from it stays in the loop
 
 Fragment layouts of mma.m16n8k16 (lane = threadIdx.x % 32, g = lane // 4, t = lane % 4;
 each register holds the pair at columns 2t, 2t+1 of its row, or rows 2t, 2t+1 for B):
@@ -169,6 +171,20 @@ if not SIMULATOR:
     def shuffle_xor(value, lane_mask):
         return cuda.shfl_xor_sync(0xFFFFFFFF, value, lane_mask)
 
+    @intrinsic
+    def opaque(typingctx, x):
+        # A value that depends on the lane alone is loop-invariant: LLVM hoists every
+        # expression of it (the shared-memory index of each fragment of a step) out of
+        # the loop and holds them all in registers, two per 64-bit index. Passed through
+        # this atom inside the loop it is recomputed there, a few integer operations each,
+        # in 32 bits: numba widens int32 arithmetic to int64, and LLVM narrows it back
+        # where the result is truncated and every leaf is a constant or a widened int32.
+        sig = types.int32(types.int32)
+
+        def codegen(context, builder, sig, args):
+            return _asm(builder, _i32, list(args), "mov.b32 $0, $1;", "=r,r")
+        return sig, codegen
+
 else:
     import ml_dtypes
 
@@ -265,3 +281,7 @@ else:
         other = _posted_float[tid ^ lane_mask]
         cuda.syncthreads()
         return np.float32(other)
+
+    @cuda.jit(device=True)
+    def opaque(x):
+        return np.int32(x)

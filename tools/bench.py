@@ -162,25 +162,42 @@ ATTENTION_SHAPES = (("andrea-120m", 16, 12, 1024, 64), ("andrea-12m", 64, 12, 25
 
 def attention_candidates(D):
     """(forward tiles, (dq tile, dk/dv tile) pairs) the sweep times, defaults first; each
-    backward pass varied alone (the two are timed together)."""
+    backward pass varied alone (the two are timed together). Beside the tile shapes: 32
+    rows per warp, and launch bounds for 2-4 blocks per SM."""
     from microgpt.kernels import flash_attention as fa
-    from microgpt.kernels.flash_attention import FlashTile
+    from microgpt.kernels.flash_attention import FlashTile as F
 
-    def fitting(tiles, kind):
-        return [t for t in tiles if fa.shared_bytes(t, D, kind) <= fa.SHARED_LIMIT]
+    def usable(tiles, kind):
+        kept = []
+        for tile in tiles:
+            try:
+                fa.check_tile(tile, D, kind)
+            except ValueError:
+                continue
+            kept.append(tile)
+        return kept
 
     dq, dkdv = fa.default_tile(D, "dq"), fa.default_tile(D, "dkdv")
-    forward = [fa.default_tile(D, "forward")] + fitting(
-        [FlashTile(64, 64), FlashTile(128, 32), FlashTile(64, 32)], "forward")
-    others = [FlashTile(64, 32), FlashTile(32, 64)]
-    backward = ([(dq, dkdv)] + [(t, dkdv) for t in fitting(others, "dq")]
-                + [(dq, t) for t in fitting(others, "dkdv")])
+    forward = [fa.default_tile(D, "forward")] + usable(
+        [F(128, 64), F(64, 64), F(128, 64, 16, 2), F(64, 64, 16, 4), F(128, 32, 16, 2),
+         F(128, 64, 32), F(128, 32, 32), F(64, 32, 16, 2)], "forward")
+    others = [F(64, 32), F(64, 64), F(64, 32, 16, 2), F(128, 32, 32)]
+    backward = ([(dq, dkdv)] + [(t, dkdv) for t in usable(others, "dq")]
+                + [(dq, t) for t in usable(others, "dkdv")])
     return list(dict.fromkeys(forward)), list(dict.fromkeys(backward))
+
+
+def variant_text(variant):
+    """A tile (rows, step, warp_rows, min_blocks), or a backward pair, as the report
+    prints it."""
+    if isinstance(variant[0], int):
+        return str(tuple(variant))
+    return f"dq {tuple(variant[0])}, dk/dv {tuple(variant[1])}"
 
 
 def best_variant(run, variants, result, reps):
     """(ms, variant) of the fastest variant whose result() (its output, float64 on the host)
-    agrees with the first variant's, which is the default."""
+    agrees with the first variant's, which is the default; every timing is printed."""
     timings, reference = [], None
     for variant in variants:
         run(variant)
@@ -188,9 +205,11 @@ def best_variant(run, variants, result, reps):
         if reference is None:
             reference = got
         elif np.linalg.norm(got - reference) > 1e-2 * np.linalg.norm(reference):
-            print(f"    variant {variant}: result differs from the default's, not timed")
+            print(f"    variant {variant_text(variant)}: result differs from the default's, "
+                  "not timed")
             continue
         timings.append((cuda_time(lambda: run(variant), reps), variant))
+        print(f"    {timings[-1][0]:.4f} ms  {variant_text(variant)}", flush=True)
     return min(timings, key=lambda t: t[0])
 
 
@@ -277,7 +296,9 @@ def bench_flash_attention(reps, sweep):
               f"(SDPA {row['sdpa_fwd']:.3f})  fwd+bwd {row['both']:.3f} ms "
               f"(SDPA {row['sdpa_both']:.3f})"
               + (f"  fp32 {row['fp32_fwd']:.3f} / {row['fp32_both']:.3f}" if D % 16 else "")
-              + (f"  best fwd {row['best_fwd']}  best bwd {row['best_bwd']}" if sweep else ""),
+              + (f"  best fwd {variant_text(row['best_fwd'][1])}, {row['best_fwd'][0]:.3f}"
+                 f"  best bwd {variant_text(row['best_bwd'][1])}, {row['best_bwd'][0]:.3f}"
+                 if sweep else ""),
               flush=True)
     return rows
 
@@ -301,8 +322,8 @@ def attention_report(rows, sweep):
                  f"{r['both'] / r['sdpa_both']:.2f}",
                  f"{r['fp32_fwd']:.3f} / {r['fp32_both']:.3f}" if "fp32_fwd" in r else ""]
         if sweep:
-            cells += [f"{tuple(r['best_fwd'][1])}, {r['best_fwd'][0]:.3f}",
-                      f"{tuple(map(tuple, r['best_bwd'][1]))}, {r['best_bwd'][0]:.3f}"]
+            cells += [f"{variant_text(r['best_fwd'][1])}, {r['best_fwd'][0]:.3f}",
+                      f"{variant_text(r['best_bwd'][1])}, {r['best_bwd'][0]:.3f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return lines + [""]
 
