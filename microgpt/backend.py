@@ -121,6 +121,15 @@ class NumpyBackend:
                 param[part], grad[part], m[part], v[part], lr=lr, step=step,
                 weight_decay=wd, beta1=beta1, beta2=beta2, eps=eps, grad_scale=scale)
 
+    # generation: the KV cache (microgpt.generate) ------------------------------------
+    def kv_cache_write(self, kv_cache, qkv, start):
+        """kv_cache (B, S, 2C) rows start .. start+T-1 = the K and V of qkv (B, T, 3C)."""
+        kv_cache[:, start:start + qkv.shape[1]] = ref.kv_cache_rows(qkv)
+
+    def attention_cached_forward(self, out, qkv, kv_cache, start, n_head):
+        """out (B, T, C): positions start .. start+T-1 attend to the cache's 0 .. start+T-1."""
+        out[...] = ref.attention_cached_forward(qkv, kv_cache, start, n_head)
+
 
 def cuda_available():
     """True when numba can see a real GPU (the simulator does not count)."""

@@ -12,7 +12,7 @@ from numba.cuda.cudadrv import driver
 
 from microgpt.backend import BackendError, cuda_available
 from microgpt.kernels import (adamw, attention, crossentropy, elementwise, embedding, gemm,
-                              heads, layernorm, reductions)
+                              heads, kv_cache, layernorm, reductions)
 from microgpt.kernels.common import SIMULATOR
 
 
@@ -86,3 +86,7 @@ class CudaBackend:
         """The mean of x as a Python float: reduced on the device, one float copied back."""
         reductions.sum_to(self._scalar, x.reshape(x.size), stream=self.stream)
         return float(self.to_host(self._scalar)[0]) / x.size
+
+    # generation: the KV cache (microgpt.generate)
+    kv_cache_write = _on_stream(kv_cache.kv_cache_write)
+    attention_cached_forward = _on_stream(kv_cache.attention_cached_forward)
