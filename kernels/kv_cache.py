@@ -29,7 +29,6 @@ from microgpt.kernels.common import (REDUCE_SCRATCH, WARP, block_max, block_sum,
                                      row_block)
 
 BLOCK = 256                 # kv_cache_write
-KEYS = 128                  # attention_cached_forward: at most this many keys (threads) a tile
 NEG_INF = np.float32(-np.inf)
 ZERO = np.float32(0.0)
 
@@ -94,8 +93,8 @@ def _attention_cached_kernel(D, keys):
 
 _ROWS3 = float32[:, :, ::1]
 PTX_SIGNATURES = [(_kv_cache_write_kernel, (_ROWS3, _ROWS3, int64))] + [
-    (_attention_cached_kernel(D, KEYS), (_ROWS3, _ROWS3, _ROWS3, int64))
-    for D in (4, 64, 72)]
+    (_attention_cached_kernel(D, block), (_ROWS3, _ROWS3, _ROWS3, int64))
+    for D, block in ((4, 32), (64, 64), (72, 96), (64, 256))]
 
 
 # ----------------------------------------------------------------------------------
@@ -137,15 +136,16 @@ def attention_cached_forward(out, qkv, kv_cache, start, n_head, *, block=None, s
     """out (B, T, C), heads merged = causal softmax(q k^T / sqrt(D)) v for the positions
     start .. start+T-1, their q in qkv (B, T, 3C), against the keys and values of
     kv_cache (B, S, 2C) at positions 0 .. start+T-1 (write the new ones first).
-    block: keys per tile (threads), whole warps and at least head_dim."""
+    block: keys per tile (threads), whole warps and at least head_dim; by default the
+    fewest warps that cover head_dim, one compile per model whatever the cache holds."""
     B, T, C, _ = _check(qkv, kv_cache, start)
     check_array("out", out, (B, T, C))
     if n_head < 1 or C % n_head:
         raise ValueError(f"n_head {n_head} does not divide d_model {C}")
     D = C // n_head
     check_not_empty("head_dim", D)
-    if block is None:     # whole warps, no more than the keys there are, at least D
-        block = max(row_block(start + T, KEYS), ceil_div(D, WARP) * WARP)
+    if block is None:
+        block = ceil_div(D, WARP) * WARP
     check_block_size(block, WARP)
     if block < D:
         raise ValueError(f"block {block} is below head_dim {D}: a thread owns each output "

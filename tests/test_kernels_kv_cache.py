@@ -13,7 +13,7 @@ SEEDS = st.integers(0, 2**32 - 1)
 if ON_GPU:      # andrea-120m's decoding (12 heads of 64, 1024 positions), and the small sizes
     B_S, H_S, D_S = st.integers(1, 4), st.integers(1, 12), st.sampled_from([1, 4, 32, 64, 72])
     S_S = st.one_of(st.just(1024), st.integers(1, 300))
-    BLOCKS = st.sampled_from([None, 128, 256, 1024])
+    BLOCKS = st.sampled_from([None, 96, 256, 1024])
 else:
     B_S, H_S, D_S, S_S = st.integers(1, 2), st.integers(1, 2), st.integers(1, 8), st.integers(1, 6)
     BLOCKS = st.sampled_from([None, 32])
