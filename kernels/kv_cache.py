@@ -8,15 +8,16 @@ The cache of one layer is kv_cache (B, S, 2C): the keys in columns [0:C] and the
 columns [C:3C]. So the write is a copy of row slices, and attention reads q from the fused
 qkv (B, T, 3C) and writes out (B, T, C) in the merged layout: no split or merge launches.
 
-kv_cache_write  grid (ceil(2C / block), T, B), one thread per copied element, coalesced
-                on both sides.
-attention       grid (T, H, B): a block per new position and head, the usual shape of a
-_cached_forward decoding step (T = 1, many cached keys). Its threads walk the keys a tile
-                of blockDim at a time, thread = key: a score each, the tile's max and sum by
-                block reductions, an online softmax across tiles; thread d < D then owns
-                output column d and accumulates p . v over the tile's keys from shared
-                memory. D is a compile-time constant (the q row sits in shared memory), and
-                the block must hold at least D threads, whole warps (block_max/block_sum).
+kv_cache_write: grid (ceil(2C / block), T, B), one thread per copied element, coalesced
+on both sides.
+
+attention_cached_forward: grid (T, H, B), a block per new position and head, the shape
+of a decoding step (T = 1, many cached keys). Its threads walk the keys a tile of
+blockDim at a time, thread = key: a score each, the tile's max and sum by block
+reductions, an online softmax across tiles; thread d < D then owns output column d and
+accumulates p . v over the tile's keys from shared memory. D is a compile-time constant
+(the q row sits in shared memory), and the block holds at least D threads, whole warps
+(block_max / block_sum shuffle on the GPU).
 """
 import functools
 import math
