@@ -131,6 +131,15 @@ class NumpyBackend:
         log[(int(hparams[0]) - 1) % log.shape[0]] = (
             np.mean(losses, dtype=np.float64), np.sqrt(norm_squared[0]), hparams[1])
 
+    # generation: the KV cache (microgpt.generate) ------------------------------------
+    def kv_cache_write(self, kv_cache, qkv, start):
+        """kv_cache (B, S, 2C) rows start .. start+T-1 = the K and V of qkv (B, T, 3C)."""
+        kv_cache[:, start:start + qkv.shape[1]] = ref.kv_cache_rows(qkv)
+
+    def attention_cached_forward(self, out, qkv, kv_cache, start, n_head):
+        """out (B, T, C): positions start .. start+T-1 attend to the cache's 0 .. start+T-1."""
+        out[...] = ref.attention_cached_forward(qkv, kv_cache, start, n_head)
+
 
 def cuda_available():
     """True when numba can see a real GPU (the simulator does not count)."""

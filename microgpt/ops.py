@@ -30,6 +30,9 @@ OPS = {
     "adamw_schedule": "adamw",
     "adamw_update": "adamw",
     "record_step": "reductions",
+    # generation with a KV cache (microgpt.generate)
+    "kv_cache_write": "kv_cache",
+    "attention_cached_forward": "kv_cache",
 }
 
 MEMORY = ("zeros", "to_device", "to_host", "copy", "fill_zero", "synchronize", "mean")

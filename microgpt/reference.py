@@ -229,3 +229,37 @@ def lr_schedule(step, *, lr, warmup_steps, total_steps, min_lr_ratio):
     progress = min(1.0, (step - warmup_steps) / span)
     cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
     return lr * (min_lr_ratio + (1.0 - min_lr_ratio) * cosine)
+
+
+# ----------------------------------------------------------------------------------
+# generation: a KV cache in the fused row layout of the QKV projection
+#
+# The cache of one layer is kv_cache (B, S, 2C), S the positions it can hold: columns
+# [0:C] are the keys and [C:2C] the values of each position, head h at columns h*D, as
+# the fused projection's columns [C:3C] are. The new positions' rows are then one copy,
+# and attention reads its heads in place: no split or merge around it.
+
+def kv_cache_rows(qkv):
+    """qkv (B, T, 3C) -> the cache rows (B, T, 2C) of these T positions: K and V side by side."""
+    C = qkv.shape[2] // 3
+    return qkv[:, :, C:]
+
+
+def attention_cached_forward(qkv, kv_cache, start, n_head):
+    """The positions start .. start+T-1, their Q in qkv (B, T, 3C), attend causally to the
+    cache's positions 0 .. start+T-1 (kv_cache (B, S, 2C), the new rows already written)
+    -> out (B, T, C), the heads merged as merge_heads_forward leaves them."""
+    B, T, C3 = qkv.shape
+    C = C3 // 3
+    D = C // n_head
+    n = start + T
+
+    def heads(x, rows):                                         # (B, rows, C) -> (B, H, rows, D)
+        return x.reshape(B, rows, n_head, D).transpose(0, 2, 1, 3)
+    q = heads(qkv[:, :, :C], T)
+    k, v = heads(kv_cache[:, :n, :C], n), heads(kv_cache[:, :n, C:], n)
+    scores = q @ k.swapaxes(-1, -2) / math.sqrt(D)              # (B, H, T, n)
+    future = np.arange(n)[None, :] > start + np.arange(T)[:, None]
+    scores = np.where(future, -np.inf, scores)
+    p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return merge_heads_forward(p / p.sum(axis=-1, keepdims=True) @ v)

@@ -1,4 +1,4 @@
-"""Sampling from a trained model.
+"""Sampling from a trained model (microgpt.generate: a KV cache).
 
     python -m microgpt.sample --checkpoint runs/NAME --prompt "def " --tokens 200
 """
@@ -10,42 +10,10 @@ from microgpt.checkpoint import load_checkpoint
 from microgpt.cli import (DEVICES, ArgumentParser, make_backend, non_negative, positive_int,
                           run_cli)
 from microgpt.errors import UserError
+from microgpt.generate import generate
 from microgpt.model import GPT
 
 PROG = "microgpt.sample"
-
-
-def generate(model, prompt_ids, n_tokens, *, temperature, top_k, rng, vocab_limit):
-    """Extend prompt_ids by n_tokens sampled tokens -> the new ids (a list of int).
-
-    Every step feeds the model one fixed (1, context) window, the tokens left-aligned and
-    padded with zeros: causal attention keeps the padding from reaching the last real
-    position, and one shape means the model allocates its buffers once. Only the first
-    vocab_limit logits are eligible (the model's vocabulary may be padded beyond the
-    tokenizer's). temperature 0 is greedy; top_k 0 keeps every token."""
-    context = model.config.context
-    ids = list(prompt_ids)
-    window = np.zeros((1, context), np.int32)
-    new = []
-    for _ in range(n_tokens):
-        recent = ids[-context:]
-        window[0, :len(recent)] = recent
-        with np.errstate(all="ignore"):    # overflow is reported below, in one line
-            logits = model.forward(window)[0, len(recent) - 1, :vocab_limit].astype(np.float64)
-        if not np.isfinite(logits).all():
-            raise UserError("the model's outputs overflow to NaN or infinity: its parameters "
-                            "come from a run that diverged; use an earlier checkpoint")
-        if temperature == 0:
-            token = int(np.argmax(logits))
-        else:
-            logits /= temperature
-            if 0 < top_k < logits.size:
-                logits[logits < np.partition(logits, -top_k)[-top_k]] = -np.inf
-            p = np.exp(logits - logits.max())
-            token = int(rng.choice(logits.size, p=p / p.sum()))
-        ids.append(token)
-        new.append(token)
-    return new
 
 
 def sample_text(model, tokenizer, prompt, n_tokens, *, temperature=0.8, top_k=40, seed=0):

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from microgpt import distributed
 from microgpt.checkpoint import (LATEST, atomic_file, find_checkpoint, load_checkpoint,
@@ -31,6 +30,7 @@ from microgpt.cli import (DEVICES, EXIT_INTERRUPTED, EXIT_USER_ERROR, ArgumentPa
                           Terminated, backend_for, exit_status, make_backend, non_negative,
                           positive_float, positive_int, run_cli)
 from microgpt.errors import BackendError, UserError, file_kind
+from microgpt.metrics import METRICS, MetricsLog, Utilisation, plot_losses, read_metrics
 from microgpt.optim import AdamW, AdamWConfig
 from microgpt.model import GPT
 from microgpt.params import ParamLayout
@@ -264,6 +264,8 @@ class RunDirectory:
             self.fd = None
         if self.created:
             with contextlib.suppress(OSError):
+                if not (self.out / LATEST).exists():    # no run to continue: no metrics
+                    (self.out / METRICS).unlink(missing_ok=True)
                 os.rmdir(self.out)    # only succeeds on an empty directory
 
 
@@ -568,11 +570,14 @@ class StopRequest:
 
 class Progress:
     """Log lines on stdout; on a terminal, also a live line on stderr between them. A
-    silent one (the data-parallel ranks but the first) only keeps the step times."""
+    silent one (the data-parallel ranks but the first) only keeps the step times. With
+    metrics (a MetricsLog) every log line is also a record there; utilisation (a
+    metrics.Utilisation) adds the MFU."""
 
-    def __init__(self, total_steps, silent=False):
+    def __init__(self, total_steps, silent=False, metrics=None, utilisation=None):
         self.total = total_steps
         self.silent = silent
+        self.metrics, self.utilisation = metrics, utilisation
         self.live = sys.stderr.isatty() and not silent
         self.step_times = []          # seconds per step since the last log line
 
@@ -595,21 +600,33 @@ class Progress:
         seconds = float(np.mean(self.step_times))
         self.step_times = []
         val_text = f" | val {val:.4f}" if val is not None else ""
+        tokens_per_s = tokens_per_step / seconds
+        mfu = self.utilisation.mfu(tokens_per_s) if self.utilisation else None
+        mfu_text = f" | mfu {mfu:.1%}" if mfu is not None else ""
         self.log(f"step {step:>{len(str(self.total))}}/{self.total} | loss {loss:.4f}{val_text} | "
                  f"lr {lr:.2e} | norm {norm:.4f} | {seconds * 1e3:.0f} ms/step | "
-                 f"{tokens_per_step / seconds:,.0f} tok/s")
+                 f"{tokens_per_s:,.0f} tok/s{mfu_text}")
+        if self.metrics:
+            self.metrics.write(step=step, loss=loss, val_loss=val, lr=lr, grad_norm=norm,
+                               tokens_per_s=round(tokens_per_s, 1), mfu=mfu)
 
 
 def train(run, stop_at):
     """Run the loop to args.steps (or stop_at, or a signal) -> exit status."""
     args, model, world = run.args, run.model, run.world
-    progress = Progress(args.steps, silent=not run.lead)
+    utilisation = Utilisation(model.config, model.backend, world.world_size)
+    progress = Progress(args.steps, silent=not run.lead, utilisation=utilisation,
+                        metrics=MetricsLog(run.out, run.step) if run.lead else None)
     tokens_per_step = args.batch_size * model.config.context
     started = time.perf_counter()
     first_step = run.step
+    if run.lead and utilisation.peak:
+        progress.log(f"mfu: {utilisation.flops_per_token / 1e9:.2f} GFLOP per token over the "
+                     f"float32 peak of {world.world_size} x {utilisation.device}, "
+                     f"{utilisation.peak / world.world_size / 1e12:g} TFLOP/s each")
     if run.lead and model.backend.name == "cuda":
         progress.log("compiling kernels ...")
-    # overflow on the way to a divergence is reported once, by healthy(), not op by op
+
     def allreduce():
         world.allreduce_mean(model.grads_flat, model.backend)
     between = allreduce if world.world_size > 1 else None     # between backward and update
@@ -633,8 +650,8 @@ def train(run, stop_at):
                     or run.train_step.unread == LOG_ROWS):
                 continue    # the host runs ahead: nothing is read back between log lines
             # the one read back: every step's loss, norm and lr since the last one
-            metrics = run.train_step.metrics()
-            losses = world.mean(metrics["loss"])
+            logged = run.train_step.metrics()
+            losses = world.mean(logged["loss"])
             now = time.perf_counter()
             seconds, read_at = (now - read_at) / len(losses), now
             first = run.step - len(losses) + 1
@@ -643,7 +660,7 @@ def train(run, stop_at):
                 if not healthy(loss, model.config):
                     return diverged(run, f"the loss at step {first + i} is {loss:.4g}")
                 progress.step(first + i, loss, seconds)
-            loss, norm, lr = losses[-1], metrics["grad_norm"][-1], metrics["lr"][-1]
+            loss, norm, lr = losses[-1], logged["grad_norm"][-1], logged["lr"][-1]
             val = None
             if due_eval:
                 val = evaluate(run)
@@ -715,7 +732,9 @@ def write_checkpoint(run, progress):
              "args": dataclasses.asdict(run.args), "history": run.history,
              "data_signature": run.data_signature}
     path = save_checkpoint(run.out, run.model, run.optimizer, run.tokenizer, state)
-    write_output(run, path, "loss.png", lambda tmp: plot_losses(run.history, run.entropy, tmp))
+    metrics = run.out / METRICS
+    records = read_metrics(metrics) if metrics.exists() else []
+    write_output(run, path, "loss.png", lambda tmp: plot_losses(records, run.entropy, tmp))
     progress.log(f"checkpoint: {path}")
 
 
@@ -741,27 +760,6 @@ def finish(run, progress, elapsed, steps_taken):
                  f"nats/token (unigram entropy {run.entropy:.4f})")
     progress.log(f"loss curve {run.out / 'loss.png'}, samples {run.out / 'samples.txt'}; "
                  f"sample more with: python -m microgpt.sample --checkpoint {run.out}")
-
-
-def plot_losses(history, entropy, path):
-    """Train loss per step and val loss per evaluation, with the unigram entropy for scale."""
-    fig = Figure(figsize=(8, 5), tight_layout=True)
-    ax = fig.add_subplot()
-    train = np.asarray(history["train"])
-    steps = np.arange(1, len(train) + 1)
-    ax.plot(steps, train, lw=0.6, alpha=0.5, color="C0", label="train (per step)")
-    if len(train) >= 20:   # a moving average reads better than per-step noise
-        width = len(train) // 20
-        smooth = np.convolve(train, np.ones(width) / width, mode="valid")
-        ax.plot(steps[width - 1:], smooth, color="C0", label=f"train ({width}-step mean)")
-    if history["val"]:
-        val_steps, val = zip(*history["val"])
-        ax.plot(val_steps, val, "o-", color="C1", label="val")
-    ax.axhline(entropy, ls="--", color="gray", label="unigram entropy")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss (nats/token)")
-    ax.legend()
-    fig.savefig(path, dpi=100, format="png")
 
 
 def format_duration(seconds):

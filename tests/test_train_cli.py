@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from microgpt import GPT, get_config, sample, train
+from microgpt import GPT, metrics, sample, train
 from microgpt.backend import NumpyBackend, cuda_available
 from microgpt.checkpoint import LATEST, OPTIMIZER_FILE, load_checkpoint
 from microgpt.data import write_shard
@@ -83,7 +83,7 @@ def test_train_then_sample_in_fresh_processes(tiny, tmp_path):
     assert "--- sample at step 4 ---" in result.stdout
     assert "done: 8 steps" in result.stdout and "unigram entropy" in result.stdout
     assert sorted(p.name for p in out.iterdir()) == ["ckpt-000008", LATEST, "loss.png",
-                                                      "samples.txt"]
+                                                      "metrics.jsonl", "samples.txt"]
     assert (out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "samples.txt").read_text().startswith("--- sample 1 ---")
     assert len(history(out)["train"]) == 8 and [s for s, _ in history(out)["val"]] == [4, 8]
@@ -330,22 +330,6 @@ def test_a_run_directory_holds_one_run(tiny, tmp_path, capsys):
     assert sorted(tmp_path.rglob("*")) == before
 
 
-def test_generate_pads_slides_and_respects_the_vocabulary():
-    model = GPT(get_config("microgpt", vocab_size=64), seed=1)
-    rng = np.random.default_rng()
-    prompt = list(rng.integers(0, 64, 5))
-    greedy = sample.generate(model, prompt, 20, temperature=0, top_k=0, rng=rng, vocab_limit=64)
-    # the padded window gives what the unpadded sequence gives, also past the context (16)
-    ids = prompt + greedy
-    for i in range(len(prompt), len(ids)):
-        window = np.array([ids[max(0, i - 16):i]])
-        assert ids[i] == int(np.argmax(model.forward(window)[0, -1]))
-    assert sample.generate(model, prompt, 20, temperature=1.0, top_k=1, rng=rng,
-                           vocab_limit=64) == greedy
-    limited = sample.generate(model, prompt, 50, temperature=2.0, top_k=0, rng=rng, vocab_limit=10)
-    assert all(0 <= t < 10 for t in limited)
-
-
 def test_progress_draws_a_live_line_on_a_terminal(monkeypatch, capsys):
     class Terminal:
         written = ""
@@ -408,7 +392,7 @@ def test_divergence_keeps_the_last_healthy_checkpoint(blow_up_after, kept, tiny,
     assert status == train.EXIT_DIVERGED
     assert err.count("\n") == 1 and "training diverged" in err and kept in err
     assert not [w for w in caught if issubclass(w.category, RuntimeWarning)]
-    assert sorted(p.name for p in out.iterdir()) == [kept, LATEST, "loss.png"]
+    assert sorted(p.name for p in out.iterdir()) == [kept, LATEST, "loss.png", "metrics.jsonl"]
     assert load_checkpoint(out).state["step"] == 2
 
 
@@ -456,13 +440,13 @@ def test_a_full_disk_at_each_write(tiny, tmp_path, capsys, monkeypatch):
 def test_loss_png_on_a_full_disk(tiny, tmp_path, capsys, monkeypatch):
     def full_disk(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    monkeypatch.setattr(train.Figure, "savefig", full_disk)
+    monkeypatch.setattr(metrics.Figure, "savefig", full_disk)
     out = tmp_path / "run"
     status, _, err = run_main([*tiny, "--steps", 2, "--out", out], capsys)
     assert status == 2 and err.count("\n") == 1
     assert f"cannot write {out / 'loss.png'} (No space left on device)" in err
     assert f"continue with --resume {out}" in err
-    assert sorted(p.name for p in out.iterdir()) == ["ckpt-000002", LATEST]
+    assert sorted(p.name for p in out.iterdir()) == ["ckpt-000002", LATEST, "metrics.jsonl"]
 
 
 def test_a_locked_run_directory_is_refused(tiny, tmp_path, capsys):

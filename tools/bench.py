@@ -4,7 +4,7 @@
     python tools/bench.py --out bench/RESULTS.md            # everything (needs a GPU + torch)
     python tools/bench.py --only kernels --out /tmp/k.md
 
-Four sections:
+Seven sections:
   gemm     every GEMM of an andrea-120m and an andrea-12m training step on the bf16 tensor
            cores (kernels/gemm_bf16.py), in TFLOP/s beside torch.mm in bf16 (cuBLAS);
            --gemm-sweep also times every tile and split-K candidate and reports the best;
@@ -19,7 +19,11 @@ Four sections:
            PyTorch model of the same architecture in float32 (TF32 off) and bf16 autocast;
   fused    the fused kernels of mixed precision (residual + LayerNorm, cross-entropy
            forward + backward, bf16 outputs) at andrea-120m shapes, beside the unfused
-           launches they replace.
+           launches they replace;
+  generate tokens/s of python -m microgpt.sample's generation (microgpt/generate.py, a KV
+           cache) for andrea-12m and andrea-120m, beside the full-window generation it
+           replaced (a forward over the whole context window per token, every logit copied
+           back); --device cpu measures it on the NumPy backend, without a GPU or torch.
 The file written holds the machine, the versions and the command. Ratios are what count:
 absolute figures move 10-30% between runs.
 """
@@ -27,6 +31,7 @@ absolute figures move 10-30% between runs.
 import argparse
 import datetime
 import importlib.metadata
+import os
 import platform
 import sys
 import time
@@ -375,6 +380,7 @@ def bench_kernels(reps):
     vv, nsq = ops.zeros((flat,)), ops.zeros((1,))
     hparams = ops.to_device(np.array([1, 1e-4, 0.1, 0.05], np.float32))
     metrics_log = ops.zeros((1024, 3))
+    kv = dev(B, T, 2 * C)
 
     tx, tw, tw_o = tdev(N, C), tdev(C, 3 * C, scale=0.02), tdev(C, C, scale=0.02)
     tq, tk, tv = (tdev(B, H, T, D, grad=True) for _ in range(3))
@@ -453,6 +459,11 @@ def bench_kernels(reps):
                                   eps=1e-8), None, 0),
         ("record step metrics (16384 losses)",
          lambda: ops.record_step(metrics_log, losses, nsq, hparams), None, 0),
+        # generation: one new position of a batch of 16 against a full 1024-position cache
+        ("KV cache write (16 x 1 position)",
+         lambda: ops.kv_cache_write(kv, qkv[:, :1], T - 1), None, 0),
+        ("attention of 1 position against the cache (16 x 1024)",
+         lambda: ops.attention_cached_forward(merged[:, :1], qkv[:, :1], kv, T - 1, H), None, 0),
     ]
     # the backward passes (microgpt's only; PyTorch's GEMM twins for scale)
     dw_qkv, ln_dw, ln_db = dev(C, 3 * C), dev(C), dev(C)
@@ -710,28 +721,101 @@ def bench_steps(reps):
 
 
 # ----------------------------------------------------------------------------------
+# generation
 
 
-def versions():
+def full_window_generate(model, prompt_ids, n_tokens, rng):
+    """The generation microgpt.generate replaced, for the "before" column: every token runs
+    the model over one (1, context) window, zero-padded, and copies all its logits back."""
+    from microgpt.generate import pick_token
+
+    context = model.config.context
+    ids, window = list(prompt_ids), np.zeros((1, context), np.int32)
+    for _ in range(n_tokens):
+        recent = ids[-context:]
+        window[0, :len(recent)] = recent
+        logits = model.forward(window)[0, len(recent) - 1]
+        ids.append(pick_token(logits, temperature=0.8, top_k=40, rng=rng))
+    return ids[len(prompt_ids):]
+
+
+def bench_generate(device, tokens, before_tokens, prompt=16):
+    """tokens/s of generate() (the prefill of a prompt included) and of the full-window
+    loop, after a warm-up that compiles every kernel both launch; sample's defaults
+    (temperature 0.8, top-k 40), random parameters (the speed does not depend on them)."""
+    from microgpt import GPT, get_config
+    from microgpt.generate import generate
+
+    rows = []
+    for name in ("andrea-12m", "andrea-120m"):
+        cfg = get_config(name)
+        model = GPT(cfg, backend="cuda" if device == "cuda" else "numpy")
+        rng = np.random.default_rng(0)
+        prompt_ids = list(rng.integers(0, cfg.vocab_size, prompt))
+
+        def after(n):
+            generate(model, prompt_ids, n, temperature=0.8, top_k=40, rng=rng,
+                     vocab_limit=cfg.vocab_size)
+
+        def before(n):
+            full_window_generate(model, prompt_ids, n, rng)
+
+        row = dict(config=name, prompt=prompt, tokens=tokens, before_tokens=before_tokens)
+        for label, run, n in (("after", after, tokens), ("before", before, before_tokens)):
+            run(2)
+            t0 = time.perf_counter()
+            run(n)
+            row[label] = n / (time.perf_counter() - t0)
+        rows.append(row)
+        print(f"  {name:12s} KV cache {row['after']:9.1f} tok/s   full window "
+              f"{row['before']:9.2f} tok/s   x{row['after'] / row['before']:.1f}", flush=True)
+    return rows
+
+
+def generate_report(rows, device):
+    lines = [f"## Generation tokens/s ({'H200' if device == 'cuda' else 'CPU, NumPy backend'})",
+             "",
+             f"A prompt of {rows[0]['prompt']} random tokens, temperature 0.8, top-k 40, batch 1; "
+             "the time of the whole call, prefill included, after a warm-up.",
+             "",
+             "| config | KV cache tok/s (tokens) | full window tok/s (tokens) | speed-up |",
+             "|---|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['config']} | {r['after']:,.1f} ({r['tokens']}) | "
+                     f"{r['before']:,.2f} ({r['before_tokens']}) | "
+                     f"{r['after'] / r['before']:,.1f} |")
+    return lines + [""]
+
+
+# ----------------------------------------------------------------------------------
+
+
+def versions(device="cuda"):
     import numba
-    import torch
+
+    text = (f"python {platform.python_version()}, numpy {np.__version__}, "
+            f"numba {numba.__version__}")
+    if device == "cpu":
+        return f"CPU {platform.machine()}, {os.cpu_count()} cores; {text}"
     from numba import cuda
 
     dev = cuda.get_current_device()
-    return (
-        f"GPU {dev.name.decode() if isinstance(dev.name, bytes) else dev.name}, "
-        f"cc {dev.compute_capability}; python {platform.python_version()}, numpy {np.__version__}, "
-        f"numba {numba.__version__}, numba-cuda {importlib.metadata.version('numba-cuda')}, "
-        f"torch {torch.__version__} (CUDA {torch.version.cuda})"
-    )
+    text = (f"GPU {dev.name.decode() if isinstance(dev.name, bytes) else dev.name}, "
+            f"cc {dev.compute_capability}; {text}, "
+            f"numba-cuda {importlib.metadata.version('numba-cuda')}")
+    try:
+        import torch
+    except ImportError:     # the generate section runs without it
+        return text
+    return f"{text}, torch {torch.__version__} (CUDA {torch.version.cuda})"
 
 
 def write_report(path, gemm, kernels, steps, command, sweep=False, attention=(),
-                 attention_sweep=False, fused=()):
+                 attention_sweep=False, fused=(), generation=(), device="cuda"):
     lines = [
         f"# Benchmark results ({datetime.date.today().isoformat()})",
         "",
-        f"Machine: {versions()}; {platform.node()}",
+        f"Machine: {versions(device)}; {platform.node()}",
         "",
         f"Command: `{command}`",
         "",
@@ -744,6 +828,8 @@ def write_report(path, gemm, kernels, steps, command, sweep=False, attention=(),
         lines += attention_report(attention, attention_sweep)
     if fused:
         lines += fused_report(fused)
+    if generation:
+        lines += generate_report(generation, device)
     if kernels:
         lines += [
             "## Kernels at andrea-120m shapes (B 16, T 1024, C 768, 12 heads of 64, V 50304)",
@@ -793,8 +879,15 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--only", choices=["gemm", "attention", "kernels", "steps", "fused"],
+    parser.add_argument("--only", choices=["gemm", "attention", "kernels", "steps", "fused",
+                                           "generate"],
                         help="run one section")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                        help="cpu: the generate section on the NumPy backend (default: cuda)")
+    parser.add_argument("--gen-tokens", type=int, default=200,
+                        help="tokens generated with the KV cache (default: 200)")
+    parser.add_argument("--gen-before-tokens", type=int, default=20,
+                        help="tokens generated the full-window way (default: 20)")
     parser.add_argument("--gemm-sweep", action="store_true",
                         help="time every tile and split-K candidate of each GEMM")
     parser.add_argument("--attention-sweep", action="store_true",
@@ -804,6 +897,13 @@ def main(argv=None):
     args = parser.parse_args(argv)
     from microgpt.backend import cuda_available
 
+    command = "python tools/bench.py " + " ".join(argv or sys.argv[1:])
+    if args.device == "cpu":
+        if args.only != "generate":
+            parser.error("--device cpu runs the generate section only: pass --only generate")
+        write_report(args.out, [], [], [], command, device="cpu",
+                     generation=bench_generate("cpu", args.gen_tokens, args.gen_before_tokens))
+        return 0
     if not cuda_available():
         print("bench.py: no CUDA GPU found; the benchmarks need one (and PyTorch)", file=sys.stderr)
         return 2
@@ -813,9 +913,10 @@ def main(argv=None):
     kernels = bench_kernels(args.reps) if args.only in (None, "kernels") else []
     steps = bench_steps(max(2, args.reps // 2)) if args.only in (None, "steps") else []
     fused = bench_fused(args.reps) if args.only in (None, "fused") else []
-    write_report(args.out, gemm, kernels, steps,
-                 "python tools/bench.py " + " ".join(argv or sys.argv[1:]), args.gemm_sweep,
-                 attention, args.attention_sweep, fused)
+    generation = (bench_generate("cuda", args.gen_tokens, args.gen_before_tokens)
+                  if args.only in (None, "generate") else [])
+    write_report(args.out, gemm, kernels, steps, command, args.gemm_sweep, attention,
+                 args.attention_sweep, fused, generation)
     return 0
 
 

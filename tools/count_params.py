@@ -5,13 +5,15 @@
     python tools/count_params.py --config microgpt --vocab-size 4096
 
 Counted from microgpt.params.ParamLayout, the table the model allocates its parameters
-from, so the figures are what the model really holds (the LM head is tied to wte).
+from, so the figures are what the model really holds (the LM head is tied to wte); the
+FLOPs per token are microgpt.metrics.flops_per_token's, from the same table.
 """
 import argparse
 import sys
 from dataclasses import dataclass
 
 from microgpt.config import CONFIGS, ConfigError, get_config
+from microgpt.metrics import flops_per_token
 from microgpt.params import ParamLayout
 
 BYTE_VOCAB = 256    # the byte tokenizer's vocabulary: microgpt's size when none is given
@@ -86,6 +88,8 @@ def format_table(name, cfg, counts, total):
         "", line(header), *map(line, rows), "",
         f"attention projections: {attention.per_layer:,} per layer, {attention.all_layers:,} "
         f"over all layers, {attention.total / total:.1%} of all {total:,} parameters",
+        f"training FLOPs per token (forward + backward, the count MFU uses): "
+        f"{flops_per_token(cfg):,}",
     ])
 
 
