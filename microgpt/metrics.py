@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 
 from microgpt.checkpoint import atomic_file
 from microgpt.errors import UserError
-from microgpt.model import param_specs
+from microgpt.params import param_specs
 
 METRICS = "metrics.jsonl"
 PEAK_ENV = "MICROGPT_PEAK_TFLOPS"

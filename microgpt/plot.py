@@ -12,7 +12,8 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from microgpt.checkpoint import atomic_file
-from microgpt.errors import ArgumentParser, UserError, run_cli
+from microgpt.cli import ArgumentParser, run_cli
+from microgpt.errors import UserError
 from microgpt.metrics import METRICS, draw_losses, read_metrics
 
 PROG = "microgpt.plot"

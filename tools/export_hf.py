@@ -23,7 +23,8 @@ import numpy as np
 from safetensors.numpy import save
 
 from microgpt.checkpoint import atomic_directory, load_checkpoint
-from microgpt.errors import ArgumentParser, UserError, run_cli
+from microgpt.cli import ArgumentParser, run_cli
+from microgpt.errors import UserError
 from microgpt.reference import LN_EPS
 from microgpt.tokenizer import EOT
 
