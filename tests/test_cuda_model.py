@@ -120,33 +120,41 @@ def test_checkpoint_resumes_on_the_other_backend(tmp_path):
     assert_all_close(runs["cuda", "numpy"], straight, "cuda -> numpy")
 
 
-# in the simulator both sides run eagerly: one small case keeps the Step path covered there
+# in the simulator every step runs eagerly: one small case keeps the Step path covered there
 @pytest.mark.parametrize("name,overrides,B,T", CASES if REAL_SHAPES else CASES[1:])
-def test_captured_steps_match_eager_steps(name, overrides, B, T):
-    """Four training steps through microgpt.step.Step. On a GPU the first runs eagerly, the
-    second is captured into a CUDA graph and the last two replay it; in the simulator every
-    step is eager. A twin takes the same steps eagerly, each from the captured model's
-    state (as in the test above): the logged loss, norm and lr, and the parameters after
-    each step agree within the whole-model tolerance (atomics make the bits differ)."""
+def test_captured_steps_match_reference(name, overrides, B, T):
+    """Three training steps through microgpt.step.Step on the cuda backend: on a GPU the
+    first runs eagerly, the second is captured into a CUDA graph and the third replays it
+    (in the simulator all are eager). Beside it the float64 reference takes each step from
+    the same state, as in the test above: the gradient (still in the buffer after the
+    update), then AdamW on the device's gradient: the logged loss, norm and lr, the moments
+    and the parameters, all within the whole-model tolerance."""
     cfg = get_config(name, **overrides)
     rng = np.random.default_rng(abs(hash((name, B, T, "graph"))) % 2**32)
-    opt_cfg = AdamWConfig(lr=1e-3, warmup_steps=2, total_steps=4)
-    models = [GPT(cfg, backend="cuda", seed=3) for _ in range(2)]
-    opts = [AdamW(model, opt_cfg) for model in models]
-    steps = [Step(model, opt, B, T, graph=graph)
-             for model, opt, graph in zip(models, opts, (True, False))]
-    for step in steps:
-        poison(step.backend, step.buffers)
-    for i in range(4):
-        models[1].load_state_dict(models[0].state_dict())
-        opts[1].load_state_dict(*opts[0].state_dict())
+    opt_cfg = AdamWConfig(lr=1e-3, warmup_steps=1, total_steps=3)
+    dev, ref = GPT(cfg, backend="cuda", seed=3), GPT(cfg, backend="numpy", seed=3,
+                                                      dtype=np.float64)
+    opt_dev, opt_ref = AdamW(dev, opt_cfg), AdamW(ref, opt_cfg)
+    step_dev, step_ref = Step(dev, opt_dev, B, T), Step(ref, opt_ref, B, T)
+    poison(dev.backend, step_dev.buffers)
+    for i in range(3):
+        ref.load_state_dict(dev.state_dict())
+        opt_ref.load_state_dict(*opt_dev.state_dict())
         tokens, targets = (rng.integers(0, cfg.vocab_size, (B, T)) for _ in range(2))
-        for step in steps:
-            step.run(tokens, targets)
-        captured, eager = (step.metrics() for step in steps)
+        step_dev.run(tokens, targets)
+        got = step_dev.metrics()
+
+        def compare_then_take_the_device_gradient():     # between backward and update
+            host = dev.backend.to_host(dev.grads_flat)
+            assert_all_close(dev.layout.views(host), ref.layout.views(ref.grads_flat),
+                             f"step {i} gradient")
+            ref.grads_flat[...] = host
+        step_ref.run(tokens, targets, between=compare_then_take_the_device_gradient)
+        want = step_ref.metrics()
         for column in LOG_COLUMNS:
-            assert captured[column].shape == (1,)
-            assert_close(captured[column], eager[column], TOL_F32_MODEL, f"step {i} {column}")
-        assert_close(captured["lr"], [lr_at(i, opt_cfg)], 1e-6, f"step {i} lr")
-        assert_all_close(models[0].state_dict(), models[1].state_dict(), f"after step {i}")
-    assert bool(steps[0]._captured) == steps[0].backend.graphs
+            assert_close(got[column], want[column], TOL_F32_MODEL, f"step {i} {column}")
+        assert_close(got["lr"], [lr_at(i, opt_cfg)], 1e-6, f"step {i} lr")
+        (moments_ref, _), (moments_dev, _) = opt_ref.state_dict(), opt_dev.state_dict()
+        assert_all_close(moments_dev, moments_ref, f"step {i} AdamW moment")
+        assert_all_close(dev.state_dict(), ref.state_dict(), f"after step {i}, parameter")
+    assert bool(step_dev._captured) == dev.backend.graphs
