@@ -21,11 +21,10 @@ Tolerances, derived (u = 2^-9, the unit roundoff of bf16's 8 significant bits):
   2^-22): TOL_F32_OP.
 A wrong tile, mask or rescale moves whole rows by O(1): far outside all of these.
 """
-import ml_dtypes
 import numpy as np
 import pytest
-from helpers import (REAL_SHAPES, TOL_F32_OP, assert_close, assert_one_key_gradients, poisoned,
-                     randn)
+from helpers import (REAL_SHAPES, TOL_F32_OP, assert_close, assert_one_key_gradients, bf16,
+                     from_bf16, poisoned, randn)
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from numba import cuda
@@ -56,15 +55,6 @@ else:
                        st.sampled_from([4, 8, 12, 16])).filter(lambda s: s[0] * s[1] < 4)
     TILES = st.sampled_from([FlashTile(16, 16), FlashTile(32, 16), FlashTile(16, 32),
                              FlashTile(32, 16, 32)])
-
-def bf16(x):
-    """float32 -> (uint16 bits for the device, the same bf16 values in float64)."""
-    rounded = x.astype(ml_dtypes.bfloat16)
-    return rounded.view(np.uint16), rounded.astype(np.float64)
-
-
-def from_bf16(bits):
-    return bits.view(ml_dtypes.bfloat16).astype(np.float64)
 
 
 def check_forward(shape, tile, seed):
