@@ -143,8 +143,8 @@ def update_terms(param, grad, m, v, norm, hp):
     v_hat = (v_terms[0] + v_terms[1]) / (1 - hp["beta2"] ** hp["step"])
     m_hat = (m_terms[0] + m_terms[1]) / (1 - hp["beta1"] ** hp["step"])
     decay = np.where(np.arange(param.size) < hp["n_decay"], hp["weight_decay"], 0.0)
-    step = hp["lr"] * m_hat / (np.sqrt(v_hat) + hp["eps"])
-    return {"param": (np.abs(param), step, hp["lr"] * decay * np.abs(param)),
+    update = hp["lr"] * m_hat / (np.sqrt(v_hat) + hp["eps"])
+    return {"param": (np.abs(param), update, hp["lr"] * decay * np.abs(param)),
             "m": m_terms, "v": v_terms}
 
 
