@@ -13,14 +13,21 @@ clip scale min(1, max_norm / (norm + 1e-6)) itself (so the host never waits for 
 clips the gradient, updates both moments and the parameter, and applies weight decay to
 the elements [0, n_decay) only, which params.ParamLayout fills with the matrices. Nothing
 the host passes changes from one step to the next, so a captured step replays as is.
+
+Mixed precision: given param_bf16 (n_decay,), a uint16 array, the same pass also writes the
+updated matrices rounded to bf16 there (round to nearest even), the operands of the bf16
+GEMMs of the next step: no cast launch, and no second read of the float32 parameters. The
+twin is the float32 result rounded by ml_dtypes (NumpyBackend.adamw_update).
 """
+import functools
 import math
 
 import numpy as np
-from numba import cuda, float32, int64
+from numba import cuda, float32, int64, uint16
 
 from microgpt.kernels import reductions
 from microgpt.kernels.common import SIMULATOR, ceil_div, check_array, check_block_size
+from microgpt.kernels.mma import to_bf16
 
 if SIMULATOR:
     _cos = math.cos
@@ -65,31 +72,42 @@ def _schedule_kernel(hparams, lr, warmup_steps, total_steps, min_lr_ratio, one_m
     hparams[3] = -math.expm1(step * math.log1p(-one_minus_beta2))
 
 
-@cuda.jit
-def _adamw_kernel(param, grad, m, v, norm_squared, hparams, beta1, beta2, eps, weight_decay,
-                  n_decay, max_norm):
-    # param, grad, m, v (n,); norm_squared (1,); hparams (4,); the rest float32 scalars,
-    # n_decay int64
-    i = cuda.grid(1)
-    if i >= param.size:
-        return
-    lr, bias_correction1, bias_correction2 = hparams[1], hparams[2], hparams[3]
-    clip = min(ONE, max_norm / (math.sqrt(norm_squared[0]) + CLIP_EPS))
-    g = grad[i] * clip
-    m_i = beta1 * m[i] + (ONE - beta1) * g
-    v_i = beta2 * v[i] + (ONE - beta2) * g * g
-    m[i] = m_i
-    v[i] = v_i
-    m_hat = m_i / bias_correction1
-    v_hat = v_i / bias_correction2
-    decay = weight_decay if i < n_decay else ZERO
-    p = param[i]
-    param[i] = p - lr * (m_hat / (math.sqrt(v_hat) + eps) + decay * p)
+@functools.cache
+def _adamw_kernel(write_bf16):
+    """write_bf16: also write the updated matrices, [0, n_decay), rounded to bf16."""
+    @cuda.jit
+    def adamw_kernel(param, param_bf16, grad, m, v, norm_squared, hparams, beta1, beta2, eps,
+                     weight_decay, n_decay, max_norm):
+        # param, grad, m, v (n,); param_bf16 (n_decay,) uint16 when write_bf16 (else a
+        # placeholder never touched); norm_squared (1,); hparams (4,); the rest float32
+        # scalars, n_decay int64
+        i = cuda.grid(1)
+        if i >= param.size:
+            return
+        lr, bias_correction1, bias_correction2 = hparams[1], hparams[2], hparams[3]
+        clip = min(ONE, max_norm / (math.sqrt(norm_squared[0]) + CLIP_EPS))
+        g = grad[i] * clip
+        m_i = beta1 * m[i] + (ONE - beta1) * g
+        v_i = beta2 * v[i] + (ONE - beta2) * g * g
+        m[i] = m_i
+        v[i] = v_i
+        m_hat = m_i / bias_correction1
+        v_hat = v_i / bias_correction2
+        decay = weight_decay if i < n_decay else ZERO
+        p = param[i]
+        p = p - lr * (m_hat / (math.sqrt(v_hat) + eps) + decay * p)
+        param[i] = p
+        if write_bf16 and i < n_decay:
+            param_bf16[i] = to_bf16(p)
+    return adamw_kernel
 
 
+_FLAT = float32[::1]
+_ADAMW_SCALARS = (_FLAT,) * 5 + (float32,) * 4 + (int64, float32)
 PTX_SIGNATURES = [
-    (_schedule_kernel, (float32[::1],) + (float32,) * 6),
-    (_adamw_kernel, (float32[::1],) * 6 + (float32,) * 4 + (int64, float32)),
+    (_schedule_kernel, (_FLAT,) + (float32,) * 6),
+    (_adamw_kernel(False), (_FLAT, _FLAT) + _ADAMW_SCALARS),
+    (_adamw_kernel(True), (_FLAT, uint16[::1]) + _ADAMW_SCALARS),
 ]
 
 
@@ -115,11 +133,12 @@ def adamw_schedule(hparams, *, lr, warmup_steps, total_steps, min_lr_ratio, beta
 
 
 def adamw_update(param, grad, m, v, norm_squared, hparams, *, weight_decay, n_decay,
-                 max_norm, beta1, beta2, eps, stream=0, block=BLOCK):
+                 max_norm, beta1, beta2, eps, param_bf16=None, stream=0, block=BLOCK):
     """One AdamW step on the flat buffers param, grad, m, v (n,), in place, with the
     learning rate and bias corrections of hparams (4,) (microgpt.ops.HPARAMS). The
     gradient is clipped to max_norm by its norm sqrt(norm_squared[0]), read on the device;
-    elements [0, n_decay) are decayed, the rest are not."""
+    elements [0, n_decay) are decayed, the rest are not. param_bf16 (n_decay,), when given,
+    is a bf16 (uint16) array and receives the updated [0, n_decay) rounded to bf16."""
     check_block_size(block)
     if len(param.shape) != 1:
         raise ValueError(f"param: expected a flat (n,) array, got shape {tuple(param.shape)}")
@@ -130,9 +149,11 @@ def adamw_update(param, grad, m, v, norm_squared, hparams, *, weight_decay, n_de
     check_array("hparams", hparams, (4,))
     if not 0 <= n_decay <= n:
         raise ValueError(f"n_decay must lie in [0, {n}], got {n_decay}")
+    if param_bf16 is not None:
+        check_array("param_bf16", param_bf16, (n_decay,), np.uint16)
     if n == 0:
         return
     scalars = (beta1, beta2, eps, weight_decay)
-    _adamw_kernel[ceil_div(n, block), block, stream](
-        param, grad, m, v, norm_squared, hparams, *map(np.float32, scalars), int(n_decay),
-        np.float32(max_norm))
+    _adamw_kernel(param_bf16 is not None)[ceil_div(n, block), block, stream](
+        param, param if param_bf16 is None else param_bf16, grad, m, v, norm_squared,
+        hparams, *map(np.float32, scalars), int(n_decay), np.float32(max_norm))

@@ -14,21 +14,42 @@ body (H and D are fixed per model), so the index arithmetic divides by constants
 Launch: grid (ceil(P*C / block), T, B), one thread per fused element, so reads or writes
 of the fused side are fully coalesced and the per-head side moves in contiguous runs of D.
 block defaults to 256 threads, fewer (whole warps) when a fused row is shorter.
+
+Mixed precision: every array may be float32 or bf16 (a uint16 array, kernels/precision.py),
+each on its own, so that the copy is also the cast and no cast launch exists: the QKV
+GEMM's output (either) splits into bf16 q, k, v for flash attention, and flash
+attention's bf16 output merges into the W_O GEMM's bf16 operand; in the backward, merge
+backward turns the W_O dX GEMM's result (either) into flash attention's bf16 dout, and
+split backward its bf16 dq, dk, dv into dqkv, the bf16 (or float32) operand of the QKV
+GEMM's dX and dW. A bf16 value read into float32 is exact and a float32 value written to
+bf16 is rounded once to nearest even, so the twins are the reference's copies with the
+values rounded as the output holds them.
 """
 import functools
 
-from numba import cuda, float32
+from numba import cuda, float32, uint16
 
-from microgpt.kernels.common import ceil_div, check_array, check_block_size, row_block
+from microgpt.kernels.common import ceil_div, check_block_size, row_block
+from microgpt.kernels.precision import check_activation, load_float32, store_float32
 
 BLOCK = 256
 
 
 @functools.cache
 def _head_copy_kernel(to_heads, H, D):
+    @cuda.jit(device=True, inline=True)
+    def copy_element(fused, b, t, col, heads, h, d):
+        # one call per part, so that q, k and v need not share a dtype (numba would have
+        # to unify them into one variable to pick the part's array)
+        if to_heads:
+            store_float32(heads, (b, h, t, d), load_float32(fused, (b, t, col)))
+        else:
+            store_float32(fused, (b, t, col), load_float32(heads, (b, h, t, d)))
+
     @cuda.jit
     def head_copy_kernel(fused, q, k, v):
-        # fused (B, T, P*C); q, k, v (B, H, T, D), of which the first P are used
+        # fused (B, T, P*C); q, k, v (B, H, T, D), of which the first P are used; each
+        # float32 or bf16
         col = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
         t, b = cuda.blockIdx.y, cuda.blockIdx.z
         if col >= fused.shape[2]:
@@ -37,32 +58,45 @@ def _head_copy_kernel(to_heads, H, D):
         d = col - part_head * D
         part = part_head // H
         h = part_head - part * H
-        heads = q if part == 0 else (k if part == 1 else v)
-        if to_heads:
-            heads[b, h, t, d] = fused[b, t, col]
+        if part == 0:
+            copy_element(fused, b, t, col, q, h, d)
+        elif part == 1:
+            copy_element(fused, b, t, col, k, h, d)
         else:
-            fused[b, t, col] = heads[b, h, t, d]
+            copy_element(fused, b, t, col, v, h, d)
 
     return head_copy_kernel
 
 
-_HEADS = float32[:, :, :, ::1]
-PTX_SIGNATURES = [(_head_copy_kernel(to_heads, H, D), (float32[:, :, ::1],) + (_HEADS,) * 3)
-                  for to_heads in (True, False)
-                  for H, D in [(12, 64), (3, 72)]]     # andrea-120m's heads; an odd D
+_F32, _BF16 = float32[:, :, ::1], uint16[:, :, ::1]
+_F32_HEADS, _BF16_HEADS = (float32[:, :, :, ::1],) * 3, (uint16[:, :, :, ::1],) * 3
+# the dtypes of the bf16 step's copies, by direction (the float32 step's are all float32):
+# to heads, split forward (qkv -> q, k, v) and merge backward (dout -> dy): bf16 heads from
+# a float32 or bf16 GEMM result; to fused, split backward (dq, dk, dv -> dqkv) and merge
+# forward (y -> out): bf16 heads into a bf16 GEMM operand, or into a float32 dqkv, or
+# float32 heads (the float32 attention's) into a bf16 operand
+_BF16_COPIES = [(True, _F32, _BF16_HEADS), (True, _BF16, _BF16_HEADS),
+                (False, _BF16, _BF16_HEADS), (False, _F32, _BF16_HEADS),
+                (False, _BF16, _F32_HEADS)]
+PTX_SIGNATURES = (
+    [(_head_copy_kernel(to_heads, H, D), (_F32,) + _F32_HEADS)
+     for to_heads in (True, False)
+     for H, D in [(12, 64), (3, 72)]] +      # andrea-120m's heads; an odd D
+    [(_head_copy_kernel(to_heads, 12, 64), (fused,) + per_head)
+     for to_heads, fused, per_head in _BF16_COPIES])
 
 
 def _copy(to_heads, fused_name, fused, head_names, heads, block, stream):
-    """Check shapes, then launch the copy between fused (B, T, P*C) and the P arrays of
-    heads, each (B, H, T, D)."""
+    """Check shapes and dtypes (each array float32 or bf16), then launch the copy between
+    fused (B, T, P*C) and the P arrays of heads, each (B, H, T, D)."""
     if len(heads[0].shape) != 4:
         raise ValueError(f"{head_names[0]}: expected shape (B, H, T, D), "
                          f"got {tuple(heads[0].shape)}")
     B, H, T, D = heads[0].shape
     for name, arr in zip(head_names, heads):
-        check_array(name, arr, (B, H, T, D))
+        check_activation(name, arr, (B, H, T, D))
     width = len(heads) * H * D
-    check_array(fused_name, fused, (B, T, width))
+    check_activation(fused_name, fused, (B, T, width))
     if block is None:
         block = row_block(width, BLOCK)
     check_block_size(block)
@@ -74,7 +108,8 @@ def _copy(to_heads, fused_name, fused, head_names, heads, block, stream):
 
 
 def split_heads_forward(q, k, v, qkv, *, block=None, stream=0):
-    """qkv (B, T, 3C) -> q, k, v each (B, H, T, D); H is read from q's shape."""
+    """qkv (B, T, 3C) -> q, k, v each (B, H, T, D); H is read from q's shape. Each array
+    float32 or bf16, as in the other three copies."""
     _copy(True, "qkv", qkv, ("q", "k", "v"), (q, k, v), block, stream)
 
 

@@ -114,16 +114,19 @@ class NumpyBackend:
         hparams[...] = (step, rate, 1.0 - beta1 ** step, 1.0 - beta2 ** step)
 
     def adamw_update(self, param, grad, m, v, norm_squared, hparams, *, weight_decay,
-                     n_decay, max_norm, beta1, beta2, eps):
+                     n_decay, max_norm, beta1, beta2, eps, param_bf16=None):
         """One AdamW step on flat buffers with the step and learning rate of hparams (4,):
         the first n_decay elements are decayed, the gradient is clipped to max_norm using
-        norm_squared (1,), as computed above."""
+        norm_squared (1,), as computed above. param_bf16 (n_decay,), an ml_dtypes.bfloat16
+        array when given, receives the updated first n_decay elements rounded to bf16."""
         scale = ref.clip_scale(float(np.sqrt(norm_squared[0])), max_norm)
         step, lr = int(hparams[0]), float(hparams[1])
         for part, wd in ((slice(0, n_decay), weight_decay), (slice(n_decay, None), 0.0)):
             param[part], m[part], v[part] = ref.adamw_update(
                 param[part], grad[part], m[part], v[part], lr=lr, step=step,
                 weight_decay=wd, beta1=beta1, beta2=beta2, eps=eps, grad_scale=scale)
+        if param_bf16 is not None:
+            param_bf16[...] = param[:n_decay]      # numpy's cast to bfloat16 rounds to nearest
 
     def record_step(self, log, losses, norm_squared, hparams):
         """Row (step - 1) % rows of log = microgpt.ops.LOG_COLUMNS of the step hparams

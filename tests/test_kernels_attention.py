@@ -3,10 +3,11 @@
 QKV GEMM -> split -> attention -> merge -> W_O GEMM, forward and backward."""
 import functools
 
+import ml_dtypes
 import numpy as np
 import pytest
-from helpers import (REAL_SHAPES, TOL_F32_OP, assert_close, assert_one_key_gradients, poisoned,
-                     randn)
+from helpers import (BF16, REAL_SHAPES, TOL_F32_OP, assert_close, assert_one_key_gradients,
+                     bf16, from_bf16, poisoned, randn)
 from hypothesis import given
 from hypothesis import strategies as st
 from numba import cuda
@@ -70,37 +71,60 @@ def host64(*arrays):
 
 
 # ----------------------------------------------------------------------------------
-# split / merge heads: pure copies, so they must be exact
+# split / merge heads: pure copies, so they must be exact; any array may be bf16, and a
+# float32 value copied into bf16 is rounded once to nearest even, as ml_dtypes rounds
+# (exact equality with that is stronger than TOL_BF16_OUT, which it implies)
 
-@given(shape=HEAD_SHAPES, block=COPY_BLOCKS, seed=SEEDS)
-def test_split_heads(shape, block, seed):
+DTYPES = st.sampled_from([np.float32, BF16])
+
+
+def device_copy_input(x, dtype):
+    """-> (x as a device array of dtype, the values it holds in float32)."""
+    if dtype == BF16:
+        bits, _ = bf16(x)
+        return cuda.to_device(bits), from_bf16(bits).astype(np.float32)
+    return cuda.to_device(x), x
+
+
+def assert_copied(out, want, what):
+    """out (a device array, float32 or bf16) holds want (float32), rounded as out holds it."""
+    got = out.copy_to_host()
+    if got.dtype == BF16:
+        want = want.astype(ml_dtypes.bfloat16).view(BF16)
+    np.testing.assert_array_equal(got, want, err_msg=what)
+
+
+@given(shape=HEAD_SHAPES, block=COPY_BLOCKS, fused_dtype=DTYPES,
+       head_dtypes=st.tuples(DTYPES, DTYPES, DTYPES), seed=SEEDS)
+def test_split_heads(shape, block, fused_dtype, head_dtypes, seed):
     B, H, T, D = shape
     rng = np.random.default_rng(seed)
-    qkv = randn(rng, B, T, 3 * H * D)
-    q, k, v = to_device(*(poisoned((B, H, T, D)) for _ in range(3)))
-    heads.split_heads_forward(q, k, v, cuda.to_device(qkv), block=block)
-    for got, want in zip((q, k, v), ref.split_heads_forward(qkv, H)):
-        np.testing.assert_array_equal(got.copy_to_host(), want)
+    qkv, qkv32 = device_copy_input(randn(rng, B, T, 3 * H * D), fused_dtype)
+    q, k, v = (cuda.to_device(poisoned(shape, dtype)) for dtype in head_dtypes)
+    heads.split_heads_forward(q, k, v, qkv, block=block)
+    for name, got, want in zip("qkv", (q, k, v), ref.split_heads_forward(qkv32, H)):
+        assert_copied(got, want, f"split {name}")
 
-    grads = [randn(rng, B, H, T, D) for _ in range(3)]
-    dqkv = cuda.to_device(poisoned((B, T, 3 * H * D)))
-    heads.split_heads_backward(dqkv, *to_device(*grads), block=block)
-    np.testing.assert_array_equal(dqkv.copy_to_host(), ref.split_heads_backward(*grads))
+    grads = [device_copy_input(randn(rng, B, H, T, D), dtype) for dtype in head_dtypes]
+    dqkv = cuda.to_device(poisoned((B, T, 3 * H * D), fused_dtype))
+    heads.split_heads_backward(dqkv, *(g for g, _ in grads), block=block)
+    assert_copied(dqkv, ref.split_heads_backward(*(g32 for _, g32 in grads)), "dqkv")
 
 
-@given(shape=HEAD_SHAPES, block=COPY_BLOCKS, seed=SEEDS)
-def test_merge_heads(shape, block, seed):
+@given(shape=HEAD_SHAPES, block=COPY_BLOCKS, fused_dtype=DTYPES, head_dtype=DTYPES,
+       seed=SEEDS)
+def test_merge_heads(shape, block, fused_dtype, head_dtype, seed):
     B, H, T, D = shape
     rng = np.random.default_rng(seed)
-    y = randn(rng, B, H, T, D)
-    out = cuda.to_device(poisoned((B, T, H * D)))
-    heads.merge_heads_forward(out, cuda.to_device(y), block=block)
-    np.testing.assert_array_equal(out.copy_to_host(), ref.merge_heads_forward(y))
+    y, y32 = device_copy_input(randn(rng, B, H, T, D), head_dtype)
+    out = cuda.to_device(poisoned((B, T, H * D), fused_dtype))
+    heads.merge_heads_forward(out, y, block=block)
+    assert_copied(out, ref.merge_heads_forward(y32), "merge")
 
-    dout = randn(rng, B, T, H * D)
-    dy = cuda.to_device(poisoned((B, H, T, D)))
-    heads.merge_heads_backward(dy, cuda.to_device(dout), block=block)
-    np.testing.assert_array_equal(dy.copy_to_host(), ref.merge_heads_backward(dout, H))
+    dout, dout32 = device_copy_input(randn(rng, B, T, H * D), fused_dtype)
+    dy = cuda.to_device(poisoned(shape, head_dtype))
+    heads.merge_heads_backward(dy, dout, block=block)
+    assert_copied(dy, ref.merge_heads_backward(dout32, H), "merge backward")
 
 
 def ones(*shape, dtype=np.float32):
@@ -128,8 +152,8 @@ def copy_call(launch, head_names, fused_name, width, block=None, **changes):
 
 @pytest.mark.parametrize("launch,head_names,fused_name,width", COPIES)
 def test_heads_reject_bad_arguments(launch, head_names, fused_name, width):
-    """Every check of every copy: the rank and shape of each per-head array, the fused
-    array's shape, dtype and residence, the block size."""
+    """Every check of every copy: the rank, shape and dtype of each per-head array, the
+    fused array's shape, dtype and residence, the block size; bf16 taken for any array."""
     call = functools.partial(copy_call, launch, head_names, fused_name, width)
     first = head_names[0]
     with pytest.raises(ValueError, match=rf"{first}: expected shape \(B, H, T, D\)"):
@@ -139,13 +163,32 @@ def test_heads_reject_bad_arguments(launch, head_names, fused_name, width):
             call(**{name: ones(2, 2, 3, 1)})
     with pytest.raises(ValueError, match=rf"{fused_name}: expected shape \(2, 3, {width}\)"):
         call(**{fused_name: ones(2, 3, width + 1)})
-    with pytest.raises(TypeError, match=f"{fused_name}: expected dtype float32"):
+    with pytest.raises(TypeError, match=rf"{fused_name}: expected dtype float32 or bf16 "
+                       r"\(a uint16 array\), got float64"):
         call(**{fused_name: ones(2, 3, width, dtype=np.float64)})
+    for name in head_names:
+        with pytest.raises(TypeError, match=f"{name}: expected dtype float32 or bf16"):
+            call(**{name: ones(2, 2, 3, 2, dtype=np.float16)})
+        call(**{name: ones(2, 2, 3, 2, dtype=BF16)})
+    call(**{fused_name: ones(2, 3, width, dtype=BF16)})
     with pytest.raises(TypeError, match=f"{first}: expected a device array"):
         call(**{first: np.ones((2, 2, 3, 2), np.float32)})
     for block in (0, 1025):
         with pytest.raises(ValueError, match="block size"):
             call(block=block)
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 0, 4), (0, 2, 3, 4)])
+def test_heads_of_an_empty_batch_launch_nothing(shape, no_launches):
+    """The empty-input rule (kernels/common.py), with bf16 and float32 arrays mixed."""
+    B, H, T, D = shape
+    per_head = [cuda.to_device(np.ones(shape, dtype)) for dtype in (BF16, np.float32, BF16)]
+    qkv = cuda.to_device(np.ones((B, T, 3 * H * D), BF16))
+    merged = cuda.to_device(np.ones((B, T, H * D), np.float32))
+    heads.split_heads_forward(*per_head, qkv)
+    heads.split_heads_backward(qkv, *per_head)
+    heads.merge_heads_forward(merged, per_head[0])
+    heads.merge_heads_backward(per_head[0], merged)
 
 
 # ----------------------------------------------------------------------------------

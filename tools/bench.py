@@ -499,12 +499,14 @@ def bench_kernels(reps):
 # ----------------------------------------------------------------------------------
 # fused kernels against the launches they replace
 
-def bench_fused(reps, shape=(16, 1024, 768, 50304)):
+def bench_fused(reps, shape=(16, 1024, 768, 50304), n_params=124_392_960):
     """(name, ms, the unfused launches' ms or None, bytes each must move) at shape (B, T,
-    C, V), andrea-120m's. bf16 arrays are uint16 device arrays."""
+    C, V) and n_params, andrea-120m's (heads of 64). bf16 arrays are uint16 device
+    arrays. The bf16 head copies and AdamW's bf16 matrices replace no launch: beside them,
+    the same launch in float32 (in the unfused column)."""
     from numba import cuda
 
-    from microgpt.kernels import crossentropy, elementwise, layernorm
+    from microgpt.kernels import adamw, crossentropy, elementwise, heads, layernorm
 
     import ml_dtypes
 
@@ -531,8 +533,26 @@ def bench_fused(reps, shape=(16, 1024, 768, 50304)):
     targets = cuda.to_device(rng.integers(0, V, N).astype(np.int32))
     fc, fc_out, fc16, fc_out16 = (dev(N, 4 * C), dev(N, 4 * C), dev_bf16(N, 4 * C),
                                   dev_bf16(N, 4 * C))
+    per_head = (B, C // 64, T, 64)
+    qkv, qkv16 = dev(B, T, 3 * C), dev_bf16(B, T, 3 * C)
+    q, k, v = (dev(*per_head) for _ in range(3))
+    q16, k16, v16 = (dev_bf16(*per_head) for _ in range(3))
+    merged, merged16 = dev(B, T, C), dev_bf16(B, T, C)
+    # every parameter but the LayerNorm vectors (4 per layer and ln_f's 2, at 12 layers) is a
+    # matrix, decayed and copied to bf16
+    n_decay = n_params - 50 * C
+    param, grad, m_flat = (dev(n_params, scale=0.02) for _ in range(3))
+    v_flat = cuda.to_device(np.full(n_params, 1e-4, np.float32))
+    norm_squared = cuda.to_device(np.ones(1, np.float32))
+    hparams = cuda.to_device(np.array([1, 1e-4, 0.1, 0.05], np.float32))
+    param16 = cuda.to_device(np.zeros(n_decay, np.uint16))
     f32, bf16 = 4, 2
     nc, nv, nf = N * C, N * V, N * 4 * C
+
+    def adamw_update(**bf16_copy):
+        adamw.adamw_update(param, grad, m_flat, v_flat, norm_squared, hparams, weight_decay=0.1,
+                           n_decay=n_decay, max_norm=1.0, beta1=0.9, beta2=0.95, eps=1e-8,
+                           **bf16_copy)
 
     def residual_pair():
         elementwise.residual_forward(resid, a, b)
@@ -573,6 +593,20 @@ def bench_fused(reps, shape=(16, 1024, 768, 50304)):
          None, nf * 3 * f32),
         ("gelu backward in place, bf16",
          lambda: elementwise.gelu_backward(fc_out16, fc_out16, fc16), None, nf * 3 * bf16),
+        ("split heads, float32 qkv -> bf16 q, k, v",
+         lambda: heads.split_heads_forward(q16, k16, v16, qkv),
+         lambda: heads.split_heads_forward(q, k, v, qkv), 3 * nc * (f32 + bf16)),
+        ("split heads, bf16 -> bf16", lambda: heads.split_heads_forward(q16, k16, v16, qkv16),
+         lambda: heads.split_heads_forward(q, k, v, qkv), 3 * nc * 2 * bf16),
+        ("merge heads, bf16 -> bf16", lambda: heads.merge_heads_forward(merged16, q16),
+         lambda: heads.merge_heads_forward(merged, q), nc * 2 * bf16),
+        ("merge heads backward, float32 -> bf16", lambda: heads.merge_heads_backward(q16, merged),
+         lambda: heads.merge_heads_backward(q, merged), nc * (f32 + bf16)),
+        ("split heads backward, bf16 -> bf16",
+         lambda: heads.split_heads_backward(qkv16, q16, k16, v16),
+         lambda: heads.split_heads_backward(qkv, q, k, v), 3 * nc * 2 * bf16),
+        ("AdamW update + bf16 matrices", lambda: adamw_update(param_bf16=param16), adamw_update,
+         n_params * 7 * f32 + n_decay * bf16),
     ]
     out = []
     for name, fused, unfused, nbytes in rows:
@@ -588,7 +622,8 @@ def fused_report(rows):
     lines = ["## Fused kernels of mixed precision at andrea-120m shapes "
              "(N = B·T = 16384 rows, C 768, V 50304)", "",
              "GB/s: the bytes the kernel must read and write once each, over its time.", "",
-             "| kernel | ms | GB/s | the unfused launches it replaces, ms | unfused / fused |",
+             "| kernel | ms | GB/s | the unfused launches it replaces (for the bf16 head copies "
+             "and AdamW, the same launch in float32), ms | unfused / fused |",
              "|---|---:|---:|---:|---:|"]
     for name, ms, pair_ms, nbytes in rows:
         pair = f"{pair_ms:.3f} | {pair_ms / ms:.2f}" if pair_ms else "n/a | "
