@@ -35,6 +35,7 @@ import math
 import numpy as np
 from numba import cuda, float32
 
+from microgpt.kernels import flash_attention
 from microgpt.kernels.common import (ceil_div, check_array, check_block_size, check_not_empty,
                                      row_block)
 
@@ -327,10 +328,20 @@ def _check_heads(lse, **heads):
     return first.shape
 
 
+def _no_geometry(block, blocks_per_head):
+    if block is not None or blocks_per_head is not None:
+        raise ValueError("block and blocks_per_head set the float32 kernels' geometry; bf16 "
+                         "heads take flash attention's tiles")
+
+
 def attention_forward(out, lse, q, k, v, *, block=None, blocks_per_head=None, stream=0):
     """out (B, H, T, D) = causal softmax(q k^T / sqrt(D)) v per (batch, head); lse (B, H, T)
     = each row's logsumexp of the scaled scores. block: query rows (threads) per block;
-    blocks_per_head: 1 for one block per (batch, head), default by shape."""
+    blocks_per_head: 1 for one block per (batch, head), default by shape. bf16 heads
+    (uint16 arrays) go to the tensor cores, flash_attention with its default tiles."""
+    if q.dtype == np.uint16:
+        _no_geometry(block, blocks_per_head)
+        return flash_attention.flash_attention_forward(out, lse, q, k, v, stream=stream)
     B, H, T, D = _check_heads(lse, q=q, k=k, v=v, out=out)
     if q.size == 0:
         return
@@ -339,10 +350,19 @@ def attention_forward(out, lse, q, k, v, *, block=None, blocks_per_head=None, st
 
 
 def attention_backward(dq, dk, dv, dout, q, k, v, out, lse, *, block=None,
-                       blocks_per_head=None, stream=0):
+                       blocks_per_head=None, delta=None, stream=0):
     """dq, dk, dv (B, H, T, D), overwritten, from dout (B, H, T, D) and the forward's
     q, k, v, out and lse; P is recomputed from q, k and lse. Two launches: dq by query
-    rows, then dk and dv by key rows; block and blocks_per_head apply to both."""
+    rows, then dk and dv by key rows; block and blocks_per_head apply to both. bf16 heads
+    go to flash_attention, with delta (B, H, T) float32 as its workspace: a captured step
+    passes its own, since one allocated here would be gone when the graph replays."""
+    if q.dtype == np.uint16:
+        _no_geometry(block, blocks_per_head)
+        return flash_attention.flash_attention_backward(dq, dk, dv, dout, q, k, v, out, lse,
+                                                        delta, stream=stream)
+    if delta is not None:
+        raise ValueError("delta: the float32 kernels need no workspace (it is flash "
+                         "attention's, for bf16 heads)")
     B, H, T, D = _check_heads(lse, q=q, k=k, v=v, out=out, dout=dout, dq=dq, dk=dk, dv=dv)
     if q.size == 0:
         return

@@ -21,8 +21,10 @@ writes past M or N are skipped, so any shape works. Accumulation is float32.
 import functools
 from typing import NamedTuple
 
+import numpy as np
 from numba import cuda, float32, uint64
 
+from microgpt.kernels import gemm_bf16
 from microgpt.kernels.common import ceil_div, check_array
 
 
@@ -209,7 +211,15 @@ def matmul(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, *,
     """out (M, N) = op(a) @ op(b), op transposing when asked; += when accumulate.
 
     a is (M, K), or (K, M) when transpose_a; b is (K, N), or (N, K) when transpose_b.
-    tile (a GemmTile) overrides the shape-based default."""
+    tile (a GemmTile) overrides the shape-based default. bf16 operands (uint16 arrays) go
+    to the tensor cores, gemm_bf16.matmul_bf16 with its own defaults: the mixed-precision
+    step calls the same op."""
+    if a.dtype == np.uint16 or b.dtype == np.uint16:
+        if tile is not None:
+            raise ValueError("tile: a GemmTile is the float32 kernel's; bf16 operands take "
+                             "gemm_bf16's tiles (call gemm_bf16.matmul_bf16 to choose one)")
+        return gemm_bf16.matmul_bf16(out, a, b, transpose_a, transpose_b, accumulate,
+                                     stream=stream)
     for name, arr in (("out", out), ("a", a), ("b", b)):
         if len(arr.shape) != 2:
             raise ValueError(f"{name}: expected a 2-D matrix, got shape {tuple(arr.shape)}")

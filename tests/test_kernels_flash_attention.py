@@ -158,3 +158,38 @@ def test_flash_attention_rejects_bad_arguments():
         fa.flash_attention_backward(*[wide] * 8, lse, tiles=(FlashTile(128, 128), None))
     with pytest.raises(ValueError, match="delta: expected shape"):
         fa.flash_attention_backward(x, x, x, x, x, x, x, x, lse, dev(1, 2, 4, dtype=np.float32))
+
+
+def test_the_attention_ops_send_bf16_heads_here():
+    """kernels.attention's launchers, the ops the model calls, run bf16 heads on flash
+    attention: the same bits as the flash launchers. The cuda backend's backward op hands
+    it a delta workspace of its own, one per shape, made at the first call (a captured step
+    replays with it). Geometry meant for the float32 kernels is refused."""
+    from microgpt.cuda_backend import CudaBackend
+    from microgpt.kernels import attention
+
+    shape = (1, 2, 5, 16)
+    rng = np.random.default_rng(11)
+    q, k, v, dout = (cuda.to_device(bf16(randn(rng, *shape))[0]) for _ in range(4))
+    outs = [(cuda.to_device(np.full(shape, BF16_NAN, np.uint16)),
+             cuda.to_device(poisoned(shape[:3]))) for _ in range(2)]
+    attention.attention_forward(*outs[0], q, k, v)
+    fa.flash_attention_forward(*outs[1], q, k, v)
+    for got, want in zip(*outs):
+        np.testing.assert_array_equal(got.copy_to_host(), want.copy_to_host())
+    out, lse = outs[0]
+    backend = CudaBackend()
+    grads = [[cuda.to_device(np.full(shape, BF16_NAN, np.uint16)) for _ in range(3)]
+             for _ in range(2)]
+    backend.attention_backward(*grads[0], dout, q, k, v, out, lse)
+    fa.flash_attention_backward(*grads[1], dout, q, k, v, out, lse)
+    for got, want in zip(*grads):
+        np.testing.assert_array_equal(got.copy_to_host(), want.copy_to_host())
+    workspace = backend._workspaces[shape[:3]]
+    backend.attention_backward(*grads[0], dout, q, k, v, out, lse)
+    assert backend._workspaces == {shape[:3]: workspace}
+    with pytest.raises(ValueError, match="bf16 heads take flash attention's tiles"):
+        attention.attention_forward(out, lse, q, k, v, block=32)
+    heads32 = cuda.to_device(np.ones(shape, np.float32))
+    with pytest.raises(ValueError, match="delta: the float32 kernels need no workspace"):
+        attention.attention_backward(*[heads32] * 8, lse, delta=lse)
