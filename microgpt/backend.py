@@ -49,11 +49,16 @@ class NumpyBackend:
     def layernorm_forward(self, out, mean, rstd, inp, weight, bias):
         out[...], mean[...], rstd[...] = ref.layernorm_forward(inp, weight, bias)
 
-    def layernorm_backward(self, dinp, dweight, dbias, dout, inp, weight, mean, rstd):
+    def layernorm_backward(self, dinp, dweight, dbias, dout, inp, weight, mean, rstd, *,
+                           dinp_copy=None):
+        """dinp, dweight, dbias += the gradients; dinp_copy, if given, = the new dinp (in
+        its own dtype: the mixed-precision step's bf16 operand of the next GEMMs)."""
         dx, dw, db = ref.layernorm_backward(dout, inp, weight, mean, rstd)
         dinp += dx
         dweight += dw
         dbias += db
+        if dinp_copy is not None:
+            dinp_copy[...] = dinp
 
     def matmul(self, out, a, b, transpose_a=False, transpose_b=False, accumulate=False):
         """out (M, N) = op(a) @ op(b), op transposing when asked; += when accumulate."""

@@ -8,61 +8,76 @@ batch shape. The passes only enqueue work; the calls at the end of GPT read resu
 """
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 from microgpt.backend import get_backend
+from microgpt.errors import BackendError
 from microgpt.params import ParamLayout, init_params
 
 
 # ----------------------------------------------------------------------------------
 # activations: declared in one table, allocated once per (B, T)
 
+PRECISIONS = ("fp32", "bf16")
+
+
 @dataclass(frozen=True)
 class BufferSpec:
     name: str
     shape: tuple
-    dtype: str = None       # None: the backend's float type
+    dtype: str = None       # None: the backend's float type; "uint16": bf16 bits
     per_layer: int = 0      # > 0: a list of that many buffers (one per layer, or L + 1)
+    same_as: str = None     # not a buffer of its own: another name for that one
 
 
-def activation_specs(cfg, B, T):
-    """Every buffer a forward + backward pass of shape (B, T) writes."""
+def activation_specs(cfg, B, T, precision="fp32"):
+    """Every buffer a forward + backward pass of shape (B, T) writes. In bf16 the arrays a
+    matmul or attention reads are bf16, and the backward keeps bf16 copies of three
+    float32 gradients for the GEMMs; in fp32 those copies are the gradients themselves."""
     C, H, D, V, L = cfg.d_model, cfg.n_head, cfg.head_dim, cfg.vocab_size, cfg.n_layer
     N = B * T
+    low = "uint16" if precision == "bf16" else None     # what feeds a matmul or attention
+
+    def copy_of(name, shape, of):
+        return BufferSpec(name, shape, low) if low else BufferSpec(name, shape, same_as=of)
     return [
         BufferSpec("batch", (2, B, T), "int32"),    # token ids and targets: one copy in
         BufferSpec("resid", (B, T, C), per_layer=L + 1),   # each block's input, the output
-        BufferSpec("ln_1", (B, T, C), per_layer=L),
+        BufferSpec("ln_1", (B, T, C), low, per_layer=L),
         BufferSpec("ln_1_mean", (N,), per_layer=L),
         BufferSpec("ln_1_rstd", (N,), per_layer=L),
-        BufferSpec("q", (B, H, T, D), per_layer=L),
-        BufferSpec("k", (B, H, T, D), per_layer=L),
-        BufferSpec("v", (B, H, T, D), per_layer=L),
-        BufferSpec("att", (B, H, T, D), per_layer=L),
+        BufferSpec("q", (B, H, T, D), low, per_layer=L),
+        BufferSpec("k", (B, H, T, D), low, per_layer=L),
+        BufferSpec("v", (B, H, T, D), low, per_layer=L),
+        BufferSpec("att", (B, H, T, D), low, per_layer=L),
         BufferSpec("att_lse", (B, H, T), per_layer=L),
-        BufferSpec("att_merged", (B, T, C), per_layer=L),
+        BufferSpec("att_merged", (B, T, C), low, per_layer=L),
         BufferSpec("mid", (B, T, C), per_layer=L),          # resid + attention
-        BufferSpec("ln_2", (B, T, C), per_layer=L),
+        BufferSpec("ln_2", (B, T, C), low, per_layer=L),
         BufferSpec("ln_2_mean", (N,), per_layer=L),
         BufferSpec("ln_2_rstd", (N,), per_layer=L),
-        BufferSpec("fc", (B, T, 4 * C), per_layer=L),
-        BufferSpec("fc_gelu", (B, T, 4 * C), per_layer=L),
-        BufferSpec("ln_f", (B, T, C)),
+        BufferSpec("fc", (B, T, 4 * C), low, per_layer=L),
+        BufferSpec("fc_gelu", (B, T, 4 * C), low, per_layer=L),
+        BufferSpec("ln_f", (B, T, C), low),
         BufferSpec("ln_f_mean", (N,)),
         BufferSpec("ln_f_rstd", (N,)),
-        BufferSpec("logits", (B, T, V)),                     # becomes dlogits in the backward
+        BufferSpec("logits", (B, T, V), low),                # becomes dlogits in the backward
         BufferSpec("losses", (N,)),
         BufferSpec("logits_lse", (N,)),
         # scratch, reused by every layer
-        BufferSpec("qkv", (B, T, 3 * C)),
+        BufferSpec("qkv", (B, T, 3 * C), low),               # and dqkv in the backward
         BufferSpec("proj", (B, T, C)),
         BufferSpec("dresid", (B, T, C)),
+        copy_of("dresid_mm", (B, T, C), "dresid"),          # dresid as the GEMMs read it
         BufferSpec("dln", (B, T, C)),
         BufferSpec("dfc", (B, T, 4 * C)),
-        BufferSpec("dq", (B, H, T, D)),
-        BufferSpec("dk", (B, H, T, D)),
-        BufferSpec("dv", (B, H, T, D)),
-        BufferSpec("datt", (B, H, T, D)),
+        copy_of("dfc_mm", (B, T, 4 * C), "dfc"),             # after the GELU backward
+        copy_of("dmerged", (B, T, C), "proj"),               # the W_O dX, for merge backward
+        BufferSpec("dq", (B, H, T, D), low),
+        BufferSpec("dk", (B, H, T, D), low),
+        BufferSpec("dv", (B, H, T, D), low),
+        BufferSpec("datt", (B, H, T, D), low),
     ]
 
 
@@ -73,13 +88,21 @@ class Buffers:
     def __init__(self, backend, specs):
         self.specs = specs
         for s in specs:
-            count = s.per_layer or 1
-            bufs = [backend.zeros(s.shape, s.dtype and np.dtype(s.dtype)) for _ in range(count)]
-            setattr(self, s.name, bufs if s.per_layer else bufs[0])
+            if s.same_as is None:
+                count = s.per_layer or 1
+                bufs = [backend.zeros(s.shape, s.dtype and np.dtype(s.dtype))
+                        for _ in range(count)]
+                setattr(self, s.name, bufs if s.per_layer else bufs[0])
+        for s in specs:
+            if s.same_as is not None:
+                setattr(self, s.name, getattr(self, s.same_as))
 
     def arrays(self):
-        """(name, array) for every buffer, per-layer ones named name.i."""
+        """(name, array) for every buffer, per-layer ones named name.i; a name that is
+        another's (same_as) is left out."""
         for s in self.specs:
+            if s.same_as is not None:
+                continue
             value = getattr(self, s.name)
             if s.per_layer:
                 yield from ((f"{s.name}.{i}", buf) for i, buf in enumerate(value))
@@ -96,15 +119,31 @@ def rows(x):
 # the model
 
 class GPT:
-    def __init__(self, config, backend="numpy", seed=0, dtype=np.float32):
-        self.config = config
+    def __init__(self, config, backend="numpy", seed=0, dtype=np.float32, precision="fp32"):
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got "
+                             f"{precision!r}")
+        self.config, self.precision = config, precision
         self.backend = get_backend(backend, dtype) if isinstance(backend, str) else backend
+        if precision == "bf16" and self.backend.name != "cuda":
+            raise BackendError("precision bf16 runs on the cuda backend (the tensor cores); "
+                               "use fp32 on the CPU")
         self.layout = ParamLayout(config)
         ops = self.backend
         self.params_flat = ops.to_device(init_params(config, self.layout, seed))
         self.grads_flat = ops.zeros((self.layout.size,))
         self.params = self.layout.views(self.params_flat)
         self.grads = self.layout.views(self.grads_flat)
+        # what the matmuls read: in bf16 a copy of the matrices (the prefix of the flat
+        # layout) rounded to bf16, which the AdamW pass rewrites; the master weights stay
+        # float32, and so do the embeddings' lookups and the LayerNorm weights
+        self.matrices_flat = None
+        self.weights = self.params
+        if precision == "bf16":
+            self.matrices_flat = ops.zeros((self.layout.n_decay,), np.dtype(np.uint16))
+            self.weights = {**self.params,
+                            **self.layout.views(self.matrices_flat, matrices_only=True)}
+            self._round_matrices()
         self._acts = None
 
     def check_context(self, T):
@@ -115,27 +154,27 @@ class GPT:
     # the passes: enqueue work on the backend, read nothing back ------------------------
     def enqueue_forward(self, a):
         """a.batch[0] (token ids) -> a.logits, and every activation on the way."""
-        ops, p, cfg = self.backend, self.params, self.config
+        ops, p, w, cfg = self.backend, self.params, self.weights, self.config
         ops.encoder_forward(a.resid[0], a.batch[0], p["wte"], p["wpe"])
         for i in range(cfg.n_layer):
             h = f"h.{i}."
             ops.layernorm_forward(rows(a.ln_1[i]), a.ln_1_mean[i], a.ln_1_rstd[i],
                                   rows(a.resid[i]), p[h + "ln_1.weight"], p[h + "ln_1.bias"])
-            ops.matmul(rows(a.qkv), rows(a.ln_1[i]), p[h + "attn.w_qkv"])         # fused QKV
+            ops.matmul(rows(a.qkv), rows(a.ln_1[i]), w[h + "attn.w_qkv"])         # fused QKV
             ops.split_heads_forward(a.q[i], a.k[i], a.v[i], a.qkv)               # (B, H, T, D)
             ops.attention_forward(a.att[i], a.att_lse[i], a.q[i], a.k[i], a.v[i])
             ops.merge_heads_forward(a.att_merged[i], a.att[i])                    # (B, T, C)
-            ops.matmul(rows(a.proj), rows(a.att_merged[i]), p[h + "attn.w_o"])
+            ops.matmul(rows(a.proj), rows(a.att_merged[i]), w[h + "attn.w_o"])
             ops.residual_forward(a.mid[i], a.resid[i], a.proj)
             ops.layernorm_forward(rows(a.ln_2[i]), a.ln_2_mean[i], a.ln_2_rstd[i],
                                   rows(a.mid[i]), p[h + "ln_2.weight"], p[h + "ln_2.bias"])
-            ops.matmul(rows(a.fc[i]), rows(a.ln_2[i]), p[h + "mlp.w_fc"])
+            ops.matmul(rows(a.fc[i]), rows(a.ln_2[i]), w[h + "mlp.w_fc"])
             ops.gelu_forward(a.fc_gelu[i], a.fc[i])
-            ops.matmul(rows(a.proj), rows(a.fc_gelu[i]), p[h + "mlp.w_proj"])
+            ops.matmul(rows(a.proj), rows(a.fc_gelu[i]), w[h + "mlp.w_proj"])
             ops.residual_forward(a.resid[i + 1], a.mid[i], a.proj)
         ops.layernorm_forward(rows(a.ln_f), a.ln_f_mean, a.ln_f_rstd, rows(a.resid[-1]),
                               p["ln_f.weight"], p["ln_f.bias"])
-        ops.matmul(rows(a.logits), rows(a.ln_f), p["wte"], transpose_b=True)     # tied head
+        ops.matmul(rows(a.logits), rows(a.ln_f), w["wte"], transpose_b=True)     # tied head
 
     def enqueue_loss(self, a):
         """a.logits and a.batch[1] (targets) -> a.losses, one per token."""
@@ -144,44 +183,48 @@ class GPT:
 
     def enqueue_backward(self, a):
         """The gradient of the mean loss -> self.grads (zeroed first), from the buffers
-        the forward and the loss left in a."""
-        ops, p, g, cfg = self.backend, self.params, self.grads, self.config
+        the forward and the loss left in a. The GEMMs read a.dresid_mm, a.dfc_mm and
+        a.dmerged: in bf16 the copies the LayerNorm backward, the GELU backward and the W_O
+        dX GEMM write; in fp32 the float32 gradients themselves."""
+        ops, p, w, g, cfg = self.backend, self.params, self.weights, self.grads, self.config
+        copy = None if a.dresid_mm is a.dresid else rows(a.dresid_mm)
         ops.fill_zero(self.grads_flat)
         dlogits = rows(a.logits)                                                 # in place
         ops.crossentropy_backward(dlogits, dlogits, a.logits_lse,
                                   a.batch[1].reshape(a.losses.size), 1.0 / a.losses.size)
-        ops.matmul(rows(a.dln), dlogits, p["wte"])
+        ops.matmul(rows(a.dln), dlogits, w["wte"])
         ops.matmul(g["wte"], dlogits, rows(a.ln_f), transpose_a=True, accumulate=True)
         ops.fill_zero(a.dresid)
         ops.layernorm_backward(rows(a.dresid), g["ln_f.weight"], g["ln_f.bias"], rows(a.dln),
-                               rows(a.resid[-1]), p["ln_f.weight"], a.ln_f_mean, a.ln_f_rstd)
+                               rows(a.resid[-1]), p["ln_f.weight"], a.ln_f_mean, a.ln_f_rstd,
+                               dinp_copy=copy)
         for i in reversed(range(cfg.n_layer)):
             h = f"h.{i}."
             # MLP: dresid is the gradient of the block's output and of its MLP branch
-            ops.matmul(rows(a.dfc), rows(a.dresid), p[h + "mlp.w_proj"], transpose_b=True)
-            ops.matmul(g[h + "mlp.w_proj"], rows(a.fc_gelu[i]), rows(a.dresid),
+            ops.matmul(rows(a.dfc), rows(a.dresid_mm), w[h + "mlp.w_proj"], transpose_b=True)
+            ops.matmul(g[h + "mlp.w_proj"], rows(a.fc_gelu[i]), rows(a.dresid_mm),
                        transpose_a=True, accumulate=True)
-            ops.gelu_backward(a.dfc, a.dfc, a.fc[i])
-            ops.matmul(rows(a.dln), rows(a.dfc), p[h + "mlp.w_fc"], transpose_b=True)
-            ops.matmul(g[h + "mlp.w_fc"], rows(a.ln_2[i]), rows(a.dfc),
+            ops.gelu_backward(a.dfc_mm, a.dfc, a.fc[i])
+            ops.matmul(rows(a.dln), rows(a.dfc_mm), w[h + "mlp.w_fc"], transpose_b=True)
+            ops.matmul(g[h + "mlp.w_fc"], rows(a.ln_2[i]), rows(a.dfc_mm),
                        transpose_a=True, accumulate=True)
             ops.layernorm_backward(rows(a.dresid), g[h + "ln_2.weight"], g[h + "ln_2.bias"],
                                    rows(a.dln), rows(a.mid[i]), p[h + "ln_2.weight"],
-                                   a.ln_2_mean[i], a.ln_2_rstd[i])
+                                   a.ln_2_mean[i], a.ln_2_rstd[i], dinp_copy=copy)
             # attention: dresid is now the gradient of mid
-            ops.matmul(rows(a.proj), rows(a.dresid), p[h + "attn.w_o"], transpose_b=True)
-            ops.matmul(g[h + "attn.w_o"], rows(a.att_merged[i]), rows(a.dresid),
+            ops.matmul(rows(a.dmerged), rows(a.dresid_mm), w[h + "attn.w_o"], transpose_b=True)
+            ops.matmul(g[h + "attn.w_o"], rows(a.att_merged[i]), rows(a.dresid_mm),
                        transpose_a=True, accumulate=True)
-            ops.merge_heads_backward(a.datt, a.proj)
+            ops.merge_heads_backward(a.datt, a.dmerged)
             ops.attention_backward(a.dq, a.dk, a.dv, a.datt, a.q[i], a.k[i], a.v[i],
                                    a.att[i], a.att_lse[i])
             ops.split_heads_backward(a.qkv, a.dq, a.dk, a.dv)
-            ops.matmul(rows(a.dln), rows(a.qkv), p[h + "attn.w_qkv"], transpose_b=True)
+            ops.matmul(rows(a.dln), rows(a.qkv), w[h + "attn.w_qkv"], transpose_b=True)
             ops.matmul(g[h + "attn.w_qkv"], rows(a.ln_1[i]), rows(a.qkv),
                        transpose_a=True, accumulate=True)
             ops.layernorm_backward(rows(a.dresid), g[h + "ln_1.weight"], g[h + "ln_1.bias"],
                                    rows(a.dln), rows(a.resid[i]), p[h + "ln_1.weight"],
-                                   a.ln_1_mean[i], a.ln_1_rstd[i])
+                                   a.ln_1_mean[i], a.ln_1_rstd[i], dinp_copy=copy)
         ops.encoder_backward(g["wte"], g["wpe"], a.dresid, a.batch[0])
 
     # the public calls: one pass each, on host or backend arrays ----------------------
@@ -189,7 +232,9 @@ class GPT:
         """idx int (B, T) -> logits (B, T, V), a host numpy array."""
         a = self._load(idx)
         self.enqueue_forward(a)
-        return self.backend.to_host(a.logits)
+        logits = self.backend.to_host(a.logits)
+        return logits.view(ml_dtypes.bfloat16).astype(np.float32) if self.precision == "bf16" \
+            else logits
 
     def forward_backward(self, idx, targets):
         """The training pass: gradients land in self.grads (zeroed first); returns the
@@ -221,7 +266,8 @@ class GPT:
         if self._acts is None or self._acts.batch.shape[1:] != (B, T):
             self.check_context(T)
             self._acts = None   # free the old buffers before allocating the new ones
-            self._acts = Buffers(self.backend, activation_specs(self.config, B, T))
+            self._acts = Buffers(self.backend, activation_specs(self.config, B, T,
+                                                                  self.precision))
         self.backend.copy(self._acts.batch[0], self._host_or_device(idx))
         if targets is not None:
             if tuple(targets.shape) != (B, T):
@@ -265,3 +311,12 @@ class GPT:
                                  f"the model expects {shape}")
             views[name][...] = state[name]
         self.backend.copy(self.params_flat, self.backend.to_device(host))
+        if self.matrices_flat is not None:
+            self._round_matrices()
+
+    def _round_matrices(self):
+        """The bf16 copy of the matrices from the float32 master weights (after init or a
+        load; every AdamW step rewrites it in its own pass)."""
+        host = self.backend.to_host(self.params_flat)[:self.layout.n_decay]
+        self.backend.copy(self.matrices_flat,
+                          np.ascontiguousarray(host.astype(ml_dtypes.bfloat16).view(np.uint16)))

@@ -70,7 +70,8 @@ class AdamW:
         ops.adamw_update(model.params_flat, model.grads_flat, self.m, self.v,
                          self.norm_squared, self.hparams, weight_decay=cfg.weight_decay,
                          n_decay=model.layout.n_decay, max_norm=cfg.max_norm,
-                         beta1=cfg.beta1, beta2=cfg.beta2, eps=cfg.eps)
+                         beta1=cfg.beta1, beta2=cfg.beta2, eps=cfg.eps,
+                         param_bf16=model.matrices_flat)
 
     def state_dict(self):
         ops = self.model.backend

@@ -59,10 +59,11 @@ class ParamLayout:
         self.size = offset
         self.n_decay = sum(s.size for s in self.specs if s.decay)
 
-    def views(self, flat):
-        """name -> a view of flat with the parameter's shape (any backend's array)."""
+    def views(self, flat, matrices_only=False):
+        """name -> a view of flat with the parameter's shape (any backend's array);
+        matrices_only: of the matrices alone, flat being the prefix [0, n_decay)."""
         return {s.name: flat[self.offsets[s.name]:self.offsets[s.name] + s.size].reshape(s.shape)
-                for s in self.specs}
+                for s in self.specs if s.decay or not matrices_only}
 
 
 def init_params(cfg, layout, seed):

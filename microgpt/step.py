@@ -21,11 +21,12 @@ from microgpt.ops import LOG_COLUMNS
 LOG_ROWS = 1024      # steps between two metrics() calls, at most
 
 
-def step_specs(cfg, B, T):
+def step_specs(cfg, B, T, precision="fp32"):
     """Every buffer a training step of shape (B, T) owns: the activations, and the log that
     record_step fills. (The parameters, gradients, moments, the squared gradient norm and
     the hyper-parameters belong to the model and the optimizer: every shape shares them.)"""
-    return activation_specs(cfg, B, T) + [BufferSpec("log", (LOG_ROWS, len(LOG_COLUMNS)))]
+    return (activation_specs(cfg, B, T, precision)
+            + [BufferSpec("log", (LOG_ROWS, len(LOG_COLUMNS)))])
 
 
 class Step:
@@ -34,7 +35,7 @@ class Step:
         self.backend = model.backend
         self.shape = (B, T)
         model.check_context(T)
-        self.buffers = Buffers(self.backend, step_specs(model.config, B, T))
+        self.buffers = Buffers(self.backend, step_specs(model.config, B, T, model.precision))
         self.graph = graph and self.backend.graphs
         self._captured = {}         # phases -> the graph that replays them
         self._runs = 0

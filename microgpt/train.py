@@ -32,7 +32,7 @@ from microgpt.cli import (DEVICES, EXIT_INTERRUPTED, EXIT_USER_ERROR, ArgumentPa
 from microgpt.errors import BackendError, UserError, file_kind
 from microgpt.metrics import METRICS, MetricsLog, Utilisation, plot_losses, read_metrics
 from microgpt.optim import AdamW, AdamWConfig
-from microgpt.model import GPT
+from microgpt.model import GPT, PRECISIONS
 from microgpt.params import ParamLayout
 from microgpt.sample import sample_text
 from microgpt.step import LOG_ROWS, Step, step_specs
@@ -115,6 +115,10 @@ def parse_args(argv):
     g = p.add_argument_group("training")
     g.add_argument("--device", choices=DEVICES, default="auto",
                    help="cpu runs NumPy, cuda the GPU kernels; auto takes a GPU if there is one")
+    g.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="fp32, or bf16: the GEMMs and attention on the tensor cores with bf16 "
+                   "operands, float32 master weights and statistics (cuda only; not yet "
+                   "measured on a GPU, so not the default) (default: fp32)")
     g.add_argument("--steps", type=positive_int, metavar="N",
                    help="optimizer steps in all" + by_default("steps"))
     g.add_argument("--batch-size", type=positive_int, metavar="B",
@@ -359,7 +363,7 @@ def setup(ns, world, backend, resources):
     loader = BatchLoader(data.train, args.batch_size, T, config.vocab_size, args.seed)
     val_batches = BatchLoader(data.val, args.batch_size, T, config.vocab_size, args.seed,
                               split="validation").fixed_batches(args.eval_batches)
-    model = GPT(config, backend=backend, seed=args.seed)
+    model = GPT(config, backend=backend, seed=args.seed, precision=ns.precision)
     optimizer = AdamW(model, AdamWConfig(lr=args.lr, warmup_steps=args.warmup,
                                          total_steps=args.steps))
     entropy = unigram_entropy(data.train, config.vocab_size)
@@ -375,7 +379,7 @@ def setup(ns, world, backend, resources):
         print(f"data parallel: {world.world_size} ranks, {args.batch_size // world.world_size} "
               "sequences each per step")
     print(f"model: {describe(config)}, {model.layout.size:,} parameters, on "
-          f"{model.backend.name}")
+          f"{model.backend.name} in {model.precision}")
     print(f"data: {data.source}, {sum(map(len, data.train)):,} train and "
           f"{sum(map(len, data.val)):,} val tokens ({tokenizer.kind} tokenizer, "
           f"{tokenizer.vocab_size} tokens); unigram entropy {entropy:.3f} nats/token")
@@ -484,7 +488,7 @@ def check_memory(config, args, world, backend):
     rows = args.batch_size // world.world_size
     T = config.context
     step_bytes = 4 * sum(math.prod(b.shape) * (b.per_layer or 1)
-                         for b in step_specs(config, rows, T))
+                         for b in step_specs(config, rows, T) if b.same_as is None)
     n_params = ParamLayout(config).size
     need = 4 * 4 * n_params + step_bytes + 8 * args.eval_batches * rows * T
     where, available = available_memory(backend)
@@ -779,7 +783,11 @@ def run_training(argv):
             # numba's advice for small launches (the microgpt config's) is not the user's
             warnings.filterwarnings("ignore", message=r"(?s).*Grid size \d+ will likely "
                                     "result in GPU under-utilization")
-            run = setup(ns, world, make_backend(ns.device), resources)
+            backend = make_backend(ns.device)
+            if ns.precision == "bf16" and backend.name != "cuda":
+                raise UserError("--precision bf16 needs the cuda backend (the tensor cores); "
+                                "pass --precision fp32, or --device cuda on a GPU")
+            run = setup(ns, world, backend, resources)
             return train(run, ns.stop_at)
     except distributed.CollectiveError:
         if world.rank != 0:

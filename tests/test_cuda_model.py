@@ -5,11 +5,13 @@ In the simulator (CI) the tiny config runs; on a GPU (MICROGPT_TEST_DEVICE=gpu) 
 and andrea-120m geometries do. Every activation buffer is poisoned with NaN before the first
 pass, so a kernel that leaves an element unwritten fails the comparison.
 """
+import ml_dtypes
 import numpy as np
 import pytest
 from helpers import REAL_SHAPES, TOL_F32_MODEL, assert_close, rel_error
 
 from microgpt import GPT, get_config
+from microgpt.errors import BackendError
 from microgpt.model import Buffers, activation_specs
 from microgpt.ops import LOG_COLUMNS
 from microgpt.optim import AdamW, AdamWConfig, lr_at
@@ -23,10 +25,11 @@ else:
 
 
 def poison(backend, buffers):
-    """Every buffer of a table filled with NaN (token ids with -1)."""
+    """Every buffer of a table filled with NaN (bf16 bits with a bf16 NaN, token ids -1)."""
     for _, buf in buffers.arrays():
-        fill = np.nan if np.dtype(buf.dtype).kind == "f" else -1
-        backend.copy(buf, backend.to_device(np.full(buf.shape, fill, buf.dtype)))
+        kind = np.dtype(buf.dtype)
+        fill = np.nan if kind.kind == "f" else 0xFFFF if kind == np.uint16 else -1
+        backend.copy(buf, np.full(buf.shape, fill, buf.dtype))
 
 
 def poison_activations(model, B, T):
@@ -158,3 +161,52 @@ def test_captured_steps_match_reference(name, overrides, B, T):
         assert_all_close(moments_dev, moments_ref, f"step {i} AdamW moment")
         assert_all_close(dev.state_dict(), ref.state_dict(), f"after step {i}, parameter")
     assert bool(step_dev._captured) == dev.backend.graphs
+
+
+# bf16: the tiny case in the simulator (the tensor-core twins cost ~1 s a launch there)
+BF16_CASES = ([("andrea-12m", {}, 4, 256)] if REAL_SHAPES else
+              [("microgpt", dict(vocab_size=16, n_layer=1, d_model=16, n_head=1, context=8),
+                1, 5)])
+# Every operand of a GEMM or of attention is rounded to bf16 (unit roundoff 2**-9 = 2e-3)
+# where the reference keeps float64; a gradient's error gathers a few such roundings per
+# layer it crosses (measured at 4.5e-3 on a 2-layer model), so 2e-2 is ~4x that and still
+# ~50x below what a wrong tile, mask or rescale gives (errors of order 1). The loss, a mean
+# over tokens of small logits, moved by 6e-6 there: 1e-3.
+TOL_BF16_LOSS, TOL_BF16_GRAD = 1e-3, 2e-2
+
+
+@pytest.mark.parametrize("name,overrides,B,T", BF16_CASES)
+def test_bf16_step_matches_reference_on_rounded_weights(name, overrides, B, T):
+    """One Step of GPT(..., precision="bf16"): the GEMMs on the tensor cores, flash
+    attention, bf16 activations where a GEMM or attention reads them. The float64 reference
+    takes the weights the GEMMs read (the matrices rounded to bf16): the loss and every
+    gradient within the tolerances above. Then the update: the bf16 copy of the matrices
+    the AdamW pass wrote is the new float32 matrices rounded, bit for bit."""
+    cfg = get_config(name, **overrides)
+    rng = np.random.default_rng(abs(hash((name, B, T, "bf16"))) % 2**32)
+    dev = GPT(cfg, backend="cuda", seed=3, precision="bf16")
+    ref = GPT(cfg, backend="numpy", seed=3, dtype=np.float64)
+    ref.load_state_dict({n: v.astype(ml_dtypes.bfloat16).astype(np.float32) if v.ndim == 2
+                         else v for n, v in dev.state_dict().items()})
+    step = Step(dev, AdamW(dev, AdamWConfig(lr=1e-3)), B, T)
+    poison(dev.backend, step.buffers)
+    tokens, targets = (rng.integers(0, cfg.vocab_size, (B, T)) for _ in range(2))
+    step.run(tokens, targets)
+    loss_ref, grads_ref = ref.loss_and_grads(tokens, targets)
+    loss = step.metrics()["loss"][0]
+    assert abs(loss - loss_ref) / loss_ref < TOL_BF16_LOSS, (loss, loss_ref)
+    grads = dev.layout.views(dev.backend.to_host(dev.grads_flat))
+    errors = {n: rel_error(grads[n], grads_ref[n]) for n in grads_ref}
+    worst = max(errors, key=errors.get)
+    assert errors[worst] < TOL_BF16_GRAD, f"gradient {worst}: {errors[worst]:.2e}"
+    n = dev.layout.n_decay
+    matrices = dev.backend.to_host(dev.params_flat)[:n].astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(dev.backend.to_host(dev.matrices_flat),
+                                  matrices.view(np.uint16))
+
+
+def test_bf16_needs_the_cuda_backend():
+    with pytest.raises(BackendError, match="precision bf16 runs on the cuda backend"):
+        GPT(get_config("microgpt", vocab_size=16), backend="numpy", precision="bf16")
+    with pytest.raises(ValueError, match="precision must be one of fp32, bf16, got 'fp16'"):
+        GPT(get_config("microgpt", vocab_size=16), backend="cuda", precision="fp16")

@@ -15,11 +15,10 @@ from microgpt.cuda_backend import CudaBackend
 from microgpt.ops import MEMORY, OPS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-# launcher keywords that are the CUDA backend's alone: geometry, the stream, flash
-# attention's workspace (CudaBackend.attention_backward keeps it), and the bf16 copies that
-# mixed precision will have the kernels write beside their float32 output
+# launcher keywords that are the CUDA backend's alone: geometry, the stream, and flash
+# attention's workspace (CudaBackend.attention_backward keeps it)
 LAUNCH_ONLY = {"stream", "block", "tile", "rows_per_block", "max_blocks", "split_k",
-               "blocks_per_head", "delta", "dinp_copy"}
+               "blocks_per_head", "delta"}
 
 
 def public_methods(cls):

@@ -232,6 +232,8 @@ BAD_INPUTS = {
     "unwritable out": (lambda d: ["--out", write(d / "file", b"") / "run"], "cannot be written"),
     "out is a file": (lambda d: ["--out", write(d / "file", b"")], "is a file"),
     "cuda on the cpu": (lambda d: ["--device", "cuda"], "--device cuda"),
+    "bf16 on the cpu": (lambda d: ["--device", "cpu", "--precision", "bf16"],
+                        "--precision bf16 needs the cuda backend"),
     "out is a device": (lambda d: ["--out", os.devnull], "is a character device, not a directory"),
     "out is a FIFO": (lambda d: ["--out", fifo(d / "fifo")], "is a FIFO, not a directory"),
     "data is a FIFO": (lambda d: ["--data", fifo(d / "fifo")], "is a FIFO; pass a UTF-8 text"),
