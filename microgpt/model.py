@@ -5,6 +5,8 @@ linear layers, tanh-GELU MLP of width 4C, LM head tied to the token embedding, m
 cross-entropy over all B*T tokens. Forward and backward are spelled out op by op, as a
 CUDA training engine runs them, with every activation in a buffer allocated once per
 batch shape. The passes only enqueue work; the calls at the end of GPT read results back.
+In bf16 the same calls run with bf16 operands for every matmul and attention (the
+activation table and GPT.weights say which arrays); the ops pick their kernels by dtype.
 """
 from dataclasses import dataclass
 
