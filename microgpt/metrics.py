@@ -52,8 +52,10 @@ def flops_per_token(cfg):
     return 6 * matmul_weights + 12 * cfg.n_layer * cfg.context * cfg.d_model
 
 
-def peak_flops(backend):
-    """-> (the float32 FLOP/s peak of the device the backend runs on, or None; its name)."""
+def peak_flops(backend, precision="fp32"):
+    """-> (the FLOP/s peak of the device the backend runs on, or None; its name). The table
+    holds float32 peaks only: a bf16 run reports no MFU unless MICROGPT_PEAK_TFLOPS says
+    its peak, rather than one measured against the wrong ceiling."""
     if os.environ.get(PEAK_ENV):
         try:
             peak = float(os.environ[PEAK_ENV]) * 1e12
@@ -65,6 +67,8 @@ def peak_flops(backend):
         return peak, f"{PEAK_ENV}"
     if backend.name != "cuda":
         return None, "the CPU"
+    if precision != "fp32":
+        return None, f"a GPU in {precision}"
     from numba import cuda
     name = getattr(cuda.get_current_device(), "name", "the CUDA simulator")
     name = name.decode() if isinstance(name, bytes) else str(name)
@@ -74,9 +78,9 @@ def peak_flops(backend):
 class Utilisation:
     """Model FLOPs utilisation: tokens/s x FLOPs per token over the peak of all devices."""
 
-    def __init__(self, cfg, backend, devices=1):
+    def __init__(self, cfg, backend, devices=1, precision="fp32"):
         self.flops_per_token = flops_per_token(cfg)
-        peak, self.device = peak_flops(backend)
+        peak, self.device = peak_flops(backend, precision)
         self.peak = peak * devices if peak else None
 
     def mfu(self, tokens_per_s):

@@ -618,7 +618,8 @@ class Progress:
 def train(run, stop_at):
     """Run the loop to args.steps (or stop_at, or a signal) -> exit status."""
     args, model, world = run.args, run.model, run.world
-    utilisation = Utilisation(model.config, model.backend, world.world_size)
+    utilisation = Utilisation(model.config, model.backend, world.world_size,
+                              model.precision)
     progress = Progress(args.steps, silent=not run.lead, utilisation=utilisation,
                         metrics=MetricsLog(run.out, run.step) if run.lead else None)
     tokens_per_step = args.batch_size * model.config.context
@@ -626,7 +627,7 @@ def train(run, stop_at):
     first_step = run.step
     if run.lead and utilisation.peak:
         progress.log(f"mfu: {utilisation.flops_per_token / 1e9:.2f} GFLOP per token over the "
-                     f"float32 peak of {world.world_size} x {utilisation.device}, "
+                     f"{model.precision} peak of {world.world_size} x {utilisation.device}, "
                      f"{utilisation.peak / world.world_size / 1e12:g} TFLOP/s each")
     if run.lead and model.backend.name == "cuda":
         progress.log("compiling kernels ...")

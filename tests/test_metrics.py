@@ -62,6 +62,18 @@ def test_no_mfu_without_a_known_peak(monkeypatch):
     assert Utilisation(get_config("andrea-12m"), NumpyBackend()).mfu(1e5) is None
 
 
+def test_no_mfu_in_bf16_against_a_float32_peak(monkeypatch):
+    """The peak table is float32's: a bf16 run on a GPU reports no MFU of its own accord
+    (the simulator's device stands in for one here), and the given peak when there is one."""
+    from microgpt.cuda_backend import CudaBackend
+
+    monkeypatch.delenv(PEAK_ENV, raising=False)
+    cfg = get_config("andrea-12m")
+    assert Utilisation(cfg, CudaBackend(), precision="bf16").mfu(1e5) is None
+    monkeypatch.setenv(PEAK_ENV, "900")
+    assert Utilisation(cfg, CudaBackend(), precision="bf16").peak == 900e12
+
+
 @pytest.mark.parametrize("value", ["fast", "0", "-3", "inf"])
 def test_a_bad_peak_is_one_line(monkeypatch, value):
     monkeypatch.setenv(PEAK_ENV, value)
