@@ -5,6 +5,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from microgpt import reference as ref
+from microgpt.ops import HPARAMS
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class AdamW:
         self.m = ops.zeros((model.layout.size,))
         self.v = ops.zeros((model.layout.size,))
         self.norm_squared = ops.zeros((1,))
-        self.hparams = ops.zeros((4,))
+        self.hparams = ops.zeros((len(HPARAMS),))
         self.step_count = 0        # steps taken; the next update is number step_count + 1
 
     def update(self):
