@@ -81,3 +81,15 @@ def assert_one_key_gradients(dq, dk, dout, q, k, v, what):
     for name, got, other in (("dq", dq, k), ("dk", dk, q)):
         bound = TOL_F32_OP * row_scale * np.linalg.norm(other, axis=-1)
         assert np.all(np.linalg.norm(got, axis=-1) <= bound), f"{what} {name}"
+
+
+def assert_attention_gradients(got, want, dout, q, k, v, tol_v, tol_qk, what):
+    """dq, dk, dv (got) against the reference's (want): dv within tol_v, dq and dk within
+    tol_qk, or at T = 1, where they are 0, within assert_one_key_gradients' bound."""
+    (dq, dk, dv), (want_dq, want_dk, want_dv) = got, want
+    assert_close(dv, want_dv, tol_v, what + " dv")
+    if q.shape[-2] > 1:
+        assert_close(dq, want_dq, tol_qk, what + " dq")
+        assert_close(dk, want_dk, tol_qk, what + " dk")
+    else:
+        assert_one_key_gradients(dq, dk, dout, q, k, v, what)
