@@ -677,7 +677,7 @@ def torch_gpt(cfg):
     return TorchGPT().cuda()
 
 
-def bench_steps(reps):
+def bench_steps(reps, compile_torch=True):
     import torch
     from numba import cuda
     from microgpt import GPT, get_config
@@ -694,9 +694,9 @@ def bench_steps(reps):
         targets = rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
 
         row = {}
-        for graph in (False, True):
+        for precision, graph in (("fp32", True), ("bf16", False), ("bf16", True)):
             free_before, total = cuda.current_context().get_memory_info()
-            model = GPT(cfg, backend="cuda")
+            model = GPT(cfg, backend="cuda", precision=precision)
             step = Step(model, AdamW(model, AdamWConfig(total_steps=10**6)), B, T, graph=graph)
             for _ in range(2):          # compile; then capture
                 step.run(idx, targets)
@@ -715,32 +715,41 @@ def bench_steps(reps):
             step.metrics()              # the one read back, which waits for the device
             ours_s = (time.perf_counter() - t0) / reps
             free_after, _ = cuda.current_context().get_memory_info()
-            label = "ours_graph" if graph else "ours_eager"
+            label = f"ours_{precision}_{'graph' if graph else 'eager'}"
             row[label + "_tok_s"] = B * T / ours_s
             row[label + "_host_ms"] = 1e3 * float(np.median(host))
-            row["ours_gib"] = (free_before - free_after) / 2**30
+            row[f"ours_{precision}_gib"] = (free_before - free_after) / 2**30
             model = step = None         # free the device memory before the next runs
-        row["ours_tok_s"] = row["ours_graph_tok_s"]
         row.update(config=name, B=B, T=T)
         t_idx, t_targets = (
             torch.from_numpy(idx).long().cuda(),
             torch.from_numpy(targets).long().cuda(),
         )
-        for label, autocast in (("torch_fp32", False), ("torch_bf16", True)):
+        torch_runs = [("torch_fp32", False, False), ("torch_bf16", True, False)]
+        if compile_torch:
+            torch_runs.append(("torch_compile", True, True))
+        for label, autocast, compiled in torch_runs:
             tmodel = torch_gpt(cfg)
+            forward = torch.compile(tmodel) if compiled else tmodel
             topt = torch.optim.AdamW(tmodel.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=True)
             torch.cuda.reset_peak_memory_stats()
 
             def torch_step():
                 with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-                    loss = tmodel(t_idx, t_targets)
+                    loss = forward(t_idx, t_targets)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(tmodel.parameters(), 1.0)
                 topt.step()
                 topt.zero_grad(set_to_none=True)
                 return loss.item()
 
-            torch_step()
+            try:
+                for _ in range(3 if compiled else 1):     # compiled: its warm-up recompiles
+                    torch_step()
+            except Exception as e:      # torch.compile needs a toolchain the machine may lack
+                print(f"   {label} did not run: {type(e).__name__}: {e}"[:300], flush=True)
+                row[label + "_tok_s"] = row[label + "_gib"] = None
+                continue
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             for _ in range(reps):
@@ -748,7 +757,7 @@ def bench_steps(reps):
             torch.cuda.synchronize()
             row[label + "_tok_s"] = B * T * reps / (time.perf_counter() - t0)
             row[label + "_gib"] = torch.cuda.max_memory_allocated() / 2**30
-            tmodel = topt = None
+            tmodel = forward = topt = None
             torch.cuda.empty_cache()
         out.append(row)
         print("  ", row, flush=True)
@@ -879,31 +888,45 @@ def write_report(path, gemm, kernels, steps, command, sweep=False, attention=(),
             lines.append(f"| {name} | {ms:.3f} | {tflops} | {ref} | {ratio} |")
         lines.append("")
     if steps:
+        def cell(value, fmt):
+            return "n/a" if value is None else format(value, fmt)
         lines += [
             "## Whole training step (forward + backward + AdamW)",
             "",
-            "| config | B x T | microgpt tok/s | mem GiB | PyTorch fp32 tok/s | mem GiB | "
-            "PyTorch bf16 tok/s | mem GiB | microgpt / PyTorch fp32 |",
+            "tokens/s (peak device memory, GiB). microgpt's step is microgpt.step.Step replayed "
+            "as one CUDA graph; PyTorch's is the same architecture in float32 (TF32 off), "
+            "bf16 autocast (eager), and bf16 autocast under torch.compile, each with fused "
+            "AdamW and gradient clipping.",
+            "",
+            "| config | B x T | microgpt fp32 | microgpt bf16 | PyTorch fp32 | PyTorch bf16 | "
+            "torch.compile bf16 | bf16 / PyTorch bf16 | bf16 / torch.compile |",
             "|---|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in steps:
             cells = [r["config"], f"{r['B']} x {r['T']}"]
-            for who in ("ours", "torch_fp32", "torch_bf16"):
-                cells += [f"{r[who + '_tok_s']:,.0f}", f"{r[who + '_gib']:.1f}"]
-            cells.append(f"{r['ours_tok_s'] / r['torch_fp32_tok_s']:.2f}")
+            for tok_s, gib in (("ours_fp32_graph_tok_s", "ours_fp32_gib"),
+                               ("ours_bf16_graph_tok_s", "ours_bf16_gib"),
+                               ("torch_fp32_tok_s", "torch_fp32_gib"),
+                               ("torch_bf16_tok_s", "torch_bf16_gib"),
+                               ("torch_compile_tok_s", "torch_compile_gib")):
+                cells.append(f"{cell(r.get(tok_s), ',.0f')} ({cell(r.get(gib), '.1f')})")
+            ours = r["ours_bf16_graph_tok_s"]
+            for ref in ("torch_bf16_tok_s", "torch_compile_tok_s"):
+                cells.append(cell(r.get(ref) and ours / r[ref], ".2f"))
             lines.append("| " + " | ".join(cells) + " |")
         lines += [
             "",
-            "microgpt's step through microgpt.step.Step, launched op by op (eager) and replayed "
-            "as one CUDA graph; host ms: the Python side of one step with the device idle.",
+            "microgpt's bf16 step launched op by op (eager) and replayed as one CUDA graph; "
+            "host ms: the Python side of one step with the device idle.",
             "",
             "| config | eager tok/s | eager host ms | graph tok/s | graph host ms |",
             "|---|---:|---:|---:|---:|",
         ]
         for r in steps:
-            lines.append(f"| {r['config']} | {r['ours_eager_tok_s']:,.0f} | "
-                         f"{r['ours_eager_host_ms']:.2f} | {r['ours_graph_tok_s']:,.0f} | "
-                         f"{r['ours_graph_host_ms']:.2f} |")
+            lines.append(f"| {r['config']} | {r['ours_bf16_eager_tok_s']:,.0f} | "
+                         f"{r['ours_bf16_eager_host_ms']:.2f} | "
+                         f"{r['ours_bf16_graph_tok_s']:,.0f} | "
+                         f"{r['ours_bf16_graph_host_ms']:.2f} |")
         lines.append("")
     with open(path, "w") as f:
         f.write("\n".join(lines))

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Where a training step's GPU time goes: every op of one step, timed on the device.
+
+    python tools/profile_step.py --config andrea-120m --batch-size 16 --seq-len 1024 \\
+        --precision bf16 --out docs/profile-120m-bf16.md
+
+One eager step compiles the kernels; then a spin kernel holds the stream while the host
+enqueues a second eager step with a CUDA event between every two ops, so the device runs
+the ops back to back (as a captured graph would) and each gap between two events is that
+op's time on the device alone, not the host's launch cost. The ops are grouped by name
+and operand shapes; the report lists them by total time, beside the captured step's time
+per step for scale.
+"""
+import argparse
+import collections
+import sys
+import time
+
+import numpy as np
+
+
+def sleep_kernel():
+    """A kernel that keeps the device busy for about n microseconds: sleep[1, 1, s](n)."""
+    from numba import cuda
+
+    @cuda.jit
+    def sleep(n):
+        for _ in range(n):
+            cuda.nanosleep(1000)
+    return sleep
+
+
+def describe(name, args, kwargs):
+    """An op's label: its name, the shapes and dtypes of its array operands, its flags."""
+    parts = []
+    for a in args:
+        if hasattr(a, "shape") and hasattr(a, "dtype"):
+            kind = "bf16" if a.dtype == np.uint16 else str(a.dtype)
+            parts.append("x".join(map(str, a.shape)) + ":" + kind)
+    flags = [k for k, v in kwargs.items() if v is True]
+    return f"{name}({', '.join(parts)}{'; ' + ', '.join(flags) if flags else ''})"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="andrea-120m")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--seq-len", type=int, default=1024)
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="bf16")
+    parser.add_argument("--out", help="markdown file to write (default: print only)")
+    args = parser.parse_args(argv)
+
+    from numba import cuda
+
+    from microgpt import GPT, get_config
+    from microgpt.backend import cuda_available
+    from microgpt.ops import OPS
+    from microgpt.optim import AdamW, AdamWConfig
+    from microgpt.step import Step
+
+    if not cuda_available():
+        print("profile_step.py: no CUDA GPU found; it times kernels on one", file=sys.stderr)
+        return 2
+    cfg = get_config(args.config)
+    B, T = args.batch_size, args.seq_len
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
+    targets = rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
+    model = GPT(cfg, backend="cuda", precision=args.precision)
+    backend = model.backend
+    step = Step(model, AdamW(model, AdamWConfig(total_steps=10**6)), B, T)
+
+    step.run(idx, targets)          # eager: compiles every kernel
+    step.run(idx, targets)          # captures the graph
+    backend.synchronize()
+    t0 = time.perf_counter()
+    reps = 10
+    for _ in range(reps):
+        step.run(idx, targets)
+    step.metrics()
+    graph_ms = 1e3 * (time.perf_counter() - t0) / reps
+
+    # the timed eager step: events between ops, queued behind a spin kernel
+    marks = []      # (label, event recorded before the op)
+
+    def timed(name, method):
+        def op(*a, **k):
+            event = cuda.event(timing=True)
+            event.record(stream=backend.stream)
+            marks.append((describe(name, a, k), event))
+            return method(*a, **k)
+        return op
+    for name in list(OPS) + ["fill_zero", "copy"]:
+        setattr(backend, name, timed(name, getattr(backend, name)))
+    sleep = sleep_kernel()
+    sleep[1, 1, backend.stream](1)
+    backend.synchronize()
+    sleep[1, 1, backend.stream](300_000)        # ~0.3 s: the host enqueues meanwhile
+    step.graph = False
+    step.run(idx, targets)
+    end = cuda.event(timing=True)
+    end.record(stream=backend.stream)
+    end.synchronize()
+    step.metrics()
+
+    totals, counts = collections.defaultdict(float), collections.Counter()
+    by_op = collections.defaultdict(float)
+    for (label, start), (_, stop) in zip(marks, marks[1:] + [("end", end)]):
+        ms = cuda.event_elapsed_time(start, stop)
+        totals[label] += ms
+        counts[label] += 1
+        by_op[label.split("(")[0]] += ms
+    step_ms = sum(totals.values())
+
+    lines = [f"# Step profile: {args.config}, B {B}, T {T}, {args.precision}", "",
+             f"Command: `python tools/profile_step.py {' '.join(argv or sys.argv[1:])}`", "",
+             f"Sum of the ops: {step_ms:.2f} ms; the captured step: {graph_ms:.2f} ms "
+             f"({B * T / graph_ms * 1e3:,.0f} tokens/s).", "",
+             "| op | ms | share |", "|---|---:|---:|"]
+    for name, ms in sorted(by_op.items(), key=lambda kv: -kv[1]):
+        lines.append(f"| {name} | {ms:.3f} | {ms / step_ms:.1%} |")
+    lines += ["", "| op and operands | calls | ms | share |", "|---|---:|---:|---:|"]
+    for label, ms in sorted(totals.items(), key=lambda kv: -kv[1]):
+        lines.append(f"| `{label}` | {counts[label]} | {ms:.3f} | {ms / step_ms:.1%} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
