@@ -196,3 +196,9 @@ def make_backend(device):
     except ImportError as err:
         raise UserError(f"--device {device}: the cuda backend is not available ({err}); "
                         "use --device cpu") from None
+
+
+def default_precision(backend):
+    """--precision when it is not given: bf16 where the backend has bf16 tensor cores (a GPU
+    of compute capability 8.0 or later), fp32 on the CPU and in the CUDA simulator."""
+    return "bf16" if getattr(backend, "bf16_tensor_cores", False) else "fp32"

@@ -37,6 +37,10 @@ class CudaBackend:
             raise BackendError("no usable CUDA GPU found; use --device cpu (or check the "
                                "NVIDIA driver with nvidia-smi)")
         self.stream = cuda.stream()
+        # mma.sync on bf16 and cp.async, which the bf16 GEMM and flash attention use, need
+        # compute capability 8.0; the simulator runs their twins, but slowly
+        self.bf16_tensor_cores = (not SIMULATOR and
+                                  cuda.get_current_device().compute_capability >= (8, 0))
         self._scalar = cuda.device_array((1,), np.float32)
         self._workspaces = {}
 

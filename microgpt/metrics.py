@@ -26,13 +26,22 @@ from microgpt.params import param_specs
 METRICS = "metrics.jsonl"
 PEAK_ENV = "MICROGPT_PEAK_TFLOPS"
 
-# The float32 peak of the GPUs we know, in FLOP/s, first match of the device name wins.
-# The training step runs float32 on the CUDA cores (no tensor cores, no TF32), so MFU is
-# measured against NVIDIA's "FP32" datasheet figure, not the tensor-core ones: H200 and
-# H100 SXM 67 TFLOPS, H100 NVL 60, H100 PCIe 51 (H100/H200 datasheets), A100 19.5 (A100
-# datasheet). Another device: set MICROGPT_PEAK_TFLOPS (a CPU has no MFU otherwise).
-PEAK_FLOPS = (("H200", 67e12), ("H100 NVL", 60e12), ("H100 PCIe", 51e12), ("H100", 67e12),
-              ("A100", 19.5e12))
+# The peaks of the GPUs we know, in FLOP/s, per precision of the step; the first match of
+# the device name wins. fp32 runs on the CUDA cores (no tensor cores, no TF32): NVIDIA's
+# "FP32" datasheet figure. bf16's FLOPs are nearly all on the tensor cores: the dense
+# (not the 2:4 sparse) "BF16 Tensor Core" figure. From the H100/H200 and A100 datasheets;
+# another device: set MICROGPT_PEAK_TFLOPS (a CPU has no MFU otherwise).
+PEAK_FLOPS = {
+    "fp32": (("H200", 67e12), ("H100 NVL", 60e12), ("H100 PCIe", 51e12), ("H100", 67e12),
+             ("A100", 19.5e12)),
+    "bf16": (("H200 NVL", 835e12), ("H200", 989e12), ("H100 NVL", 835e12),
+             ("H100 PCIe", 756e12), ("H100", 989e12), ("A100", 312e12)),
+}
+
+
+def device_peak(name, precision):
+    """The datasheet peak of a device named name in precision, or None."""
+    return next((peak for key, peak in PEAK_FLOPS[precision] if key in name), None)
 
 
 # ----------------------------------------------------------------------------------
@@ -53,9 +62,8 @@ def flops_per_token(cfg):
 
 
 def peak_flops(backend, precision="fp32"):
-    """-> (the FLOP/s peak of the device the backend runs on, or None; its name). The table
-    holds float32 peaks only: a bf16 run reports no MFU unless MICROGPT_PEAK_TFLOPS says
-    its peak, rather than one measured against the wrong ceiling."""
+    """-> (the FLOP/s peak in precision of the device the backend runs on, or None; its
+    name). MICROGPT_PEAK_TFLOPS, when set, is the peak."""
     if os.environ.get(PEAK_ENV):
         try:
             peak = float(os.environ[PEAK_ENV]) * 1e12
@@ -67,12 +75,10 @@ def peak_flops(backend, precision="fp32"):
         return peak, f"{PEAK_ENV}"
     if backend.name != "cuda":
         return None, "the CPU"
-    if precision != "fp32":
-        return None, f"a GPU in {precision}"
     from numba import cuda
     name = getattr(cuda.get_current_device(), "name", "the CUDA simulator")
     name = name.decode() if isinstance(name, bytes) else str(name)
-    return next((peak for key, peak in PEAK_FLOPS if key in name), None), name
+    return device_peak(name, precision), name
 
 
 class Utilisation:

@@ -27,8 +27,8 @@ from microgpt.config import CONFIGS, ConfigError, get_config
 from microgpt.data import (BatchLoader, default_cache_dir, load_tokens, shard_paths,
                            tokens_signature, unigram_entropy)
 from microgpt.cli import (DEVICES, EXIT_INTERRUPTED, EXIT_USER_ERROR, ArgumentParser,
-                          Terminated, backend_for, exit_status, make_backend, non_negative,
-                          positive_float, positive_int, run_cli)
+                          Terminated, backend_for, default_precision, exit_status,
+                          make_backend, non_negative, positive_float, positive_int, run_cli)
 from microgpt.errors import BackendError, UserError, file_kind
 from microgpt.metrics import METRICS, MetricsLog, Utilisation, plot_losses, read_metrics
 from microgpt.optim import AdamW, AdamWConfig
@@ -115,10 +115,10 @@ def parse_args(argv):
     g = p.add_argument_group("training")
     g.add_argument("--device", choices=DEVICES, default="auto",
                    help="cpu runs NumPy, cuda the GPU kernels; auto takes a GPU if there is one")
-    g.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                   help="fp32, or bf16: the GEMMs and attention on the tensor cores with bf16 "
-                   "operands, float32 master weights and statistics (cuda only; not yet "
-                   "measured on a GPU, so not the default) (default: fp32)")
+    g.add_argument("--precision", choices=PRECISIONS,
+                   help="bf16: the GEMMs and attention on the tensor cores with bf16 operands, "
+                   "float32 master weights, moments and statistics (cuda only); fp32: float32 "
+                   "throughout (default: bf16 on a GPU with bf16 tensor cores, else fp32)")
     g.add_argument("--steps", type=positive_int, metavar="N",
                    help="optimizer steps in all" + by_default("steps"))
     g.add_argument("--batch-size", type=positive_int, metavar="B",
@@ -785,6 +785,7 @@ def run_training(argv):
             warnings.filterwarnings("ignore", message=r"(?s).*Grid size \d+ will likely "
                                     "result in GPU under-utilization")
             backend = make_backend(ns.device)
+            ns.precision = ns.precision or default_precision(backend)
             if ns.precision == "bf16" and backend.name != "cuda":
                 raise UserError("--precision bf16 needs the cuda backend (the tensor cores); "
                                 "pass --precision fp32, or --device cuda on a GPU")

@@ -46,6 +46,12 @@ def assert_all_close(got, want, what):
         f"{name} {errors[name]:.2e}" for name in worst)
 
 
+def assert_all_equal(got, want):
+    assert got.keys() == want.keys()
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
 @pytest.mark.parametrize("name,overrides,B,T", CASES)
 def test_cuda_steps_match_reference(name, overrides, B, T):
     """Three AdamW steps, each checked from a common state: the reference takes the device
@@ -203,6 +209,52 @@ def test_bf16_step_matches_reference_on_rounded_weights(name, overrides, B, T):
     matrices = dev.backend.to_host(dev.params_flat)[:n].astype(ml_dtypes.bfloat16)
     np.testing.assert_array_equal(dev.backend.to_host(dev.matrices_flat),
                                   matrices.view(np.uint16))
+
+
+def test_checkpoint_resumes_in_the_other_precision(tmp_path):
+    """Checkpoints hold the float32 master weights and moments whatever the precision: a
+    bf16 run's loads into fp32 unchanged (the masters, not their bf16 copies), and an fp32
+    run's loads into bf16 with the copy of the matrices the GEMMs read rounded from it, bit
+    for bit."""
+    from microgpt.checkpoint import load_checkpoint, save_checkpoint
+    from microgpt.tokenizer import TokenIds
+
+    name, overrides, _, _ = BF16_CASES[0]
+    cfg = get_config(name, **overrides)
+    opt_cfg = AdamWConfig(lr=3e-3, total_steps=2)
+    rng = np.random.default_rng(11)
+    saved = {}
+    for precision in ("bf16", "fp32"):
+        model = GPT(cfg, backend="cuda", seed=4, precision=precision)
+        opt = AdamW(model, opt_cfg)
+        # a gradient drawn rather than computed: the simulator's bf16 kernels are slow, and
+        # what is under test is the state an update leaves (masters, moments, the bf16 copy)
+        model.backend.copy(model.grads_flat, model.backend.to_device(
+            rng.standard_normal(model.layout.size).astype(np.float32)))
+        opt.step(lr_at(0, opt_cfg))
+        path = save_checkpoint(tmp_path / precision, model, opt, TokenIds(cfg.vocab_size),
+                               {"step": 1})
+        saved[precision] = model.state_dict(), opt.state_dict()[0], load_checkpoint(path)
+
+    params, moments, ckpt = saved["bf16"]
+    resumed = GPT(ckpt.config, backend="cuda", seed=99, precision="fp32")
+    resumed.load_state_dict(ckpt.params)
+    opt = AdamW(resumed, opt_cfg)
+    opt.load_state_dict(ckpt.moments, ckpt.state["optimizer"])
+    assert_all_equal(resumed.state_dict(), params)
+    assert_all_equal(opt.state_dict()[0], moments)
+    w = params["h.0.mlp.w_fc"]
+    assert not np.array_equal(w, w.astype(ml_dtypes.bfloat16).astype(np.float32)), \
+        "the checkpoint holds bf16-rounded weights, not the float32 masters"
+
+    params, moments, ckpt = saved["fp32"]
+    resumed = GPT(ckpt.config, backend="cuda", seed=99, precision="bf16")
+    resumed.load_state_dict(ckpt.params)
+    assert_all_equal(resumed.state_dict(), params)
+    n = resumed.layout.n_decay
+    rounded = resumed.backend.to_host(resumed.params_flat)[:n].astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(resumed.backend.to_host(resumed.matrices_flat),
+                                  rounded.view(np.uint16))
 
 
 def test_bf16_needs_the_cuda_backend():

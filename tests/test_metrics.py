@@ -8,8 +8,8 @@ from microgpt import plot, train
 from microgpt.backend import NumpyBackend
 from microgpt.config import get_config
 from microgpt.errors import UserError
-from microgpt.metrics import (METRICS, PEAK_ENV, MetricsLog, Utilisation, flops_per_token,
-                              read_metrics)
+from microgpt.metrics import (METRICS, PEAK_ENV, MetricsLog, Utilisation, device_peak,
+                              flops_per_token, read_metrics)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -62,16 +62,21 @@ def test_no_mfu_without_a_known_peak(monkeypatch):
     assert Utilisation(get_config("andrea-12m"), NumpyBackend()).mfu(1e5) is None
 
 
-def test_no_mfu_in_bf16_against_a_float32_peak(monkeypatch):
-    """The peak table is float32's: a bf16 run on a GPU reports no MFU of its own accord
-    (the simulator's device stands in for one here), and the given peak when there is one."""
+def test_each_precision_has_its_own_peak():
+    """bf16 is measured against the tensor cores' dense bf16 rate, fp32 against the CUDA
+    cores': an H200's 989 and 67 TFLOP/s; the NVL part is matched before the SXM one."""
+    assert device_peak("NVIDIA H200", "bf16") == 989e12
+    assert device_peak("NVIDIA H200", "fp32") == 67e12
+    assert device_peak("NVIDIA H200 NVL", "bf16") == 835e12
+    assert device_peak("NVIDIA H100 PCIe", "bf16") == 756e12
+    assert device_peak("a GPU we do not know", "bf16") is None
+
+
+def test_a_given_peak_holds_in_bf16(monkeypatch):
     from microgpt.cuda_backend import CudaBackend
 
-    monkeypatch.delenv(PEAK_ENV, raising=False)
-    cfg = get_config("andrea-12m")
-    assert Utilisation(cfg, CudaBackend(), precision="bf16").mfu(1e5) is None
     monkeypatch.setenv(PEAK_ENV, "900")
-    assert Utilisation(cfg, CudaBackend(), precision="bf16").peak == 900e12
+    assert Utilisation(get_config("andrea-12m"), CudaBackend(), precision="bf16").peak == 900e12
 
 
 @pytest.mark.parametrize("value", ["fast", "0", "-3", "inf"])

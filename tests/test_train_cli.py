@@ -211,6 +211,23 @@ def test_default_run_configuration():
     assert args.eval_every and args.steps % args.eval_every == 0
 
 
+
+def test_default_precision_is_bf16_where_there_are_tensor_cores():
+    """bf16 on a GPU with bf16 tensor cores; fp32 on the CPU and in the simulator (whose
+    tensor-core twins run ~1 s a launch); a given --precision is kept."""
+    from microgpt.cli import default_precision
+    from microgpt.cuda_backend import CudaBackend
+
+    assert default_precision(NumpyBackend()) == "fp32"
+    simulated = CudaBackend()
+    assert not simulated.bf16_tensor_cores
+    assert default_precision(simulated) == "fp32"
+    simulated.bf16_tensor_cores = True      # what an sm_80+ device reports
+    assert default_precision(simulated) == "bf16"
+    assert train.parse_args([]).precision is None
+    assert train.parse_args(["--precision", "fp32"]).precision == "fp32"
+
+
 def write(path, content):
     path.write_bytes(content)
     return path
