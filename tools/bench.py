@@ -15,8 +15,9 @@ Seven sections:
            V 50304), timed with CUDA events, beside the PyTorch op that does the same work
            in float32 (TF32 off);
   steps    tokens/s and peak device memory of a whole training step (forward, backward,
-           AdamW) for andrea-12m (B 64, T 256) and andrea-120m (B 16, T 1024), beside a
-           PyTorch model of the same architecture in float32 (TF32 off) and bf16 autocast;
+           AdamW) for andrea-12m (B 64, T 256) and andrea-120m (B 16, T 1024) in fp32 and
+           bf16, beside a PyTorch model of the same architecture in float32 (TF32 off), bf16
+           autocast, and bf16 autocast under torch.compile;
   fused    the fused kernels of mixed precision (residual + LayerNorm, cross-entropy
            forward + backward, bf16 outputs) at andrea-120m shapes, beside the unfused
            launches they replace;
