@@ -343,7 +343,7 @@ def setup(ns, world, backend, resources):
 
     def load():
         try:
-            data, config = load_data(args, ckpt, cache_dir, world, backend)
+            data, config = load_data(args, ckpt, cache_dir, world, backend, ns.precision)
         finally:
             if world.rank == 0:
                 world.barrier()
@@ -459,7 +459,7 @@ def check_ranks_agree(world, what, value):
                 "the same arguments and data")
 
 
-def load_data(args, ckpt, cache_dir, world, backend):
+def load_data(args, ckpt, cache_dir, world, backend, precision):
     """-> (TokenData whose tokenizer is set, GPTConfig). The config, and the memory it needs,
     are checked before the slow part (training a tokenizer, tokenizing); its vocabulary can
     come from the tokenizer."""
@@ -469,7 +469,7 @@ def load_data(args, ckpt, cache_dir, world, backend):
         shards = args.data is not None and bool(shard_paths(Path(args.data)))
         tokenizer = planned_tokenizer(args, shards)
         config = model_config(args, tokenizer.vocab_size if tokenizer else DEFAULT_BPE_VOCAB)
-    check_memory(config, args, world, backend)
+    check_memory(config, args, world, backend, precision)
     data = load_tokens(args.data, tokenizer, config.vocab_size, cache_dir)
     data.tokenizer = data.tokenizer or TokenIds(config.vocab_size)
     if not ckpt:
@@ -481,16 +481,18 @@ def load_data(args, ckpt, cache_dir, world, backend):
     return data, config
 
 
-def check_memory(config, args, world, backend):
+def check_memory(config, args, world, backend, precision):
     """Refuse, in one line, a run that cannot fit: what it needs at least (parameters,
-    gradients and AdamW moments, the activations of one batch, the validation batches)
-    against the memory available to this rank."""
+    gradients and AdamW moments, in bf16 the copy of the matrices, the activations of one
+    batch, the validation batches) against the memory available to this rank."""
     rows = args.batch_size // world.world_size
     T = config.context
-    step_bytes = 4 * sum(math.prod(b.shape) * (b.per_layer or 1)
-                         for b in step_specs(config, rows, T) if b.same_as is None)
-    n_params = ParamLayout(config).size
-    need = 4 * 4 * n_params + step_bytes + 8 * args.eval_batches * rows * T
+    step_bytes = sum(math.prod(b.shape) * (b.per_layer or 1) * (2 if b.dtype == "uint16" else 4)
+                     for b in step_specs(config, rows, T, precision) if b.same_as is None)
+    layout = ParamLayout(config)
+    need = (4 * 4 * layout.size + (2 * layout.n_decay if precision == "bf16" else 0)
+            + step_bytes + 8 * args.eval_batches * rows * T)
+    n_params = layout.size
     where, available = available_memory(backend)
     if available is not None and need > available:
         gib = 2 ** 30
