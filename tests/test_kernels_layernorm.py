@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from helpers import (BF16, REAL_SHAPES, TOL_F32_OP, assert_close, assert_output_close, bf16,
                      poisoned, randn)
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from numba import cuda
 
@@ -112,6 +112,8 @@ def test_layernorm_forward(shape, block, out_dtype, seed):
 
 @given(shape=SHAPES, block=BLOCKS, out_dtype=DTYPES, seed=SEEDS)
 def test_residual_layernorm_forward(shape, block, out_dtype, seed):
+    # a warp per row, each with its row sum in shared memory: the block must leave room
+    assume(block // 32 * shape[1] * 4 <= layernorm.MAX_DYNAMIC_SHARED_BYTES)
     check_residual_forward(shape, block, out_dtype, seed)
 
 
@@ -159,6 +161,17 @@ def test_residual_forward_at_the_shared_memory_limit():
     with pytest.raises(ValueError, match="C = 12257 needs 49028 bytes of shared memory, "
                                          "more than the 49024"):
         layernorm.residual_layernorm_forward(wide, wide, stats, stats, wide, wide, vec, vec)
+
+
+def test_residual_forward_refuses_a_block_whose_row_sums_do_not_fit():
+    """The row sums take C floats per warp: 8 warps of C = 1600 (51200 bytes) do not fit,
+    and the default block takes the 7 that do."""
+    rows, vec, stats = ones(8, 1600), ones(1600), ones(8)
+    with pytest.raises(ValueError, match="with 256 threads: C = 1600 needs 51200 bytes"):
+        layernorm.residual_layernorm_forward(rows, rows, stats, stats, rows, rows, vec, vec,
+                                             block=256)
+    if REAL_SHAPES:     # 7 warps of 1600 simulated threads' columns cost the simulator minutes
+        check_residual_forward((9, 1600), None, BF16, seed=9)
 
 
 def test_backward_at_the_shared_memory_limit():
