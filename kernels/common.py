@@ -43,6 +43,14 @@ def check_array(name, arr, shape, dtype=np.float32):
                          "(the kernels are compiled for dense C-order arrays)")
 
 
+def device_address(arr):
+    """The address of a device array's first element (0 for an empty one): what an access
+    wider than an element must be aligned to. The simulator's arrays are host memory."""
+    if SIMULATOR:
+        return arr.ctypes.data
+    return arr.device_ctypes_pointer.value or 0
+
+
 def check_not_empty(name, length):
     """A launcher's check that an axis it normalises over is not empty."""
     if length < 1:
