@@ -5,18 +5,23 @@ The launchers take arrays of any shape (all of one shape, C-contiguous) and run 
 per element over their flat views. Every constant is a float32 so that no float64
 arithmetic slips into the kernels.
 
+GELU is computed as x * sigmoid(2u) (the same function: (1 + tanh(u)) / 2 = sigmoid(2u)),
+with one ``precision.exp_approx`` and one division where tanh took libdevice's longer
+sequence; it also loses nothing to cancellation where 1 + tanh(u) is small (x < 0), and
+the backward takes 1 - sigmoid from exp(-2u) where it is small (x > 0).
+
 Mixed precision: every array of the GELU kernels may be float32 or bf16 (uint16 arrays,
 ``kernels/precision.py``), each on its own, with float32 arithmetic: the forward's output
 is the operand of the MLP's projection GEMM and its input the result of the GEMM before
 it; the backward's dout is a GEMM result and its dinp the operand of the next two.
 """
-import math
 
 import numpy as np
 from numba import cuda, float32, uint16
 
 from microgpt.kernels.common import ceil_div, check_array, check_block_size
-from microgpt.kernels.precision import check_activation, load_float32, store_float32
+from microgpt.kernels.precision import (check_activation, exp_approx, load_float32,
+                                        store_float32)
 from microgpt.reference import GELU_SCALE as _GELU_SCALE
 
 GELU_SCALE = np.float32(_GELU_SCALE)          # sqrt(2 / pi)
@@ -24,6 +29,7 @@ GELU_CUBIC = np.float32(0.044715)
 GELU_CUBIC_3 = np.float32(3 * 0.044715)       # d/dx of the cubic term's coefficient
 HALF = np.float32(0.5)
 ONE = np.float32(1.0)
+TWO = np.float32(2.0)
 
 BLOCK = 256
 
@@ -38,27 +44,36 @@ def _residual_forward_kernel(out, a, b):
         out[i] = a[i] + b[i]
 
 
+@cuda.jit(device=True, inline=True)
+def _gate(x):
+    """(s, 1 - s, e) for s = sigmoid(2u) = (1 + tanh(u)) / 2, u = sqrt(2/pi) (x + 0.044715
+    x^3), and e = exp(-2u): 1 - s is e s where s is near 1 (no cancellation); where e
+    overflows (x below about -10) s is 0 and 1 - s is 1."""
+    e = exp_approx(-TWO * GELU_SCALE * (x + GELU_CUBIC * x * x * x))
+    s = ONE / (ONE + e)
+    return s, (e * s if s > HALF else ONE - s)
+
+
 @cuda.jit
 def _gelu_forward_kernel(out, inp):
     # out, inp: float32 or bf16 each
     i = cuda.grid(1)
     if i < out.size:
         x = load_float32(inp, i)
-        u = GELU_SCALE * (x + GELU_CUBIC * x * x * x)
-        store_float32(out, i, HALF * x * (ONE + math.tanh(u)))
+        s, _ = _gate(x)
+        store_float32(out, i, x * s)
 
 
 @cuda.jit
 def _gelu_backward_kernel(dinp, dout, inp):
     # dinp, dout, inp: float32 or bf16 each; dinp may be dout itself: each thread reads its
-    # dout element before writing it
+    # dout element before writing it. gelu'(x) = s + 2 x s (1 - s) u'(x)
     i = cuda.grid(1)
     if i < dinp.size:
         x = load_float32(inp, i)
-        t = math.tanh(GELU_SCALE * (x + GELU_CUBIC * x * x * x))
+        s, one_minus_s = _gate(x)
         du = GELU_SCALE * (ONE + GELU_CUBIC_3 * x * x)
-        store_float32(dinp, i,
-                      load_float32(dout, i) * (HALF * (ONE + t) + HALF * x * (ONE - t * t) * du))
+        store_float32(dinp, i, load_float32(dout, i) * (s + TWO * x * s * one_minus_s * du))
 
 
 _F32, _BF16 = float32[::1], uint16[::1]
