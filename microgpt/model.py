@@ -35,8 +35,10 @@ class BufferSpec:
 
 def activation_specs(cfg, B, T, precision="fp32"):
     """Every buffer a forward + backward pass of shape (B, T) writes. In bf16 the arrays a
-    matmul or attention reads are bf16, and the backward keeps bf16 copies of three
-    float32 gradients for the GEMMs; in fp32 those copies are the gradients themselves."""
+    matmul or attention reads are bf16 (dfc too: the GELU backward reads the w_proj dX
+    GEMM's bf16 result and overwrites it with the w_fc GEMMs' operand), and the backward
+    keeps bf16 copies of two float32 gradients for the GEMMs; in fp32 those copies are the
+    gradients themselves."""
     C, H, D, V, L = cfg.d_model, cfg.n_head, cfg.head_dim, cfg.vocab_size, cfg.n_layer
     N = B * T
     low = "uint16" if precision == "bf16" else None     # what feeds a matmul or attention
@@ -73,8 +75,7 @@ def activation_specs(cfg, B, T, precision="fp32"):
         BufferSpec("dresid", (B, T, C)),
         copy_of("dresid_mm", (B, T, C), "dresid"),          # dresid as the GEMMs read it
         BufferSpec("dln", (B, T, C)),
-        BufferSpec("dfc", (B, T, 4 * C)),
-        copy_of("dfc_mm", (B, T, 4 * C), "dfc"),             # after the GELU backward
+        BufferSpec("dfc", (B, T, 4 * C), low),       # the w_proj dX, GELU backward in place
         copy_of("dmerged", (B, T, C), "proj"),               # the W_O dX, for merge backward
         BufferSpec("dq", (B, H, T, D), low),
         BufferSpec("dk", (B, H, T, D), low),
@@ -199,9 +200,9 @@ class GPT:
     def enqueue_backward(self, a):
         """a.losses, one per token, and the gradient of their mean -> self.grads (zeroed
         first), from the buffers the forward left in a: the loss and its gradient come from
-        one pass over the logits, which it overwrites with dlogits. The GEMMs read a.dresid_mm, a.dfc_mm and
-        a.dmerged: in bf16 the copies the LayerNorm backward, the GELU backward and the W_O
-        dX GEMM write; in fp32 the float32 gradients themselves."""
+        one pass over the logits, which it overwrites with dlogits. The GEMMs read
+        a.dresid_mm and a.dmerged: in bf16 the copies the LayerNorm backward and the W_O dX
+        GEMM write; in fp32 the float32 gradients themselves."""
         ops, p, w, g, cfg = self.backend, self.params, self.weights, self.grads, self.config
         copy = None if a.dresid_mm is a.dresid else rows(a.dresid_mm)
         ops.fill_zero(self.grads_flat)
@@ -220,9 +221,9 @@ class GPT:
             ops.matmul(rows(a.dfc), rows(a.dresid_mm), w[h + "mlp.w_proj"], transpose_b=True)
             ops.matmul(g[h + "mlp.w_proj"], rows(a.fc_gelu[i]), rows(a.dresid_mm),
                        transpose_a=True, accumulate=True)
-            ops.gelu_backward(a.dfc_mm, a.dfc, a.fc[i])
-            ops.matmul(rows(a.dln), rows(a.dfc_mm), w[h + "mlp.w_fc"], transpose_b=True)
-            ops.matmul(g[h + "mlp.w_fc"], rows(a.ln_2[i]), rows(a.dfc_mm),
+            ops.gelu_backward(a.dfc, a.dfc, a.fc[i])                              # in place
+            ops.matmul(rows(a.dln), rows(a.dfc), w[h + "mlp.w_fc"], transpose_b=True)
+            ops.matmul(g[h + "mlp.w_fc"], rows(a.ln_2[i]), rows(a.dfc),
                        transpose_a=True, accumulate=True)
             ops.layernorm_backward(rows(a.dresid), g[h + "ln_2.weight"], g[h + "ln_2.bias"],
                                    rows(a.dln), rows(a.mid[i]), p[h + "ln_2.weight"],
