@@ -95,8 +95,8 @@ def test_gelu_at_values_written_out():
 
 def test_gelu_tails_keep_their_relative_accuracy():
     """Each value within TOL_F32_OP of its own float64 value, not only in norm: x * sigmoid(2u)
-    does not cancel where 1 + tanh(u) is small (x < 0; at x = -5 that sum is 9e-5, so a
-    float32 tanh would leave it 6e-4 wrong), and 1 - sigmoid is taken from exp(-2u) where
+    does not cancel where 1 + tanh(u) is small (x < 0; at x = -5 that sum is 9e-8, and
+    float32's 0.5 x (1 + tanh(u)) is 30% off), and 1 - sigmoid is taken from exp(-2u) where
     it is small (x > 0). (Below x = -5 the float64 reference itself cancels: 1 + tanh(u)
     < 1e-12 there.) Beyond x = -10, exp(-2u) overflows: the results are 0, as the float64
     values (below 1e-40) round to."""
