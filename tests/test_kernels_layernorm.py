@@ -121,6 +121,8 @@ def test_residual_layernorm_forward(shape, block, out_dtype, seed):
 @given(shape=SHAPES, block=BLOCKS, rows_per_block=ROWS_PER_BLOCK, dout_dtype=DTYPES,
        copy=st.booleans(), seed=SEEDS)
 def test_layernorm_backward_accumulates(shape, block, rows_per_block, dout_dtype, copy, seed):
+    # each warp's dweight and dbias partials in shared memory: the block must leave room
+    assume(block // 32 * 2 * shape[1] * 4 <= layernorm.MAX_DYNAMIC_SHARED_BYTES)
     check_backward(shape, block, rows_per_block, seed, dout_dtype, copy)
 
 
@@ -176,9 +178,9 @@ def test_residual_forward_refuses_a_block_whose_row_sums_do_not_fit():
 
 
 def test_backward_at_the_shared_memory_limit():
-    """C = 6128: dweight and dbias partials (49024 bytes) and the reduction's 128-byte
-    scratch fill the 48 KiB (49152 bytes) a block gets without an opt-in, exactly; one more
-    column is refused. (At C = 6144 the partials alone fill 48 KiB: the H200 refused that
+    """C = 6128: one warp's dweight and dbias partials (49024 bytes) and the reduction's
+    128-byte scratch fill the 48 KiB (49152 bytes) a block gets without an opt-in, exactly;
+    one more column is refused, and so are 8 warps of C = 800 (each warp has its own). (At C = 6144 the partials alone fill 48 KiB: the H200 refused that
     launch, CUDA_ERROR_INVALID_VALUE.)"""
     check_backward((1, 6128), None, 1, seed=5)
     wide, wide_vec = (cuda.to_device(np.ones(s, np.float32)) for s in ((1, 6129), (6129,)))
@@ -186,6 +188,9 @@ def test_backward_at_the_shared_memory_limit():
     with pytest.raises(ValueError, match="C = 6129 needs 49032 bytes of shared memory"):
         layernorm.layernorm_backward(wide, wide_vec, wide_vec, wide, wide, wide_vec, stats,
                                      stats)
+    rows, vec, stats = ones(8, 800), ones(800), ones(8)
+    with pytest.raises(ValueError, match="with 256 threads: C = 800 needs 51200 bytes"):
+        layernorm.layernorm_backward(rows, vec, vec, rows, rows, vec, stats, stats, block=256)
 
 
 def test_no_rows_launch_nothing(no_launches):
