@@ -28,6 +28,10 @@ unit's ex2, 2 ulp plus |x| 2**-24): two per logit, the kernels' largest cost aft
 memory traffic, at two instructions each instead of libdevice's ten. The error it adds is
 that of the float32 arithmetic already there (|x - max| u in each term).
 
+The gradient pass reads UNROLL (4) of a thread's columns before it writes them: writing
+in place, each store would otherwise hold the next column's load until the store's own
+load had come back, one 2-byte load in flight per thread.
+
 Mixed precision: logits and dlogits may be bf16 (uint16 arrays, ``kernels/precision.py``):
 the LM head's GEMM writes bf16 logits, and dlogits is the operand of the two GEMMs after
 it. The arithmetic, the statistics and the loss are float32 either way, and a bf16 row is
@@ -48,6 +52,7 @@ ONE = np.float32(1.0)
 ZERO = np.float32(0.0)
 
 BLOCK = 512      # V = 50304 gives each thread ~100 columns
+UNROLL = 4       # columns of the gradient pass a thread reads together
 
 
 # ----------------------------------------------------------------------------------
@@ -106,11 +111,21 @@ def _write_row_gradient(dlogits, logits, row, shift, log_sum, target, dloss):
     """dlogits[row] = dloss * (softmax - onehot(target)), with log p = (x - shift) -
     log_sum and shift + log_sum the row's logsumexp; each column is read and then written
     by one thread, so dlogits may be logits."""
-    for j in range(cuda.threadIdx.x, logits.shape[1], cuda.blockDim.x):
-        log_p = (load_float32(logits, (row, j)) - shift) - log_sum
-        # p - 1 at the target as expm1: exact when the target is all but certain
-        store_float32(dlogits, (row, j),
-                      dloss * (math.expm1(log_p) if j == target else exp_approx(log_p)))
+    # UNROLL columns at a time, all read before the first is written: in place, a store
+    # would otherwise hold the next column's read until the store's own read came back
+    x = cuda.local.array(UNROLL, float32)
+    n_threads, V = cuda.blockDim.x, logits.shape[1]
+    for chunk in range(cuda.threadIdx.x, V, UNROLL * n_threads):
+        for k in range(UNROLL):
+            j = chunk + k * n_threads
+            x[k] = load_float32(logits, (row, j)) if j < V else ZERO
+        for k in range(UNROLL):
+            j = chunk + k * n_threads
+            if j < V:
+                log_p = (x[k] - shift) - log_sum
+                # p - 1 at the target as expm1: exact when the target is all but certain
+                store_float32(dlogits, (row, j),
+                              dloss * (math.expm1(log_p) if j == target else exp_approx(log_p)))
 
 
 @cuda.jit

@@ -27,6 +27,11 @@ one global atomic per column: N / rows_per_block atomics per element of dweight 
 instead of N. (Shared atomics into one (2C,) part, the first version, left the andrea-120m
 backward as slow as the block-per-row kernel it replaced.)
 
+Where a pass both reads and writes global memory per column (the residual forward's sum,
+the backward's dinp), a lane reads UNROLL columns before it writes the first: a store
+between two loads keeps the second from issuing until the first has come back, which left
+one load per lane in flight.
+
 Mixed precision: `out` (forward) and `dout` (backward) may be bf16 (uint16 arrays, see
 ``kernels/precision.py``), since the forward's output is a GEMM operand and the backward's
 dout a GEMM result; and the backward can write a bf16 copy of the accumulated dinp, the
@@ -45,7 +50,9 @@ from microgpt.kernels.precision import check_activation, load_float32, store_flo
 from microgpt.reference import LN_EPS as _LN_EPS
 
 LN_EPS = np.float32(_LN_EPS)
+ZERO = np.float32(0.0)
 ONE = np.float32(1.0)
+UNROLL = 4       # a lane's columns read together where the pass also writes to global
 
 FORWARD_BLOCK = 256        # 8 rows at a time
 BACKWARD_BLOCK = 256
@@ -116,11 +123,22 @@ def _residual_layernorm_forward_kernel(resid, out, mean, rstd, a, b, weight, bia
     first = (cuda.threadIdx.x // WARP) * C
     x = row_sums[first:first + (C if row < N else 0)]
     partial = float32(0.0)
-    for c in range(lane, x.shape[0], WARP):
-        value = a[row, c] + b[row, c]
-        resid[row, c] = value
-        x[c] = value
-        partial += value
+    # UNROLL columns at a time, read before the first is written (a store to resid
+    # between two reads would hold the second until the first came back)
+    a_cols = cuda.local.array(UNROLL, float32)
+    b_cols = cuda.local.array(UNROLL, float32)
+    for chunk in range(lane, x.shape[0], UNROLL * WARP):
+        for k in range(UNROLL):
+            c = chunk + k * WARP
+            a_cols[k] = a[row, c] if c < x.shape[0] else ZERO
+            b_cols[k] = b[row, c] if c < x.shape[0] else ZERO
+        for k in range(UNROLL):
+            c = chunk + k * WARP
+            if c < x.shape[0]:
+                value = a_cols[k] + b_cols[k]
+                resid[row, c] = value
+                x[c] = value
+                partial += value
     row_mean = warp_sum(partial, scratch) / float32(C)
     _normalise_row(out, mean, rstd, row, x, row_mean, weight, bias, scratch)
 
@@ -143,6 +161,10 @@ def _layernorm_backward_kernel(write_copy):
         warp, lane, n_warps = tid // WARP, tid % WARP, n_threads // WARP
         N, C = inp.shape
         partials = shared[warp * 2 * C:(warp + 1) * 2 * C]
+        xs = cuda.local.array(UNROLL, float32)
+        dys = cuda.local.array(UNROLL, float32)
+        olds = cuda.local.array(UNROLL, float32)
+        weights = cuda.local.array(UNROLL, float32)
         for c in range(lane, C, WARP):
             partials[c] = float32(0.0)
             partials[C + c] = float32(0.0)
@@ -166,13 +188,26 @@ def _layernorm_backward_kernel(write_copy):
                 partials[C + c] += dy
             mean_dxhat = warp_sum(sum_dxhat, scratch) / float32(C)
             mean_dxhat_xhat = warp_sum(sum_dxhat_xhat, scratch) / float32(C)
-            for c in range(lane, n_cols, WARP):
-                xhat = (inp[row, c] - row_mean) * row_rstd
-                dxhat = load_float32(dout, (row, c)) * weight[c]
-                total = dinp[row, c] + row_rstd * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat)
-                dinp[row, c] = total
-                if write_copy:
-                    store_float32(dinp_copy, (row, c), total)
+            # UNROLL columns at a time, read before the first is written (as in the
+            # residual forward: a store to dinp would hold the next column's reads)
+            for chunk in range(lane, n_cols, UNROLL * WARP):
+                for k in range(UNROLL):
+                    c = chunk + k * WARP
+                    if c < n_cols:
+                        xs[k] = inp[row, c]
+                        dys[k] = load_float32(dout, (row, c))
+                        olds[k] = dinp[row, c]
+                        weights[k] = weight[c]
+                for k in range(UNROLL):
+                    c = chunk + k * WARP
+                    if c < n_cols:
+                        xhat = (xs[k] - row_mean) * row_rstd
+                        dxhat = dys[k] * weights[k]
+                        total = olds[k] + row_rstd * (dxhat - mean_dxhat
+                                                      - xhat * mean_dxhat_xhat)
+                        dinp[row, c] = total
+                        if write_copy:
+                            store_float32(dinp_copy, (row, c), total)
 
         cuda.syncthreads()
         for c in range(tid, C, n_threads):
