@@ -14,9 +14,10 @@ on two block reductions per row and held 16).
 Residual + LayerNorm forward: the same, on the sum a + b of two rows (the residual
 stream and a block's branch), which it writes out as the next residual stream; the sum
 stays in shared memory (C floats per warp) for the statistics and the normalisation, so a
-and b are read once and no second launch re-reads the sum. The backward of the residual add is the
-identity into both of its inputs, so this op's backward is ``layernorm_backward``
-accumulating into the residual stream's gradient, as the model's is.
+and b are read once and no second launch re-reads the sum. The backward of the residual
+add is the identity into both of its inputs, so this op's backward is
+``layernorm_backward`` accumulating into the residual stream's gradient, as the model's
+is.
 
 Backward, fused into one launch: a block owns a chunk of rows_per_block rows, its warps a
 row each at a time. Per row a warp reduces sum(dxhat) and sum(dxhat * xhat) and adds the
