@@ -3,8 +3,8 @@
 NumPy twins: ``microgpt.reference.residual_forward``, ``gelu_forward``, ``gelu_backward``.
 The launchers take arrays of any shape (all of one shape, C-contiguous) and run over their
 flat views: the residual add one element per thread, GELU four (ELEMENTS), strided by the
-grid's thread count so that each of a warp's accesses is coalesced. Every constant is a float32 so that no float64
-arithmetic slips into the kernels.
+grid's thread count so that each of a warp's accesses is coalesced. Every constant is a
+float32 so that no float64 arithmetic slips into the kernels.
 
 GELU is computed as x * sigmoid(2u) (the same function: (1 + tanh(u)) / 2 = sigmoid(2u)),
 with one ``precision.exp_approx`` and one division where tanh took libdevice's longer
