@@ -3,7 +3,9 @@
 The reductions use warp shuffles on a GPU. numba's CUDA simulator has no warp-level
 functions, so under it (NUMBA_ENABLE_CUDASIM=1, read when numba starts) the same helpers
 are a plain shared-memory twin with the same signature. Callers allocate
-``cuda.shared.array(REDUCE_SCRATCH, float32)`` and every thread of the block must call.
+``cuda.shared.array(REDUCE_SCRATCH, float32)`` and every thread of the block must call,
+the same number of times: ``warp_sum`` (a sum over each warp, for kernels that give a row
+to a warp) too, since its twin synchronises the whole block.
 
 Empty inputs, one rule for every launcher: the arguments are checked as always, then an
 empty batch (no rows, B = 0, T = 0, n = 0) launches nothing (a CUDA grid cannot be 0 wide)
@@ -41,6 +43,14 @@ def check_array(name, arr, shape, dtype=np.float32):
                          "(the kernels are compiled for dense C-order arrays)")
 
 
+def device_address(arr):
+    """The address of a device array's first element (0 for an empty one): what an access
+    wider than an element must be aligned to. The simulator's arrays are host memory."""
+    if SIMULATOR:
+        return arr.ctypes.data
+    return arr.device_ctypes_pointer.value or 0
+
+
 def check_not_empty(name, length):
     """A launcher's check that an axis it normalises over is not empty."""
     if length < 1:
@@ -75,9 +85,8 @@ def _max(a, b):
     return max(a, b)
 
 
-def shuffle_reduction(combine, identity):
-    """combine(x) over the block by warp shuffles (blockDim.x a multiple of 32), the result
-    returned to every thread; scratch holds one value per warp."""
+def _warp_reduction(combine):
+    """combine(x) over the warp by shuffles (butterfly: every lane gets the result)."""
     @cuda.jit(device=True, inline=True)
     def warp_reduce(x):
         offset = WARP // 2
@@ -85,6 +94,13 @@ def shuffle_reduction(combine, identity):
             x = combine(x, cuda.shfl_xor_sync(0xFFFFFFFF, x, offset))
             offset //= 2
         return x
+    return warp_reduce
+
+
+def shuffle_reduction(combine, identity):
+    """combine(x) over the block by warp shuffles (blockDim.x a multiple of 32), the result
+    returned to every thread; scratch holds one value per warp."""
+    warp_reduce = _warp_reduction(combine)
 
     @cuda.jit(device=True, inline=True)
     def block_reduce(x, scratch):
@@ -122,6 +138,37 @@ def shared_reduction(combine, identity):
     return block_reduce
 
 
+def shuffle_warp_reduction(combine, identity):
+    """combine(x) over each warp by shuffles, the result returned to its every lane; the
+    scratch argument is the twin's (unused here), so the two share one signature."""
+    warp_reduce = _warp_reduction(combine)
+
+    @cuda.jit(device=True, inline=True)
+    def warp_reduce_with_scratch(x, scratch):
+        return warp_reduce(x)
+    return warp_reduce_with_scratch
+
+
+def shared_warp_reduction(combine, identity):
+    """The simulator-safe twin: every thread posts x to scratch (one slot per thread), then
+    each folds its warp's slots in order. It synchronises the block, so every warp must
+    call it as often as the others (the kernels guard rows, not calls)."""
+    @cuda.jit(device=True)
+    def warp_reduce(x, scratch):
+        tid = cuda.threadIdx.x
+        scratch[tid] = x
+        cuda.syncthreads()
+        first = tid - tid % WARP
+        total = identity
+        for i in range(first, min(first + WARP, cuda.blockDim.x)):
+            total = combine(total, scratch[i])
+        cuda.syncthreads()          # scratch may be reused by the next reduction
+        return total
+    return warp_reduce
+
+
 _reduction = shared_reduction if SIMULATOR else shuffle_reduction
 block_sum = _reduction(_add, np.float32(0.0))
 block_max = _reduction(_max, np.float32(-np.inf))
+warp_sum = (shared_warp_reduction if SIMULATOR else shuffle_warp_reduction)(
+    _add, np.float32(0.0))

@@ -23,6 +23,15 @@ and the log of the rest, which also spares the gradient the rounding of a float3
 of the row comes from L2 when the row is still there (a float32 row of V = 50304 is
 201 KB, a bf16 one 101 KB). One launch, no lse array.
 
+Every exponential but the target's expm1 is ``precision.exp_approx`` (the special-function
+unit's ex2, 2 ulp plus |x| 2**-24): two per logit, the kernels' largest cost after the
+memory traffic, at two instructions each instead of libdevice's ten. The error it adds is
+that of the float32 arithmetic already there (|x - max| u in each term).
+
+The gradient pass reads UNROLL (4) of a thread's columns before it writes them: writing
+in place, each store would otherwise hold the next column's load until the store's own
+load had come back, one 2-byte load in flight per thread.
+
 Mixed precision: logits and dlogits may be bf16 (uint16 arrays, ``kernels/precision.py``):
 the LM head's GEMM writes bf16 logits, and dlogits is the operand of the two GEMMs after
 it. The arithmetic, the statistics and the loss are float32 either way, and a bf16 row is
@@ -36,12 +45,14 @@ from numba import cuda, float32, int32, uint16
 from microgpt.kernels.common import (REDUCE_SCRATCH, WARP, block_max, block_sum,
                                      check_array, check_block_size, check_not_empty,
                                      row_block)
-from microgpt.kernels.precision import check_activation, load_float32, store_float32
+from microgpt.kernels.precision import (check_activation, exp_approx, load_float32,
+                                        store_float32)
 
 ONE = np.float32(1.0)
 ZERO = np.float32(0.0)
 
 BLOCK = 512      # V = 50304 gives each thread ~100 columns
+UNROLL = 4       # columns of the gradient pass a thread reads together
 
 
 # ----------------------------------------------------------------------------------
@@ -65,17 +76,17 @@ def _row_statistics(logits, row, target, scratch):
             target_logit = x
         if x > running_max:
             # the old max joins the rest
-            running_rest = (running_rest + ONE) * math.exp(running_max - x)
+            running_rest = (running_rest + ONE) * exp_approx(running_max - x)
             running_max = x
         else:
-            running_rest += math.exp(x - running_max)
+            running_rest += exp_approx(x - running_max)
     row_max = block_max(running_max, scratch)
 
     # every thread's own max joins the row's rest, except one thread holding the row's max:
     # the lowest-numbered one. A thread that saw no column has rescale exp(-inf) = 0.
     holds_row_max = running_max == row_max
     owner = -block_max(float32(-tid) if holds_row_max else float32(-math.inf), scratch)
-    rescale = math.exp(running_max - row_max)
+    rescale = exp_approx(running_max - row_max)
     own_max_term = ZERO if float32(tid) == owner else rescale
     row_rest = block_sum(running_rest * rescale + own_max_term, scratch)
     return row_max, math.log1p(row_rest), target_logit
@@ -100,11 +111,21 @@ def _write_row_gradient(dlogits, logits, row, shift, log_sum, target, dloss):
     """dlogits[row] = dloss * (softmax - onehot(target)), with log p = (x - shift) -
     log_sum and shift + log_sum the row's logsumexp; each column is read and then written
     by one thread, so dlogits may be logits."""
-    for j in range(cuda.threadIdx.x, logits.shape[1], cuda.blockDim.x):
-        log_p = (load_float32(logits, (row, j)) - shift) - log_sum
-        # p - 1 at the target as expm1: exact when the target is all but certain
-        store_float32(dlogits, (row, j),
-                      dloss * (math.expm1(log_p) if j == target else math.exp(log_p)))
+    # UNROLL columns at a time, all read before the first is written: in place, a store
+    # would otherwise hold the next column's read until the store's own read came back
+    x = cuda.local.array(UNROLL, float32)
+    n_threads, V = cuda.blockDim.x, logits.shape[1]
+    for chunk in range(cuda.threadIdx.x, V, UNROLL * n_threads):
+        for k in range(UNROLL):
+            j = chunk + k * n_threads
+            x[k] = load_float32(logits, (row, j)) if j < V else ZERO
+        for k in range(UNROLL):
+            j = chunk + k * n_threads
+            if j < V:
+                log_p = (x[k] - shift) - log_sum
+                # p - 1 at the target as expm1: exact when the target is all but certain
+                store_float32(dlogits, (row, j),
+                              dloss * (math.expm1(log_p) if j == target else exp_approx(log_p)))
 
 
 @cuda.jit

@@ -1,31 +1,43 @@
 """Elementwise kernels: the residual add and the tanh-approximated GELU, forward and backward.
 
 NumPy twins: ``microgpt.reference.residual_forward``, ``gelu_forward``, ``gelu_backward``.
-The launchers take arrays of any shape (all of one shape, C-contiguous) and run one thread
-per element over their flat views. Every constant is a float32 so that no float64
-arithmetic slips into the kernels.
+The launchers take arrays of any shape (all of one shape, C-contiguous) and run over their
+flat views: the residual add one element per thread, GELU four (ELEMENTS), strided by the
+grid's thread count so that each of a warp's accesses is coalesced. Every constant is a
+float32 so that no float64 arithmetic slips into the kernels.
+
+GELU is computed as x * sigmoid(2u) (the same function: (1 + tanh(u)) / 2 = sigmoid(2u)),
+with one ``precision.exp_approx`` and one division where tanh took libdevice's longer
+sequence; it also loses nothing to cancellation where 1 + tanh(u) is small (x < 0), and
+the backward takes 1 - sigmoid from exp(-2u) where it is small (x > 0).
 
 Mixed precision: every array of the GELU kernels may be float32 or bf16 (uint16 arrays,
 ``kernels/precision.py``), each on its own, with float32 arithmetic: the forward's output
 is the operand of the MLP's projection GEMM and its input the result of the GEMM before
 it; the backward's dout is a GEMM result and its dinp the operand of the next two.
 """
-import math
 
 import numpy as np
 from numba import cuda, float32, uint16
 
 from microgpt.kernels.common import ceil_div, check_array, check_block_size
-from microgpt.kernels.precision import check_activation, load_float32, store_float32
+from microgpt.kernels.precision import (check_activation, exp_approx, load_float32,
+                                        store_float32)
 from microgpt.reference import GELU_SCALE as _GELU_SCALE
 
 GELU_SCALE = np.float32(_GELU_SCALE)          # sqrt(2 / pi)
 GELU_CUBIC = np.float32(0.044715)
 GELU_CUBIC_3 = np.float32(3 * 0.044715)       # d/dx of the cubic term's coefficient
+ZERO = np.float32(0.0)
 HALF = np.float32(0.5)
 ONE = np.float32(1.0)
+TWO = np.float32(2.0)
 
 BLOCK = 256
+# GELU elements per thread: its loads all issued before its first store, so that a
+# thread has 4 loads in flight rather than one (a 2-byte bf16 load alone kept too few
+# bytes in flight per SM to stream memory)
+ELEMENTS = 4
 
 
 # ----------------------------------------------------------------------------------
@@ -38,27 +50,50 @@ def _residual_forward_kernel(out, a, b):
         out[i] = a[i] + b[i]
 
 
+@cuda.jit(device=True, inline=True)
+def _gate(x):
+    """(s, 1 - s, e) for s = sigmoid(2u) = (1 + tanh(u)) / 2, u = sqrt(2/pi) (x + 0.044715
+    x^3), and e = exp(-2u): 1 - s is e s where s is near 1 (no cancellation); where e
+    overflows (x below about -10) s is 0 and 1 - s is 1."""
+    e = exp_approx(-TWO * GELU_SCALE * (x + GELU_CUBIC * x * x * x))
+    s = ONE / (ONE + e)
+    return s, (e * s if s > HALF else ONE - s)
+
+
 @cuda.jit
 def _gelu_forward_kernel(out, inp):
-    # out, inp: float32 or bf16 each
-    i = cuda.grid(1)
-    if i < out.size:
-        x = load_float32(inp, i)
-        u = GELU_SCALE * (x + GELU_CUBIC * x * x * x)
-        store_float32(out, i, HALF * x * (ONE + math.tanh(u)))
+    # out, inp: float32 or bf16 each; thread i takes elements i + k * (threads in the
+    # grid), k < ELEMENTS, reading all of them before it computes
+    x = cuda.local.array(ELEMENTS, float32)
+    first, stride, n = cuda.grid(1), cuda.gridsize(1), out.size
+    for k in range(ELEMENTS):
+        j = first + k * stride
+        x[k] = load_float32(inp, j) if j < n else ZERO
+    for k in range(ELEMENTS):
+        j = first + k * stride
+        if j < n:
+            s, _ = _gate(x[k])
+            store_float32(out, j, x[k] * s)
 
 
 @cuda.jit
 def _gelu_backward_kernel(dinp, dout, inp):
-    # dinp, dout, inp: float32 or bf16 each; dinp may be dout itself: each thread reads its
-    # dout element before writing it
-    i = cuda.grid(1)
-    if i < dinp.size:
-        x = load_float32(inp, i)
-        t = math.tanh(GELU_SCALE * (x + GELU_CUBIC * x * x * x))
-        du = GELU_SCALE * (ONE + GELU_CUBIC_3 * x * x)
-        store_float32(dinp, i,
-                      load_float32(dout, i) * (HALF * (ONE + t) + HALF * x * (ONE - t * t) * du))
+    # dinp, dout, inp: float32 or bf16 each, elements as in the forward; dinp may be dout
+    # itself: a thread reads its dout elements before it writes them.
+    # gelu'(x) = s + 2 x s (1 - s) u'(x)
+    x = cuda.local.array(ELEMENTS, float32)
+    dy = cuda.local.array(ELEMENTS, float32)
+    first, stride, n = cuda.grid(1), cuda.gridsize(1), dinp.size
+    for k in range(ELEMENTS):
+        j = first + k * stride
+        x[k] = load_float32(inp, j) if j < n else ZERO
+        dy[k] = load_float32(dout, j) if j < n else ZERO
+    for k in range(ELEMENTS):
+        j = first + k * stride
+        if j < n:
+            s, one_minus_s = _gate(x[k])
+            du = GELU_SCALE * (ONE + GELU_CUBIC_3 * x[k] * x[k])
+            store_float32(dinp, j, dy[k] * (s + TWO * x[k] * s * one_minus_s * du))
 
 
 _F32, _BF16 = float32[::1], uint16[::1]
@@ -75,9 +110,9 @@ PTX_SIGNATURES = [
 # ----------------------------------------------------------------------------------
 # launchers
 
-def _launch_flat(kernel, arrays, names, stream, block, bf16=False):
+def _launch_flat(kernel, arrays, names, stream, block, bf16=False, per_thread=1):
     """Check that every array has the first one's shape (and is float32, or also bf16
-    where bf16), then run kernel over flat views."""
+    where bf16), then run kernel over flat views, per_thread elements to a thread."""
     check_block_size(block)
     shape = arrays[0].shape
     for name, arr in zip(names, arrays):
@@ -87,7 +122,8 @@ def _launch_flat(kernel, arrays, names, stream, block, bf16=False):
             check_array(name, arr, shape)
     n = arrays[0].size
     if n:
-        kernel[ceil_div(n, block), block, stream](*(arr.reshape(n) for arr in arrays))
+        kernel[ceil_div(n, block * per_thread), block, stream](
+            *(arr.reshape(n) for arr in arrays))
 
 
 def residual_forward(out, a, b, *, stream=0, block=BLOCK):
@@ -97,11 +133,12 @@ def residual_forward(out, a, b, *, stream=0, block=BLOCK):
 
 def gelu_forward(out, inp, *, stream=0, block=BLOCK):
     """out = gelu(inp), tanh approximation, both of one shape, each float32 or bf16."""
-    _launch_flat(_gelu_forward_kernel, (out, inp), ("out", "inp"), stream, block, bf16=True)
+    _launch_flat(_gelu_forward_kernel, (out, inp), ("out", "inp"), stream, block, bf16=True,
+                 per_thread=ELEMENTS)
 
 
 def gelu_backward(dinp, dout, inp, *, stream=0, block=BLOCK):
     """dinp = dout * gelu'(inp), each float32 or bf16; dinp may be the same array as dout
     (in place)."""
     _launch_flat(_gelu_backward_kernel, (dinp, dout, inp), ("dinp", "dout", "inp"),
-                 stream, block, bf16=True)
+                 stream, block, bf16=True, per_thread=ELEMENTS)

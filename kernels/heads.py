@@ -13,7 +13,11 @@ body (H and D are fixed per model), so the index arithmetic divides by constants
 
 Launch: grid (ceil(P*C / block), T, B), one thread per fused element, so reads or writes
 of the fused side are fully coalesced and the per-head side moves in contiguous runs of D.
-block defaults to 256 threads, fewer (whole warps) when a fused row is shorter.
+block defaults to 256 threads, fewer (whole warps) when a fused row is shorter. When every
+array has one dtype (the bf16 step's copies are bf16 to bf16, the float32 step's float32
+to float32) nothing is converted, and the launcher views the arrays as 8-byte words (4
+bf16 or 2 float32 elements, when a head's row of D divides into them): the same kernel
+then moves a word per thread, a quarter (bf16) or half of the threads, loads and stores.
 
 Mixed precision: every array may be float32 or bf16 (a uint16 array, kernels/precision.py),
 each on its own, so that the copy is also the cast and no cast launch exists: the QKV
@@ -27,10 +31,11 @@ values rounded as the output holds them.
 """
 import functools
 
-from numba import cuda, float32, uint16
+import numpy as np
+from numba import cuda, float32, uint16, uint64
 
-from microgpt.kernels.common import ceil_div, check_block_size, row_block
-from microgpt.kernels.precision import check_activation, load_float32, store_float32
+from microgpt.kernels.common import ceil_div, check_block_size, device_address, row_block
+from microgpt.kernels.precision import check_activation, copy_element
 
 BLOCK = 256
 
@@ -38,13 +43,13 @@ BLOCK = 256
 @functools.cache
 def _head_copy_kernel(to_heads, H, D):
     @cuda.jit(device=True, inline=True)
-    def copy_element(fused, b, t, col, heads, h, d):
+    def copy_part(fused, b, t, col, heads, h, d):
         # one call per part, so that q, k and v need not share a dtype (numba would have
         # to unify them into one variable to pick the part's array)
         if to_heads:
-            store_float32(heads, (b, h, t, d), load_float32(fused, (b, t, col)))
+            copy_element(heads, (b, h, t, d), fused, (b, t, col))
         else:
-            store_float32(fused, (b, t, col), load_float32(heads, (b, h, t, d)))
+            copy_element(fused, (b, t, col), heads, (b, h, t, d))
 
     @cuda.jit
     def head_copy_kernel(fused, q, k, v):
@@ -59,17 +64,18 @@ def _head_copy_kernel(to_heads, H, D):
         part = part_head // H
         h = part_head - part * H
         if part == 0:
-            copy_element(fused, b, t, col, q, h, d)
+            copy_part(fused, b, t, col, q, h, d)
         elif part == 1:
-            copy_element(fused, b, t, col, k, h, d)
+            copy_part(fused, b, t, col, k, h, d)
         else:
-            copy_element(fused, b, t, col, v, h, d)
+            copy_part(fused, b, t, col, v, h, d)
 
     return head_copy_kernel
 
 
-_F32, _BF16 = float32[:, :, ::1], uint16[:, :, ::1]
+_F32, _BF16, _WORDS = float32[:, :, ::1], uint16[:, :, ::1], uint64[:, :, ::1]
 _F32_HEADS, _BF16_HEADS = (float32[:, :, :, ::1],) * 3, (uint16[:, :, :, ::1],) * 3
+_WORD_HEADS = (uint64[:, :, :, ::1],) * 3
 # the dtypes of the bf16 step's copies, by direction (the float32 step's are all float32):
 # to heads, split forward (qkv -> q, k, v) and merge backward (dout -> dy): bf16 heads from
 # a float32 or bf16 GEMM result; to fused, split backward (dq, dk, dv -> dqkv) and merge
@@ -83,7 +89,24 @@ PTX_SIGNATURES = (
      for to_heads in (True, False)
      for H, D in [(12, 64), (3, 72)]] +      # andrea-120m's heads; an odd D
     [(_head_copy_kernel(to_heads, 12, 64), (fused,) + per_head)
-     for to_heads, fused, per_head in _BF16_COPIES])
+     for to_heads, fused, per_head in _BF16_COPIES] +
+    # a copy between arrays of one dtype, in 8-byte words: andrea-120m's heads of 64 bf16
+    # (16 words) or float32 (32 words)
+    [(_head_copy_kernel(to_heads, 12, words), (_WORDS,) + _WORD_HEADS)
+     for to_heads in (True, False) for words in (16, 32)])
+
+
+def _word_dtype(arrays, D):
+    """The widest unsigned word (8, 4 or 2 bytes) that holds a whole number of elements of
+    the arrays' one dtype, divides a head's row of D of them and to whose size every
+    array's start is aligned (a view may start mid-word)."""
+    itemsize = arrays[0].dtype.itemsize
+    for word in (np.uint64, np.uint32, np.uint16):
+        size = np.dtype(word).itemsize
+        if (size >= itemsize and D % (size // itemsize) == 0 and
+                all(device_address(arr) % size == 0 for arr in arrays)):
+            return np.dtype(word)
+    return arrays[0].dtype
 
 
 def _copy(to_heads, fused_name, fused, head_names, heads, block, stream):
@@ -97,6 +120,13 @@ def _copy(to_heads, fused_name, fused, head_names, heads, block, stream):
         check_activation(name, arr, (B, H, T, D))
     width = len(heads) * H * D
     check_activation(fused_name, fused, (B, T, width))
+    if len({arr.dtype for arr in (fused, *heads)}) == 1:
+        # nothing to convert: move the bits in words of as many elements as a head's
+        # row divides into (4 bf16 or 2 float32 in 8 bytes): fewer, wider accesses
+        word = _word_dtype((fused, *heads), D)
+        per_word = word.itemsize // fused.dtype.itemsize
+        fused, heads = fused.view(word), tuple(arr.view(word) for arr in heads)
+        width, D = width // per_word, D // per_word
     if block is None:
         block = row_block(width, BLOCK)
     check_block_size(block)

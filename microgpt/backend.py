@@ -49,6 +49,10 @@ class NumpyBackend:
     def layernorm_forward(self, out, mean, rstd, inp, weight, bias):
         out[...], mean[...], rstd[...] = ref.layernorm_forward(inp, weight, bias)
 
+    def residual_layernorm_forward(self, resid, out, mean, rstd, a, b, weight, bias):
+        resid[...], out[...], mean[...], rstd[...] = ref.residual_layernorm_forward(
+            a, b, weight, bias)
+
     def layernorm_backward(self, dinp, dweight, dbias, dout, inp, weight, mean, rstd, *,
                            dinp_copy=None):
         """dinp, dweight, dbias += the gradients; dinp_copy, if given, = the new dinp (in
@@ -98,8 +102,9 @@ class NumpyBackend:
     def crossentropy_forward(self, losses, lse, logits, targets):
         losses[...], lse[...] = ref.crossentropy_forward(logits, targets)
 
-    def crossentropy_backward(self, dlogits, logits, lse, targets, dloss):
-        dlogits[...] = ref.crossentropy_backward(dloss, logits, lse, targets)
+    def crossentropy_forward_backward(self, losses, logits, targets, dloss):
+        """losses (N,), and logits (N, V) overwritten by the gradient of sum(dloss * losses)."""
+        losses[...], logits[...] = ref.crossentropy_forward_backward(logits, targets, dloss)
 
     def mean(self, x):
         """The mean of x as a Python float (the one value a step reports)."""

@@ -35,8 +35,10 @@ class BufferSpec:
 
 def activation_specs(cfg, B, T, precision="fp32"):
     """Every buffer a forward + backward pass of shape (B, T) writes. In bf16 the arrays a
-    matmul or attention reads are bf16, and the backward keeps bf16 copies of three
-    float32 gradients for the GEMMs; in fp32 those copies are the gradients themselves."""
+    matmul or attention reads are bf16 (dfc too: the GELU backward reads the w_proj dX
+    GEMM's bf16 result and overwrites it with the w_fc GEMMs' operand), and the backward
+    keeps bf16 copies of two float32 gradients for the GEMMs; in fp32 those copies are the
+    gradients themselves."""
     C, H, D, V, L = cfg.d_model, cfg.n_head, cfg.head_dim, cfg.vocab_size, cfg.n_layer
     N = B * T
     low = "uint16" if precision == "bf16" else None     # what feeds a matmul or attention
@@ -66,15 +68,14 @@ def activation_specs(cfg, B, T, precision="fp32"):
         BufferSpec("ln_f_rstd", (N,)),
         BufferSpec("logits", (B, T, V), low),                # becomes dlogits in the backward
         BufferSpec("losses", (N,)),
-        BufferSpec("logits_lse", (N,)),
+        BufferSpec("logits_lse", (N,)),                     # evaluation's (enqueue_loss)
         # scratch, reused by every layer
         BufferSpec("qkv", (B, T, 3 * C), low),               # and dqkv in the backward
         BufferSpec("proj", (B, T, C)),
         BufferSpec("dresid", (B, T, C)),
         copy_of("dresid_mm", (B, T, C), "dresid"),          # dresid as the GEMMs read it
         BufferSpec("dln", (B, T, C)),
-        BufferSpec("dfc", (B, T, 4 * C)),
-        copy_of("dfc_mm", (B, T, 4 * C), "dfc"),             # after the GELU backward
+        BufferSpec("dfc", (B, T, 4 * C), low),       # the w_proj dX, GELU backward in place
         copy_of("dmerged", (B, T, C), "proj"),               # the W_O dX, for merge backward
         BufferSpec("dq", (B, H, T, D), low),
         BufferSpec("dk", (B, H, T, D), low),
@@ -155,45 +156,59 @@ class GPT:
 
     # the passes: enqueue work on the backend, read nothing back ------------------------
     def enqueue_forward(self, a):
-        """a.batch[0] (token ids) -> a.logits, and every activation on the way."""
+        """a.batch[0] (token ids) -> a.logits, and every activation on the way. Each
+        residual add is fused into the LayerNorm after it, so the norm that reads resid[i]
+        (block i's ln_1, or ln_f after the last block) runs at the end of block i - 1."""
         ops, p, w, cfg = self.backend, self.params, self.weights, self.config
         ops.encoder_forward(a.resid[0], a.batch[0], p["wte"], p["wpe"])
+        out, stats, affine = self._norm_of_resid(a, 0)
+        ops.layernorm_forward(out, *stats, rows(a.resid[0]), *affine)
         for i in range(cfg.n_layer):
             h = f"h.{i}."
-            ops.layernorm_forward(rows(a.ln_1[i]), a.ln_1_mean[i], a.ln_1_rstd[i],
-                                  rows(a.resid[i]), p[h + "ln_1.weight"], p[h + "ln_1.bias"])
             ops.matmul(rows(a.qkv), rows(a.ln_1[i]), w[h + "attn.w_qkv"])         # fused QKV
             ops.split_heads_forward(a.q[i], a.k[i], a.v[i], a.qkv)               # (B, H, T, D)
             ops.attention_forward(a.att[i], a.att_lse[i], a.q[i], a.k[i], a.v[i])
             ops.merge_heads_forward(a.att_merged[i], a.att[i])                    # (B, T, C)
             ops.matmul(rows(a.proj), rows(a.att_merged[i]), w[h + "attn.w_o"])
-            ops.residual_forward(a.mid[i], a.resid[i], a.proj)
-            ops.layernorm_forward(rows(a.ln_2[i]), a.ln_2_mean[i], a.ln_2_rstd[i],
-                                  rows(a.mid[i]), p[h + "ln_2.weight"], p[h + "ln_2.bias"])
+            ops.residual_layernorm_forward(
+                rows(a.mid[i]), rows(a.ln_2[i]), a.ln_2_mean[i], a.ln_2_rstd[i],
+                rows(a.resid[i]), rows(a.proj), p[h + "ln_2.weight"], p[h + "ln_2.bias"])
             ops.matmul(rows(a.fc[i]), rows(a.ln_2[i]), w[h + "mlp.w_fc"])
             ops.gelu_forward(a.fc_gelu[i], a.fc[i])
             ops.matmul(rows(a.proj), rows(a.fc_gelu[i]), w[h + "mlp.w_proj"])
-            ops.residual_forward(a.resid[i + 1], a.mid[i], a.proj)
-        ops.layernorm_forward(rows(a.ln_f), a.ln_f_mean, a.ln_f_rstd, rows(a.resid[-1]),
-                              p["ln_f.weight"], p["ln_f.bias"])
+            out, stats, affine = self._norm_of_resid(a, i + 1)
+            ops.residual_layernorm_forward(rows(a.resid[i + 1]), out, *stats, rows(a.mid[i]),
+                                           rows(a.proj), *affine)
         ops.matmul(rows(a.logits), rows(a.ln_f), w["wte"], transpose_b=True)     # tied head
 
+    def _norm_of_resid(self, a, i):
+        """The LayerNorm that reads resid[i] -> (its out rows, (mean, rstd), (weight,
+        bias)): block i's ln_1, or ln_f after the last block."""
+        if i == self.config.n_layer:
+            return rows(a.ln_f), (a.ln_f_mean, a.ln_f_rstd), (self.params["ln_f.weight"],
+                                                             self.params["ln_f.bias"])
+        h = f"h.{i}."
+        return rows(a.ln_1[i]), (a.ln_1_mean[i], a.ln_1_rstd[i]), (
+            self.params[h + "ln_1.weight"], self.params[h + "ln_1.bias"])
+
     def enqueue_loss(self, a):
-        """a.logits and a.batch[1] (targets) -> a.losses, one per token."""
+        """a.logits and a.batch[1] (targets) -> a.losses, one per token, without a backward
+        (evaluation; training gets its losses from enqueue_backward)."""
         self.backend.crossentropy_forward(a.losses, a.logits_lse, rows(a.logits),
                                           a.batch[1].reshape(a.losses.size))
 
     def enqueue_backward(self, a):
-        """The gradient of the mean loss -> self.grads (zeroed first), from the buffers
-        the forward and the loss left in a. The GEMMs read a.dresid_mm, a.dfc_mm and
-        a.dmerged: in bf16 the copies the LayerNorm backward, the GELU backward and the W_O
-        dX GEMM write; in fp32 the float32 gradients themselves."""
+        """a.losses, one per token, and the gradient of their mean -> self.grads (zeroed
+        first), from the buffers the forward left in a: the loss and its gradient come from
+        one pass over the logits, which it overwrites with dlogits. The GEMMs read
+        a.dresid_mm and a.dmerged: in bf16 the copies the LayerNorm backward and the W_O dX
+        GEMM write; in fp32 the float32 gradients themselves."""
         ops, p, w, g, cfg = self.backend, self.params, self.weights, self.grads, self.config
         copy = None if a.dresid_mm is a.dresid else rows(a.dresid_mm)
         ops.fill_zero(self.grads_flat)
         dlogits = rows(a.logits)                                                 # in place
-        ops.crossentropy_backward(dlogits, dlogits, a.logits_lse,
-                                  a.batch[1].reshape(a.losses.size), 1.0 / a.losses.size)
+        ops.crossentropy_forward_backward(a.losses, dlogits, a.batch[1].reshape(a.losses.size),
+                                          1.0 / a.losses.size)
         ops.matmul(rows(a.dln), dlogits, w["wte"])
         ops.matmul(g["wte"], dlogits, rows(a.ln_f), transpose_a=True, accumulate=True)
         ops.fill_zero(a.dresid)
@@ -206,9 +221,9 @@ class GPT:
             ops.matmul(rows(a.dfc), rows(a.dresid_mm), w[h + "mlp.w_proj"], transpose_b=True)
             ops.matmul(g[h + "mlp.w_proj"], rows(a.fc_gelu[i]), rows(a.dresid_mm),
                        transpose_a=True, accumulate=True)
-            ops.gelu_backward(a.dfc_mm, a.dfc, a.fc[i])
-            ops.matmul(rows(a.dln), rows(a.dfc_mm), w[h + "mlp.w_fc"], transpose_b=True)
-            ops.matmul(g[h + "mlp.w_fc"], rows(a.ln_2[i]), rows(a.dfc_mm),
+            ops.gelu_backward(a.dfc, a.dfc, a.fc[i])                              # in place
+            ops.matmul(rows(a.dln), rows(a.dfc), w[h + "mlp.w_fc"], transpose_b=True)
+            ops.matmul(g[h + "mlp.w_fc"], rows(a.ln_2[i]), rows(a.dfc),
                        transpose_a=True, accumulate=True)
             ops.layernorm_backward(rows(a.dresid), g[h + "ln_2.weight"], g[h + "ln_2.bias"],
                                    rows(a.dln), rows(a.mid[i]), p[h + "ln_2.weight"],
@@ -243,7 +258,6 @@ class GPT:
         mean loss as a float."""
         a = self._load(idx, targets)
         self.enqueue_forward(a)
-        self.enqueue_loss(a)
         self.enqueue_backward(a)
         return self.backend.mean(a.losses)   # read back last, so the host never waits mid-step
 

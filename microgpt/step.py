@@ -38,17 +38,21 @@ class Step:
         self.buffers = Buffers(self.backend, step_specs(model.config, B, T, model.precision))
         self.graph = graph and self.backend.graphs
         self._captured = {}         # phases -> the graph that replays them
-        self._runs = 0
+        self._ran = set()           # the phase sequences run eagerly once (compiled)
         self.unread = 0             # steps run since the last metrics()
 
     # the phases ------------------------------------------------------------------------
     def forward(self):
-        """Logits and per-token losses of the batch in the buffers."""
+        """The logits of the batch in the buffers."""
         self.model.enqueue_forward(self.buffers)
+
+    def loss(self):
+        """The per-token losses alone (evaluation: training gets them from backward)."""
         self.model.enqueue_loss(self.buffers)
 
     def backward(self):
-        """The gradient of the mean loss, into the model's gradient buffer."""
+        """The per-token losses and the gradient of their mean, into the model's gradient
+        buffer, from one pass over the logits."""
         self.model.enqueue_backward(self.buffers)
 
     def update(self):
@@ -74,13 +78,12 @@ class Step:
             self._replay(("update",))
         # the host's count of the device's step number (the capture ran update() once)
         self.optimizer.step_count += 1
-        self._runs += 1
         self.unread += 1
 
     def evaluate(self, tokens, targets):
         """The mean loss of a batch (no backward, no update) -> a float, read back."""
         self.load(tokens, targets)
-        self._replay(("forward",))
+        self._replay(("forward", "loss"))
         return self.backend.mean(self.buffers.losses)
 
     def load(self, tokens, targets):
@@ -92,13 +95,14 @@ class Step:
         self.backend.copy(self.buffers.batch, np.stack([tokens, targets]).astype(np.int32))
 
     def _replay(self, phases):
-        """Run the phases: eagerly until a run has compiled their kernels, then captured
-        once and replayed."""
+        """Run the phases: eagerly the first time (which compiles their kernels), then
+        captured once and replayed."""
         def enqueue():
             for phase in phases:
                 getattr(self, phase)()
-        if not self.graph or self._runs == 0:
+        if not self.graph or phases not in self._ran:
             enqueue()
+            self._ran.add(phases)
             return
         if phases not in self._captured:
             self._captured[phases] = self.backend.capture(enqueue)

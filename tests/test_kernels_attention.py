@@ -111,6 +111,22 @@ def test_split_heads(shape, block, fused_dtype, head_dtypes, seed):
     assert_copied(dqkv, ref.split_heads_backward(*(g32 for _, g32 in grads)), "dqkv")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+@pytest.mark.parametrize("offset", [1, 2])
+def test_split_heads_of_a_view_that_starts_mid_word(dtype, offset):
+    """One dtype throughout is copied in words of up to 8 bytes (4 bf16 or 2 float32):
+    a qkv that starts offset elements into its allocation is not aligned to them, and is
+    copied in the widest word it is aligned to."""
+    B, H, T, D = 1, 2, 3, 4
+    rng = np.random.default_rng(offset)
+    flat, flat32 = device_copy_input(randn(rng, offset + B * T * 3 * H * D), dtype)
+    qkv, qkv32 = flat[offset:].reshape(B, T, 3 * H * D), flat32[offset:].reshape(B, T, -1)
+    q, k, v = (cuda.to_device(poisoned((B, H, T, D), dtype)) for _ in range(3))
+    heads.split_heads_forward(q, k, v, qkv)
+    for name, got, want in zip("qkv", (q, k, v), ref.split_heads_forward(qkv32, H)):
+        assert_copied(got, want, f"split {name}")
+
+
 @given(shape=HEAD_SHAPES, block=COPY_BLOCKS, fused_dtype=DTYPES, head_dtype=DTYPES,
        seed=SEEDS)
 def test_merge_heads(shape, block, fused_dtype, head_dtype, seed):

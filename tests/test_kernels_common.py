@@ -41,6 +41,28 @@ def test_block_reductions(name, make_reduction, scratch_size, block, seed):
     np.testing.assert_array_equal(maxima.copy_to_host(), np.full(block, x.max()))
 
 
+WARP_IMPLEMENTATIONS = [("shared", common.shared_warp_reduction, 1024)]
+if ON_GPU:
+    WARP_IMPLEMENTATIONS.append(("shuffle", common.shuffle_warp_reduction, common.WARP))
+
+
+@pytest.mark.parametrize("name,make_reduction,scratch_size", WARP_IMPLEMENTATIONS)
+@given(block=BLOCKS, seed=st.integers(0, 2**32 - 1))
+def test_warp_sums(name, make_reduction, scratch_size, block, seed):
+    """Each warp's sum, returned to each of its lanes (and no other warp's)."""
+    warp_sum = make_reduction(common._add, np.float32(0.0))
+
+    @cuda.jit
+    def kernel(sums, x):
+        scratch = cuda.shared.array(scratch_size, float32)
+        sums[cuda.threadIdx.x] = warp_sum(x[cuda.threadIdx.x], scratch)
+    x = np.abs(randn(np.random.default_rng(seed), block)) + np.float32(0.1)
+    sums = cuda.to_device(poisoned((block,)))
+    kernel[1, block](sums, cuda.to_device(x))
+    want = np.repeat(x.astype(np.float64).reshape(-1, common.WARP).sum(axis=1), common.WARP)
+    assert_close(sums.copy_to_host(), want, TOL_F32_OP, f"{name} warp_sum")
+
+
 def test_row_block_fits_the_row():
     assert common.row_block(24, 512) == 32
     assert common.row_block(768, 128) == 128

@@ -93,6 +93,32 @@ def test_gelu_at_values_written_out():
                  TOL_F32_OP, "gelu'")
 
 
+def test_gelu_tails_keep_their_relative_accuracy():
+    """Each value within TOL_F32_OP of its own float64 value, not only in norm: x * sigmoid(2u)
+    does not cancel where 1 + tanh(u) is small (x < 0; at x = -5 that sum is 9e-8, and
+    float32's 0.5 x (1 + tanh(u)) is 30% off), and 1 - sigmoid is taken from exp(-2u) where
+    it is small (x > 0). (Below x = -5 the float64 reference itself cancels: 1 + tanh(u)
+    < 1e-12 there.) Beyond x = -10, exp(-2u) overflows: the results are 0, as the float64
+    values (below 1e-40) round to."""
+    x = np.array([-5.0, -4.0, -3.0, -0.5, 0.5, 3.0, 5.0, 9.0], np.float32)
+    far = np.array([-30.0, -12.0], np.float32)
+    x64 = x.astype(np.float64)
+    for dtype_x, want in ((x, None), (far, 0.0)):
+        out, dinp = cuda.to_device(poisoned(len(dtype_x))), cuda.to_device(poisoned(len(dtype_x)))
+        elementwise.gelu_forward(out, cuda.to_device(dtype_x))
+        elementwise.gelu_backward(dinp, cuda.to_device(np.ones(len(dtype_x), np.float32)),
+                                  cuda.to_device(dtype_x))
+        if want is not None:
+            np.testing.assert_array_equal(out.copy_to_host(), want)
+            np.testing.assert_array_equal(dinp.copy_to_host(), want)
+            continue
+        for i, value in enumerate(x64):
+            assert_close(out.copy_to_host()[i:i + 1], ref.gelu_forward(x64[i:i + 1]),
+                         TOL_F32_OP, f"gelu({value})")
+            assert_close(dinp.copy_to_host()[i:i + 1], ref.gelu_backward(1.0, x64[i:i + 1]),
+                         TOL_F32_OP, f"gelu'({value})")
+
+
 def test_default_block():
     """block left out, as the model launches them, over more than one 256-thread block."""
     rng = np.random.default_rng(4)

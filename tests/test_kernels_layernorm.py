@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from helpers import (BF16, REAL_SHAPES, TOL_F32_OP, assert_close, assert_output_close, bf16,
                      poisoned, randn)
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from numba import cuda
 
@@ -30,7 +30,8 @@ if REAL_SHAPES:
     ROWS_PER_BLOCK = st.integers(1, 64)
 else:
     SHAPES = SIM_SHAPES
-    BLOCKS = st.just(32)
+    # a warp per row: 2 and 3 warps leave some without a row in the last block
+    BLOCKS = st.sampled_from([32, 64, 96])
     ROWS_PER_BLOCK = st.integers(1, 3)
 SEEDS = st.integers(0, 2**32 - 1)
 DTYPES = st.sampled_from([np.float32, BF16])
@@ -112,12 +113,16 @@ def test_layernorm_forward(shape, block, out_dtype, seed):
 
 @given(shape=SHAPES, block=BLOCKS, out_dtype=DTYPES, seed=SEEDS)
 def test_residual_layernorm_forward(shape, block, out_dtype, seed):
+    # a warp per row, each with its row sum in shared memory: the block must leave room
+    assume(block // 32 * shape[1] * 4 <= layernorm.MAX_DYNAMIC_SHARED_BYTES)
     check_residual_forward(shape, block, out_dtype, seed)
 
 
 @given(shape=SHAPES, block=BLOCKS, rows_per_block=ROWS_PER_BLOCK, dout_dtype=DTYPES,
        copy=st.booleans(), seed=SEEDS)
 def test_layernorm_backward_accumulates(shape, block, rows_per_block, dout_dtype, copy, seed):
+    # each warp's dweight and dbias partials in shared memory: the block must leave room
+    assume(block // 32 * 2 * shape[1] * 4 <= layernorm.MAX_DYNAMIC_SHARED_BYTES)
     check_backward(shape, block, rows_per_block, seed, dout_dtype, copy)
 
 
@@ -161,10 +166,21 @@ def test_residual_forward_at_the_shared_memory_limit():
         layernorm.residual_layernorm_forward(wide, wide, stats, stats, wide, wide, vec, vec)
 
 
+def test_residual_forward_refuses_a_block_whose_row_sums_do_not_fit():
+    """The row sums take C floats per warp: 8 warps of C = 1600 (51200 bytes) do not fit,
+    and the default block takes the 7 that do."""
+    rows, vec, stats = ones(8, 1600), ones(1600), ones(8)
+    with pytest.raises(ValueError, match="with 256 threads: C = 1600 needs 51200 bytes"):
+        layernorm.residual_layernorm_forward(rows, rows, stats, stats, rows, rows, vec, vec,
+                                             block=256)
+    if REAL_SHAPES:     # 7 warps of 1600 simulated threads' columns cost the simulator minutes
+        check_residual_forward((9, 1600), None, BF16, seed=9)
+
+
 def test_backward_at_the_shared_memory_limit():
-    """C = 6128: dweight and dbias partials (49024 bytes) and the reduction's 128-byte
-    scratch fill the 48 KiB (49152 bytes) a block gets without an opt-in, exactly; one more
-    column is refused. (At C = 6144 the partials alone fill 48 KiB: the H200 refused that
+    """C = 6128: one warp's dweight and dbias partials (49024 bytes) and the reduction's
+    128-byte scratch fill the 48 KiB (49152 bytes) a block gets without an opt-in, exactly;
+    one more column is refused, and so are 8 warps of C = 800 (each warp has its own). (At C = 6144 the partials alone fill 48 KiB: the H200 refused that
     launch, CUDA_ERROR_INVALID_VALUE.)"""
     check_backward((1, 6128), None, 1, seed=5)
     wide, wide_vec = (cuda.to_device(np.ones(s, np.float32)) for s in ((1, 6129), (6129,)))
@@ -172,6 +188,9 @@ def test_backward_at_the_shared_memory_limit():
     with pytest.raises(ValueError, match="C = 6129 needs 49032 bytes of shared memory"):
         layernorm.layernorm_backward(wide, wide_vec, wide_vec, wide, wide, wide_vec, stats,
                                      stats)
+    rows, vec, stats = ones(8, 800), ones(800), ones(8)
+    with pytest.raises(ValueError, match="with 256 threads: C = 800 needs 51200 bytes"):
+        layernorm.layernorm_backward(rows, vec, vec, rows, rows, vec, stats, stats, block=256)
 
 
 def test_no_rows_launch_nothing(no_launches):

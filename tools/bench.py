@@ -431,6 +431,9 @@ def bench_kernels(reps):
         ),
         ("residual add (B, T, C)", lambda: ops.residual_forward(proj, merged.reshape(N, C), x),
          lambda: tx + tx, 0),
+        ("residual add + layernorm forward",
+         lambda: ops.residual_layernorm_forward(proj, ln_out, mean, rstd, merged.reshape(N, C),
+                                                x, ln_w, ln_b), None, 0),
         (
             "gelu forward (N, 4C)",
             lambda: ops.gelu_forward(fc_out, fc),
@@ -482,8 +485,8 @@ def bench_kernels(reps):
                                                               mean, rstd), None, 0),
         ("gelu backward, in place", lambda: ops.gelu_backward(fc_out, fc_out, fc), None, 0),
         ("encoder backward", lambda: ops.encoder_backward(dwte, dwpe, merged, idx), None, 0),
-        ("crossentropy backward, in place over the logits",
-         lambda: ops.crossentropy_backward(logits, logits, logits_lse, targets, 1.0 / N), None, 0),
+        ("crossentropy forward + backward, in place over the logits",
+         lambda: ops.crossentropy_forward_backward(losses, logits, targets, 1.0 / N), None, 0),
     ]
     out = []
     for name, ours, theirs, flops in rows:
