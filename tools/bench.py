@@ -954,6 +954,8 @@ def main(argv=None):
                         help="time every tile and split-K candidate of each GEMM")
     parser.add_argument("--attention-sweep", action="store_true",
                         help="time the tile candidates of each flash attention pass")
+    parser.add_argument("--no-torch-compile", action="store_true",
+                        help="steps: leave out torch.compile (its compilation takes ~1 minute)")
     parser.add_argument("--reps", type=int, default=10, help="timed repetitions per measurement")
     parser.add_argument("--out", default="bench/RESULTS.md", help="markdown file to write")
     args = parser.parse_args(argv)
@@ -973,7 +975,8 @@ def main(argv=None):
     attention = (bench_flash_attention(args.reps, args.attention_sweep)
                  if args.only in (None, "attention") else [])
     kernels = bench_kernels(args.reps) if args.only in (None, "kernels") else []
-    steps = bench_steps(max(2, args.reps // 2)) if args.only in (None, "steps") else []
+    steps = (bench_steps(max(2, args.reps // 2), not args.no_torch_compile)
+             if args.only in (None, "steps") else [])
     fused = bench_fused(args.reps) if args.only in (None, "fused") else []
     generation = (bench_generate("cuda", args.gen_tokens, args.gen_before_tokens)
                   if args.only in (None, "generate") else [])
