@@ -681,7 +681,7 @@ def torch_gpt(cfg):
     return TorchGPT().cuda()
 
 
-def bench_steps(reps, compile_torch=True):
+def bench_steps(reps, compile_torch=True, fp32=True):
     import torch
     from numba import cuda
     from microgpt import GPT, get_config
@@ -698,7 +698,8 @@ def bench_steps(reps, compile_torch=True):
         targets = rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
 
         row = {}
-        for precision, graph in (("fp32", True), ("bf16", False), ("bf16", True)):
+        runs = [("fp32", True)] * fp32 + [("bf16", False), ("bf16", True)]
+        for precision, graph in runs:
             free_before, total = cuda.current_context().get_memory_info()
             model = GPT(cfg, backend="cuda", precision=precision)
             step = Step(model, AdamW(model, AdamWConfig(total_steps=10**6)), B, T, graph=graph)
@@ -729,7 +730,7 @@ def bench_steps(reps, compile_torch=True):
             torch.from_numpy(idx).long().cuda(),
             torch.from_numpy(targets).long().cuda(),
         )
-        torch_runs = [("torch_fp32", False, False), ("torch_bf16", True, False)]
+        torch_runs = [("torch_fp32", False, False)] * fp32 + [("torch_bf16", True, False)]
         if compile_torch:
             torch_runs.append(("torch_compile", True, True))
         for label, autocast, compiled in torch_runs:
@@ -956,6 +957,8 @@ def main(argv=None):
                         help="time the tile candidates of each flash attention pass")
     parser.add_argument("--no-torch-compile", action="store_true",
                         help="steps: leave out torch.compile (its compilation takes ~1 minute)")
+    parser.add_argument("--bf16-only", action="store_true",
+                        help="steps: leave out the float32 steps (microgpt's and PyTorch's)")
     parser.add_argument("--reps", type=int, default=10, help="timed repetitions per measurement")
     parser.add_argument("--out", default="bench/RESULTS.md", help="markdown file to write")
     args = parser.parse_args(argv)
@@ -975,7 +978,7 @@ def main(argv=None):
     attention = (bench_flash_attention(args.reps, args.attention_sweep)
                  if args.only in (None, "attention") else [])
     kernels = bench_kernels(args.reps) if args.only in (None, "kernels") else []
-    steps = (bench_steps(max(2, args.reps // 2), not args.no_torch_compile)
+    steps = (bench_steps(max(2, args.reps // 2), not args.no_torch_compile, not args.bf16_only)
              if args.only in (None, "steps") else [])
     fused = bench_fused(args.reps) if args.only in (None, "fused") else []
     generation = (bench_generate("cuda", args.gen_tokens, args.gen_before_tokens)
