@@ -167,18 +167,25 @@ FOLD_TILE = WgmmaTile(128, 128, 64, 4, 2)
 
 
 def default_tile(M, N, K, accumulate=False):
-    """The wgmma tiles: the wide one, or for a K too long for one chain that cannot be
-    split, the one with room to fold."""
-    return FOLD_TILE if K > MAX_CHAIN and not accumulate else WIDE_TILE
+    """The mma.sync tiles (the wgmma ones are given explicitly until they are measured on
+    the H200: docs/gemm-bf16.md): the large tile for products with a K of at least 768
+    and either many output tiles or a long K to split (the weight gradients); the small
+    one otherwise; the lean one for a K too long for one chain that cannot be split."""
+    if K > MAX_CHAIN and not accumulate:
+        return LEAN_TILE
+    tiles = ceil_div(M, LARGE_TILE.rows) * ceil_div(N, LARGE_TILE.cols)
+    return LARGE_TILE if K >= 768 and (tiles >= 4 * SMS or K >= 8192) else SMALL_TILE
 
 
 def default_split_k(M, N, K, tile):
-    """Blocks per output tile along K: enough for about four blocks per SM (what fits at
-    once of the small tile), each still with at least 16 slabs to pipeline, and enough
-    that none sums more than MAX_CHAIN of K."""
+    """Blocks per output tile along K, each still with at least 16 slabs to pipeline, and
+    enough that none sums more than MAX_CHAIN of K. A wgmma tile takes a whole SM: as many
+    as fill the SMs in one wave without starting a second; the small mma.sync tile about
+    four per SM (what fits at once)."""
     tiles = ceil_div(M, tile.rows) * ceil_div(N, tile.cols)
     steps = ceil_div(K, tile.depth)
-    return max(1, min(ceil_div(4 * SMS, tiles), steps // 16), ceil_div(K, MAX_CHAIN))
+    fill = SMS // tiles if isinstance(tile, WgmmaTile) else ceil_div(4 * SMS, tiles)
+    return max(1, min(fill, steps // 16), ceil_div(K, MAX_CHAIN))
 
 
 def step_products(B, T, C, V):
@@ -477,8 +484,9 @@ _opted_in = set()
 
 def _allow_dynamic_shared(kernel, signature, size):
     """More than 48 KiB of dynamic shared memory needs the driver's opt-in attribute on the
-    compiled kernel, which numba-cuda has no API for: set it through the driver bindings on
-    the kernel's handle, once per kernel and device."""
+    compiled kernel, which numba-cuda has no API for: set it through the driver bindings,
+    once per kernel and device, on the kernel (context-independent, what numba-cuda
+    launches) and on its function in this context (what the launch resolves it to)."""
     if SIMULATOR or size <= SHARED_LIMIT:
         return
     from numba.cuda.cudadrv.driver import binding, driver
@@ -486,9 +494,10 @@ def _allow_dynamic_shared(kernel, signature, size):
     compiled = kernel.compile(signature)
     device = cuda.get_current_device().id
     if (id(compiled), device) not in _opted_in:
-        driver.cuKernelSetAttribute(
-            binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            size, compiled._codelibrary.get_cufunc().handle, device)
+        attribute = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        handle = compiled._codelibrary.get_cufunc().handle
+        driver.cuKernelSetAttribute(attribute, size, handle, device)
+        driver.cuFuncSetAttribute(driver.cuKernelGetFunction(handle), attribute, size)
         _opted_in.add((id(compiled), device))
 
 
@@ -534,6 +543,9 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
     aligned = all(arr.shape[1] % CHUNK == 0 for arr in (a, b))
     fold = steps_per_split * tile.depth > max_chain
     kernel = _kernel(bool(transpose_a), bool(transpose_b), epilogue, aligned, fold, tile)
+    # an int32, as _signature says: the launch then runs the overload compiled for it
+    # (a Python int would compile another, for int64, without the shared-memory opt-in)
+    steps_per_split = np.int32(steps_per_split)
     if isinstance(tile, WgmmaTile):
         grid = (GROUP * split_k, ceil_div(N, tile.cols), ceil_div(M, GROUP * tile.rows))
         _allow_dynamic_shared(kernel, _signature(epilogue), tile.shared_bytes)

@@ -108,14 +108,21 @@ def test_named_tiles_compile_and_run(tile):
 
 
 def test_default_tile_and_split():
-    assert gemm_bf16.default_tile(16384, 2304, 768) == gemm_bf16.WIDE_TILE
-    assert gemm_bf16.default_tile(768, 768, 16384, True) == gemm_bf16.WIDE_TILE  # split K
-    assert gemm_bf16.default_tile(16384, 768, 50304) == gemm_bf16.FOLD_TILE     # folded K
+    assert gemm_bf16.default_tile(16384, 2304, 768) == gemm_bf16.LARGE_TILE
+    assert gemm_bf16.default_tile(16384, 1152, 384) == gemm_bf16.SMALL_TILE     # short K
+    assert gemm_bf16.default_tile(16384, 384, 1536) == gemm_bf16.SMALL_TILE     # few tiles
+    assert gemm_bf16.default_tile(768, 768, 16384, True) == gemm_bf16.LARGE_TILE  # split K
+    assert gemm_bf16.default_tile(16384, 768, 50304) == gemm_bf16.LEAN_TILE     # folded K
     # a weight gradient: few output tiles, a long K -> split until every SM has a block
     tile = gemm_bf16.default_tile(768, 768, 16384, True)
-    tiles = (768 // tile.rows) * (768 // tile.cols)
+    tiles = (768 // tile.rows) ** 2
     assert gemm_bf16.default_split_k(768, 768, 16384, tile) * tiles >= 4 * gemm_bf16.SMS
-    assert gemm_bf16.default_split_k(16384, 2304, 768, gemm_bf16.WIDE_TILE) == 1
+    # a wgmma tile takes a whole SM: as many blocks as fill the SMs in one wave
+    tile = gemm_bf16.WIDE_TILE
+    tiles = (768 // tile.rows) * (768 // tile.cols)
+    split = gemm_bf16.default_split_k(768, 768, 16384, tile)
+    assert split * tiles <= gemm_bf16.SMS < (split + 1) * tiles
+    assert gemm_bf16.default_split_k(16384, 2304, 768, gemm_bf16.LARGE_TILE) == 1
 
 
 def test_matmul_bf16_rejects_bad_arguments():
