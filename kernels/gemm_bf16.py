@@ -435,7 +435,7 @@ def _wgmma_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
             for kk in range(BK // MMA_K):
                 mma(smem, a_desc + uint64(kk * a_step), b_desc + uint64(kk * b_step), acc)
             warpgroup_commit()
-            wait_one(acc)                    # this step's wgmma may run on; the last one's
+            wait_one(acc)                    # this step's wgmma runs on; the previous one is done
             if fold and ((step + 1) % FOLD_STEPS == 0 or step + 1 == steps):
                 wait_all(acc)
                 for r in range(regs):
