@@ -47,8 +47,8 @@ from numba import cuda, float32, int32, types, uint16, uint64
 from microgpt.kernels.common import SIMULATOR, ceil_div, check_array
 from microgpt.kernels.mma import (CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, cp_async_commit,
                                   cp_async_wait_group, fence_proxy_async, mma_bf16_16816,
-                                  shared_address, to_bf16, warpgroup_commit, warpgroup_fence,
-                                  warpgroup_wait, wgmma_bf16)
+                                  shared_address, to_bf16, warpgroup_commit,
+                                  warpgroup_fence, warpgroup_wait, wgmma_bf16)
 from microgpt.kernels.tiles import (a_fragment_loader, b_fragment_loader, descriptor,
                                     paneled, tile_copier, wgmma_operand)
 
@@ -435,7 +435,7 @@ def _wgmma_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
             for kk in range(BK // MMA_K):
                 mma(smem, a_desc + uint64(kk * a_step), b_desc + uint64(kk * b_step), acc)
             warpgroup_commit()
-            wait_one(acc)                    # this step's wgmma runs on; the previous one is done
+            wait_one(acc)                    # this step's wgmma runs on, the last is done
             if fold and ((step + 1) % FOLD_STEPS == 0 or step + 1 == steps):
                 wait_all(acc)
                 for r in range(regs):
@@ -450,9 +450,9 @@ def _wgmma_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
                 for j in range(BN // 8):
                     col = n0 + 8 * j + 2 * (thread % 4)
                     for e in range(2):
+                        r = 4 * j + 2 * h + e
                         if col + e < N:
-                            store(out, row, col + e,
-                                  total[4 * j + 2 * h + e] if fold else acc[4 * j + 2 * h + e])
+                            store(out, row, col + e, total[r] if fold else acc[r])
 
     return matmul_wgmma_kernel
 
@@ -501,7 +501,8 @@ def _allow_dynamic_shared(kernel, signature, size):
     compiled = kernel.compile(signature)
     device = cuda.get_current_device().id
     if (id(compiled), device) not in _opted_in:
-        attribute = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        attribute = (binding.CUfunction_attribute
+                     .CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
         handle = compiled._codelibrary.get_cufunc().handle
         driver.cuKernelSetAttribute(attribute, size, handle, device)
         driver.cuFuncSetAttribute(driver.cuKernelGetFunction(handle), attribute, size)
@@ -517,9 +518,9 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
 
     a is (M, K), or (K, M) when transpose_a; b is (K, N), or (N, K) when transpose_b; both
     bf16 in uint16 device arrays. out is float32, or bf16 (uint16, written only).
-    tile (a WgmmaTile, or an MmaTile for the mma.sync kernel) and split_k (blocks along K, accumulating products only) override
-    the shape-based defaults; max_chain (K summed by the tensor cores before a fold into
-    float32) is there for the tests."""
+    tile (a WgmmaTile, or an MmaTile for the mma.sync kernel) and split_k (blocks along K,
+    accumulating products only) override the shape-based defaults; max_chain (K summed by
+    the tensor cores before a fold into float32) is there for the tests."""
     for name, arr in (("out", out), ("a", a), ("b", b)):
         if len(arr.shape) != 2:
             raise ValueError(f"{name}: expected a 2-D matrix, got shape {tuple(arr.shape)}")

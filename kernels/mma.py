@@ -257,7 +257,7 @@ if not SIMULATOR:
     @functools.cache
     def warpgroup_fence(regs):
         """wgmma.fence: the accumulator array's registers, as written before it, are what
-        the wgmma after it read (needed before the first wgmma and after any other write)."""
+        the wgmma after it reads (needed before the first one and after other writes)."""
         @intrinsic
         def fence(typingctx, acc):
             def codegen(context, builder, sig, args):
@@ -270,7 +270,8 @@ if not SIMULATOR:
     @intrinsic
     def warpgroup_commit(typingctx):
         def codegen(context, builder, sig, args):
-            _asm(builder, ir.VoidType(), [], "wgmma.commit_group.sync.aligned;", "~{memory}")
+            _asm(builder, ir.VoidType(), [], "wgmma.commit_group.sync.aligned;",
+                 "~{memory}")
             return context.get_dummy_value()
         return types.void(), codegen
 

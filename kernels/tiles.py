@@ -69,7 +69,7 @@ def wgmma_operand(rows, cols, k_is_row):
     swizzle = {128: 1, 64: 2, 32: 3}[row_bytes]
     if k_is_row:    # the leading offset steps to the next panel of m (or n), the stride 8 k
         lead, stride, k_step = rows * row_bytes, 8 * row_bytes, MMA_K * row_bytes
-    else:           # one row holds all of k: the leading offset is unused (16 by convention)
+    else:           # a row holds all of k: the leading offset is unused (16 by convention)
         if cols > PANEL:
             raise ValueError(f"a K-major wgmma tile {cols} deep: at most {PANEL}")
         lead, stride, k_step = 16, 8 * row_bytes, 2 * MMA_K

@@ -174,7 +174,8 @@ def test_empty_products(M, N, K, accumulate, request):
                                   out0 if accumulate or M * N == 0 else np.zeros((M, N)))
 
 
-@pytest.mark.parametrize("tile", [MmaTile(16, 16, 16, 16, 16, 2), WgmmaTile(64, 16, 16, 3, 1)])
+@pytest.mark.parametrize("tile", [MmaTile(16, 16, 16, 16, 16, 2),
+                                  WgmmaTile(64, 16, 16, 3, 1)])
 def test_block_order_covers_every_tile(tile):
     """More rows of tiles than one group of the block order (block_tile, and the wgmma
     kernel's grid), with a ragged last group, so every branch of its mapping writes its
@@ -184,7 +185,8 @@ def test_block_order_covers_every_tile(tile):
 
 
 @pytest.mark.parametrize("transpose_a, transpose_b, tile", [
-    (False, False, MmaTile(16, 16, 16, 16, 16, 2)), (True, True, MmaTile(16, 16, 16, 16, 16, 2)),
+    (False, False, MmaTile(16, 16, 16, 16, 16, 2)),
+    (True, True, MmaTile(16, 16, 16, 16, 16, 2)),
     (False, False, WgmmaTile(64, 16, 16, 3, 1)), (True, True, WgmmaTile(64, 16, 16, 3, 1))])
 def test_folds_repeat_over_a_long_k(transpose_a, transpose_b, tile):
     """Enough slabs for two folds and a ragged last one (the Hypothesis sizes fold once)."""

@@ -15,9 +15,10 @@ from numba import cuda, float32, int32, uint16, uint32, uint64
 
 from microgpt.kernels.mma import (CHUNK, SHARED_ALIGN, bits_to_float32, cp_async_16,
                                   cp_async_commit, cp_async_wait_group, fence_proxy_async,
-                                  ldmatrix_x4, ldmatrix_x4_trans, mma_bf16_16816, pack_bf16x2,
-                                  shared_address, shuffle_xor, to_bf16, warpgroup_commit,
-                                  warpgroup_fence, warpgroup_wait, wgmma_bf16)
+                                  ldmatrix_x4, ldmatrix_x4_trans, mma_bf16_16816,
+                                  pack_bf16x2, shared_address, shuffle_xor, to_bf16,
+                                  warpgroup_commit, warpgroup_fence, warpgroup_wait,
+                                  wgmma_bf16)
 
 SEEDS = st.integers(0, 2**32 - 1)
 wait_all = cp_async_wait_group(0)
