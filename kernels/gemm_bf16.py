@@ -26,6 +26,13 @@ longer than MAX_CHAIN of K: split-K shortens the weight gradients' chains, and a
 that still has a longer one (the LM head's dX, K = V) folds its mma accumulators into
 float32 ones by plain addition every FOLD_STEPS slabs.
 
+The wgmma kernel (a WgmmaTile; docs/gemm-bf16.md): the same launcher, pipeline and
+epilogues on Hopper's warpgroup MMA, which reads both operands straight from the swizzled
+shared-memory slabs through matrix descriptors. Each warpgroup of 128 threads owns 64 rows
+and every column of the block's tile, one wgmma m64n{cols}k16 per 16 of K, asynchronous:
+one step's instructions run on while the next step's copies are issued. The slabs live in
+dynamic shared memory (more than the 48 KiB a block may declare statically).
+
 Split-K: the weight gradients (dW = X^T @ dY: K = B*T is long, M x N small) leave most of
 the GPU idle with one block per output tile, so the launcher splits K over `split_k`
 blocks per tile, each adding its partial sum into out with float32 atomics (accumulating
@@ -35,16 +42,23 @@ import functools
 from typing import NamedTuple
 
 import numpy as np
-from numba import cuda, float32, int32, types, uint16
+from numba import cuda, float32, int32, types, uint16, uint64
 
 from microgpt.kernels.common import SIMULATOR, ceil_div, check_array
 from microgpt.kernels.mma import (CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, cp_async_commit,
-                                  cp_async_wait_group, mma_bf16_16816, to_bf16)
-from microgpt.kernels.tiles import a_fragment_loader, b_fragment_loader, tile_copier
+                                  cp_async_wait_group, fence_proxy_async, mma_bf16_16816,
+                                  shared_address, to_bf16, warpgroup_commit,
+                                  warpgroup_fence, warpgroup_wait, wgmma_bf16)
+from microgpt.kernels.tiles import (a_fragment_loader, b_fragment_loader, descriptor,
+                                    paneled, tile_copier, wgmma_operand)
 
 EPILOGUES = ("float32", "bf16", "accumulate", "atomic")
 # static shared memory a block may declare without the driver's opt-in attribute
 SHARED_LIMIT = 48 * 1024
+# dynamic shared memory a block of an H200 may have with it (227 KiB)
+DYNAMIC_SHARED_LIMIT = 227 * 1024
+SWIZZLE_BYTES = 1024    # a wgmma operand starts on a whole swizzle pattern
+WARPGROUP = 128
 SMS = 132     # streaming multiprocessors of an H200: split-K aims to give each a block
 GROUP = 8     # tiles of out down a column that consecutive blocks take (block_tile)
 MAX_CHAIN = 4096   # K summed by the tensor cores' truncating accumulation, at most
@@ -72,7 +86,55 @@ class MmaTile(NamedTuple):
         return self.stages * (self.rows + self.cols) * self.depth * 2
 
 
+class WgmmaTile(NamedTuple):
+    """A block's rows x cols of out, in `warpgroups` of 128 threads that each own 64 rows
+    and all the columns (one wgmma m64n{cols}k16 per 16 of k), marched over K in steps of
+    depth through `stages` buffers of dynamic shared memory."""
+    rows: int
+    cols: int
+    depth: int
+    stages: int
+    warpgroups: int
+
+    @property
+    def threads(self):
+        return WARPGROUP * self.warpgroups
+
+    @property
+    def stage_elements(self):
+        """bf16 elements from one stage's start to the next: the a slab, then the b slab,
+        rounded up so that every slab starts on a swizzle pattern."""
+        return -(-(self.rows + self.cols) * self.depth // (SWIZZLE_BYTES // 2)) * (
+            SWIZZLE_BYTES // 2)
+
+    @property
+    def shared_bytes(self):
+        # and room to align the start, which the launch does not promise beyond 16 bytes
+        return self.stages * self.stage_elements * 2 + SWIZZLE_BYTES
+
+
+def check_wgmma_tile(tile):
+    rows, cols, depth, stages, warpgroups = tile
+    if min(tile) < 1 or rows != 64 * warpgroups:
+        raise ValueError(f"tile {tile}: rows must be 64 per warpgroup")
+    if not (cols in (16, 32) or (cols % 64 == 0 and cols <= 256)):
+        raise ValueError(f"tile {tile}: cols must be 16, 32, or a multiple of 64 up to 256 "
+                         "(the wgmma n, and whole 128-byte swizzle panels)")
+    if depth not in (16, 32, 64):
+        raise ValueError(f"tile {tile}: depth must be 16, 32 or 64 (a swizzled row)")
+    if stages < 3:
+        raise ValueError(f"tile {tile}: the pipeline needs at least 3 stages (one slab "
+                         "landing while the tensor cores work on two)")
+    if tile.threads > 1024:
+        raise ValueError(f"tile {tile}: {tile.threads} threads per block, more than 1024")
+    if tile.shared_bytes > DYNAMIC_SHARED_LIMIT:
+        raise ValueError(f"tile {tile}: {tile.shared_bytes} bytes of shared memory, more "
+                         f"than {DYNAMIC_SHARED_LIMIT}")
+
+
 def check_tile(tile):
+    if isinstance(tile, WgmmaTile):
+        return check_wgmma_tile(tile)
     rows, cols, depth, warp_rows, warp_cols, stages, _ = tile
     if min(tile) < 1 or rows % warp_rows or cols % warp_cols:
         raise ValueError(f"tile {tile}: rows and cols must be positive multiples of "
@@ -103,10 +165,19 @@ SMALL_TILE = MmaTile(64, 64, 32, 32, 32, 4)
 LEAN_TILE = MmaTile(128, 128, 32, 64, 32, 3)
 
 
+# wgmma (sm_90a): two warpgroups of m64n256, 128 x 256 out per block (128 accumulators
+# per thread), 64-deep slabs in 4 stages: 193 KiB of shared memory, one block per SM
+WIDE_TILE = WgmmaTile(128, 256, 64, 4, 2)
+# 128 x 128: half the accumulators, which leaves registers for a second set when a long K
+# is folded (see MAX_CHAIN)
+FOLD_TILE = WgmmaTile(128, 128, 64, 4, 2)
+
+
 def default_tile(M, N, K, accumulate=False):
-    """The large tile for products with a K of at least 768 and either many output tiles
-    or a long K to split (the weight gradients); the small one otherwise; the lean one
-    for a K too long for one chain that cannot be split."""
+    """The mma.sync tiles (the wgmma ones are given explicitly until they are measured on
+    the H200: docs/gemm-bf16.md): the large tile for products with a K of at least 768
+    and either many output tiles or a long K to split (the weight gradients); the small
+    one otherwise; the lean one for a K too long for one chain that cannot be split."""
     if K > MAX_CHAIN and not accumulate:
         return LEAN_TILE
     tiles = ceil_div(M, LARGE_TILE.rows) * ceil_div(N, LARGE_TILE.cols)
@@ -114,12 +185,14 @@ def default_tile(M, N, K, accumulate=False):
 
 
 def default_split_k(M, N, K, tile):
-    """Blocks per output tile along K: enough for about four blocks per SM (what fits at
-    once of the small tile), each still with at least 16 slabs to pipeline, and enough
-    that none sums more than MAX_CHAIN of K."""
+    """Blocks per output tile along K, each still with at least 16 slabs to pipeline, and
+    enough that none sums more than MAX_CHAIN of K. A wgmma tile takes a whole SM: as many
+    as fill the SMs in one wave without starting a second; the small mma.sync tile about
+    four per SM (what fits at once)."""
     tiles = ceil_div(M, tile.rows) * ceil_div(N, tile.cols)
     steps = ceil_div(K, tile.depth)
-    return max(1, min(ceil_div(4 * SMS, tiles), steps // 16), ceil_div(K, MAX_CHAIN))
+    fill = SMS // tiles if isinstance(tile, WgmmaTile) else ceil_div(4 * SMS, tiles)
+    return max(1, min(fill, steps // 16), ceil_div(K, MAX_CHAIN))
 
 
 def step_products(B, T, C, V):
@@ -140,7 +213,35 @@ def step_products(B, T, C, V):
 
 
 # ----------------------------------------------------------------------------------
-# kernel
+# kernels
+
+def _storer(epilogue):
+    @cuda.jit(device=True, inline=True)
+    def store(out, row, col, value):
+        if epilogue == "atomic":
+            cuda.atomic.add(out, (row, col), value)
+        elif epilogue == "accumulate":
+            out[row, col] += value
+        elif epilogue == "float32":
+            out[row, col] = value
+        else:
+            out[row, col] = to_bf16(value)
+    return store
+
+
+def _block_tiler(BM, BN):
+    @cuda.jit(device=True, inline=True)
+    def block_tile():
+        """(m0, n0) of this block's tile. Consecutive blocks take GROUP tiles down a
+        column of out before moving right, so the GROUP row slabs of a and the column slab
+        of b they share stay in L2 (a launch in plain row order streams all of b, for the
+        LM head 77 MB, once per row of tiles)."""
+        tiles_m = cuda.gridDim.y
+        pid = cuda.blockIdx.y * cuda.gridDim.x + cuda.blockIdx.x
+        group, within = pid // (GROUP * cuda.gridDim.x), pid % (GROUP * cuda.gridDim.x)
+        rows = min(tiles_m - group * GROUP, GROUP)
+        return (group * GROUP + within % rows) * BM, (within // rows) * BN
+    return block_tile
 
 @functools.cache
 def _matmul_bf16_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
@@ -170,28 +271,8 @@ def _matmul_bf16_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile)
         else:
             copy_b(b_smem, stage * b_size, b, k0, n0)
 
-    @cuda.jit(device=True, inline=True)
-    def store(out, row, col, value):
-        if epilogue == "atomic":
-            cuda.atomic.add(out, (row, col), value)
-        elif epilogue == "accumulate":
-            out[row, col] += value
-        elif epilogue == "float32":
-            out[row, col] = value
-        else:
-            out[row, col] = to_bf16(value)
-
-    @cuda.jit(device=True, inline=True)
-    def block_tile():
-        """(m0, n0) of this block's tile. Consecutive blocks take GROUP tiles down a
-        column of out before moving right, so the GROUP row slabs of a and the column slab
-        of b they share stay in L2 (a launch in plain row order streams all of b, for the
-        LM head 77 MB, once per row of tiles)."""
-        tiles_m = cuda.gridDim.y
-        pid = cuda.blockIdx.y * cuda.gridDim.x + cuda.blockIdx.x
-        group, within = pid // (GROUP * cuda.gridDim.x), pid % (GROUP * cuda.gridDim.x)
-        rows = min(tiles_m - group * GROUP, GROUP)
-        return (group * GROUP + within % rows) * BM, (within // rows) * BN
+    store = _storer(epilogue)
+    block_tile = _block_tiler(BM, BN)
 
     @cuda.jit(**({} if SIMULATOR else {"launch_bounds": (threads, MIN_BLOCKS)}))
     def matmul_bf16_kernel(out, a, b, steps_per_split):
@@ -274,23 +355,158 @@ def _matmul_bf16_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile)
     return matmul_bf16_kernel
 
 
+@functools.cache
+def _wgmma_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
+    BM, BN, BK, STAGES, _ = tile
+    threads = tile.threads
+    regs = BN // 2                                # accumulators per thread
+    # a slab is [BK][BM] (m-major) when a is (K, M), else [BM][BK]; b is [BK][BN]
+    # (n-major) when (K, N), else [BN][BK]; each in the wgmma layout (tiles.paneled)
+    a_shape = (BK, BM) if transpose_a else (BM, BK)
+    b_shape = (BN, BK) if transpose_b else (BK, BN)
+    a_index, b_index = paneled(*a_shape), paneled(*b_shape)
+    copy_a = tile_copier(*a_shape, threads, aligned, a_index)
+    copy_b = tile_copier(*b_shape, threads, aligned, b_index)
+    a_fields, a_step = wgmma_operand(*a_shape, k_is_row=transpose_a)
+    b_fields, b_step = wgmma_operand(*b_shape, k_is_row=not transpose_b)
+    a_size, stage_size = BM * BK, tile.stage_elements
+    mma = wgmma_bf16(BN, transpose_a, not transpose_b)
+    fence, wait_all, wait_one = (warpgroup_fence(regs), warpgroup_wait(0, regs),
+                                 warpgroup_wait(1, regs))
+    wait_copies = cp_async_wait_group(STAGES - 3)
+    store = _storer(epilogue)
+
+    @cuda.jit(device=True, inline=True)
+    def copy_slab(smem, a, b, base, k0, m0, n0):
+        if transpose_a:
+            copy_a(smem, base, a, k0, m0)
+        else:
+            copy_a(smem, base, a, m0, k0)
+        if transpose_b:
+            copy_b(smem, base + a_size, b, n0, k0)
+        else:
+            copy_b(smem, base + a_size, b, k0, n0)
+
+    @cuda.jit(**({} if SIMULATOR else {"launch_bounds": (threads, 1)}))
+    def matmul_wgmma_kernel(out, a, b, steps_per_split):
+        # as matmul_bf16_kernel, but block (x, y, z) owns the tile (z * GROUP + x % GROUP,
+        # y) of out and K steps x // GROUP * steps_per_split on: consecutive blocks take
+        # GROUP tiles down a column of out (as block_tile orders them) with divisions by
+        # a constant only (a 64-bit division by a variable is a call, and a call in the
+        # kernel makes ptxas serialize every wgmma). Warpgroup w owns rows 64w.. of it.
+        M, N = out.shape
+        K = a.shape[0] if transpose_a else a.shape[1]
+        m0 = (cuda.blockIdx.z * GROUP + cuda.blockIdx.x % GROUP) * BM
+        n0 = cuda.blockIdx.y * BN
+        if m0 >= M:                          # past the last group's last tile
+            return
+        group = cuda.threadIdx.x // WARPGROUP
+        first = cuda.blockIdx.x // GROUP * steps_per_split
+        steps = min((K + BK - 1) // BK - first, steps_per_split)
+
+        smem = cuda.shared.array(0, uint16)
+        # the stages from the first 1024-byte boundary on (the launch gives one more KiB)
+        start = int32((SWIZZLE_BYTES - shared_address(smem, 0) % SWIZZLE_BYTES)
+                      % SWIZZLE_BYTES // 2)
+        a_at = a_index(0, 64 * group) if transpose_a else a_index(64 * group, 0)
+        acc = cuda.local.array(regs, float32)
+        total = cuda.local.array(regs, float32)     # folded sums, when folding
+        for r in range(regs):
+            acc[r] = float32(0.0)
+            total[r] = float32(0.0)
+
+        for s in range(STAGES - 2):          # the pipeline's prologue
+            if s < steps:
+                copy_slab(smem, a, b, start + s * stage_size, (first + s) * BK, m0, n0)
+            cp_async_commit()
+        for step in range(steps):
+            wait_copies()                    # this step's slab has landed (own copies)
+            fence_proxy_async()              # and is visible to the tensor cores' reads
+            cuda.syncthreads()               # everyone's; and every warpgroup's wgmma of
+            ahead = step + STAGES - 2        # two steps back is done: refill its buffer
+            if ahead < steps:
+                copy_slab(smem, a, b, start + ahead % STAGES * stage_size,
+                          (first + ahead) * BK, m0, n0)
+            cp_async_commit()                # an empty group keeps the count uniform
+            base = start + step % STAGES * stage_size
+            a_desc = descriptor(smem, int32(base + a_at), a_fields)
+            b_desc = descriptor(smem, int32(base + a_size), b_fields)
+            fence(acc)
+            for kk in range(BK // MMA_K):
+                mma(smem, a_desc + uint64(kk * a_step), b_desc + uint64(kk * b_step), acc)
+            warpgroup_commit()
+            wait_one(acc)                    # this step's wgmma runs on, the last is done
+            if fold and ((step + 1) % FOLD_STEPS == 0 or step + 1 == steps):
+                wait_all(acc)
+                for r in range(regs):
+                    total[r] += acc[r]
+                    acc[r] = float32(0.0)
+        wait_all(acc)
+
+        thread = cuda.threadIdx.x % WARPGROUP
+        for h in range(2):
+            row = m0 + 64 * group + 16 * (thread // 32) + thread % 32 // 4 + 8 * h
+            if row < M:
+                for j in range(BN // 8):
+                    col = n0 + 8 * j + 2 * (thread % 4)
+                    for e in range(2):
+                        r = 4 * j + 2 * h + e
+                        if col + e < N:
+                            store(out, row, col + e, total[r] if fold else acc[r])
+
+    return matmul_wgmma_kernel
+
+
 def _signature(epilogue):
     bf16 = types.uint16[:, ::1]
     out = types.float32[:, ::1] if epilogue in ("float32", "accumulate", "atomic") else bf16
     return (out, bf16, bf16, types.int32)
 
 
+def _kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
+    make = _wgmma_kernel if isinstance(tile, WgmmaTile) else _matmul_bf16_kernel
+    return make(transpose_a, transpose_b, epilogue, aligned, fold, tile)
+
+
 PTX_SIGNATURES = [
-    (_matmul_bf16_kernel(ta, tb, epilogue, aligned, fold, tile), _signature(epilogue))
+    (_kernel(ta, tb, epilogue, aligned, fold, tile), _signature(epilogue))
     for ta, tb, epilogue, aligned, fold, tile in [
-        (False, False, "bf16", True, False, LARGE_TILE),          # X @ W -> bf16
-        (False, True, "float32", True, False, LARGE_TILE),        # x @ wte^T
-        (True, False, "atomic", True, False, SMALL_TILE),         # dW += X^T @ dY, split K
-        (False, False, "bf16", True, True, LEAN_TILE),            # dx = dlogits @ wte
-        (True, True, "accumulate", True, True, LEAN_TILE),        # every flag flipped
-        (False, False, "float32", False, False, SMALL_TILE),      # unaligned rows
+        (False, False, "bf16", True, False, WIDE_TILE),           # X @ W -> bf16
+        (False, True, "float32", True, False, WIDE_TILE),         # x @ wte^T
+        (True, False, "atomic", True, False, WIDE_TILE),          # dW += X^T @ dY, split K
+        (False, False, "bf16", True, True, FOLD_TILE),            # dx = dlogits @ wte
+        (True, True, "accumulate", True, True, FOLD_TILE),        # every flag flipped
+        (False, False, "float32", False, False, WIDE_TILE),       # unaligned rows
+        # the mma.sync kernel, for the tiles given explicitly (the sweep's)
+        (False, False, "bf16", True, False, LARGE_TILE),
+        (True, False, "atomic", True, False, SMALL_TILE),
+        (True, True, "accumulate", True, True, LEAN_TILE),
+        (False, False, "float32", False, False, SMALL_TILE),
     ]
 ]
+
+
+_opted_in = set()
+
+
+def _allow_dynamic_shared(kernel, signature, size):
+    """More than 48 KiB of dynamic shared memory needs the driver's opt-in attribute on the
+    compiled kernel, which numba-cuda has no API for: set it through the driver bindings,
+    once per kernel and device, on the kernel (context-independent, what numba-cuda
+    launches) and on its function in this context (what the launch resolves it to)."""
+    if SIMULATOR or size <= SHARED_LIMIT:
+        return
+    from numba.cuda.cudadrv.driver import binding, driver
+
+    compiled = kernel.compile(signature)
+    device = cuda.get_current_device().id
+    if (id(compiled), device) not in _opted_in:
+        attribute = (binding.CUfunction_attribute
+                     .CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
+        handle = compiled._codelibrary.get_cufunc().handle
+        driver.cuKernelSetAttribute(attribute, size, handle, device)
+        driver.cuFuncSetAttribute(driver.cuKernelGetFunction(handle), attribute, size)
+        _opted_in.add((id(compiled), device))
 
 
 # ----------------------------------------------------------------------------------
@@ -302,9 +518,9 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
 
     a is (M, K), or (K, M) when transpose_a; b is (K, N), or (N, K) when transpose_b; both
     bf16 in uint16 device arrays. out is float32, or bf16 (uint16, written only).
-    tile (an MmaTile) and split_k (blocks along K, accumulating products only) override
-    the shape-based defaults; max_chain (K summed by the tensor cores before a fold into
-    float32) is there for the tests."""
+    tile (a WgmmaTile, or an MmaTile for the mma.sync kernel) and split_k (blocks along K,
+    accumulating products only) override the shape-based defaults; max_chain (K summed by
+    the tensor cores before a fold into float32) is there for the tests."""
     for name, arr in (("out", out), ("a", a), ("b", b)):
         if len(arr.shape) != 2:
             raise ValueError(f"{name}: expected a 2-D matrix, got shape {tuple(arr.shape)}")
@@ -317,7 +533,10 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
     check_array("out", out, (M, N), np.uint16 if out_bf16 else np.float32)
     check_array("a", a, (K, M) if transpose_a else (M, K), np.uint16)
     check_array("b", b, (N, K) if transpose_b else (K, N), np.uint16)
-    tile = default_tile(M, N, K, accumulate) if tile is None else MmaTile(*tile)
+    if tile is None:
+        tile = default_tile(M, N, K, accumulate)
+    elif not isinstance(tile, WgmmaTile):
+        tile = MmaTile(*tile)
     check_tile(tile)
     if split_k is not None and (split_k < 1 or (split_k > 1 and not accumulate)):
         raise ValueError(f"split_k={split_k}: must be 1, or more when accumulating")
@@ -331,7 +550,14 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
                 else "bf16" if out_bf16 else "float32")
     aligned = all(arr.shape[1] % CHUNK == 0 for arr in (a, b))
     fold = steps_per_split * tile.depth > max_chain
-    kernel = _matmul_bf16_kernel(bool(transpose_a), bool(transpose_b), epilogue, aligned,
-                                 fold, tile)
-    grid = (ceil_div(N, tile.cols), ceil_div(M, tile.rows), split_k)
-    kernel[grid, tile.threads, stream](out, a, b, steps_per_split)
+    kernel = _kernel(bool(transpose_a), bool(transpose_b), epilogue, aligned, fold, tile)
+    # an int32, as _signature says: the launch then runs the overload compiled for it
+    # (a Python int would compile another, for int64, without the shared-memory opt-in)
+    steps_per_split = np.int32(steps_per_split)
+    if isinstance(tile, WgmmaTile):
+        grid = (GROUP * split_k, ceil_div(N, tile.cols), ceil_div(M, GROUP * tile.rows))
+        _allow_dynamic_shared(kernel, _signature(epilogue), tile.shared_bytes)
+        kernel[grid, tile.threads, stream, tile.shared_bytes](out, a, b, steps_per_split)
+    else:
+        grid = (ceil_div(N, tile.cols), ceil_div(M, tile.rows), split_k)
+        kernel[grid, tile.threads, stream](out, a, b, steps_per_split)

@@ -20,6 +20,13 @@ The atoms, in the words of the PTX ISA (warp-collective ones marked):
                       on the GPU, here for its twin: the row reductions of flash attention)
   opaque              an int32 unchanged, through a volatile mov the compiler may neither
                       move nor see through: what a loop computes from it stays in the loop
+  shared_address      the shared-memory byte address of an element (for descriptors)
+  wgmma_bf16(n, ta, tb)  D(64xn) += A(64x16) . B(16xn), both from shared memory through
+                      64-bit matrix descriptors, bf16 in, float32 accumulate (warpgroup:
+                      4 warps, sm_90a); asynchronous: ordered by warpgroup_fence(regs),
+                      grouped by warpgroup_commit and waited on with warpgroup_wait(n, regs)
+  fence_proxy_async   shared-memory writes of this thread (cp.async, st.shared) made
+                      visible to the asynchronous proxy that wgmma reads through
 
 Fragment layouts of mma.m16n8k16 (lane = threadIdx.x % 32, g = lane // 4, t = lane % 4;
 each register holds the pair at columns 2t, 2t+1 of its row, or rows 2t, 2t+1 for B):
@@ -29,6 +36,19 @@ each register holds the pair at columns 2t, 2t+1 of its row, or rows 2t, 2t+1 fo
 ldmatrix_x4: lanes 8q..8q+7 give the row addresses of matrix q; every lane receives, for
 each q, the pair (row g, cols 2t, 2t+1) of matrix q, or with .trans (rows 2t, 2t+1, col g).
 
+wgmma.m64nNk16 (thread = threadIdx.x % 128, warp w = thread // 32, g and t of its lane): the
+accumulators are a float32 array of N/2 per thread, d[4j + 2h + e] = D[16w + g + 8h,
+8j + 2t + e] for j < N/8, h, e in (0, 1): the C layout of mma.sync, once per 8 columns.
+A and B are read from shared memory as a matrix descriptor describes them (PTX ISA,
+"Matrix Descriptor Format"): bits 0-13 the start address >> 4, 16-29 the leading byte
+offset >> 4, 32-45 the stride byte offset >> 4, 62-63 the swizzle (1: 128 bytes, 2: 64,
+3: 32). A swizzled operand is made of rows of S = 32, 64 or 128 bytes whose 16-byte chunks
+are XOR-ed with bits 7 and up of their address (Swizzle<log2(S/16), 4, 3>: the address
+bits 4.. flipped by bits 7..), in atoms of 8 rows. K-major (ta or tb 0): a row is one m
+(or n) and holds k contiguously, 16 of k per instruction; the stride offset steps 8 rows.
+MN-major (1): a row is one k and holds S/2 of m (or n); the stride offset steps 8 rows of
+k, the leading offset the next S/2 of m (or n).
+
 Simulator twins. numba's CUDA simulator runs Python, so under it (NUMBA_ENABLE_CUDASIM=1)
 every atom is a Python function of the same signature. The warp-collective ones exchange
 what each lane holds through a module-level table, one slot per thread, between two
@@ -37,6 +57,8 @@ the table is the block's. Like the instructions, they must be called by every th
 the block together (warp-uniform control flow, which the kernels built on them keep);
 cp.async copies at once, so commit and wait are no-ops there.
 """
+import functools
+
 import numpy as np
 from numba import cuda
 
@@ -185,6 +207,94 @@ if not SIMULATOR:
             return _asm(builder, _i32, list(args), "mov.b32 $0, $1;", "=r,r")
         return sig, codegen
 
+    @intrinsic
+    def shared_address(typingctx, smem, index):
+        sig = types.uint32(smem, types.int32)
+
+        def codegen(context, builder, sig, args):
+            return _element_address(context, builder, sig.args[0], args[0], args[1], 3, 32)
+        return sig, codegen
+
+    def _elements(context, builder, aryty, ary, n):
+        data = context.make_array(aryty)(context, builder, ary).data
+        return [builder.gep(data, [ir.Constant(_i64, i)]) for i in range(n)]
+
+    def _tied(builder, context, aryty, ary, regs, text, ins=(), in_constraints=()):
+        """The inline asm `text` with the `regs` floats of array `ary` as its operands $0..
+        in and out (tied), and `ins` after them: the compiler keeps the floats in the same
+        registers through it and orders every other use of them before or after it."""
+        cells = _elements(context, builder, aryty, ary, regs)
+        values = [builder.load(cell) for cell in cells]
+        constraints = ",".join(["=f"] * regs + list(in_constraints)
+                               + [str(i) for i in range(regs)] + ["~{memory}"])
+        out = _asm(builder, ir.LiteralStructType([_f32] * regs), list(ins) + values, text,
+                   constraints)
+        for i, cell in enumerate(cells):
+            builder.store(builder.extract_value(out, i), cell)
+
+    @functools.cache
+    def wgmma_bf16(n, trans_a, trans_b):
+        """The atom D(64 x n) += A . B for a warpgroup: wgmma(smem, desc_a, desc_b, acc),
+        acc a float32 array of n/2 (smem is the twin's: the descriptors address it)."""
+        regs = n // 2
+        d = ",".join(f"${i}" for i in range(regs))
+        text = (f"{{ .reg .pred p; setp.ne.b32 p, ${regs + 2}, 0; "
+                f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{d}}}, "
+                f"${regs}, ${regs + 1}, p, 1, 1, {int(trans_a)}, {int(trans_b)}; }}")
+
+        @intrinsic
+        def wgmma(typingctx, smem, desc_a, desc_b, acc):
+            sig = types.void(smem, types.uint64, types.uint64, acc)
+
+            def codegen(context, builder, sig, args):
+                one = ir.Constant(_i32, 1)       # scale-d: D = A.B + D
+                _tied(builder, context, sig.args[3], args[3], regs, text,
+                      (args[1], args[2], one), ("l", "l", "r"))
+                return context.get_dummy_value()
+            return sig, codegen
+        return wgmma
+
+    @functools.cache
+    def warpgroup_fence(regs):
+        """wgmma.fence: the accumulator array's registers, as written before it, are what
+        the wgmma after it reads (needed before the first one and after other writes)."""
+        @intrinsic
+        def fence(typingctx, acc):
+            def codegen(context, builder, sig, args):
+                _tied(builder, context, sig.args[0], args[0], regs,
+                      "wgmma.fence.sync.aligned;")
+                return context.get_dummy_value()
+            return types.void(acc), codegen
+        return fence
+
+    @intrinsic
+    def warpgroup_commit(typingctx):
+        def codegen(context, builder, sig, args):
+            _asm(builder, ir.VoidType(), [], "wgmma.commit_group.sync.aligned;",
+                 "~{memory}")
+            return context.get_dummy_value()
+        return types.void(), codegen
+
+    @functools.cache
+    def warpgroup_wait(n, regs):
+        """wgmma.wait_group n: at most n committed groups still in flight; the accumulator
+        array passes through it, so no read of it moves above the wait."""
+        @intrinsic
+        def wait(typingctx, acc):
+            def codegen(context, builder, sig, args):
+                _tied(builder, context, sig.args[0], args[0], regs,
+                      f"wgmma.wait_group.sync.aligned {n};")
+                return context.get_dummy_value()
+            return types.void(acc), codegen
+        return wait
+
+    @intrinsic
+    def fence_proxy_async(typingctx):
+        def codegen(context, builder, sig, args):
+            _asm(builder, ir.VoidType(), [], "fence.proxy.async.shared::cta;", "~{memory}")
+            return context.get_dummy_value()
+        return types.void(), codegen
+
 else:
     import ml_dtypes
 
@@ -285,3 +395,60 @@ else:
     @cuda.jit(device=True)
     def opaque(x):
         return np.int32(x)
+
+
+    @cuda.jit(device=True)
+    def shared_address(smem, index):
+        # the twin's shared memory starts at address 0: as the GPU's, aligned to 1024
+        return np.uint32(2 * index)
+
+    _SWIZZLES = {1: 128, 2: 64, 3: 32}      # descriptor bits 62-63 -> swizzle row bytes
+
+    def _operand(smem, desc, rows, mn_major):
+        """The rows x 16 operand (m or n by k) a descriptor describes, in float64."""
+        desc = int(desc)
+        start, lbo, sbo = (((desc >> shift) & 0x3FFF) << 4 for shift in (0, 16, 32))
+        row_bytes = _SWIZZLES[desc >> 62]
+        mn, k = np.arange(rows)[:, None], np.arange(MMA_K)[None, :]
+        if mn_major:
+            width = row_bytes // 2
+            byte = (start + (mn % width) * 2 + (mn // width) * lbo + (k % 8) * row_bytes
+                    + (k // 8) * sbo)
+        else:
+            byte = start + (mn % 8) * row_bytes + (mn // 8) * sbo + k * 2
+        byte ^= ((byte >> 7) & (row_bytes // 16 - 1)) << 4
+        return smem[byte // 2].view(ml_dtypes.bfloat16).astype(np.float64)
+
+    @functools.cache
+    def wgmma_bf16(n, trans_a, trans_b):
+        @cuda.jit(device=True)
+        def wgmma(smem, desc_a, desc_b, acc):
+            thread = cuda.threadIdx.x % 128
+            g, t = thread % WARP // 4, thread % 4
+            row = 16 * (thread // WARP) + g
+            a = _operand(smem, desc_a, 64, trans_a)[[row, row + 8]]
+            d = a @ _operand(smem, desc_b, n, trans_b).T      # (2, n), exact
+            for j in range(n // 8):
+                for h in range(2):
+                    for e in range(2):
+                        r = 4 * j + 2 * h + e
+                        acc[r] = np.float32(d[h, 8 * j + 2 * t + e] + acc[r])
+        return wgmma
+
+    @cuda.jit(device=True)
+    def _acc_no_op(acc):
+        pass
+
+    def warpgroup_fence(regs):
+        return _acc_no_op
+
+    def warpgroup_wait(n, regs):
+        return _acc_no_op
+
+    @cuda.jit(device=True)
+    def warpgroup_commit():
+        pass
+
+    @cuda.jit(device=True)
+    def fence_proxy_async():
+        pass

@@ -12,10 +12,22 @@ Whichever way a matrix lies in global memory, its tile keeps that layout (the co
 16-byte and coalesced) and the fragment loader chooses ldmatrix or ldmatrix.trans:
   an mma A operand (m x k) from a tile [m][k] ("k-major") or [k][m] ("m-major"),
   an mma B operand (k x n) from a tile [n][k] or [k][n].
-"""
-from numba import cuda, int32, int64, uint16, uint32
 
-from microgpt.kernels.mma import CHUNK, cp_async_16, ldmatrix_x4, ldmatrix_x4_trans
+For wgmma, which reads its operands from shared memory itself, the tile is what the
+hardware's swizzle modes describe: rows of 16, 32 or 64 elements (32, 64 or 128 bytes),
+a wider tile cut into panels of 64 columns stored one after another (`paneled`). With rows
+of 2^p chunks the XOR above flips chunk bits by row bits exactly as the 32-, 64- and
+128-byte swizzles flip address bits 4.. by bits 7.. (8 rows of 128 bytes, 16 of 64, 32 of
+32 make the 1024 bytes of one pattern), so a tile whose start is 1024-byte aligned is one
+wgmma operand as it stands; `wgmma_operand` gives its descriptor's constant fields.
+"""
+import numpy as np
+from numba import cuda, int32, int64, uint16, uint32, uint64
+
+from microgpt.kernels.mma import (CHUNK, MMA_K, cp_async_16, ldmatrix_x4, ldmatrix_x4_trans,
+                                  shared_address)
+
+PANEL = 64     # the widest swizzled row (128 bytes) in bf16 elements
 
 
 def swizzled(cols):
@@ -32,15 +44,55 @@ def swizzled(cols):
     return index
 
 
-def tile_copier(rows, cols, threads, aligned):
+def paneled(rows, cols):
+    """index(row, col) of a rows x cols tile stored as panels PANEL columns wide (or one of
+    cols, when narrower), one after another, each swizzled: the layout wgmma reads."""
+    width = min(cols, PANEL)
+    if cols % width or width not in (16, 32, 64):
+        raise ValueError(f"a wgmma tile {cols} wide: the width must be 16, 32, or a "
+                         f"multiple of {PANEL}")
+    inner = swizzled(width)
+
+    @cuda.jit(device=True, inline=True)
+    def index(row, col):
+        return (col // width) * (rows * width) + inner(row, col % width)
+    return index
+
+
+def wgmma_operand(rows, cols, k_is_row):
+    """(fields, k_step) of a wgmma operand in a `paneled` rows x cols tile whose rows are k
+    (an MN-major operand) or whose columns are (K-major, cols <= PANEL): the descriptor's
+    constant bits (leading and stride byte offsets, swizzle), and what its start address
+    field advances by for the next 16 of k."""
+    width = min(cols, PANEL)
+    row_bytes = 2 * width
+    swizzle = {128: 1, 64: 2, 32: 3}[row_bytes]
+    if k_is_row:    # the leading offset steps to the next panel of m (or n), the stride 8 k
+        lead, stride, k_step = rows * row_bytes, 8 * row_bytes, MMA_K * row_bytes
+    else:           # a row holds all of k: the leading offset is unused (16 by convention)
+        if cols > PANEL:
+            raise ValueError(f"a K-major wgmma tile {cols} deep: at most {PANEL}")
+        lead, stride, k_step = 16, 8 * row_bytes, 2 * MMA_K
+    fields = (lead >> 4) << 16 | (stride >> 4) << 32 | swizzle << 62
+    return np.uint64(fields), k_step >> 4
+
+
+@cuda.jit(device=True, inline=True)
+def descriptor(smem, index, fields):
+    """The wgmma matrix descriptor of the operand whose first chunk is smem[index]."""
+    return uint64((shared_address(smem, index) >> 4) & 0x3FFF) | fields
+
+
+def tile_copier(rows, cols, threads, aligned, index=None):
     """copy(smem, base, src, row0, col0): the rows x cols tile of src (R, C) at (row0, col0)
-    into smem[base:] in the swizzled layout, zeros where it overhangs src.
+    into smem[base:] in the swizzled layout (or the given index(row, col)), zeros where it
+    overhangs src.
 
     aligned: C is a multiple of 8 (so every chunk of a row starts 16-byte aligned and lies
     wholly inside or outside src): 16-byte cp.async, left in flight for the caller to
     commit and wait on. Otherwise element by element through registers, complete on
     return."""
-    index = swizzled(cols)
+    index = index or swizzled(cols)
     chunks_per_row = cols // CHUNK
     chunks = rows * chunks_per_row
     # a fixed number of chunks per thread when they divide evenly: the loop then unrolls

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from numba import cuda
 
 from microgpt.kernels import gemm, gemm_bf16
-from microgpt.kernels.gemm_bf16 import MmaTile
+from microgpt.kernels.gemm_bf16 import MmaTile, WgmmaTile
 
 EPILOGUES = ["float32", "bf16", "accumulate", "split_k"]
 
@@ -29,14 +29,19 @@ STEP_PRODUCTS = (gemm_bf16.step_products(16, 1024, 768, 50304)
 
 if REAL_SHAPES:
     SIZES = st.tuples(st.integers(1, 16384), st.integers(1, 3072), st.integers(1, 3072))
-    TILES = st.sampled_from([None, gemm_bf16.LARGE_TILE, gemm_bf16.SMALL_TILE,
-                             MmaTile(64, 128, 32, 32, 64, 3)])
+    TILES = st.sampled_from([None, gemm_bf16.WIDE_TILE, gemm_bf16.FOLD_TILE,
+                             WgmmaTile(64, 64, 32, 4, 1), gemm_bf16.LARGE_TILE,
+                             gemm_bf16.SMALL_TILE, MmaTile(64, 128, 32, 32, 64, 3)])
 else:
-    # one or two warps per block, so a few slabs per dimension and several K steps (the
-    # pipeline's buffers reused) stay within the simulator's budget
+    # one or two warps (mma.sync) or warpgroups (wgmma) per block, so a few slabs per
+    # dimension and several K steps (the pipeline's buffers reused) stay within the
+    # simulator's budget; the wgmma tiles take every swizzle (16, 32, 64 wide rows) and
+    # operands of several panels
     SIZES = st.tuples(st.integers(1, 24), st.integers(1, 24), st.integers(1, 56))
     TILES = st.sampled_from([MmaTile(16, 16, 16, 16, 16, 2), MmaTile(32, 16, 16, 16, 16, 3),
-                             MmaTile(16, 32, 32, 16, 32, 2)])
+                             MmaTile(16, 32, 32, 16, 32, 2), WgmmaTile(64, 16, 16, 3, 1),
+                             WgmmaTile(64, 32, 32, 3, 1), WgmmaTile(128, 16, 16, 4, 2),
+                             WgmmaTile(64, 128, 64, 3, 1)])
 # multiples of 8 take the cp.async path, other sizes the element-wise one
 ALIGNED = st.booleans()
 SEEDS = st.integers(0, 2**32 - 1)
@@ -90,12 +95,14 @@ def test_step_products(product):
     check_matmul_bf16(M, N, K, ta, tb, epilogue, None, seed=5, split_k=None)
 
 
-@pytest.mark.parametrize("tile", [gemm_bf16.LARGE_TILE, gemm_bf16.SMALL_TILE,
+@pytest.mark.parametrize("tile", [gemm_bf16.WIDE_TILE, gemm_bf16.FOLD_TILE,
+                                  gemm_bf16.LARGE_TILE, gemm_bf16.SMALL_TILE,
                                   gemm_bf16.LEAN_TILE])
-def test_default_tiles_compile_and_run(tile):
-    """The tiles the GPU runs by default, once each in the simulator too: one block
-    (~30 s of simulation for the large one), ragged edges, and a K of one slab more than
-    the stages so that the pipeline wraps around its buffers."""
+def test_named_tiles_compile_and_run(tile):
+    """The tiles the GPU runs by default (wgmma) and the mma.sync kernel's named ones, once
+    each in the simulator too: one block (~30 s of simulation for the large ones), ragged
+    edges, and a K of one slab more than the stages so that the pipeline wraps around its
+    buffers."""
     check_matmul_bf16(tile.rows - 8, tile.cols - 8, tile.stages * tile.depth + 8, False,
                       True, "float32", tile, seed=7, split_k=None)
 
@@ -110,6 +117,11 @@ def test_default_tile_and_split():
     tile = gemm_bf16.default_tile(768, 768, 16384, True)
     tiles = (768 // tile.rows) ** 2
     assert gemm_bf16.default_split_k(768, 768, 16384, tile) * tiles >= 4 * gemm_bf16.SMS
+    # a wgmma tile takes a whole SM: as many blocks as fill the SMs in one wave
+    tile = gemm_bf16.WIDE_TILE
+    tiles = (768 // tile.rows) * (768 // tile.cols)
+    split = gemm_bf16.default_split_k(768, 768, 16384, tile)
+    assert split * tiles <= gemm_bf16.SMS < (split + 1) * tiles
     assert gemm_bf16.default_split_k(16384, 2304, 768, gemm_bf16.LARGE_TILE) == 1
 
 
@@ -136,6 +148,13 @@ def test_matmul_bf16_rejects_bad_arguments():
         gemm_bf16.matmul_bf16(out, x, w, tile=MmaTile(128, 128, 64, 64, 64, 2))
     with pytest.raises(ValueError, match="more than 1024"):
         gemm_bf16.matmul_bf16(out, x, w, tile=MmaTile(256, 256, 16, 16, 32, 2))
+    for tile, message in [((128, 64, 64, 4, 1), "64 per warpgroup"),
+                          ((64, 48, 64, 4, 1), "cols must be"),
+                          ((64, 64, 128, 4, 1), "depth must be"),
+                          ((64, 64, 64, 2, 1), "at least 3 stages"),
+                          ((256, 256, 64, 4, 4), "shared memory")]:
+        with pytest.raises(ValueError, match=message):
+            gemm_bf16.matmul_bf16(out, x, w, tile=WgmmaTile(*tile))
 
 
 @pytest.mark.parametrize("M, N, K", [(0, 5, 16), (4, 0, 16), (4, 5, 0)])
@@ -155,18 +174,22 @@ def test_empty_products(M, N, K, accumulate, request):
                                   out0 if accumulate or M * N == 0 else np.zeros((M, N)))
 
 
-def test_block_order_covers_every_tile():
-    """More rows of tiles than one group of the block order (block_tile), with a ragged
-    last group, so every branch of its mapping writes its tile exactly once."""
-    tile = MmaTile(16, 16, 16, 16, 16, 2)
-    check_matmul_bf16((gemm_bf16.GROUP + 2) * tile.rows + 3, 2 * tile.cols + 5, 16, False,
+@pytest.mark.parametrize("tile", [MmaTile(16, 16, 16, 16, 16, 2),
+                                  WgmmaTile(64, 16, 16, 3, 1)])
+def test_block_order_covers_every_tile(tile):
+    """More rows of tiles than one group of the block order (block_tile, and the wgmma
+    kernel's grid), with a ragged last group, so every branch of its mapping writes its
+    tile exactly once."""
+    check_matmul_bf16((gemm_bf16.GROUP + 2) * tile.rows + 3, tile.cols + 5, 16, False,
                       False, "float32", tile, seed=3, split_k=None)
 
 
-@pytest.mark.parametrize("transpose_a, transpose_b", [(False, False), (True, True)])
-def test_folds_repeat_over_a_long_k(transpose_a, transpose_b):
+@pytest.mark.parametrize("transpose_a, transpose_b, tile", [
+    (False, False, MmaTile(16, 16, 16, 16, 16, 2)),
+    (True, True, MmaTile(16, 16, 16, 16, 16, 2)),
+    (False, False, WgmmaTile(64, 16, 16, 3, 1)), (True, True, WgmmaTile(64, 16, 16, 3, 1))])
+def test_folds_repeat_over_a_long_k(transpose_a, transpose_b, tile):
     """Enough slabs for two folds and a ragged last one (the Hypothesis sizes fold once)."""
-    tile = MmaTile(16, 16, 16, 16, 16, 2)
     K = (2 * gemm_bf16.FOLD_STEPS + 1) * tile.depth + 5
     check_matmul_bf16(13, 11, K, transpose_a, transpose_b, "bf16", tile, seed=4,
                       split_k=None, max_chain=tile.depth)

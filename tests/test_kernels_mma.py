@@ -3,17 +3,22 @@
 The same tests run the simulator twins (CI) and the PTX instructions (the GPU profile), so
 passing both says the twins compute what the hardware does, fragment layouts included.
 """
+import functools
+
 import ml_dtypes
 import numpy as np
+import pytest
 from helpers import assert_close, poisoned
 from hypothesis import given
 from hypothesis import strategies as st
-from numba import cuda, int32, uint16, uint32
+from numba import cuda, float32, int32, uint16, uint32, uint64
 
 from microgpt.kernels.mma import (CHUNK, SHARED_ALIGN, bits_to_float32, cp_async_16,
-                                  cp_async_commit, cp_async_wait_group, ldmatrix_x4,
-                                  ldmatrix_x4_trans, mma_bf16_16816, pack_bf16x2, shuffle_xor,
-                                  to_bf16)
+                                  cp_async_commit, cp_async_wait_group, fence_proxy_async,
+                                  ldmatrix_x4, ldmatrix_x4_trans, mma_bf16_16816,
+                                  pack_bf16x2, shared_address, shuffle_xor, to_bf16,
+                                  warpgroup_commit, warpgroup_fence, warpgroup_wait,
+                                  wgmma_bf16)
 
 SEEDS = st.integers(0, 2**32 - 1)
 wait_all = cp_async_wait_group(0)
@@ -177,3 +182,90 @@ def test_shuffle_xor_exchanges_within_the_warp(seed, lane_mask):
     out = cuda.to_device(poisoned(64))
     shuffle_kernel[1, 64](out, cuda.to_device(x), lane_mask)
     np.testing.assert_array_equal(out.copy_to_host(), x[np.arange(64) ^ lane_mask])
+
+
+# wgmma.m64nNk16 with both operands in shared memory. The image holds A (64 x 16) from byte
+# 0 and B (16 x N) from WGMMA_B, each laid out as its descriptor says (PTX ISA, "Shared
+# Memory Matrix Layout" and "Matrix Descriptor Format"), the bytes between them random.
+WGMMA_N, WGMMA_B, WGMMA_IMAGE = 32, 8192, 12288
+
+
+@functools.cache
+def wgmma_kernel(trans_a, trans_b):
+    regs = WGMMA_N // 2
+    mma = wgmma_bf16(WGMMA_N, trans_a, trans_b)
+    fence, wait = warpgroup_fence(regs), warpgroup_wait(0, regs)
+
+    @cuda.jit
+    def kernel(d, image, c, fields):
+        # d, c (64, N) float32; image (WGMMA_IMAGE // 2,) bf16 bits; fields (2,): the
+        # descriptors' bits other than the start address, of A and of B; one warpgroup.
+        # Thread i holds d[4j + 2h + e] = D[16w + g + 8h, 8j + 2t + e] (w = i // 32, g and
+        # t of lane i % 32), the C layout of mma.sync for every 8 columns
+        smem = cuda.shared.array(0, uint16)
+        start = (1024 - shared_address(smem, 0) % 1024) % 1024 // 2    # 1024-aligned
+        for e in range(cuda.threadIdx.x, image.shape[0], 128):
+            smem[start + e] = image[e]
+        fence_proxy_async()
+        cuda.syncthreads()
+        i = cuda.threadIdx.x
+        row, t = 16 * (i // 32) + i % 32 // 4, i % 4
+        acc = cuda.local.array(regs, float32)
+        for j in range(WGMMA_N // 8):
+            for h in range(2):
+                for e in range(2):
+                    acc[4 * j + 2 * h + e] = c[row + 8 * h, 8 * j + 2 * t + e]
+        # a descriptor: bits 0-13 the start address >> 4, the rest the fields
+        desc_a = uint64(shared_address(smem, int32(start)) >> 4 & 0x3FFF) | fields[0]
+        desc_b = uint64(shared_address(smem, int32(start + WGMMA_B // 2)) >> 4
+                        & 0x3FFF) | fields[1]
+        fence(acc)
+        mma(smem, desc_a, desc_b, acc)
+        warpgroup_commit()
+        wait(acc)
+        for j in range(WGMMA_N // 8):
+            for h in range(2):
+                for e in range(2):
+                    d[row + 8 * h, 8 * j + 2 * t + e] = acc[4 * j + 2 * h + e]
+    return kernel
+
+
+def place(image, offset, operand, mn_major, row_bytes):
+    """operand (mn x 16: A, or B transposed) into image from byte offset, in the swizzled
+    layout of rows of row_bytes (32, 64, 128); returns the descriptor's fields. K-major: row
+    r holds m (or n) = r, 8-row atoms `stride` apart. MN-major: row r holds k = r % 8 +
+    8 * (r // 8) for row_bytes / 2 of m in a panel, groups of 8 k `stride` apart, panels of
+    the next m `lead` apart. The swizzle XORs address bits 4.. with bits 7.. (as many bits
+    as row_bytes has 16-byte chunks, log2)."""
+    mn, k = np.indices(operand.shape)
+    stride = 8 * row_bytes
+    if mn_major:
+        width, lead = row_bytes // 2, 2 * stride
+        byte = (mn % width) * 2 + mn // width * lead + k % 8 * row_bytes + k // 8 * stride
+    else:
+        lead = 16            # unused
+        byte = mn % 8 * row_bytes + mn // 8 * stride + k * 2
+    byte ^= (byte >> 7 & (row_bytes // 16 - 1)) << 4
+    image[(offset + byte) // 2] = operand
+    swizzle = {128: 1, 64: 2, 32: 3}[row_bytes]
+    return (lead >> 4) << 16 | (stride >> 4) << 32 | swizzle << 62
+
+
+@given(seed=SEEDS)
+@pytest.mark.parametrize("trans_a, trans_b, a_row_bytes, b_row_bytes", [
+    (False, False, 128, 128), (True, True, 128, 64), (True, True, 32, 32),
+    (False, True, 64, 128), (True, False, 64, 32)])
+def test_wgmma_matches_numpy(seed, trans_a, trans_b, a_row_bytes, b_row_bytes):
+    """Every swizzle, both majors of each operand, MN-major operands over several panels
+    (the leading offset) and within one wider than the operand."""
+    rng = np.random.default_rng(seed)
+    image, _ = bf16_bits(rng, WGMMA_IMAGE // 2)
+    a, a64 = bf16_bits(rng, 64, 16)
+    b, b64 = bf16_bits(rng, 16, WGMMA_N)
+    fields = np.array([place(image, 0, a, trans_a, a_row_bytes),
+                       place(image, WGMMA_B, b.T, trans_b, b_row_bytes)], np.uint64)
+    c = rng.standard_normal((64, WGMMA_N)).astype(np.float32)
+    d = cuda.to_device(poisoned((64, WGMMA_N)))
+    wgmma_kernel(trans_a, trans_b)[1, 128, 0, WGMMA_IMAGE + 1024](
+        d, cuda.to_device(image), cuda.to_device(c), cuda.to_device(fields))
+    assert_close(d.copy_to_host(), a64 @ b64 + c, 1e-6, "wgmma m64n32k16")
