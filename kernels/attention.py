@@ -17,12 +17,14 @@ forward     thread = query row i, its scaled q row and output accumulator in reg
             K and V tiles are staged in shared memory once per query tile (not once per
             query); the tile's scores go to shared memory, then an online softmax
             rescales the accumulator once per tile. Writes out and lse.
-backward dq thread = query row i, same walk as the forward: P is recomputed from q, k and
-            lse, dP = dout v^T, dS = P (dP - rowsum(dout * out)), dq += dS k.
+backward dq thread = query row i, same walk as the forward: delta = rowsum(dout * out) of
+            its row (written: an output of the op, read by the next pass), then P is
+            recomputed from q, k and lse, dP = dout v^T, dS = P (dP - delta), dq += dS k.
 backward    thread = key row j, its k and v rows in shared memory (one padded row per
 dk, dv      thread) and its dk, dv accumulators in registers; tiles of q and dout rows
-            i >= j are staged in turn: dv += P^T dout, dk += dS^T q. No atomics: each
-            dq, dk and dv element has one owner, so the backward is deterministic.
+            i >= j are staged in turn, with their lse and delta: dv += P^T dout,
+            dk += dS^T q. No atomics: each dq, dk, dv and delta element has one owner, so
+            the backward is deterministic.
 
 head_dim D is a compile-time constant of each kernel (one compile per model), so the
 per-row loops over D unroll into registers; any D works, and tiles shrink to fit 48 KiB
@@ -195,8 +197,9 @@ def _dq_kernel(D, rows, keys):
     padded = _padded(D)
 
     @cuda.jit
-    def attention_backward_dq_kernel(dq, dout, q, k, v, out, lse):
-        # dq, dout, q, k, v, out (B, H, T, D); lse (B, H, T). Thread = query row.
+    def attention_backward_dq_kernel(dq, delta, dout, q, k, v, out, lse):
+        # dq, dout, q, k, v, out (B, H, T, D); delta, lse (B, H, T): delta is written.
+        # Thread = query row.
         h, b = cuda.blockIdx.y, cuda.blockIdx.z
         tid = cuda.threadIdx.x
         T = q.shape[2]
@@ -213,13 +216,14 @@ def _dq_kernel(D, rows, keys):
             stage_rows(dout_rows, dout, b, h, row0, min(rows, T - row0))
             cuda.syncthreads()
             row_lse = ZERO
-            delta = ZERO        # rowsum(dout * out) = rowsum(dP * P)
+            row_delta = ZERO        # rowsum(dout * out) = rowsum(dP * P)
             if i < T:
                 row_lse = lse[b, h, i]
                 for d in range(D):
                     q_row[0, d] = q[b, h, i, d] * scale
                     dq_acc[d] = ZERO
-                    delta += dout_rows[tid, d] * out[b, h, i, d]
+                    row_delta += dout_rows[tid, d] * out[b, h, i, d]
+                delta[b, h, i] = row_delta
             for key0 in range(0, min(T, row0 + rows), keys):
                 n_staged = min(keys, T - key0)
                 stage_rows(k_tile, k, b, h, key0, n_staged)
@@ -228,7 +232,7 @@ def _dq_kernel(D, rows, keys):
                 n_keys = min(keys, i + 1 - key0) if i < T else 0
                 for j in range(n_keys):
                     p = math.exp(dot(q_row, 0, k_tile, j) - row_lse)
-                    ds = p * (dot(dout_rows, tid, v_tile, j) - delta)
+                    ds = p * (dot(dout_rows, tid, v_tile, j) - row_delta)
                     for d in range(D):
                         dq_acc[d] += ds * k_tile[j, d]
                 cuda.syncthreads()
@@ -246,8 +250,9 @@ def _dkdv_kernel(D, rows, queries):
     padded = _padded(D)
 
     @cuda.jit
-    def attention_backward_dkdv_kernel(dk, dv, dout, q, k, v, out, lse):
-        # dk, dv, dout, q, k, v, out (B, H, T, D); lse (B, H, T). Thread = key row.
+    def attention_backward_dkdv_kernel(dk, dv, dout, q, k, v, lse, delta):
+        # dk, dv, dout, q, k, v (B, H, T, D); lse, delta (B, H, T): delta is the dq
+        # pass's. Thread = key row.
         h, b = cuda.blockIdx.y, cuda.blockIdx.z
         tid = cuda.threadIdx.x
         T = q.shape[2]
@@ -276,10 +281,7 @@ def _dkdv_kernel(D, rows, queries):
                 cuda.syncthreads()
                 for r in range(tid, n_queries, rows):
                     lse_tile[r] = lse[b, h, query0 + r]
-                    delta = ZERO
-                    for d in range(D):
-                        delta += dout_tile[r, d] * out[b, h, query0 + r, d]
-                    delta_tile[r] = delta
+                    delta_tile[r] = delta[b, h, query0 + r]
                 cuda.syncthreads()
                 if j < T:
                     for r in range(max(0, j - query0), n_queries):
@@ -306,9 +308,9 @@ PTX_SIGNATURES = [
         (_forward_kernel(D, ROWS, _tile_length(_forward_shared, D, ROWS)),
          (_HEADS, _ROWS3, _HEADS, _HEADS, _HEADS)),
         (_dq_kernel(D, ROWS, _tile_length(_dq_shared, D, ROWS)),
-         (_HEADS,) * 6 + (_ROWS3,)),
+         (_HEADS, _ROWS3) + (_HEADS,) * 5 + (_ROWS3,)),
         (_dkdv_kernel(D, ROWS, _tile_length(_dkdv_shared, D, ROWS)),
-         (_HEADS,) * 7 + (_ROWS3,)),
+         (_HEADS,) * 6 + (_ROWS3,) * 2),
     ]
 ]
 
@@ -316,14 +318,16 @@ PTX_SIGNATURES = [
 # ----------------------------------------------------------------------------------
 # launchers
 
-def _check_heads(lse, **heads):
-    """All head arrays (B, H, T, D) alike and lse (B, H, T); returns (B, H, T, D)."""
+def _check_heads(rows3, **heads):
+    """All head arrays (B, H, T, D) alike, the per-row arrays (B, H, T); returns
+    (B, H, T, D)."""
     first_name, first = next(iter(heads.items()))
     if len(first.shape) != 4:
         raise ValueError(f"{first_name}: expected shape (B, H, T, D), got {tuple(first.shape)}")
     for name, arr in heads.items():
         check_array(name, arr, first.shape)
-    check_array("lse", lse, first.shape[:3])
+    for name, arr in rows3.items():
+        check_array(name, arr, first.shape[:3])
     check_not_empty("head_dim", first.shape[3])
     return first.shape
 
@@ -342,32 +346,31 @@ def attention_forward(out, lse, q, k, v, *, block=None, blocks_per_head=None, st
     if q.dtype == np.uint16:
         _no_geometry(block, blocks_per_head)
         return flash_attention.flash_attention_forward(out, lse, q, k, v, stream=stream)
-    B, H, T, D = _check_heads(lse, q=q, k=k, v=v, out=out)
+    B, H, T, D = _check_heads(dict(lse=lse), q=q, k=k, v=v, out=out)
     if q.size == 0:
         return
     rows, keys, grid_x = _geometry(_forward_shared, D, T, B * H, block, blocks_per_head)
     _forward_kernel(D, rows, keys)[(grid_x, H, B), rows, stream](out, lse, q, k, v)
 
 
-def attention_backward(dq, dk, dv, dout, q, k, v, out, lse, *, block=None,
-                       blocks_per_head=None, delta=None, stream=0):
-    """dq, dk, dv (B, H, T, D), overwritten, from dout (B, H, T, D) and the forward's
-    q, k, v, out and lse; P is recomputed from q, k and lse. Two launches: dq by query
-    rows, then dk and dv by key rows; block and blocks_per_head apply to both. bf16 heads
-    go to flash_attention, with delta (B, H, T) float32 as its workspace: a captured step
-    passes its own, since one allocated here would be gone when the graph replays."""
+def attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, *, block=None,
+                       blocks_per_head=None, stream=0):
+    """dq, dk, dv (B, H, T, D) and delta (B, H, T) = rowsum(dout * out), overwritten, from
+    dout (B, H, T, D) and the forward's q, k, v, out and lse; P is recomputed from q, k
+    and lse. Two launches: dq by query rows (writing delta), then dk and dv by key rows
+    (reading it); block and blocks_per_head apply to both. bf16 heads (delta stays
+    float32) go to flash_attention with its default tiles."""
     if q.dtype == np.uint16:
         _no_geometry(block, blocks_per_head)
-        return flash_attention.flash_attention_backward(dq, dk, dv, dout, q, k, v, out, lse,
-                                                        delta, stream=stream)
-    if delta is not None:
-        raise ValueError("delta: the float32 kernels need no workspace (it is flash "
-                         "attention's, for bf16 heads)")
-    B, H, T, D = _check_heads(lse, q=q, k=k, v=v, out=out, dout=dout, dq=dq, dk=dk, dv=dv)
+        return flash_attention.flash_attention_backward(dq, dk, dv, delta, dout, q, k, v, out,
+                                                        lse, stream=stream)
+    B, H, T, D = _check_heads(dict(lse=lse, delta=delta), q=q, k=k, v=v, out=out, dout=dout,
+                              dq=dq, dk=dk, dv=dv)
     if q.size == 0:
         return
     rows, keys, grid_x = _geometry(_dq_shared, D, T, B * H, block, blocks_per_head)
-    _dq_kernel(D, rows, keys)[(grid_x, H, B), rows, stream](dq, dout, q, k, v, out, lse)
+    _dq_kernel(D, rows, keys)[(grid_x, H, B), rows, stream](
+        dq, delta, dout, q, k, v, out, lse)
     rows, queries, grid_x = _geometry(_dkdv_shared, D, T, B * H, block, blocks_per_head)
     _dkdv_kernel(D, rows, queries)[(grid_x, H, B), rows, stream](
-        dk, dv, dout, q, k, v, out, lse)
+        dk, dv, dout, q, k, v, lse, delta)

@@ -6,7 +6,8 @@ bf16-rounded q, k, v (and dout); the float32 kernels of ``attention`` are the ot
 and the ``--precision fp32`` path. Arguments as there, with bf16 storage: q, k, v, out,
 dout, dq, dk, dv (B, H, T, D) hold bf16 in uint16 device arrays; lse (B, H, T) float32 is
 the natural-log logsumexp of each row of the scaled scores; the backward's delta (B, H, T)
-float32 = rowsum(dout * out) is a workspace it writes and reads.
+float32 = rowsum(dout * out) is an output like the gradients: the dq pass writes it, the
+dk/dv pass reads it.
 
 How a block works. A block owns `rows` rows of one (batch, head): queries in the forward
 and the dq pass, keys in the dk/dv pass; each warp owns 16 or 32 of them (one or two mma
@@ -95,6 +96,13 @@ def head_widths(D):
 
 def shared_bytes(tile, D, kind):
     return (RESIDENT[kind] * tile.rows + STAGES * 2 * tile.step) * head_widths(D)[1] * 2
+
+
+def _shared_layout(D, tile, kind):
+    """(the block's shared array, one stage of it) in bf16 elements: the resident tiles,
+    then STAGES stages of the streamed side, each a pair of step x DS tiles; the array is
+    the one that check_tile holds to SHARED_LIMIT."""
+    return shared_bytes(tile, D, kind) // 2, 2 * tile.step * head_widths(D)[1]
 
 
 def default_tile(D, kind):
@@ -298,8 +306,7 @@ def _forward_kernel(D, tile):
     rows, step, warp_rows = tile.rows, tile.step, tile.warp_rows
     parts = _parts(D, tile, False)
     write_rows = _writer(D, DP)
-    smem_size = (rows + STAGES * 2 * step) * DS
-    stage_size = 2 * step * DS
+    smem_size, stage_size = _shared_layout(D, tile, "forward")
     scale_log2 = np.float32(LOG2E / math.sqrt(D))
     ln2 = np.float32(math.log(2.0))
     wait_all = cp_async_wait_group(0)
@@ -383,8 +390,7 @@ def _dq_kernel(D, tile):
     rows, step, warp_rows = tile.rows, tile.step, tile.warp_rows
     parts = _parts(D, tile, False)
     write_rows = _writer(D, DP)
-    smem_size = (2 * rows + STAGES * 2 * step) * DS
-    stage_size = 2 * step * DS
+    smem_size, stage_size = _shared_layout(D, tile, "dq")
     scale = np.float32(1.0 / math.sqrt(D))
     scale_log2 = np.float32(LOG2E / math.sqrt(D))
     log2e = np.float32(LOG2E)
@@ -471,8 +477,7 @@ def _dkdv_kernel(D, tile):
     rows, step, warp_rows = tile.rows, tile.step, tile.warp_rows
     parts = _parts(D, tile, True)
     write_rows = _writer(D, DP)
-    smem_size = (2 * rows + STAGES * 2 * step) * DS
-    stage_size = 2 * step * DS
+    smem_size, stage_size = _shared_layout(D, tile, "dkdv")
     scale = np.float32(1.0 / math.sqrt(D))
     scale_log2 = np.float32(LOG2E / math.sqrt(D))
     log2e = np.float32(LOG2E)
@@ -603,13 +608,12 @@ def flash_attention_forward(out, lse, q, k, v, *, tile=None, stream=0):
         out, lse, q, k, v)
 
 
-def flash_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, delta=None, *,
+def flash_attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, *,
                              tiles=(None, None), stream=0):
-    """dq, dk, dv (B, H, T, D) bf16, overwritten, from dout and the forward's q, k, v, out
-    and lse. delta (B, H, T) float32: a workspace (allocated when None). Two launches: dq
-    by query tiles (writing delta), then dk and dv by key tiles; tiles: their FlashTiles."""
-    if delta is None:
-        delta = cuda.device_array(lse.shape, np.float32, stream=stream)
+    """dq, dk, dv (B, H, T, D) bf16 and delta (B, H, T) float32 = rowsum(dout * out),
+    overwritten, from dout and the forward's q, k, v, out and lse. Two launches: dq by
+    query tiles (writing delta), then dk and dv by key tiles (reading it); tiles: their
+    FlashTiles."""
     B, H, T, D = _check_heads(dict(lse=lse, delta=delta), q=q, k=k, v=v, out=out, dout=dout,
                               dq=dq, dk=dk, dv=dv)
     if q.size == 0:

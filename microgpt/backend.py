@@ -87,8 +87,9 @@ class NumpyBackend:
     def attention_forward(self, out, lse, q, k, v):
         out[...], lse[...] = ref.attention_forward(q, k, v)
 
-    def attention_backward(self, dq, dk, dv, dout, q, k, v, out, lse):
+    def attention_backward(self, dq, dk, dv, delta, dout, q, k, v, out, lse):
         dq[...], dk[...], dv[...] = ref.attention_backward(dout, q, k, v, out, lse)
+        delta[...] = ref.attention_delta(dout, out)
 
     def residual_forward(self, out, a, b):
         np.add(a, b, out=out)

@@ -14,7 +14,7 @@ from numba import cuda
 from numba.cuda.cudadrv import driver
 
 from microgpt.errors import BackendError
-from microgpt.kernels import attention, reductions
+from microgpt.kernels import reductions
 from microgpt.kernels.common import SIMULATOR
 from microgpt.ops import OPS
 
@@ -42,7 +42,6 @@ class CudaBackend:
         self.bf16_tensor_cores = (not SIMULATOR and
                                   cuda.get_current_device().compute_capability >= (8, 0))
         self._scalar = cuda.device_array((1,), np.float32)
-        self._workspaces = {}
 
     # memory ------------------------------------------------------------------------
     def zeros(self, shape, dtype=None):
@@ -75,20 +74,6 @@ class CudaBackend:
         """The mean of x as a Python float: reduced on the device, one float copied back."""
         reductions.sum_to(self._scalar, x.reshape(x.size), stream=self.stream)
         return float(self.to_host(self._scalar)[0]) / x.size
-
-    # the one op with more than its launcher ----------------------------------------
-    def attention_backward(self, dq, dk, dv, dout, q, k, v, out, lse):
-        """kernels.attention's launcher; for bf16 heads (flash attention) with a (B, H, T)
-        delta workspace that the backend keeps per shape. It is allocated at the first
-        call, which is eager, so a captured step replays with a buffer that still lives."""
-        delta = None
-        if q.dtype == np.uint16:
-            shape = tuple(lse.shape)
-            if shape not in self._workspaces:
-                self._workspaces[shape] = cuda.device_array(shape, np.float32)
-            delta = self._workspaces[shape]
-        attention.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, delta=delta,
-                                     stream=self.stream)
 
     # graphs ------------------------------------------------------------------------
     def capture(self, enqueue):
@@ -134,8 +119,7 @@ def _check(result):
     return values[0] if len(values) == 1 else None
 
 
-# the ops, derived from the one declaration of the op set (but for the one written above)
+# the ops, derived from the one declaration of the op set
 for _name, _module in OPS.items():
-    if _name not in vars(CudaBackend):
-        setattr(CudaBackend, _name, _on_stream(
-            getattr(importlib.import_module(f"microgpt.kernels.{_module}"), _name)))
+    setattr(CudaBackend, _name, _on_stream(
+        getattr(importlib.import_module(f"microgpt.kernels.{_module}"), _name)))

@@ -80,6 +80,7 @@ def activation_specs(cfg, B, T, precision="fp32"):
         BufferSpec("dq", (B, H, T, D), low),
         BufferSpec("dk", (B, H, T, D), low),
         BufferSpec("dv", (B, H, T, D), low),
+        BufferSpec("att_delta", (B, H, T)),                  # rowsum(datt * att), float32
         BufferSpec("datt", (B, H, T, D), low),
     ]
 
@@ -233,8 +234,8 @@ class GPT:
             ops.matmul(g[h + "attn.w_o"], rows(a.att_merged[i]), rows(a.dresid_mm),
                        transpose_a=True, accumulate=True)
             ops.merge_heads_backward(a.datt, a.dmerged)
-            ops.attention_backward(a.dq, a.dk, a.dv, a.datt, a.q[i], a.k[i], a.v[i],
-                                   a.att[i], a.att_lse[i])
+            ops.attention_backward(a.dq, a.dk, a.dv, a.att_delta, a.datt, a.q[i], a.k[i],
+                                   a.v[i], a.att[i], a.att_lse[i])
             ops.split_heads_backward(a.qkv, a.dq, a.dk, a.dv)
             ops.matmul(rows(a.dln), rows(a.qkv), w[h + "attn.w_qkv"], transpose_b=True)
             ops.matmul(g[h + "attn.w_qkv"], rows(a.ln_1[i]), rows(a.qkv),

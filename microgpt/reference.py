@@ -136,6 +136,12 @@ def attention_forward(q, k, v):
     return p @ v, lse
 
 
+def attention_delta(dout, out):
+    """-> delta (B, H, T) = rowsum(dout * out): for out = P v, rowsum(dP * P) with dP =
+    dout v^T, the term of the softmax backward that each row shares."""
+    return (dout * out).sum(axis=-1)
+
+
 def attention_backward(dout, q, k, v, out, lse):
     """-> dq, dk, dv (B, H, T, D). P is recomputed from q, k and lse, as a fused kernel does."""
     T, D = q.shape[-2:]
@@ -144,8 +150,8 @@ def attention_backward(dout, q, k, v, out, lse):
     p = np.where(future, 0.0, np.exp(scores - lse[..., None])).astype(q.dtype)
     dv = p.swapaxes(-1, -2) @ dout
     dp = dout @ v.swapaxes(-1, -2)
-    # softmax backward: dS = P * (dP - rowsum(dP * P)), and rowsum(dP * P) = rowsum(dout * out)
-    ds = p * (dp - (dout * out).sum(axis=-1, keepdims=True)) / math.sqrt(D)
+    # softmax backward: dS = P * (dP - rowsum(dP * P)), and rowsum(dP * P) = delta
+    ds = p * (dp - attention_delta(dout, out)[..., None]) / math.sqrt(D)
     return ds @ k, ds.swapaxes(-1, -2) @ q, dv
 
 

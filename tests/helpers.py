@@ -84,9 +84,12 @@ def assert_one_key_gradients(dq, dk, dout, q, k, v, what):
 
 
 def assert_attention_gradients(got, want, dout, q, k, v, tol_v, tol_qk, what):
-    """dq, dk, dv (got) against the reference's (want): dv within tol_v, dq and dk within
-    tol_qk, or at T = 1, where they are 0, within assert_one_key_gradients' bound."""
-    (dq, dk, dv), (want_dq, want_dk, want_dv) = got, want
+    """dq, dk, dv, delta (got) against the reference's (want): dv within tol_v, dq and dk
+    within tol_qk, or at T = 1, where they are 0, within assert_one_key_gradients' bound;
+    delta = rowsum(dout * out), a float32 sum of products that are exact (bf16 inputs) or
+    float32 ones, within TOL_F32_OP."""
+    (dq, dk, dv, delta), (want_dq, want_dk, want_dv, want_delta) = got, want
+    assert_close(delta, want_delta, TOL_F32_OP, what + " delta")
     assert_close(dv, want_dv, tol_v, what + " dv")
     if q.shape[-2] > 1:
         assert_close(dq, want_dq, tol_qk, what + " dq")

@@ -232,13 +232,14 @@ def check_attention_backward(shape, block, blocks_per_head, seed):
     q, k, v, dout = (randn(rng, *shape) for _ in range(4))
     # the forward's outputs as the kernel would have saved them, in float32
     out, lse = (x.astype(np.float32) for x in ref.attention_forward(*host64(q, k, v)))
-    grads = to_device(*(poisoned(shape) for _ in range(3)))
-    attention.attention_backward(*grads, *to_device(dout, q, k, v, out, lse), block=block,
+    outputs = to_device(*(poisoned(shape) for _ in range(3)), poisoned(shape[:3]))
+    attention.attention_backward(*outputs, *to_device(dout, q, k, v, out, lse), block=block,
                                  blocks_per_head=blocks_per_head)
-    dq, dk, dv = (g.copy_to_host() for g in grads)
-    want_dq, want_dk, want_dv = ref.attention_backward(*host64(dout, q, k, v, out, lse))
+    dout64, q64, k64, v64, out64, lse64 = host64(dout, q, k, v, out, lse)
+    want = (*ref.attention_backward(dout64, q64, k64, v64, out64, lse64),
+            ref.attention_delta(dout64, out64))
     what = f"attention backward {shape} block={block} blocks_per_head={blocks_per_head}"
-    assert_attention_gradients((dq, dk, dv), (want_dq, want_dk, want_dv), dout, q, k, v,
+    assert_attention_gradients([x.copy_to_host() for x in outputs], want, dout, q, k, v,
                                TOL_F32_OP, TOL_F32_OP, what)
 
 
@@ -300,12 +301,12 @@ def test_attention_tiles_fit_48_kib(shared, D, block):
 
 HEADS_ARGS = dict(q=(1, 2, 3, 4), k=(1, 2, 3, 4), v=(1, 2, 3, 4), out=(1, 2, 3, 4),
                   lse=(1, 2, 3), dout=(1, 2, 3, 4), dq=(1, 2, 3, 4), dk=(1, 2, 3, 4),
-                  dv=(1, 2, 3, 4))
+                  dv=(1, 2, 3, 4), delta=(1, 2, 3))
 
 
 def attention_call(backward, **changes):
     """attention_forward or _backward on good (1, 2, 3, 4) arguments but for changes."""
-    names = ("dq", "dk", "dv", "dout", "q", "k", "v", "out", "lse") if backward else \
+    names = ("dq", "dk", "dv", "delta", "dout", "q", "k", "v", "out", "lse") if backward else \
         ("out", "lse", "q", "k", "v")
     args = {name: ones(*HEADS_ARGS[name]) for name in names}
     options = {key: changes.pop(key) for key in ("block", "blocks_per_head") if key in changes}
@@ -341,9 +342,11 @@ def test_attention_rejects_backward_only_arguments():
         attention_call(True, dq=ones(1, 2, 3, 5))
     with pytest.raises(ValueError, match=r"dout: expected shape \(1, 2, 3, 4\)"):
         attention_call(True, dout=ones(1, 1, 3, 4))
-    wide = ones(1, 1, 2, 64)
+    with pytest.raises(ValueError, match=r"delta: expected shape \(1, 2, 3\)"):
+        attention_call(True, delta=ones(1, 2, 3, 4))
+    wide, rows3 = ones(1, 1, 2, 64), ones(1, 1, 2)
     with pytest.raises(ValueError, match="does not fit"):
-        attention.attention_backward(*[wide] * 8, ones(1, 1, 2), block=1024)
+        attention.attention_backward(*[wide] * 3, rows3, *[wide] * 5, rows3, block=1024)
 
 
 @pytest.mark.parametrize("shape", [(1, 2, 0, 4), (0, 2, 3, 4), (1, 0, 3, 4)])
@@ -353,7 +356,7 @@ def test_attention_of_an_empty_batch_launches_nothing(shape, no_launches):
     lse = cuda.to_device(np.full(shape[:3], marker))
     tensors = [cuda.to_device(np.full(shape, marker)) for _ in range(8)]
     attention.attention_forward(tensors[0], lse, *tensors[1:4])
-    attention.attention_backward(*tensors[:8], lse)
+    attention.attention_backward(*tensors[:3], lse, *tensors[3:8], lse)
     heads.split_heads_forward(*tensors[:3], cuda.to_device(np.ones(
         (shape[0], shape[2], 3 * shape[1] * shape[3]), np.float32)))
     heads.merge_heads_backward(tensors[0], cuda.to_device(np.ones(
@@ -375,14 +378,14 @@ def pipeline_forward(x, w_qkv, w_o, n_head):
 
 
 def pipeline_backward(dy, x, w_qkv, w_o, saved):
-    """-> dx (B*T, C), dw_qkv (C, 3C), dw_o (C, C)."""
+    """-> dx (B*T, C), dw_qkv (C, 3C), dw_o (C, C), and attention's delta (B, H, T)."""
     q, k, v, att, lse, merged = saved
     B, H, T, D = q.shape
     dmerged, dw_o = ref.matmul_backward(dy, merged, w_o)
     datt = ref.merge_heads_backward(dmerged.reshape(B, T, H * D), H)
     dqkv = ref.split_heads_backward(*ref.attention_backward(datt, q, k, v, att, lse))
     dx, dw_qkv = ref.matmul_backward(dqkv.reshape(B * T, 3 * H * D), x.reshape(B * T, -1), w_qkv)
-    return dx, dw_qkv, dw_o
+    return dx, dw_qkv, dw_o, ref.attention_delta(datt, att)
 
 
 def check_pipeline(shape, seed):
@@ -398,7 +401,7 @@ def check_pipeline(shape, seed):
     # forward, every buffer poisoned first
     qkv = cuda.to_device(poisoned((B, T, 3 * C)))
     q, k, v, att, datt, dq, dk, dv = to_device(*(poisoned(shape) for _ in range(8)))
-    lse = cuda.to_device(poisoned((B, H, T)))
+    lse, delta = to_device(poisoned((B, H, T)), poisoned((B, H, T)))
     merged, y = to_device(poisoned((B, T, C)), poisoned((B * T, C)))
     gemm.matmul(qkv.reshape(B * T, 3 * C), d_x.reshape(B * T, C), d_w_qkv, tile=gemm_tile)
     heads.split_heads_forward(q, k, v, qkv, block=copy_block)
@@ -423,14 +426,16 @@ def check_pipeline(shape, seed):
     gemm.matmul(dw_o, merged.reshape(B * T, C), d_dy, transpose_a=True, accumulate=True,
                 tile=gemm_tile)
     heads.merge_heads_backward(datt, dmerged.reshape(B, T, C), block=copy_block)
-    attention.attention_backward(dq, dk, dv, datt, q, k, v, att, lse, block=attention_block)
+    attention.attention_backward(dq, dk, dv, delta, datt, q, k, v, att, lse,
+                                 block=attention_block)
     heads.split_heads_backward(qkv, dq, dk, dv, block=copy_block)   # qkv now holds dqkv
     gemm.matmul(dx, qkv.reshape(B * T, 3 * C), d_w_qkv, transpose_b=True, tile=gemm_tile)
     gemm.matmul(dw_qkv, d_x.reshape(B * T, C), qkv.reshape(B * T, 3 * C), transpose_a=True,
                 accumulate=True, tile=gemm_tile)
 
-    want_dx, want_dw_qkv, want_dw_o = pipeline_backward(dy.astype(np.float64), x64, w64,
-                                                        w_o.astype(np.float64), saved)
+    want_dx, want_dw_qkv, want_dw_o, want_delta = pipeline_backward(
+        dy.astype(np.float64), x64, w64, w_o.astype(np.float64), saved)
+    assert_close(delta.copy_to_host(), want_delta, TOL_F32_OP, f"pipeline {shape} delta")
     assert_close(dx.copy_to_host(), want_dx, TOL_F32_OP, f"pipeline {shape} dx")
     assert_close(dw_qkv.copy_to_host(), want_dw_qkv + dw_qkv0, TOL_F32_OP,
                  f"pipeline {shape} dw_qkv")

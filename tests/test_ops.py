@@ -15,10 +15,9 @@ from microgpt.cuda_backend import CudaBackend
 from microgpt.ops import MEMORY, OPS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-# launcher keywords that are the CUDA backend's alone: geometry, the stream, and flash
-# attention's workspace (CudaBackend.attention_backward keeps it)
+# launcher keywords that are the CUDA backend's alone: geometry and the stream
 LAUNCH_ONLY = {"stream", "block", "tile", "rows_per_block", "max_blocks", "split_k",
-               "blocks_per_head", "delta"}
+               "blocks_per_head"}
 
 
 def public_methods(cls):

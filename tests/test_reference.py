@@ -384,6 +384,20 @@ def test_attention_output_up_to_t_ignores_inputs_after_t(data, seed):
     assert rel_error(after[..., :t + 1, :], before[..., :t + 1, :]) < TOL_SAME
 
 
+@CPU
+@given(data=st.data(), seed=SEEDS)
+def test_attention_delta_is_the_rowsum_of_dp_times_p(data, seed):
+    """delta = rowsum(dout * out), what the backward op writes, is the softmax backward's
+    rowsum(dP * P) with dP = dout v^T, because out = P v."""
+    B, H, T, D = draw_heads(data.draw)
+    rng = np.random.default_rng(seed)
+    q, k, v, dout = (rng.standard_normal((B, H, T, D)) for _ in range(4))
+    p, _ = ref.attention_weights(q, k)
+    out, _ = ref.attention_forward(q, k, v)
+    assert_close(ref.attention_delta(dout, out),
+                 (dout @ v.swapaxes(-1, -2) * p).sum(axis=-1), TOL_SAME, "delta")
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @CPU
 @given(data=st.data(), seed=SEEDS)

@@ -243,7 +243,7 @@ def time_flash_attention(host, reps, sweep):
         fa.flash_attention_forward(out, lse, q, k, v, tile=tile)
 
     def backward(tiles=(None, None)):
-        fa.flash_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, delta, tiles=tiles)
+        fa.flash_attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, tiles=tiles)
 
     row = dict(fwd=cuda_time(forward, reps), bwd=cuda_time(backward, reps),
                both=cuda_time(lambda: (forward(), backward()), reps))
@@ -277,14 +277,14 @@ def time_fp32_attention(host, reps):
 
     q, k, v, dout = (cuda.to_device(x) for x in host)
     out, dq, dk, dv = (cuda.device_array(q.shape, np.float32) for _ in range(4))
-    lse = cuda.device_array(q.shape[:3], np.float32)
+    lse, delta = (cuda.device_array(q.shape[:3], np.float32) for _ in range(2))
 
     def forward():
         attention.attention_forward(out, lse, q, k, v)
 
     def both():
         forward()
-        attention.attention_backward(dq, dk, dv, dout, q, k, v, out, lse)
+        attention.attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse)
 
     return dict(fp32_fwd=cuda_time(forward, reps), fp32_both=cuda_time(both, reps))
 
@@ -367,6 +367,7 @@ def bench_kernels(reps):
         dev(B, H, T),
     )
     dq, dk, dv = dev(B, H, T, D), dev(B, H, T, D), dev(B, H, T, D)
+    delta = dev(B, H, T)
     merged, fc, fc_out = dev(B, T, C), dev(N, 4 * C), dev(N, 4 * C)
     ln_w, ln_b, mean, rstd, ln_out = dev(C), dev(C), dev(N), dev(N), dev(N, C)
     logits, losses, targets = dev(N, V), dev(N), ops.to_device(rng.integers(0, V, N))
@@ -413,7 +414,7 @@ def bench_kernels(reps):
         ),
         (
             "attention backward",
-            lambda: ops.attention_backward(dq, dk, dv, y, q, k, v, y, lse),
+            lambda: ops.attention_backward(dq, dk, dv, delta, y, q, k, v, y, lse),
             lambda: torch.autograd.grad(tsdpa, (tq, tk, tv), tdo, retain_graph=True),
             5 * B * H * T * T * D,
         ),
