@@ -139,6 +139,18 @@ def check_tile(tile, D, kind):
                          f"{SHARED_LIMIT}")
 
 
+def fits(D):
+    """Whether the default tiles of all three passes fit head_dim D in shared memory: every
+    D up to 128; past it a shared row is 256 wide and no tile does (the float32 kernels of
+    kernels/attention.py take any D)."""
+    try:
+        for kind in ("forward", "dq", "dkdv"):
+            check_tile(default_tile(D, kind), D, kind)
+    except ValueError:
+        return False
+    return True
+
+
 # ----------------------------------------------------------------------------------
 # device parts: tiles in, products on the tensor cores, masks and row reductions
 

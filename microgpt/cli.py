@@ -198,7 +198,19 @@ def make_backend(device):
                         "use --device cpu") from None
 
 
-def default_precision(backend):
-    """--precision when it is not given: bf16 where the backend has bf16 tensor cores (a GPU
-    of compute capability 8.0 or later), fp32 on the CPU and in the CUDA simulator."""
-    return "bf16" if getattr(backend, "bf16_tensor_cores", False) else "fp32"
+def choose_precision(requested, backend, config):
+    """--precision for a model config: as given (bf16 refused, in one line, where it cannot
+    run), else bf16 where the backend has bf16 tensor cores (a GPU of compute capability
+    8.0 or later) and they take the model, else fp32 (the CPU, the CUDA simulator)."""
+    if requested == "bf16":
+        if backend.name != "cuda":
+            raise UserError("--precision bf16 needs the cuda backend (the tensor cores); "
+                            "pass --precision fp32, or --device cuda on a GPU")
+        if not backend.bf16_fits(config.head_dim):
+            raise UserError(f"--precision bf16: head_dim {config.head_dim} is wider than "
+                            "flash attention's tiles (at most 128); pass --precision fp32, or "
+                            "more --n-head")
+    if requested:
+        return requested
+    return ("bf16" if getattr(backend, "bf16_tensor_cores", False)
+            and backend.bf16_fits(config.head_dim) else "fp32")

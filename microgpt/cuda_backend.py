@@ -14,7 +14,7 @@ from numba import cuda
 from numba.cuda.cudadrv import driver
 
 from microgpt.errors import BackendError
-from microgpt.kernels import reductions
+from microgpt.kernels import flash_attention, reductions
 from microgpt.kernels.common import SIMULATOR
 from microgpt.ops import OPS
 
@@ -42,6 +42,11 @@ class CudaBackend:
         self.bf16_tensor_cores = (not SIMULATOR and
                                   cuda.get_current_device().compute_capability >= (8, 0))
         self._scalar = cuda.device_array((1,), np.float32)
+
+    @staticmethod
+    def bf16_fits(head_dim):
+        """Whether the bf16 kernels take heads this wide (flash attention's tiles fit)."""
+        return flash_attention.fits(head_dim)
 
     # memory ------------------------------------------------------------------------
     def zeros(self, shape, dtype=None):

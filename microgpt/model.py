@@ -132,6 +132,9 @@ class GPT:
         if precision == "bf16" and self.backend.name != "cuda":
             raise BackendError("precision bf16 runs on the cuda backend (the tensor cores); "
                                "use fp32 on the CPU")
+        if precision == "bf16" and not self.backend.bf16_fits(config.head_dim):
+            raise ValueError(f"precision bf16: head_dim {config.head_dim} is wider than flash "
+                             "attention's tiles (at most 128); use fp32, or more heads")
         self.layout = ParamLayout(config)
         ops = self.backend
         self.params_flat = ops.to_device(init_params(config, self.layout, seed))

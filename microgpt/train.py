@@ -27,7 +27,7 @@ from microgpt.config import CONFIGS, ConfigError, get_config
 from microgpt.data import (BatchLoader, default_cache_dir, load_tokens, shard_paths,
                            tokens_signature, unigram_entropy)
 from microgpt.cli import (DEVICES, EXIT_INTERRUPTED, EXIT_USER_ERROR, ArgumentParser,
-                          Terminated, backend_for, default_precision, exit_status,
+                          Terminated, backend_for, choose_precision, exit_status,
                           make_backend, non_negative, positive_float, positive_int, run_cli)
 from microgpt.errors import BackendError, UserError, file_kind
 from microgpt.metrics import METRICS, MetricsLog, Utilisation, plot_losses, read_metrics
@@ -363,7 +363,8 @@ def setup(ns, world, backend, resources):
     loader = BatchLoader(data.train, args.batch_size, T, config.vocab_size, args.seed)
     val_batches = BatchLoader(data.val, args.batch_size, T, config.vocab_size, args.seed,
                               split="validation").fixed_batches(args.eval_batches)
-    model = GPT(config, backend=backend, seed=args.seed, precision=ns.precision)
+    model = GPT(config, backend=backend, seed=args.seed,
+                precision=choose_precision(ns.precision, backend, config))
     optimizer = AdamW(model, AdamWConfig(lr=args.lr, warmup_steps=args.warmup,
                                          total_steps=args.steps))
     entropy = unigram_entropy(data.train, config.vocab_size)
@@ -459,7 +460,7 @@ def check_ranks_agree(world, what, value):
                 "the same arguments and data")
 
 
-def load_data(args, ckpt, cache_dir, world, backend, precision):
+def load_data(args, ckpt, cache_dir, world, backend, requested_precision):
     """-> (TokenData whose tokenizer is set, GPTConfig). The config, and the memory it needs,
     are checked before the slow part (training a tokenizer, tokenizing); its vocabulary can
     come from the tokenizer."""
@@ -469,7 +470,8 @@ def load_data(args, ckpt, cache_dir, world, backend, precision):
         shards = args.data is not None and bool(shard_paths(Path(args.data)))
         tokenizer = planned_tokenizer(args, shards)
         config = model_config(args, tokenizer.vocab_size if tokenizer else DEFAULT_BPE_VOCAB)
-    check_memory(config, args, world, backend, precision)
+    check_memory(config, args, world, backend,
+                 choose_precision(requested_precision, backend, config))
     data = load_tokens(args.data, tokenizer, config.vocab_size, cache_dir)
     data.tokenizer = data.tokenizer or TokenIds(config.vocab_size)
     if not ckpt:
@@ -787,10 +789,6 @@ def run_training(argv):
             warnings.filterwarnings("ignore", message=r"(?s).*Grid size \d+ will likely "
                                     "result in GPU under-utilization")
             backend = make_backend(ns.device)
-            ns.precision = ns.precision or default_precision(backend)
-            if ns.precision == "bf16" and backend.name != "cuda":
-                raise UserError("--precision bf16 needs the cuda backend (the tensor cores); "
-                                "pass --precision fp32, or --device cuda on a GPU")
             run = setup(ns, world, backend, resources)
             return train(run, ns.stop_at)
     except distributed.CollectiveError:

@@ -260,5 +260,8 @@ def test_checkpoint_resumes_in_the_other_precision(tmp_path):
 def test_bf16_needs_the_cuda_backend():
     with pytest.raises(BackendError, match="precision bf16 runs on the cuda backend"):
         GPT(get_config("microgpt", vocab_size=16), backend="numpy", precision="bf16")
+    with pytest.raises(ValueError, match="head_dim 256 is wider than flash attention's"):
+        GPT(get_config("microgpt", vocab_size=16, d_model=256, n_head=1), backend="cuda",
+            precision="bf16")
     with pytest.raises(ValueError, match="precision must be one of fp32, bf16, got 'fp16'"):
         GPT(get_config("microgpt", vocab_size=16), backend="cuda", precision="fp16")

@@ -132,6 +132,13 @@ def test_default_tiles_fit_and_pad():
     assert fa.head_widths(64) == (64, 64) and fa.head_widths(24) == (32, 32)
 
 
+def test_fits_says_where_the_default_tiles_end():
+    """Every head_dim to 128 fits 48 KiB; past it a shared row is 256 wide and none does
+    (the model then refuses bf16, and the trainer's default falls back to fp32)."""
+    assert all(fa.fits(D) for D in (1, 4, 32, 64, 72, 100, 128))
+    assert not any(fa.fits(D) for D in (129, 192, 256))
+
+
 def test_flash_attention_rejects_bad_arguments():
     def dev(*shape, dtype=np.uint16):
         return cuda.to_device(np.ones(shape, dtype))

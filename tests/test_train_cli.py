@@ -213,19 +213,31 @@ def test_default_run_configuration():
 
 
 def test_default_precision_is_bf16_where_there_are_tensor_cores():
-    """bf16 on a GPU with bf16 tensor cores; fp32 on the CPU and in the simulator (whose
-    tensor-core twins run ~1 s a launch); a given --precision is kept."""
-    from microgpt.cli import default_precision
+    """bf16 on a GPU with bf16 tensor cores, where flash attention takes the model's heads;
+    fp32 on the CPU, in the simulator (whose tensor-core twins run ~1 s a launch) and for
+    heads wider than 128; a given --precision is kept, and bf16 refused in one line where it
+    cannot run."""
+    from microgpt.cli import choose_precision
+    from microgpt.config import get_config
     from microgpt.cuda_backend import CudaBackend
+    from microgpt.errors import UserError
 
-    assert default_precision(NumpyBackend()) == "fp32"
-    simulated = CudaBackend()
-    assert not simulated.bf16_tensor_cores
-    assert default_precision(simulated) == "fp32"
-    simulated.bf16_tensor_cores = True      # what an sm_80+ device reports
-    assert default_precision(simulated) == "bf16"
+    narrow = get_config("microgpt", vocab_size=16, d_model=256, n_head=2)   # head_dim 128
+    wide = get_config("microgpt", vocab_size=16, d_model=256, n_head=1)     # head_dim 256
+    assert choose_precision(None, NumpyBackend(), narrow) == "fp32"
+    gpu = CudaBackend()
+    assert not gpu.bf16_tensor_cores
+    assert choose_precision(None, gpu, narrow) == "fp32"
+    gpu.bf16_tensor_cores = True      # what an sm_80+ device reports
+    assert choose_precision(None, gpu, narrow) == "bf16"
+    assert choose_precision(None, gpu, wide) == "fp32"
+    assert choose_precision("fp32", gpu, narrow) == "fp32"
+    assert choose_precision("bf16", gpu, narrow) == "bf16"
+    with pytest.raises(UserError, match="head_dim 256 is wider than flash attention's tiles"):
+        choose_precision("bf16", gpu, wide)
+    with pytest.raises(UserError, match="--precision bf16 needs the cuda backend"):
+        choose_precision("bf16", NumpyBackend(), narrow)
     assert train.parse_args([]).precision is None
-    assert train.parse_args(["--precision", "fp32"]).precision == "fp32"
 
 
 def write(path, content):
