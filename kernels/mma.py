@@ -254,46 +254,43 @@ if not SIMULATOR:
             return sig, codegen
         return wgmma
 
+    def _through_accumulators(text, regs):
+        """An atom f(acc) that runs the inline asm `text` with acc's `regs` floats tied
+        through it (_tied): no read or write of them moves across it."""
+        @intrinsic
+        def atom(typingctx, acc):
+            def codegen(context, builder, sig, args):
+                _tied(builder, context, sig.args[0], args[0], regs, text)
+                return context.get_dummy_value()
+            return types.void(acc), codegen
+        return atom
+
     @functools.cache
     def warpgroup_fence(regs):
         """wgmma.fence: the accumulator array's registers, as written before it, are what
         the wgmma after it reads (needed before the first one and after other writes)."""
-        @intrinsic
-        def fence(typingctx, acc):
-            def codegen(context, builder, sig, args):
-                _tied(builder, context, sig.args[0], args[0], regs,
-                      "wgmma.fence.sync.aligned;")
-                return context.get_dummy_value()
-            return types.void(acc), codegen
-        return fence
+        return _through_accumulators("wgmma.fence.sync.aligned;", regs)
 
-    @intrinsic
-    def warpgroup_commit(typingctx):
-        def codegen(context, builder, sig, args):
-            _asm(builder, ir.VoidType(), [], "wgmma.commit_group.sync.aligned;",
-                 "~{memory}")
-            return context.get_dummy_value()
-        return types.void(), codegen
+    def _ordered_asm(text):
+        """An atom f() that runs the inline asm `text` with a memory clobber: no load or
+        store moves across it."""
+        @intrinsic
+        def atom(typingctx):
+            def codegen(context, builder, sig, args):
+                _asm(builder, ir.VoidType(), [], text, "~{memory}")
+                return context.get_dummy_value()
+            return types.void(), codegen
+        return atom
+
+    warpgroup_commit = _ordered_asm("wgmma.commit_group.sync.aligned;")
 
     @functools.cache
     def warpgroup_wait(n, regs):
         """wgmma.wait_group n: at most n committed groups still in flight; the accumulator
         array passes through it, so no read of it moves above the wait."""
-        @intrinsic
-        def wait(typingctx, acc):
-            def codegen(context, builder, sig, args):
-                _tied(builder, context, sig.args[0], args[0], regs,
-                      f"wgmma.wait_group.sync.aligned {n};")
-                return context.get_dummy_value()
-            return types.void(acc), codegen
-        return wait
+        return _through_accumulators(f"wgmma.wait_group.sync.aligned {n};", regs)
 
-    @intrinsic
-    def fence_proxy_async(typingctx):
-        def codegen(context, builder, sig, args):
-            _asm(builder, ir.VoidType(), [], "fence.proxy.async.shared::cta;", "~{memory}")
-            return context.get_dummy_value()
-        return types.void(), codegen
+    fence_proxy_async = _ordered_asm("fence.proxy.async.shared::cta;")
 
 else:
     import ml_dtypes

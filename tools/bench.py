@@ -700,7 +700,7 @@ def bench_steps(reps, compile_torch=True, fp32=True):
         targets = rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
 
         row = {}
-        runs = [("fp32", True)] * fp32 + [("bf16", False), ("bf16", True)]
+        runs = ([("fp32", True)] if fp32 else []) + [("bf16", False), ("bf16", True)]
         for precision, graph in runs:
             free_before, total = cuda.current_context().get_memory_info()
             model = GPT(cfg, backend="cuda", precision=precision)
@@ -732,7 +732,8 @@ def bench_steps(reps, compile_torch=True, fp32=True):
             torch.from_numpy(idx).long().cuda(),
             torch.from_numpy(targets).long().cuda(),
         )
-        torch_runs = [("torch_fp32", False, False)] * fp32 + [("torch_bf16", True, False)]
+        torch_runs = ([("torch_fp32", False, False)] if fp32 else []) + [
+            ("torch_bf16", True, False)]
         if compile_torch:
             torch_runs.append(("torch_compile", True, True))
         for label, autocast, compiled in torch_runs:
