@@ -42,15 +42,20 @@ import functools
 from typing import NamedTuple
 
 import numpy as np
-from numba import cuda, float32, int32, types, uint16, uint64
+from numba import cuda, float32, int32, types, uint16, uint32, uint64
 
 from microgpt.kernels.common import SIMULATOR, ceil_div, check_array
-from microgpt.kernels.mma import (CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, cp_async_commit,
-                                  cp_async_wait_group, fence_proxy_async, mma_bf16_16816,
-                                  shared_address, to_bf16, warpgroup_commit,
+from microgpt.kernels.mma import (CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, bulk_commit,
+                                  bulk_wait, cp_async_commit, cp_async_wait_group,
+                                  fence_barrier_init, fence_proxy_async, fence_tensor_map,
+                                  mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
+                                  mbarrier_try_wait, mma_bf16_16816, named_barrier,
+                                  pack_bf16x2, shared_address, tma_add_2d,
+                                  tma_load_2d, tma_store_2d, to_bf16, warpgroup_commit,
                                   warpgroup_fence, warpgroup_wait, wgmma_bf16)
-from microgpt.kernels.tiles import (a_fragment_loader, b_fragment_loader, descriptor,
-                                    paneled, tile_copier, wgmma_operand)
+from microgpt.kernels.tiles import (PANEL, a_fragment_loader, b_fragment_loader, descriptor,
+                                    paneled, tensor_map, tile_copier, tma_ready,
+                                    wgmma_operand)
 
 EPILOGUES = ("float32", "bf16", "accumulate", "atomic")
 # static shared memory a block may declare without the driver's opt-in attribute
@@ -109,8 +114,10 @@ class WgmmaTile(NamedTuple):
 
     @property
     def shared_bytes(self):
-        # and room to align the start, which the launch does not promise beyond 16 bytes
-        return self.stages * self.stage_elements * 2 + SWIZZLE_BYTES
+        # the stages, or the epilogue's float32 tile where that is more; and room to align
+        # the start, which the launch does not promise beyond 16 bytes
+        return (max(self.stages * self.stage_elements * 2, 4 * self.rows * self.cols)
+                + SWIZZLE_BYTES)
 
 
 def check_wgmma_tile(tile):
@@ -173,12 +180,22 @@ WIDE_TILE = WgmmaTile(128, 256, 64, 4, 2)
 FOLD_TILE = WgmmaTile(128, 128, 64, 4, 2)
 
 
-def default_tile(M, N, K, accumulate=False):
-    """The mma.sync tiles (the wgmma ones are given explicitly until they are measured on
-    the H200: docs/gemm-bf16.md): the large tile for products with a K of at least 768
+def wgmma_available():
+    """wgmma and the bulk tensor copies are sm_90a's: a device of compute capability 9.x
+    (the simulator runs their twins, but only where a test names a wgmma tile)."""
+    return not SIMULATOR and cuda.get_current_device().compute_capability[0] == 9
+
+
+def default_tile(M, N, K, accumulate=False, wgmma=False):
+    """With wgmma (a Hopper GPU, and matrices the bulk tensor copies can move) the wide
+    wgmma tile, or for a K too long for one chain that cannot be split the folding one.
+    Otherwise the mma.sync tiles: the large tile for products with a K of at least 768
     and either many output tiles or a long K to split (the weight gradients); the small
-    one otherwise; the lean one for a K too long for one chain that cannot be split."""
-    if K > MAX_CHAIN and not accumulate:
+    one otherwise; the lean one to fold."""
+    folds = K > MAX_CHAIN and not accumulate
+    if wgmma:
+        return FOLD_TILE if folds else WIDE_TILE
+    if folds:
         return LEAN_TILE
     tiles = ceil_div(M, LARGE_TILE.rows) * ceil_div(N, LARGE_TILE.cols)
     return LARGE_TILE if K >= 768 and (tiles >= 4 * SMS or K >= 8192) else SMALL_TILE
@@ -356,44 +373,71 @@ def _matmul_bf16_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile)
 
 
 @functools.cache
-def _wgmma_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
-    BM, BN, BK, STAGES, _ = tile
+def _wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
+    BM, BN, BK, STAGES, GROUPS = tile
     threads = tile.threads
     regs = BN // 2                                # accumulators per thread
     # a slab is [BK][BM] (m-major) when a is (K, M), else [BM][BK]; b is [BK][BN]
-    # (n-major) when (K, N), else [BN][BK]; each in the wgmma layout (tiles.paneled)
+    # (n-major) when (K, N), else [BN][BK]; each in the wgmma layout (tiles.paneled), which
+    # is what the bulk tensor copy writes, one box per panel
     a_shape = (BK, BM) if transpose_a else (BM, BK)
     b_shape = (BN, BK) if transpose_b else (BK, BN)
-    a_index, b_index = paneled(*a_shape), paneled(*b_shape)
-    copy_a = tile_copier(*a_shape, threads, aligned, a_index)
-    copy_b = tile_copier(*b_shape, threads, aligned, b_index)
+    a_index = paneled(*a_shape)
+    a_panels, b_panels = (ceil_div(shape[1], PANEL) for shape in (a_shape, b_shape))
+    a_box, b_box = (shape[0] * min(shape[1], PANEL) for shape in (a_shape, b_shape))
     a_fields, a_step = wgmma_operand(*a_shape, k_is_row=transpose_a)
     b_fields, b_step = wgmma_operand(*b_shape, k_is_row=not transpose_b)
     a_size, stage_size = BM * BK, tile.stage_elements
+    slab_bytes = 2 * (BM + BN) * BK
+    BARRIERS = 2 * STAGES       # each stage's 'landed' and 'released'
     mma = wgmma_bf16(BN, transpose_a, not transpose_b)
     fence, wait_all, wait_one = (warpgroup_fence(regs), warpgroup_wait(0, regs),
                                  warpgroup_wait(1, regs))
-    wait_copies = cp_async_wait_group(STAGES - 3)
-    store = _storer(epilogue)
+    # the epilogue: each warpgroup lays its 64 x BN of out in shared memory as boxes of
+    # 64 x `panel` (128-byte rows at most, swizzled), which one thread then writes, or
+    # adds (float32, "accumulate" and "atomic" alike), into out by bulk tensor copies
+    bf16_out = epilogue == "bf16"
+    panel = min(BN, 64 if bf16_out else 32)
+    chunk = 8 if bf16_out else 4                  # elements in 16 bytes
+    js = panel // 8                               # pairs of 8 columns per box row
+    rows_per_line = max(1, 8 // (panel // chunk))    # the swizzle, as tiles.swizzled's
+    phases = min(panel // chunk, 8)
+    store_box = tma_add_2d if epilogue in ("accumulate", "atomic") else tma_store_2d
+    consumers = GROUPS * WARPGROUP
 
     @cuda.jit(device=True, inline=True)
-    def copy_slab(smem, a, b, base, k0, m0, n0):
-        if transpose_a:
-            copy_a(smem, base, a, k0, m0)
-        else:
-            copy_a(smem, base, a, m0, k0)
-        if transpose_b:
-            copy_b(smem, base + a_size, b, n0, k0)
-        else:
-            copy_b(smem, base + a_size, b, k0, n0)
+    def copy_slab(smem, a, b, a_map, b_map, bars, stage, k0, m0, n0):
+        # what consumers wait for: one arrival and the slab's bytes, as the copies land
+        mbarrier_arrive_expect_tx(bars, stage, slab_bytes)
+        base = int32(stage * stage_size)
+        for p in range(a_panels):
+            if transpose_a:
+                tma_load_2d(smem, base + p * a_box, a, a_map, m0 + p * PANEL, k0, bars, stage)
+            else:
+                tma_load_2d(smem, base, a, a_map, k0, m0, bars, stage)
+        for p in range(b_panels):
+            if transpose_b:
+                tma_load_2d(smem, base + a_size, b, b_map, k0, n0, bars, stage)
+            else:
+                tma_load_2d(smem, base + a_size + p * b_box, b, b_map, n0 + p * PANEL, k0,
+                            bars, stage)
 
     @cuda.jit(**({} if SIMULATOR else {"launch_bounds": (threads, 1)}))
-    def matmul_wgmma_kernel(out, a, b, steps_per_split):
+    def matmul_wgmma_kernel(out, a, b, a_map, b_map, out_map, steps_per_split):
         # as matmul_bf16_kernel, but block (x, y, z) owns the tile (z * GROUP + x % GROUP,
         # y) of out and K steps x // GROUP * steps_per_split on: consecutive blocks take
         # GROUP tiles down a column of out (as block_tile orders them) with divisions by
         # a constant only (a 64-bit division by a variable is a call, and a call in the
-        # kernel makes ptxas serialize every wgmma). Warpgroup w owns rows 64w.. of it.
+        # kernel makes ptxas serialize every wgmma).
+        #
+        # Warpgroup w owns rows 64w.. of the tile. Slabs land by bulk tensor copies into
+        # stage step % STAGES, which thread 0 issues STAGES - 1 steps ahead, into the
+        # stage that every warpgroup has just released (barrier STAGES + stage); the
+        # copies complete on barrier `stage`, which the warpgroups wait on. (No copying
+        # warp beside them: ptxas allocates registers to a wgmma kernel's threads by the
+        # warpgroup, and would hold every thread to the registers of 128 more, as
+        # setmaxnreg, which would let a copying warpgroup give its registers to the
+        # others, is ignored in the relocatable compilation that linking the kernel takes.)
         M, N = out.shape
         K = a.shape[0] if transpose_a else a.shape[1]
         m0 = (cuda.blockIdx.z * GROUP + cuda.blockIdx.x % GROUP) * BM
@@ -404,79 +448,127 @@ def _wgmma_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
         first = cuda.blockIdx.x // GROUP * steps_per_split
         steps = min((K + BK - 1) // BK - first, steps_per_split)
 
-        smem = cuda.shared.array(0, uint16)
-        # the stages from the first 1024-byte boundary on (the launch gives one more KiB)
-        start = int32((SWIZZLE_BYTES - shared_address(smem, 0) % SWIZZLE_BYTES)
+        bars = cuda.shared.array(BARRIERS, uint64)
+        raw = cuda.shared.array(0, uint16)
+        # the stages from the first 1024-byte boundary on (the launch gives one more KiB);
+        # the epilogue's views of the same memory (dynamic shared arrays alias)
+        start = int32((SWIZZLE_BYTES - shared_address(raw, 0) % SWIZZLE_BYTES)
                       % SWIZZLE_BYTES // 2)
+        smem = raw[start:]
+        pairs = cuda.shared.array(0, uint32)[start // 2:]
+        floats = cuda.shared.array(0, float32)[start // 2:]
+        if cuda.threadIdx.x == 0:
+            for s in range(STAGES):
+                mbarrier_init(bars, s, 1)
+                mbarrier_init(bars, STAGES + s, GROUPS)
+            fence_barrier_init()
+        cuda.syncthreads()
+
+        if cuda.threadIdx.x == 0:
+            fence_tensor_map(a_map)
+            fence_tensor_map(b_map)
+            for ahead in range(min(STAGES - 1, steps)):
+                copy_slab(smem, a, b, a_map, b_map, bars, ahead, (first + ahead) * BK, m0, n0)
+
         a_at = a_index(0, 64 * group) if transpose_a else a_index(64 * group, 0)
         acc = cuda.local.array(regs, float32)
         total = cuda.local.array(regs, float32)     # folded sums, when folding
         for r in range(regs):
             acc[r] = float32(0.0)
             total[r] = float32(0.0)
-
-        for s in range(STAGES - 2):          # the pipeline's prologue
-            if s < steps:
-                copy_slab(smem, a, b, start + s * stage_size, (first + s) * BK, m0, n0)
-            cp_async_commit()
-        for step in range(steps):
-            wait_copies()                    # this step's slab has landed (own copies)
-            fence_proxy_async()              # and is visible to the tensor cores' reads
-            cuda.syncthreads()               # everyone's; and every warpgroup's wgmma of
-            ahead = step + STAGES - 2        # two steps back is done: refill its buffer
-            if ahead < steps:
-                copy_slab(smem, a, b, start + ahead % STAGES * stage_size,
-                          (first + ahead) * BK, m0, n0)
-            cp_async_commit()                # an empty group keeps the count uniform
-            base = start + step % STAGES * stage_size
+        # every block has a step (the launcher sees to it): a loop that may run none would
+        # give ptxas a path on which the zeros above meet the wait below, and it would
+        # serialize the wgmmas for it
+        step = 0
+        while True:
+            stage = step % STAGES
+            while not mbarrier_try_wait(bars, stage, step // STAGES % 2):
+                pass                         # this step's slab has landed
+            base = stage * stage_size
             a_desc = descriptor(smem, int32(base + a_at), a_fields)
             b_desc = descriptor(smem, int32(base + a_size), b_fields)
             fence(acc)
             for kk in range(BK // MMA_K):
                 mma(smem, a_desc + uint64(kk * a_step), b_desc + uint64(kk * b_step), acc)
             warpgroup_commit()
-            wait_one(acc)                    # this step's wgmma runs on, the last is done
-            if fold and ((step + 1) % FOLD_STEPS == 0 or step + 1 == steps):
+            wait_one(acc)                    # this step's wgmma runs on, the last is done:
+            if step > 0 and cuda.threadIdx.x % WARPGROUP == 0:     # release its stage
+                mbarrier_arrive(bars, STAGES + (step - 1) % STAGES, 1)
+            ahead = step + STAGES - 1
+            if cuda.threadIdx.x == 0 and ahead < steps:
+                stage = ahead % STAGES       # the one released above, once all have
+                while not mbarrier_try_wait(bars, STAGES + stage, (ahead // STAGES + 1) % 2):
+                    pass
+                copy_slab(smem, a, b, a_map, b_map, bars, stage, (first + ahead) * BK, m0,
+                          n0)
+            step += 1
+            if fold and (step % FOLD_STEPS == 0 or step == steps):
                 wait_all(acc)
                 for r in range(regs):
                     total[r] += acc[r]
                     acc[r] = float32(0.0)
+            if step == steps:
+                break
         wait_all(acc)
 
+        named_barrier(1, consumers)          # every warpgroup is done with the stages
+        # thread t of row group g holds, for each j, the pair at columns 8j + 2t, 8j + 2t + 1
+        # of rows R and R + 8; in the swizzled box a pair's place is a constant of j
+        # XOR-ed with a constant of the thread (kept this simple so that the loop unrolls
+        # and the accumulators stay in registers)
         thread = cuda.threadIdx.x % WARPGROUP
+        R, t = 16 * (thread // 32) + thread % 32 // 4, thread % 4
+        swap = (2 * t // chunk) ^ (R // rows_per_line % phases)
+        base = group * 64 * BN + R * panel + 2 * t % chunk
         for h in range(2):
-            row = m0 + 64 * group + 16 * (thread // 32) + thread % 32 // 4 + 8 * h
-            if row < M:
-                for j in range(BN // 8):
-                    col = n0 + 8 * j + 2 * (thread % 4)
-                    for e in range(2):
-                        r = 4 * j + 2 * h + e
-                        if col + e < N:
-                            store(out, row, col + e, total[r] if fold else acc[r])
+            for j in range(BN // 8):
+                at = (base + h * 8 * panel + j // js * 64 * panel
+                      + (8 * (j % js) // chunk ^ swap) * chunk)
+                r = 4 * j + 2 * h
+                lo, hi = (total[r], total[r + 1]) if fold else (acc[r], acc[r + 1])
+                if bf16_out:
+                    pairs[at // 2] = pack_bf16x2(lo, hi)
+                else:
+                    floats[at] = lo
+                    floats[at + 1] = hi
+        fence_proxy_async()                  # visible to the copies, once all have written
+        named_barrier(2 + group, WARPGROUP)
+        if thread == 0:
+            for p in range(BN // panel):
+                at = int32(group * 64 * BN + p * 64 * panel)
+                row, col = m0 + 64 * group, n0 + p * panel
+                if bf16_out:
+                    store_box(out, out_map, col, row, smem, at)
+                else:
+                    store_box(out, out_map, col, row, floats, at)
+            bulk_commit()
+            bulk_wait()                      # the block's shared memory is read
 
     return matmul_wgmma_kernel
 
 
-def _signature(epilogue):
+def _signature(epilogue, tile):
     bf16 = types.uint16[:, ::1]
     out = types.float32[:, ::1] if epilogue in ("float32", "accumulate", "atomic") else bf16
-    return (out, bf16, bf16, types.int32)
+    maps = (types.uint64[::1],) * 3 if isinstance(tile, WgmmaTile) else ()
+    return (out, bf16, bf16, *maps, types.int32)
 
 
 def _kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
-    make = _wgmma_kernel if isinstance(tile, WgmmaTile) else _matmul_bf16_kernel
-    return make(transpose_a, transpose_b, epilogue, aligned, fold, tile)
+    if isinstance(tile, WgmmaTile):     # the bulk tensor copy needs aligned rows
+        return _wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile)
+    return _matmul_bf16_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile)
 
 
 PTX_SIGNATURES = [
-    (_kernel(ta, tb, epilogue, aligned, fold, tile), _signature(epilogue))
+    (_kernel(ta, tb, epilogue, aligned, fold, tile), _signature(epilogue, tile))
     for ta, tb, epilogue, aligned, fold, tile in [
         (False, False, "bf16", True, False, WIDE_TILE),           # X @ W -> bf16
         (False, True, "float32", True, False, WIDE_TILE),         # x @ wte^T
         (True, False, "atomic", True, False, WIDE_TILE),          # dW += X^T @ dY, split K
         (False, False, "bf16", True, True, FOLD_TILE),            # dx = dlogits @ wte
         (True, True, "accumulate", True, True, FOLD_TILE),        # every flag flipped
-        (False, False, "float32", False, False, WIDE_TILE),       # unaligned rows
+        (False, False, "float32", True, False, WIDE_TILE),
         # the mma.sync kernel, for the tiles given explicitly (the sweep's)
         (False, False, "bf16", True, False, LARGE_TILE),
         (True, False, "atomic", True, False, SMALL_TILE),
@@ -498,15 +590,15 @@ def _allow_dynamic_shared(kernel, signature, size):
         return
     from numba.cuda.cudadrv.driver import binding, driver
 
-    compiled = kernel.compile(signature)
     device = cuda.get_current_device().id
-    if (id(compiled), device) not in _opted_in:
+    if (id(kernel), device) not in _opted_in:     # (looking up the overload costs more
+        compiled = kernel.compile(signature)        # than a launch: once only)
         attribute = (binding.CUfunction_attribute
                      .CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
         handle = compiled._codelibrary.get_cufunc().handle
         driver.cuKernelSetAttribute(attribute, size, handle, device)
         driver.cuFuncSetAttribute(driver.cuKernelGetFunction(handle), attribute, size)
-        _opted_in.add((id(compiled), device))
+        _opted_in.add((id(kernel), device))
 
 
 # ----------------------------------------------------------------------------------
@@ -534,14 +626,21 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
     check_array("a", a, (K, M) if transpose_a else (M, K), np.uint16)
     check_array("b", b, (N, K) if transpose_b else (K, N), np.uint16)
     if tile is None:
-        tile = default_tile(M, N, K, accumulate)
+        tile = default_tile(M, N, K, accumulate, wgmma_available()
+                            and all(map(tma_ready, (out, a, b))))
     elif not isinstance(tile, WgmmaTile):
         tile = MmaTile(*tile)
     check_tile(tile)
+    if isinstance(tile, WgmmaTile) and not all(map(tma_ready, (out, a, b))):
+        raise ValueError(f"tile {tile}: the bulk tensor copies need matrices whose rows are "
+                         "whole 16-byte chunks (a multiple of 8 bf16 or 4 float32 columns) "
+                         "starting 16-byte aligned; give an MmaTile, or none, for these")
     if split_k is not None and (split_k < 1 or (split_k > 1 and not accumulate)):
         raise ValueError(f"split_k={split_k}: must be 1, or more when accumulating")
     if M == 0 or N == 0:
         return
+    if K == 0 and isinstance(tile, WgmmaTile):
+        tile = SMALL_TILE        # nothing to pipeline: the mma.sync kernel writes the zeros
     if split_k is None:
         split_k = default_split_k(M, N, K, tile) if accumulate else 1
     steps_per_split = ceil_div(ceil_div(K, tile.depth), split_k)
@@ -555,9 +654,14 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
     # (a Python int would compile another, for int64, without the shared-memory opt-in)
     steps_per_split = np.int32(steps_per_split)
     if isinstance(tile, WgmmaTile):
-        grid = (GROUP * split_k, ceil_div(N, tile.cols), ceil_div(M, GROUP * tile.rows))
-        _allow_dynamic_shared(kernel, _signature(epilogue), tile.shared_bytes)
-        kernel[grid, tile.threads, stream, tile.shared_bytes](out, a, b, steps_per_split)
+        rows, cols, depth = tile.rows, tile.cols, tile.depth
+        a_map = tensor_map(a, *((depth, min(rows, PANEL)) if transpose_a else (rows, depth)))
+        b_map = tensor_map(b, *((cols, depth) if transpose_b else (depth, min(cols, PANEL))))
+        out_map = tensor_map(out, 64, min(cols, 64 if out_bf16 else 32))
+        grid = (GROUP * split_k, ceil_div(N, cols), ceil_div(M, GROUP * rows))
+        _allow_dynamic_shared(kernel, _signature(epilogue, tile), tile.shared_bytes)
+        kernel[grid, tile.threads, stream, tile.shared_bytes](out, a, b, a_map, b_map,
+                                                               out_map, steps_per_split)
     else:
         grid = (ceil_div(N, tile.cols), ceil_div(M, tile.rows), split_k)
         kernel[grid, tile.threads, stream](out, a, b, steps_per_split)

@@ -292,7 +292,114 @@ if not SIMULATOR:
 
     fence_proxy_async = _ordered_asm("fence.proxy.async.shared::cta;")
 
+    # mbarriers and the bulk tensor copy (sm_90) ----------------------------------------
+
+    def _shared(context, builder, sig, args, i):
+        """The 32-bit shared-memory address of element args[i + 1] of array args[i]."""
+        return _element_address(context, builder, sig.args[i], args[i], args[i + 1], 3, 32)
+
+    def _barrier_atom(text):
+        """An atom f(bars, index, n) running `text` on the mbarrier bars[index] ($0) with
+        the 32-bit operand n ($1)."""
+        @intrinsic
+        def atom(typingctx, bars, index, n):
+            sig = types.void(bars, types.int32, types.uint32)
+
+            def codegen(context, builder, sig, args):
+                _asm(builder, ir.VoidType(), [_shared(context, builder, sig, args, 0), args[2]],
+                     text, "r,r,~{memory}")
+                return context.get_dummy_value()
+            return sig, codegen
+        return atom
+
+    mbarrier_init = _barrier_atom("mbarrier.init.shared::cta.b64 [$0], $1;")
+    # n arrivals; and one arrival announcing n bytes that copies will complete on it
+    mbarrier_arrive = _barrier_atom(
+        "{ .reg .b64 state; mbarrier.arrive.release.cta.shared::cta.b64 state, [$0], $1; }")
+    mbarrier_arrive_expect_tx = _barrier_atom(
+        "{ .reg .b64 state; mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 state, "
+        "[$0], $1; }")
+
+    @intrinsic
+    def mbarrier_try_wait(typingctx, bars, index, parity):
+        sig = types.boolean(bars, types.int32, types.uint32)
+
+        def codegen(context, builder, sig, args):
+            done = _asm(builder, _i32, [_shared(context, builder, sig, args, 0), args[2]],
+                        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2; "
+                        "selp.u32 $0, 1, 0, p; }", "=r,r,r,~{memory}")
+            return builder.icmp_unsigned("!=", done, ir.Constant(_i32, 0))
+        return sig, codegen
+
+    fence_barrier_init = _ordered_asm("fence.mbarrier_init.release.cluster;")
+
+    @intrinsic
+    def tma_load_2d(typingctx, smem, index, src, tensor_map, col, row, bars, bar):
+        # src is the twin's (the tensor map addresses it); the map is read through its
+        # generic address, from global memory
+        sig = types.void(smem, types.int32, src, tensor_map, types.int32, types.int32,
+                         bars, types.int32)
+
+        def codegen(context, builder, sig, args):
+            data = context.make_array(sig.args[3])(context, builder, args[3]).data
+            _asm(builder, ir.VoidType(),
+                 [_shared(context, builder, sig, args, 0), builder.ptrtoint(data, _i64),
+                  args[4], args[5], _shared(context, builder, sig, args, 6)],
+                 "cp.async.bulk.tensor.2d.shared::cluster.global.tile"
+                 ".mbarrier::complete_tx::bytes [$0], [$1, {$2, $3}], [$4];",
+                 "r,l,r,r,r,~{memory}")
+            return context.get_dummy_value()
+        return sig, codegen
+
+    def _tma_store(text):
+        @intrinsic
+        def atom(typingctx, dst, tensor_map, col, row, smem, index):
+            # dst is the twin's, as src is tma_load_2d's
+            sig = types.void(dst, tensor_map, types.int32, types.int32, smem, types.int32)
+
+            def codegen(context, builder, sig, args):
+                data = context.make_array(sig.args[1])(context, builder, args[1]).data
+                _asm(builder, ir.VoidType(),
+                     [builder.ptrtoint(data, _i64), args[2], args[3],
+                      _shared(context, builder, sig, args, 4)],
+                     text + " [$0, {$1, $2}], [$3];", "l,r,r,r,~{memory}")
+                return context.get_dummy_value()
+            return sig, codegen
+        return atom
+
+    # a box of shared memory written (or added, float32) into dst's box at (col, row),
+    # in a bulk group: committed by bulk_commit, its shared memory free after bulk_wait
+    tma_store_2d = _tma_store("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group")
+    tma_add_2d = _tma_store(
+        "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group")
+    bulk_commit = _ordered_asm("cp.async.bulk.commit_group;")
+    bulk_wait = _ordered_asm("cp.async.bulk.wait_group.read 0;")
+
+    @intrinsic
+    def named_barrier(typingctx, barrier, threads):
+        # bar.sync among `threads` threads (whole warps): the block's barrier 0 is
+        # syncthreads', a warp-specialized kernel's others wait for some warps only
+        sig = types.void(types.int32, types.int32)
+
+        def codegen(context, builder, sig, args):
+            _asm(builder, ir.VoidType(), list(args), "bar.sync $0, $1;", "r,r,~{memory}")
+            return context.get_dummy_value()
+        return sig, codegen
+
+    @intrinsic
+    def fence_tensor_map(typingctx, tensor_map):
+        def codegen(context, builder, sig, args):
+            data = context.make_array(sig.args[0])(context, builder, args[0]).data
+            _asm(builder, ir.VoidType(), [builder.ptrtoint(data, _i64)],
+                 "fence.proxy.tensormap::generic.acquire.gpu [$0], 128;", "l,~{memory}")
+            return context.get_dummy_value()
+        return types.void(tensor_map), codegen
+
+
 else:
+    import threading
+    import time
+
     import ml_dtypes
 
     _posted = np.zeros((1024, 6), np.int64)    # what each thread of the block holds
@@ -436,11 +543,18 @@ else:
     def _acc_no_op(acc):
         pass
 
+    @cuda.jit(device=True)
+    def _warpgroup_done(acc):
+        # the twin's wgmma is done at once, but by each thread apart: when one thread is
+        # past the wait, the instruction's reads of shared memory are over for the whole
+        # warpgroup, as on the GPU, only once all its threads have come here
+        _wait_named(-1 - cuda.threadIdx.x // 128, 128)
+
     def warpgroup_fence(regs):
         return _acc_no_op
 
     def warpgroup_wait(n, regs):
-        return _acc_no_op
+        return _warpgroup_done
 
     @cuda.jit(device=True)
     def warpgroup_commit():
@@ -448,4 +562,111 @@ else:
 
     @cuda.jit(device=True)
     def fence_proxy_async():
+        pass
+
+    # The mbarrier twins keep each barrier's state here, keyed by its address: (phase
+    # parity, arrivals pending, arrivals expected, bytes pending). The simulator runs a
+    # block's threads as Python threads, so a waiting thread spins (yielding) while the
+    # copying one makes progress.
+    _barriers = {}
+    _barrier_lock = threading.Lock()
+
+    def _barrier_key(bars, index):
+        return bars.__array_interface__["data"][0] + 8 * int(index)
+
+    def _barrier_update(bars, index, arrivals, tx):
+        with _barrier_lock:
+            state = _barriers[_barrier_key(bars, index)]
+            state[1] -= arrivals
+            state[3] += tx
+            if state[1] == 0 and state[3] == 0:       # the phase completes
+                state[0] ^= 1
+                state[1] = state[2]
+
+    @cuda.jit(device=True)
+    def mbarrier_init(bars, index, count):
+        with _barrier_lock:
+            _barriers[_barrier_key(bars, index)] = [0, int(count), int(count), 0]
+
+    @cuda.jit(device=True)
+    def mbarrier_arrive(bars, index, count):
+        _barrier_update(bars, index, int(count), 0)
+
+    @cuda.jit(device=True)
+    def mbarrier_arrive_expect_tx(bars, index, nbytes):
+        _barrier_update(bars, index, 1, int(nbytes))
+
+    @cuda.jit(device=True)
+    def mbarrier_try_wait(bars, index, parity):
+        with _barrier_lock:
+            done = _barriers[_barrier_key(bars, index)][0] != int(parity)
+        if not done:
+            time.sleep(0)
+        return done
+
+    @cuda.jit(device=True)
+    def fence_barrier_init():
+        pass
+
+    def _box(tensor_map, matrix, index):
+        """(shared-memory indices of a box's elements, its rows, cols): the twin's tensor
+        map holds the box (cols, rows), laid in rows of `cols` swizzled as the hardware's
+        32-, 64- or 128-byte modes (tiles.swizzled)."""
+        cols, rows = int(tensor_map[0]), int(tensor_map[1])
+        chunk = 16 // matrix.dtype.itemsize
+        chunks = cols // chunk
+        r, c = np.arange(rows)[:, None], np.arange(cols)[None, :]
+        at = (c // chunk) ^ ((r // max(1, 8 // chunks)) % min(chunks, 8))
+        return int(index) + r * cols + at * chunk + c % chunk, rows, cols
+
+    @cuda.jit(device=True)
+    def tma_load_2d(smem, index, src, tensor_map, col, row, bars, bar):
+        # copied at once, zero-filled past src's edges; then its bytes complete on the
+        # barrier
+        places, rows, cols = _box(tensor_map, src, index)
+        box = np.zeros((rows, cols), src.dtype)
+        part = src[row: row + rows, col: col + cols]
+        box[:part.shape[0], :part.shape[1]] = part
+        smem[places] = box
+        _barrier_update(bars, bar, 0, -src.dtype.itemsize * rows * cols)
+
+    def _tma_store(add):
+        @cuda.jit(device=True)
+        def store(dst, tensor_map, col, row, smem, index):
+            places, rows, cols = _box(tensor_map, dst, index)
+            rows, cols = min(rows, dst.shape[0] - row), min(cols, dst.shape[1] - col)
+            if rows <= 0 or cols <= 0:      # wholly past dst's edges: nothing written
+                return
+            box = smem[places][:rows, :cols]
+            for r in range(rows):       # (the simulator's arrays take a row at a time)
+                dst[row + r, col: col + cols] = (dst[row + r, col: col + cols] + box[r]
+                                                 if add else box[r])
+        return store
+
+    tma_store_2d = _tma_store(False)
+    tma_add_2d = _tma_store(True)
+
+    @cuda.jit(device=True)
+    def bulk_commit():
+        pass
+
+    @cuda.jit(device=True)
+    def bulk_wait():
+        pass
+
+    _named_barriers = {}
+
+    def _wait_named(barrier, threads):
+        with _barrier_lock:
+            key = (int(barrier), int(threads))
+            if key not in _named_barriers:
+                _named_barriers[key] = threading.Barrier(int(threads))
+        _named_barriers[key].wait()
+
+    @cuda.jit(device=True)
+    def named_barrier(barrier, threads):
+        _wait_named(barrier, threads)
+
+    @cuda.jit(device=True)
+    def fence_tensor_map(tensor_map):
         pass

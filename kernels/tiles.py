@@ -24,23 +24,25 @@ wgmma operand as it stands; `wgmma_operand` gives its descriptor's constant fiel
 import numpy as np
 from numba import cuda, int32, int64, uint16, uint32, uint64
 
+from microgpt.kernels.common import SIMULATOR
 from microgpt.kernels.mma import (CHUNK, MMA_K, cp_async_16, ldmatrix_x4, ldmatrix_x4_trans,
                                   shared_address)
 
 PANEL = 64     # the widest swizzled row (128 bytes) in bf16 elements
 
 
-def swizzled(cols):
+def swizzled(cols, chunk=CHUNK):
     """index(row, col): where element (row, col) of a tile `cols` wide sits in shared
-    memory. col is a multiple of 8 where a chunk is addressed, any col otherwise."""
-    chunks = cols // CHUNK
+    memory, in 16-byte chunks of `chunk` elements (8 bf16, 4 float32). col is a multiple
+    of chunk where a chunk is addressed, any col otherwise."""
+    chunks = cols // chunk
     rows_per_line = max(1, 8 // chunks)       # rows sharing one 128-byte line of banks
     phases = min(chunks, 8)
 
     @cuda.jit(device=True, inline=True)
     def index(row, col):
-        chunk = (col // CHUNK) ^ ((row // rows_per_line) % phases)
-        return row * cols + chunk * CHUNK + col % CHUNK
+        at = (col // chunk) ^ ((row // rows_per_line) % phases)
+        return row * cols + at * chunk + col % chunk
     return index
 
 
@@ -83,16 +85,62 @@ def descriptor(smem, index, fields):
     return uint64((shared_address(smem, index) >> 4) & 0x3FFF) | fields
 
 
-def tile_copier(rows, cols, threads, aligned, index=None):
+def tma_ready(matrix):
+    """Whether the bulk tensor copy can read or write a matrix: its rows start 16 bytes
+    apart and its data on a 16-byte boundary (what a tensor map requires)."""
+    return matrix.shape[1] * matrix.dtype.itemsize % 16 == 0 and (
+        SIMULATOR or matrix.__cuda_array_interface__["data"][0] % 16 == 0)
+
+
+_tensor_maps = {}
+
+
+def tensor_map(matrix, box_rows, box_cols):
+    """The tensor map with which the bulk tensor copies move box_rows x box_cols boxes
+    between the row-major matrix (bf16 as uint16, or float32; tma_ready) and shared
+    memory, where a box lies in rows of box_cols (32, 64 or 128 bytes) swizzled as
+    `swizzled(box_cols, 16 // itemsize)` lays them out; zeros are read past the matrix's
+    edges and nothing is written there. A device array of its sixteen 64-bit words, which
+    the copies read from global memory: encoded by the driver and copied over once per
+    device, address, shape and box, so a captured step's launches find theirs made by the
+    eager run before the capture. (The simulator's twin holds the box alone.)"""
+    if SIMULATOR:
+        return np.array([box_cols, box_rows] + [0] * 14, np.uint64)
+    R, C = matrix.shape
+    size = matrix.dtype.itemsize
+    key = (cuda.get_current_device().id, matrix.__cuda_array_interface__["data"][0], R, C,
+           size, box_rows, box_cols)
+    if key not in _tensor_maps:
+        from numba.cuda.cudadrv.driver import binding as cu
+
+        kind = {2: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16,
+                4: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}[size]
+        swizzle = {32: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
+                   64: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
+                   128: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}[size * box_cols]
+        status, encoded = cu.cuTensorMapEncodeTiled(
+            kind, 2, key[1], [cu.cuuint64_t(C), cu.cuuint64_t(R)], [cu.cuuint64_t(size * C)],
+            [cu.cuuint32_t(box_cols), cu.cuuint32_t(box_rows)], [cu.cuuint32_t(1)] * 2,
+            cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+            cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+        if status != cu.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuTensorMapEncodeTiled failed ({status.name}) for a "
+                               f"{R} x {C} matrix in boxes of {box_rows} x {box_cols}")
+        words = np.array([int(word) for word in encoded.opaque], np.uint64)
+        _tensor_maps[key] = cuda.to_device(words)
+    return _tensor_maps[key]
+
+
+def tile_copier(rows, cols, threads, aligned):
     """copy(smem, base, src, row0, col0): the rows x cols tile of src (R, C) at (row0, col0)
-    into smem[base:] in the swizzled layout (or the given index(row, col)), zeros where it
-    overhangs src.
+    into smem[base:] in the swizzled layout, zeros where it overhangs src.
 
     aligned: C is a multiple of 8 (so every chunk of a row starts 16-byte aligned and lies
     wholly inside or outside src): 16-byte cp.async, left in flight for the caller to
     commit and wait on. Otherwise element by element through registers, complete on
     return."""
-    index = index or swizzled(cols)
+    index = swizzled(cols)
     chunks_per_row = cols // CHUNK
     chunks = rows * chunks_per_row
     # a fixed number of chunks per thread when they divide evenly: the loop then unrolls

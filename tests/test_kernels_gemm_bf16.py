@@ -79,7 +79,7 @@ def check_matmul_bf16(M, N, K, transpose_a, transpose_b, epilogue, tile, seed, s
        epilogue=st.sampled_from(EPILOGUES), tile=TILES, fold=st.booleans(), seed=SEEDS)
 def test_matmul_bf16_matches_reference(sizes, aligned, transpose_a, transpose_b, epilogue,
                                        tile, fold, seed):
-    if aligned:
+    if aligned or isinstance(tile, WgmmaTile):    # (the bulk tensor copies need it)
         sizes = tuple(max(8, s // 8 * 8) for s in sizes)
     check_matmul_bf16(*sizes, transpose_a, transpose_b, epilogue, tile, seed,
                       split_k={"accumulate": 1, "split_k": 2}.get(epilogue),
@@ -125,6 +125,12 @@ def test_default_tile_and_split():
     assert gemm_bf16.default_split_k(16384, 2304, 768, gemm_bf16.LARGE_TILE) == 1
 
 
+def test_hopper_takes_the_wgmma_tiles():
+    assert gemm_bf16.default_tile(16384, 2304, 768, wgmma=True) == gemm_bf16.WIDE_TILE
+    assert gemm_bf16.default_tile(768, 768, 16384, True, True) == gemm_bf16.WIDE_TILE
+    assert gemm_bf16.default_tile(16384, 768, 50304, wgmma=True) == gemm_bf16.FOLD_TILE
+
+
 def test_matmul_bf16_rejects_bad_arguments():
     def dev(*shape, dtype=np.uint16):
         return cuda.to_device(np.ones(shape, dtype))
@@ -155,6 +161,9 @@ def test_matmul_bf16_rejects_bad_arguments():
                           ((256, 256, 64, 4, 4), "shared memory")]:
         with pytest.raises(ValueError, match=message):
             gemm_bf16.matmul_bf16(out, x, w, tile=WgmmaTile(*tile))
+    # rows of 5 float32 (20 bytes): not whole 16-byte chunks, which a tensor map needs
+    with pytest.raises(ValueError, match="bulk tensor copies"):
+        gemm_bf16.matmul_bf16(out, x, dev(16, 5), tile=WgmmaTile(64, 16, 16, 3, 1))
 
 
 @pytest.mark.parametrize("M, N, K", [(0, 5, 16), (4, 0, 16), (4, 5, 0)])
@@ -180,7 +189,7 @@ def test_block_order_covers_every_tile(tile):
     """More rows of tiles than one group of the block order (block_tile, and the wgmma
     kernel's grid), with a ragged last group, so every branch of its mapping writes its
     tile exactly once."""
-    check_matmul_bf16((gemm_bf16.GROUP + 2) * tile.rows + 3, tile.cols + 5, 16, False,
+    check_matmul_bf16((gemm_bf16.GROUP + 2) * tile.rows + 3, tile.cols + 8, 16, False,
                       False, "float32", tile, seed=3, split_k=None)
 
 
@@ -189,9 +198,11 @@ def test_block_order_covers_every_tile(tile):
     (True, True, MmaTile(16, 16, 16, 16, 16, 2)),
     (False, False, WgmmaTile(64, 16, 16, 3, 1)), (True, True, WgmmaTile(64, 16, 16, 3, 1))])
 def test_folds_repeat_over_a_long_k(transpose_a, transpose_b, tile):
-    """Enough slabs for two folds and a ragged last one (the Hypothesis sizes fold once)."""
-    K = (2 * gemm_bf16.FOLD_STEPS + 1) * tile.depth + 5
-    check_matmul_bf16(13, 11, K, transpose_a, transpose_b, "bf16", tile, seed=4,
+    """Enough slabs for two folds and a ragged last one (the Hypothesis sizes fold once);
+    ragged rows where the bulk tensor copies allow them (the wgmma tile)."""
+    M, N, ragged = (16, 16, 8) if isinstance(tile, WgmmaTile) else (13, 11, 5)
+    K = (2 * gemm_bf16.FOLD_STEPS + 1) * tile.depth + ragged
+    check_matmul_bf16(M, N, K, transpose_a, transpose_b, "bf16", tile, seed=4,
                       split_k=None, max_chain=tile.depth)
 
 
