@@ -449,3 +449,46 @@ else:
     @cuda.jit(device=True)
     def fence_proxy_async():
         pass
+
+
+# Atoms of flash attention's inner loops (kernels/flash_attention.py): the 2^x of its
+# softmax, and the per-row float32 statistics that travel with a streamed tile.
+#   exp2_ftz      2^x by ex2.approx.ftz.f32 (MUFU.EX2, relative error 2^-22); results
+#                 below 2^-126 flush to 0. math.exp2 is ex2.approx without .ftz, which
+#                 ptxas wraps in three more instructions per call (a compare, a scaling
+#                 of the input and a squaring of the result) to keep subnormal results.
+#   cp_async_4    4 bytes global -> shared without registers, zero-filled when src_bytes
+#                 is 0 (cp.async.ca: the 16-byte form needs 16-byte aligned sources, and
+#                 a row of float32 statistics starts at any multiple of 4)
+if not SIMULATOR:
+    @intrinsic
+    def exp2_ftz(typingctx, x):
+        sig = types.float32(types.float32)
+
+        def codegen(context, builder, sig, args):
+            return _asm(builder, _f32, list(args), "ex2.approx.ftz.f32 $0, $1;", "=f,f",
+                        side_effect=False)
+        return sig, codegen
+
+    @intrinsic
+    def cp_async_4(typingctx, dst, dst_index, src, src_index, src_bytes):
+        sig = types.void(dst, types.int32, src, types.int64, types.uint32)
+
+        def codegen(context, builder, sig, args):
+            shared = _element_address(context, builder, sig.args[0], args[0], args[1], 3, 32)
+            glob = _element_address(context, builder, sig.args[2], args[2], args[3], 1, 64)
+            _asm(builder, ir.VoidType(), [shared, glob, args[4]],
+                 "cp.async.ca.shared.global [$0], [$1], 4, $2;", "r,l,r,~{memory}")
+            return context.get_dummy_value()
+        return sig, codegen
+
+else:
+    import math
+
+    @cuda.jit(device=True)
+    def exp2_ftz(x):
+        return np.float32(0.0) if x < -126 else np.float32(math.exp2(x))
+
+    @cuda.jit(device=True)
+    def cp_async_4(dst, dst_index, src, src_index, src_bytes):
+        dst.reshape(-1)[dst_index] = src.reshape(-1)[src_index] if src_bytes else 0
