@@ -14,10 +14,11 @@ and the dq pass, keys in the dk/dv pass; each warp owns 16 or 32 of them (one or
 row tiles, which share every fragment of the other side they load), and their mma A
 fragments (q, or k and v; dout too in the dq pass) stay in registers for the whole walk.
 The other side streams through shared memory `step` rows at a time, by 16-byte cp.async
-into one of two buffers while the tensor cores work on the other (the GEMM's pipeline with
-two stages, one barrier per step). Per step each warp computes its 16 x step scores on
-mma.sync, keeps them in the accumulator registers, and feeds them straight back as the A
-operand of the next product (the accumulator layout of two 16 x 8 tiles is the A fragment
+into one of `stages` buffers while the tensor cores work on another (the GEMM's pipeline,
+one barrier per step); in the dk/dv pass each step's lse and delta travel with it, by
+4-byte cp.async. Per step each warp computes its 16 x step scores on mma.sync, keeps them
+in the accumulator registers, and feeds them straight back as the A operand of the next
+product (the accumulator layout of two 16 x 8 tiles is the A fragment
 of one 16 x 16: FlashAttention-2's register trick), rounded to bf16 as the tensor cores
 take them. Softmax runs in float32 in the log2 domain (exp2 of one FFMA: the score times
 log2(e) / sqrt(D) minus the row max); the row max and sum of a 16-row slab are spread over
@@ -116,11 +117,12 @@ def default_tile(D, kind):
     """The fastest tile of the H200 sweeps (docs/flash-attention.md) for this width of
     shared rows. At D 64 the forward's 8 warps share each k, v step (128 x 64) with
     registers capped for 2 blocks per SM, the backward streams 32 rows a step; at D 32
-    (andrea-12m, T 256) 4-warp forward blocks capped for 4 per SM, and a dk/dv pass of
-    32-row warps; past 64 what fits 48 KiB (and, for the dk/dv pass, 255 registers)."""
+    (andrea-12m, T 256) 4-warp forward blocks capped for 4 per SM, a dq pass with two
+    steps in flight (a walk of at most 4), and a dk/dv pass of 32-row warps; past 64 what
+    fits 48 KiB (and, for the dk/dv pass, 255 registers)."""
     DS = head_widths(D)[1]
     if DS <= 32:
-        return {"forward": FlashTile(64, 64, 16, 4), "dq": FlashTile(64, 64),
+        return {"forward": FlashTile(64, 64, 16, 4), "dq": FlashTile(64, 64, stages=3),
                 "dkdv": FlashTile(128, 32, 32)}[kind]
     if DS <= 64:
         return {"forward": FlashTile(128, 64, 16, 2), "dq": FlashTile(64, 32),
