@@ -605,6 +605,7 @@ def _dkdv_kernel(D, tile):
                     col_delta[j, r] = stats[at + uint32(step + j * MMA_N + r)]
             q_base = 2 * rows * DS + stage * stage_size
             parts.scores(s, kf, smem, q_base)                       # k q^T
+            # the diagonal, and the step past T, whose staged lse is 0 there, not +inf
             if query0 < k0 + rows or query0 + step > T:
                 parts.mask(s, row, query0, T)
             for mi in range(WM):
