@@ -14,10 +14,11 @@ and the dq pass, keys in the dk/dv pass; each warp owns 16 or 32 of them (one or
 row tiles, which share every fragment of the other side they load), and their mma A
 fragments (q, or k and v; dout too in the dq pass) stay in registers for the whole walk.
 The other side streams through shared memory `step` rows at a time, by 16-byte cp.async
-into one of two buffers while the tensor cores work on the other (the GEMM's pipeline with
-two stages, one barrier per step). Per step each warp computes its 16 x step scores on
-mma.sync, keeps them in the accumulator registers, and feeds them straight back as the A
-operand of the next product (the accumulator layout of two 16 x 8 tiles is the A fragment
+into one of `stages` buffers while the tensor cores work on another (the GEMM's pipeline,
+one barrier per step); in the dk/dv pass each step's lse and delta travel with it, by
+4-byte cp.async. Per step each warp computes its 16 x step scores on mma.sync, keeps them
+in the accumulator registers, and feeds them straight back as the A operand of the next
+product (the accumulator layout of two 16 x 8 tiles is the A fragment
 of one 16 x 16: FlashAttention-2's register trick), rounded to bf16 as the tensor cores
 take them. Softmax runs in float32 in the log2 domain (exp2 of one FFMA: the score times
 log2(e) / sqrt(D) minus the row max); the row max and sum of a 16-row slab are spread over
@@ -51,17 +52,16 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from numba import cuda, float32, int32, types, uint16, uint32
+from numba import cuda, float32, int32, int64, types, uint16, uint32
 
 from microgpt.kernels.common import SIMULATOR, ceil_div, check_array
 from microgpt.kernels.mma import (CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, bits_to_float32,
-                                  cp_async_commit, cp_async_wait_group, mma_bf16_16816,
-                                  opaque, pack_bf16x2, shuffle_xor, to_bf16)
+                                  cp_async_4, cp_async_commit, cp_async_wait_group, exp2_ftz,
+                                  mma_bf16_16816, opaque, pack_bf16x2, shuffle_xor, to_bf16)
 from microgpt.kernels.tiles import a_fragment_loader, b_fragment_loader, tile_copier
 
 # static shared memory a block may declare without the driver's opt-in attribute
 SHARED_LIMIT = 48 * 1024
-STAGES = 2               # shared buffers of the streamed side
 LOG2E = 1.4426950408889634
 NEG_INF = np.float32(-np.inf)
 INF = np.float32(np.inf)
@@ -72,11 +72,13 @@ class FlashTile(NamedTuple):
     """rows: the block's own rows; step: rows of the other side per step; warp_rows: a
     warp's own rows, 16 or 32 (two mma row tiles that share every B fragment loaded);
     min_blocks: blocks per SM that the register allocation must leave room for (the
-    launch bounds: 65536 / (threads * min_blocks) registers a thread at most)."""
+    launch bounds: 65536 / (threads * min_blocks) registers a thread at most); stages:
+    shared buffers of the streamed side, stages - 1 steps in flight while one is read."""
     rows: int
     step: int
     warp_rows: int = MMA_M
     min_blocks: int = 1
+    stages: int = 2
 
     @property
     def threads(self):
@@ -85,6 +87,10 @@ class FlashTile(NamedTuple):
 
 # tiles resident for the whole walk, each `rows` x DS: q; q and dout; k and v
 RESIDENT = {"forward": 1, "dq": 2, "dkdv": 2}
+# float32 statistics per streamed row that travel with its step: the dk/dv pass's lse and
+# delta of the step's queries
+STATS = {"forward": 0, "dq": 0, "dkdv": 2}
+MAX_STAGES = 4
 
 
 def head_widths(D):
@@ -95,25 +101,28 @@ def head_widths(D):
 
 
 def shared_bytes(tile, D, kind):
-    return (RESIDENT[kind] * tile.rows + STAGES * 2 * tile.step) * head_widths(D)[1] * 2
+    return ((RESIDENT[kind] * tile.rows + tile.stages * 2 * tile.step) * head_widths(D)[1] * 2
+            + tile.stages * STATS[kind] * tile.step * 4)
 
 
 def _shared_layout(D, tile, kind):
-    """(the block's shared array, one stage of it) in bf16 elements: the resident tiles,
-    then STAGES stages of the streamed side, each a pair of step x DS tiles; the array is
-    the one that check_tile holds to SHARED_LIMIT."""
-    return shared_bytes(tile, D, kind) // 2, 2 * tile.step * head_widths(D)[1]
+    """(the block's bf16 array, one stage of it) in elements: the resident tiles, then
+    `stages` stages of the streamed side, each a pair of step x DS tiles. With the float32
+    statistics (stages x STATS x step) beside it, what check_tile holds to SHARED_LIMIT."""
+    stage_size = 2 * tile.step * head_widths(D)[1]
+    return RESIDENT[kind] * tile.rows * head_widths(D)[1] + tile.stages * stage_size, stage_size
 
 
 def default_tile(D, kind):
     """The fastest tile of the H200 sweeps (docs/flash-attention.md) for this width of
     shared rows. At D 64 the forward's 8 warps share each k, v step (128 x 64) with
     registers capped for 2 blocks per SM, the backward streams 32 rows a step; at D 32
-    (andrea-12m, T 256) 4-warp forward blocks capped for 4 per SM, and a dk/dv pass of
-    32-row warps; past 64 what fits 48 KiB (and, for the dk/dv pass, 255 registers)."""
+    (andrea-12m, T 256) 4-warp forward blocks capped for 4 per SM, a dq pass with two
+    steps in flight (a walk of at most 4), and a dk/dv pass of 32-row warps; past 64 what
+    fits 48 KiB (and, for the dk/dv pass, 255 registers)."""
     DS = head_widths(D)[1]
     if DS <= 32:
-        return {"forward": FlashTile(64, 64, 16, 4), "dq": FlashTile(64, 64),
+        return {"forward": FlashTile(64, 64, 16, 4), "dq": FlashTile(64, 64, stages=3),
                 "dkdv": FlashTile(128, 32, 32)}[kind]
     if DS <= 64:
         return {"forward": FlashTile(128, 64, 16, 2), "dq": FlashTile(64, 32),
@@ -123,7 +132,7 @@ def default_tile(D, kind):
 
 
 def check_tile(tile, D, kind):
-    rows, step, warp_rows, min_blocks = tile
+    rows, step, warp_rows, min_blocks, stages = tile
     if rows < MMA_M or step < MMA_K or rows % MMA_M or step % MMA_K:
         raise ValueError(f"tile {tile}: rows and step must be positive multiples of 16")
     if warp_rows not in (MMA_M, 2 * MMA_M) or rows % warp_rows:
@@ -131,6 +140,8 @@ def check_tile(tile, D, kind):
     if not 1 <= min_blocks <= 2048 // tile.threads:
         raise ValueError(f"tile {tile}: min_blocks must be 1 to {2048 // tile.threads} "
                          f"(2048 threads per SM)")
+    if not 2 <= stages <= MAX_STAGES:
+        raise ValueError(f"tile {tile}: stages must be 2 to {MAX_STAGES}")
     if tile.threads > 1024:
         raise ValueError(f"tile {tile}: {tile.threads} threads per block, more than 1024")
     if shared_bytes(tile, D, kind) > SHARED_LIMIT:
@@ -197,6 +208,7 @@ def _parts(D, tile, keys_are_rows):
     DP, DS, KD, ND, NS, WM = _constants(D, tile)
     step = tile.step
     KS = step // MMA_K                         # mma k steps over a step of the other side
+    NS2 = NS // 2                              # ldmatrix x4 (16 rows) over a step
     aligned = D % CHUNK == 0
     # A from a tile [m][k]; B = X^T from a tile of X's rows [n][k]; B = X from one [k][n]
     copy_step = tile_copier(step, DS, tile.threads, aligned)
@@ -219,11 +231,13 @@ def _parts(D, tile, keys_are_rows):
                 frag[mi, kk, 0], frag[mi, kk, 1], frag[mi, kk, 2], frag[mi, kk, 3] = a_load(
                     smem, int32(base + a_advance(at, kk * MMA_K)))
 
-    # Where a lane's ldmatrix reads in a step's tile: located once per step, through
-    # `opaque` (else the compiler hoists every fragment's index out of the key loop, two
-    # registers each), the others by fixed moves. 16 rows on adds 16 * DS (the swizzle
-    # repeats every 8 rows); 16 columns on XORs the index with 16: the lane's own chunk
-    # is 0 or 1 of a pair, so adding 2 chunks flips bits the swizzle's XOR leaves alone.
+    # Where a lane's ldmatrix reads in a step's tile: located once per step and 16 rows,
+    # through `opaque` (else the compiler hoists every fragment's index out of the key
+    # loop, two registers each), the others by fixed moves: 16 columns on XORs the index
+    # with 16 (the lane's own chunk is 0 or 1 of a pair, so adding 2 chunks flips bits the
+    # swizzle's XOR leaves alone), which keeps the index 32-bit to the ldmatrix; 16 rows on
+    # (16 * DS further: the swizzle repeats every 8 rows) added there would not be, numba
+    # widening the sum to 64 bits: three instructions an ldmatrix instead of one.
     @cuda.jit(device=True, inline=True)
     def scores(s, frag, smem, base):
         """s (WM, NS, 4) = (the rows whose A fragments are frag) @ (the step's tile)^T."""
@@ -231,11 +245,12 @@ def _parts(D, tile, keys_are_rows):
             for j in range(NS):
                 for r in range(4):
                     s[mi, j, r] = ZERO
-        at = opaque(int32(base + bt_locate(0, 0)))
+        at = cuda.local.array(NS2, int32)       # the index of each 16 rows
+        for jj in range(NS2):
+            at[jj] = opaque(int32(base + 2 * jj * MMA_N * DS + bt_locate(0, 0)))
         for kk in range(KD):
-            at_k = bt_advance(at, kk * MMA_K)
             for j in range(0, NS, 2):
-                b0, b1, b2, b3 = bt_load(smem, int32(at_k + j * MMA_N * DS))
+                b0, b1, b2, b3 = bt_load(smem, int32(bt_advance(at[j // 2], kk * MMA_K)))
                 for mi in range(WM):
                     a0, a1, a2, a3 = frag[mi, kk, 0], frag[mi, kk, 1], frag[mi, kk, 2], \
                         frag[mi, kk, 3]
@@ -321,7 +336,8 @@ def _forward_kernel(D, tile):
     smem_size, stage_size = _shared_layout(D, tile, "forward")
     scale_log2 = np.float32(LOG2E / math.sqrt(D))
     ln2 = np.float32(math.log(2.0))
-    wait_all = cp_async_wait_group(0)
+    stages = tile.stages
+    wait_oldest = cp_async_wait_group(stages - 2)
 
     @_jit(tile)
     def flash_attention_forward_kernel(out, lse, q, k, v):
@@ -351,17 +367,23 @@ def _forward_kernel(D, tile):
         parts.copy_pair(smem, rows * DS, kh, vh, 0)
         cp_async_commit()
         steps = (min(T, q0 + rows) + step - 1) // step
+        for first_steps in range(1, stages - 1):     # a commit group per step
+            if first_steps < steps:
+                parts.copy_pair(smem, rows * DS + first_steps * stage_size, kh, vh,
+                                first_steps * step)
+            cp_async_commit()
         for it in range(steps):
-            wait_all()
+            wait_oldest()
             cuda.syncthreads()          # this step's tiles have landed; the last is read
             if it == 0:
                 parts.fragments(qf, smem, 0, warp_row)
-            if it + 1 < steps:
-                parts.copy_pair(smem, rows * DS + (it + 1) % STAGES * stage_size, kh, vh,
-                                (it + 1) * step)
+            ahead = it + stages - 1
+            if ahead < steps:
+                parts.copy_pair(smem, rows * DS + ahead % stages * stage_size, kh, vh,
+                                ahead * step)
             cp_async_commit()
             key0 = it * step
-            k_base = rows * DS + it % STAGES * stage_size
+            k_base = rows * DS + it % stages * stage_size
             parts.scores(s, qf, smem, k_base)
             if key0 + step > q0 or key0 + step > T:
                 parts.mask(s, row, key0, T)
@@ -371,11 +393,11 @@ def _forward_kernel(D, tile):
                     for j in range(NS):
                         top = max(top, max(s[mi, j, 2 * half], s[mi, j, 2 * half + 1]))
                     new_max = max(m[mi, half], quad_max(top) * scale_log2)
-                    rescale = math.exp2(m[mi, half] - new_max)
+                    rescale = exp2_ftz(m[mi, half] - new_max)
                     total = l[mi, half] * rescale
                     for j in range(NS):
                         for r in range(2 * half, 2 * half + 2):
-                            s[mi, j, r] = math.exp2(cuda.fma(s[mi, j, r], scale_log2, -new_max))
+                            s[mi, j, r] = exp2_ftz(cuda.fma(s[mi, j, r], scale_log2, -new_max))
                             total += s[mi, j, r]
                     for n in range(ND):
                         acc[mi, n, 2 * half] *= rescale
@@ -406,7 +428,8 @@ def _dq_kernel(D, tile):
     scale = np.float32(1.0 / math.sqrt(D))
     scale_log2 = np.float32(LOG2E / math.sqrt(D))
     log2e = np.float32(LOG2E)
-    wait_all = cp_async_wait_group(0)
+    stages = tile.stages
+    wait_oldest = cp_async_wait_group(stages - 2)
 
     @_jit(tile)
     def flash_attention_backward_dq_kernel(dq, delta, dout, q, k, v, out, lse):
@@ -436,6 +459,12 @@ def _dq_kernel(D, tile):
         parts.copy_own(smem, rows * DS, doh, q0, 0)
         parts.copy_pair(smem, 2 * rows * DS, kh, vh, 0)
         cp_async_commit()
+        steps = (min(T, q0 + rows) + step - 1) // step
+        for first_steps in range(1, stages - 1):
+            if first_steps < steps:
+                parts.copy_pair(smem, 2 * rows * DS + first_steps * stage_size, kh, vh,
+                                first_steps * step)
+            cp_async_commit()
         # delta of the thread's rows while the copies fly: the 4 lanes of a row split it
         for mi in range(WM):
             for half in range(2):
@@ -449,19 +478,19 @@ def _dq_kernel(D, tile):
                 if i < T and lane4 == 0:
                     delta[b, h, i] = row_delta[mi, half]
 
-        steps = (min(T, q0 + rows) + step - 1) // step
         for it in range(steps):
-            wait_all()
+            wait_oldest()
             cuda.syncthreads()
             if it == 0:
                 parts.fragments(qf, smem, 0, warp_row)
                 parts.fragments(dof, smem, rows * DS, warp_row)
-            if it + 1 < steps:
-                parts.copy_pair(smem, 2 * rows * DS + (it + 1) % STAGES * stage_size, kh,
-                                vh, (it + 1) * step)
+            ahead = it + stages - 1
+            if ahead < steps:
+                parts.copy_pair(smem, 2 * rows * DS + ahead % stages * stage_size, kh, vh,
+                                ahead * step)
             cp_async_commit()
             key0 = it * step
-            k_base = 2 * rows * DS + it % STAGES * stage_size
+            k_base = 2 * rows * DS + it % stages * stage_size
             parts.scores(s, qf, smem, k_base)
             if key0 + step > q0 or key0 + step > T:
                 parts.mask(s, row, key0, T)
@@ -469,7 +498,7 @@ def _dq_kernel(D, tile):
             for mi in range(WM):
                 for j in range(NS):
                     for r in range(4):
-                        p = math.exp2(cuda.fma(s[mi, j, r], scale_log2, -row_lse[mi, r // 2]))
+                        p = exp2_ftz(cuda.fma(s[mi, j, r], scale_log2, -row_lse[mi, r // 2]))
                         dp[mi, j, r] = p * (dp[mi, j, r] - row_delta[mi, r // 2])
             parts.accumulate(acc, dp, smem, k_base)                # dq += ds k
 
@@ -493,7 +522,27 @@ def _dkdv_kernel(D, tile):
     scale = np.float32(1.0 / math.sqrt(D))
     scale_log2 = np.float32(LOG2E / math.sqrt(D))
     log2e = np.float32(LOG2E)
-    wait_all = cp_async_wait_group(0)
+    stages, threads = tile.stages, tile.threads
+    stats_size = stages * STATS["dkdv"] * step
+    stats_copies = ceil_div(STATS["dkdv"] * step, threads)     # 4-byte copies a thread
+    wait_oldest = cp_async_wait_group(stages - 2)
+
+    @cuda.jit(device=True, inline=True)
+    def copy_stage(smem, stats, stage, qh, doh, lse_h, delta_h, row0):
+        """The step's rows row0 on of q and dout into stage `stage` of smem, their lse and
+        delta into stats (stages x (lse, delta) x step); zeros past T, where the mask
+        zeroes p. Statistics in shared memory: loaded into registers at each step instead,
+        their global latency would fall between the scores and the exponentials."""
+        parts.copy_pair(smem, 2 * rows * DS + stage * stage_size, qh, doh, row0)
+        T = lse_h.shape[0]
+        for i in range(stats_copies):
+            e = cuda.threadIdx.x + i * threads
+            c = row0 + e % step
+            at, size = (int64(c), uint32(4)) if c < T else (int64(0), uint32(0))
+            if e < step:
+                cp_async_4(stats, int32(stage * 2 * step + e), lse_h, at, size)
+            elif e < 2 * step:
+                cp_async_4(stats, int32(stage * 2 * step + e), delta_h, at, size)
 
     @_jit(tile)
     def flash_attention_backward_dkdv_kernel(dk, dv, dout, q, k, v, lse, delta):
@@ -506,8 +555,9 @@ def _dkdv_kernel(D, tile):
         warp_row = cuda.threadIdx.x // 32 * warp_rows
         col = 2 * (cuda.threadIdx.x % 4)
         row = k0 + warp_row + cuda.threadIdx.x % 32 // 4
-        qh, doh = q[b, h], dout[b, h]
+        qh, doh, lse_h, delta_h = q[b, h], dout[b, h], lse[b, h], delta[b, h]
         smem = cuda.shared.array(smem_size, uint16, alignment=SHARED_ALIGN)
+        stats = cuda.shared.array(stats_size, float32)
         kf = cuda.local.array((WM, KD, 4), uint32)
         vf = cuda.local.array((WM, KD, 4), uint32)
         s = cuda.local.array((WM, NS, 4), float32)
@@ -525,34 +575,43 @@ def _dkdv_kernel(D, tile):
         first = k0 // step
         parts.copy_own(smem, 0, k[b, h], k0, 0)
         parts.copy_own(smem, rows * DS, v[b, h], k0, 0)
-        parts.copy_pair(smem, 2 * rows * DS, qh, doh, first * step)
+        copy_stage(smem, stats, 0, qh, doh, lse_h, delta_h, first * step)
         cp_async_commit()
         steps = (T + step - 1) // step - first
+        for first_steps in range(1, stages - 1):
+            if first_steps < steps:
+                copy_stage(smem, stats, first_steps, qh, doh, lse_h, delta_h,
+                           (first + first_steps) * step)
+            cp_async_commit()
         for it in range(steps):
             query0 = (first + it) * step
-            # the step's columns' lse (log2 domain; +inf past T: p = 0) and delta
-            for j in range(NS):
-                for r in range(2):
-                    c = query0 + j * MMA_N + col + r
-                    col_lse[j, r] = lse[b, h, c] * log2e if c < T else INF
-                    col_delta[j, r] = delta[b, h, c] if c < T else ZERO
-            wait_all()
+            wait_oldest()
             cuda.syncthreads()
             if it == 0:
                 parts.fragments(kf, smem, 0, warp_row)
                 parts.fragments(vf, smem, rows * DS, warp_row)
-            if it + 1 < steps:
-                parts.copy_pair(smem, 2 * rows * DS + (it + 1) % STAGES * stage_size, qh,
-                                doh, query0 + step)
+            ahead = it + stages - 1
+            if ahead < steps:
+                copy_stage(smem, stats, ahead % stages, qh, doh, lse_h, delta_h,
+                           (first + ahead) * step)
             cp_async_commit()
-            q_base = 2 * rows * DS + it % STAGES * stage_size
+            stage = it % stages
+            # the step's columns' lse (to the log2 domain) and delta; unsigned indices, which
+            # numba does not test for negative values
+            at = uint32(stage * 2 * step + col)
+            for j in range(NS):
+                for r in range(2):
+                    col_lse[j, r] = stats[at + uint32(j * MMA_N + r)] * log2e
+                    col_delta[j, r] = stats[at + uint32(step + j * MMA_N + r)]
+            q_base = 2 * rows * DS + stage * stage_size
             parts.scores(s, kf, smem, q_base)                       # k q^T
-            if query0 < k0 + rows:
+            # the diagonal, and the step past T, whose staged lse is 0 there, not +inf
+            if query0 < k0 + rows or query0 + step > T:
                 parts.mask(s, row, query0, T)
             for mi in range(WM):
                 for j in range(NS):
                     for r in range(4):
-                        s[mi, j, r] = math.exp2(
+                        s[mi, j, r] = exp2_ftz(
                             cuda.fma(s[mi, j, r], scale_log2, -col_lse[j, r % 2]))
             parts.accumulate(dv_acc, s, smem, q_base + step * DS)  # dv += p^T dout
             parts.scores(dp, vf, smem, q_base + step * DS)          # v dout^T

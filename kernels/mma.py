@@ -13,6 +13,12 @@ The atoms, in the words of the PTX ISA (warp-collective ones marked):
   cp_async_16         16 bytes global -> shared without registers, zero-filled past
                       src_bytes (sm_80+); grouped by cp_async_commit and waited on with
                       cp_async_wait_group(n) (at most n groups left in flight)
+  cp_async_4          4 bytes the same way, zero-filled when src_bytes is 0 (cp.async.ca:
+                      the 16-byte form needs 16-byte aligned sources, and a row of float32
+                      statistics in flash attention starts at any multiple of 4)
+  exp2_ftz            2^x by ex2.approx.ftz.f32 (relative error 2^-22), results below
+                      2^-126 flushed to 0: math.exp2 is ex2.approx without .ftz, which
+                      ptxas wraps in three more instructions to keep subnormal results
   pack_bf16x2         two float32 -> a bf16 pair, round to nearest even
   to_bf16             one float32 -> bf16, round to nearest even
   bits_to_float32     a bit pattern read as float32 (bf16 -> float32 is a 16-bit shift)
@@ -26,7 +32,20 @@ The atoms, in the words of the PTX ISA (warp-collective ones marked):
                       4 warps, sm_90a); asynchronous: ordered by warpgroup_fence(regs),
                       grouped by warpgroup_commit and waited on with warpgroup_wait(n, regs)
   fence_proxy_async   shared-memory writes of this thread (cp.async, st.shared) made
-                      visible to the asynchronous proxy that wgmma reads through
+                      visible to the asynchronous proxy that wgmma and the bulk copies use
+  mbarrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_try_wait
+                      a shared-memory barrier whose phase completes when its count of
+                      arrivals has come and the bytes announced by expect_tx have landed;
+                      try_wait(parity) says whether the phase of that parity is complete
+                      (fence_barrier_init makes an initialisation visible to the copies)
+  tma_load_2d         the bulk tensor copy (sm_90): a box of a 2-D matrix, described by a
+                      tensor map (tiles.tensor_map), global -> shared, swizzled, zeros past
+                      the matrix's edges, its bytes completing on an mbarrier; issued by
+                      one thread (fence_tensor_map: the map, in global memory, read fresh)
+  tma_store_2d, tma_add_2d   a box shared -> global, written or added (float32) into the
+                      matrix, clipped at its edges; grouped by bulk_commit, its shared
+                      memory free again after bulk_wait
+  named_barrier(id, n)  bar.sync among n threads (whole warps), not the whole block
 
 Fragment layouts of mma.m16n8k16 (lane = threadIdx.x % 32, g = lane // 4, t = lane % 4;
 each register holds the pair at columns 2t, 2t+1 of its row, or rows 2t, 2t+1 for B):
@@ -136,6 +155,27 @@ if not SIMULATOR:
             glob = _element_address(context, builder, sig.args[2], args[2], args[3], 1, 64)
             _asm(builder, ir.VoidType(), [shared, glob, args[4]],
                  "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}")
+            return context.get_dummy_value()
+        return sig, codegen
+
+    @intrinsic
+    def exp2_ftz(typingctx, x):
+        sig = types.float32(types.float32)
+
+        def codegen(context, builder, sig, args):
+            return _asm(builder, _f32, list(args), "ex2.approx.ftz.f32 $0, $1;", "=f,f",
+                        side_effect=False)
+        return sig, codegen
+
+    @intrinsic
+    def cp_async_4(typingctx, dst, dst_index, src, src_index, src_bytes):
+        sig = types.void(dst, types.int32, src, types.int64, types.uint32)
+
+        def codegen(context, builder, sig, args):
+            shared = _element_address(context, builder, sig.args[0], args[0], args[1], 3, 32)
+            glob = _element_address(context, builder, sig.args[2], args[2], args[3], 1, 64)
+            _asm(builder, ir.VoidType(), [shared, glob, args[4]],
+                 "cp.async.ca.shared.global [$0], [$1], 4, $2;", "r,l,r,~{memory}")
             return context.get_dummy_value()
         return sig, codegen
 
@@ -397,6 +437,7 @@ if not SIMULATOR:
 
 
 else:
+    import math
     import threading
     import time
 
@@ -463,6 +504,14 @@ else:
         flat = src.reshape(-1)
         dst[dst_index: dst_index + n] = flat[src_index: src_index + n]
         dst[dst_index + n: dst_index + CHUNK] = 0
+
+    @cuda.jit(device=True)
+    def exp2_ftz(x):
+        return np.float32(0.0) if x < -126 else np.float32(math.exp2(x))
+
+    @cuda.jit(device=True)
+    def cp_async_4(dst, dst_index, src, src_index, src_bytes):
+        dst.reshape(-1)[dst_index] = src.reshape(-1)[src_index] if src_bytes else 0
 
     @cuda.jit(device=True)
     def cp_async_commit():

@@ -45,16 +45,18 @@ if REAL_SHAPES:
     SHAPES = st.tuples(st.integers(1, 16), st.integers(1, 12), st.integers(1, 1024),
                        st.sampled_from([32, 64, 72, 4]))
     TILES = st.sampled_from([None, FlashTile(64, 32), FlashTile(128, 32, 32),
-                             FlashTile(64, 32, 16, 2)])
+                             FlashTile(64, 32, 16, 2), FlashTile(64, 32, stages=3),
+                             FlashTile(128, 32, 16, 2, 3)])
 else:
     # one or two warps per block (the simulator runs every barrier of every thread, two
     # per warp-collective atom: a block step costs ~0.1 s), T across two tiles and steps
     # with ragged ends, D padded (4, 12; 72 below) or not, by cp.async (D a multiple of 8)
-    # or element by element; a warp of 16 rows or of 32 (two row tiles)
+    # or element by element; a warp of 16 rows or of 32 (two row tiles); three stages
+    # (the example below walks past them)
     SHAPES = st.tuples(st.sampled_from([1, 2]), st.sampled_from([1, 2]), st.integers(1, 20),
                        st.sampled_from([4, 8, 12, 16])).filter(lambda s: s[0] * s[1] < 4)
     TILES = st.sampled_from([FlashTile(16, 16), FlashTile(32, 16), FlashTile(16, 32),
-                             FlashTile(32, 16, 32)])
+                             FlashTile(32, 16, 32), FlashTile(16, 16, stages=3)])
 
 
 def check_forward(shape, tile, seed):
@@ -93,12 +95,14 @@ def check_backward(shape, tiles, seed):
 # T = 1 in one head; the design notes' head_dim 72 (padded to 80 inside the kernels)
 EXAMPLE_TILE = None if REAL_SHAPES else FlashTile(16, 16)
 EXAMPLE_SHAPES = [(1, 1, 1, 8), (1, 1, 1000 if REAL_SHAPES else 5, 72)]
+# four steps through three stages, the last ragged: every stage refilled, one twice
+STAGED_TILE, STAGED_SHAPE = FlashTile(16, 16, stages=3), (1, 1, 57, 8)
 
 
-def examples(test, **fixed):
+def examples(test, tiled):
     for shape in EXAMPLE_SHAPES:
-        test = example(shape=shape, seed=1, **fixed)(test)
-    return test
+        test = example(shape=shape, seed=1, **tiled(EXAMPLE_TILE))(test)
+    return example(shape=STAGED_SHAPE, seed=2, **tiled(STAGED_TILE))(test)
 
 
 def fits(tile, D, kind):
@@ -119,9 +123,10 @@ def test_flash_attention_backward(shape, tiles, seed):
     check_backward(shape, tiles, seed)
 
 
-test_flash_attention_forward = examples(test_flash_attention_forward, tile=EXAMPLE_TILE)
+test_flash_attention_forward = examples(test_flash_attention_forward,
+                                       lambda tile: dict(tile=tile))
 test_flash_attention_backward = examples(test_flash_attention_backward,
-                                         tiles=(EXAMPLE_TILE, EXAMPLE_TILE))
+                                         lambda tile: dict(tiles=(tile, tile)))
 
 
 def test_default_tiles_fit_and_pad():
@@ -154,6 +159,8 @@ def test_flash_attention_rejects_bad_arguments():
         fa.flash_attention_forward(x, lse, x, x, x, tile=FlashTile(48, 16, 32))
     with pytest.raises(ValueError, match="min_blocks must be 1 to 16"):
         fa.flash_attention_forward(x, lse, x, x, x, tile=FlashTile(64, 16, 16, 17))
+    with pytest.raises(ValueError, match="stages must be 2 to 4"):
+        fa.flash_attention_forward(x, lse, x, x, x, tile=FlashTile(64, 16, stages=1))
     wide = dev(1, 2, 3, 64)
     with pytest.raises(ValueError, match="shared memory"):
         fa.flash_attention_backward(*[wide] * 3, lse, *[wide] * 5, lse,

@@ -13,12 +13,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numba import cuda, float32, int32, uint16, uint32, uint64
 
-from microgpt.kernels.mma import (CHUNK, SHARED_ALIGN, bits_to_float32, cp_async_16,
-                                  cp_async_commit, cp_async_wait_group, fence_proxy_async,
-                                  ldmatrix_x4, ldmatrix_x4_trans, mma_bf16_16816,
-                                  pack_bf16x2, shared_address, shuffle_xor, to_bf16,
-                                  warpgroup_commit, warpgroup_fence, warpgroup_wait,
-                                  wgmma_bf16)
+from microgpt.kernels.mma import (CHUNK, SHARED_ALIGN, bits_to_float32, cp_async_4,
+                                  cp_async_16, cp_async_commit, cp_async_wait_group,
+                                  exp2_ftz, fence_proxy_async, ldmatrix_x4,
+                                  ldmatrix_x4_trans, mma_bf16_16816, pack_bf16x2,
+                                  shared_address, shuffle_xor, to_bf16, warpgroup_commit,
+                                  warpgroup_fence, warpgroup_wait, wgmma_bf16)
 
 SEEDS = st.integers(0, 2**32 - 1)
 wait_all = cp_async_wait_group(0)
@@ -269,3 +269,50 @@ def test_wgmma_matches_numpy(seed, trans_a, trans_b, a_row_bytes, b_row_bytes):
     wgmma_kernel(trans_a, trans_b)[1, 128, 0, WGMMA_IMAGE + 1024](
         d, cuda.to_device(image), cuda.to_device(c), cuda.to_device(fields))
     assert_close(d.copy_to_host(), a64 @ b64 + c, 1e-6, "wgmma m64n32k16")
+
+
+@cuda.jit
+def exp2_kernel(out, x):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = exp2_ftz(x[i])
+
+
+def test_exp2_ftz_is_exp2_with_subnormals_flushed():
+    """2^x to ex2.approx's relative error (2^-22, allowed twice that), 0 where 2^x is
+    below float32's smallest normal 2^-126 and at -inf, 1 for a subnormal x."""
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-125.9, 100, 256).astype(np.float32)
+    x[:6] = [-np.inf, -126.5, -130.25, -300.0, 1e-40, 0.0]
+    out = cuda.to_device(poisoned(x.size))
+    exp2_kernel[2, 128](out, cuda.to_device(x))
+    want = np.exp2(x.astype(np.float64))
+    want[want < 2.0**-126] = 0
+    np.testing.assert_allclose(out.copy_to_host(), want, rtol=2.0**-21, atol=0)
+
+
+@cuda.jit
+def cp_async_4_kernel(out, src, src_index, src_bytes):
+    # out (n,) float32: thread i copies src's flat element src_index[i] (4 bytes, or none:
+    # zero fill) into shared slot i; the block then writes its shared array out
+    smem = cuda.shared.array(64, float32)
+    i = cuda.threadIdx.x
+    cp_async_4(smem, int32(i), src, np.int64(src_index[i]), uint32(src_bytes[i]))
+    cp_async_commit()
+    wait_all()
+    cuda.syncthreads()
+    out[i] = smem[i]
+
+
+@given(seed=SEEDS)
+def test_cp_async_4_copies_and_zero_fills(seed):
+    rng = np.random.default_rng(seed)
+    src = rng.standard_normal((5, 7)).astype(np.float32)   # rows of 28 bytes
+    n = 64
+    index = rng.integers(0, src.size, n).astype(np.int64)
+    size = rng.choice([0, 4], n).astype(np.uint32)
+    out = cuda.to_device(poisoned(n))
+    cp_async_4_kernel[1, n](out, cuda.to_device(src), cuda.to_device(index),
+                            cuda.to_device(size))
+    expected = np.where(size > 0, src.reshape(-1)[index], 0).astype(np.float32)
+    np.testing.assert_array_equal(out.copy_to_host(), expected)

@@ -170,7 +170,7 @@ ATTENTION_SHAPES = (("andrea-120m", 16, 12, 1024, 64), ("andrea-12m", 64, 12, 25
 def attention_candidates(D):
     """(forward tiles, (dq tile, dk/dv tile) pairs) the sweep times, defaults first; each
     backward pass varied alone (the two are timed together). Beside the tile shapes: 32
-    rows per warp, and launch bounds for 2-4 blocks per SM."""
+    rows per warp, launch bounds for 2-4 blocks per SM, and three stages."""
     from microgpt.kernels import flash_attention as fa
     from microgpt.kernels.flash_attention import FlashTile as F
 
@@ -188,7 +188,8 @@ def attention_candidates(D):
     forward = [fa.default_tile(D, "forward")] + usable(
         [F(128, 64), F(64, 64), F(128, 64, 16, 2), F(64, 64, 16, 4), F(128, 32, 16, 2),
          F(128, 64, 32), F(128, 32, 32), F(64, 32, 16, 2)], "forward")
-    others = [F(64, 32), F(64, 64), F(64, 32, 16, 2), F(128, 32, 32)]
+    others = [F(64, 32), F(64, 64), F(64, 32, 16, 2), F(128, 32, 32), F(64, 32, stages=3),
+              F(64, 64, stages=3)]
     backward = ([(dq, dkdv)] + [(t, dkdv) for t in usable(others, "dq")]
                 + [(dq, t) for t in usable(others, "dkdv")])
     return list(dict.fromkeys(forward)), list(dict.fromkeys(backward))
@@ -300,7 +301,8 @@ def bench_flash_attention(reps, sweep):
             row.update(time_fp32_attention(host, max(2, reps // 4)))
         rows.append(row)
         print(f"  {config:12s} {row['shape']}  fwd {row['fwd']:.3f} ms "
-              f"(SDPA {row['sdpa_fwd']:.3f})  fwd+bwd {row['both']:.3f} ms "
+              f"(SDPA {row['sdpa_fwd']:.3f})  bwd {row['bwd']:.3f} ms  "
+              f"fwd+bwd {row['both']:.3f} ms "
               f"(SDPA {row['sdpa_both']:.3f})"
               + (f"  fp32 {row['fp32_fwd']:.3f} / {row['fp32_both']:.3f}" if D % 16 else "")
               + (f"  best fwd {variant_text(row['best_fwd'][1])}, {row['best_fwd'][0]:.3f}"
@@ -317,14 +319,15 @@ def attention_report(rows, sweep):
              "then the dq and dk/dv passes. TFLOP/s count the causal half (fwd 4BHT²D/2, "
              "bwd 2.5x). Ratios are microgpt / SDPA time (targets: fwd <= 1.3, fwd+bwd <= 1.5).",
              "",
-             "| shape (B, H, T, D) | fwd ms | TFLOP/s | SDPA fwd ms | ratio | fwd+bwd ms | "
-             "TFLOP/s | SDPA fwd+bwd ms | ratio | fp32 kernel fwd / fwd+bwd ms |"
+             "| shape (B, H, T, D) | fwd ms | TFLOP/s | SDPA fwd ms | ratio | bwd ms | "
+             "fwd+bwd ms | TFLOP/s | SDPA fwd+bwd ms | ratio | fp32 kernel fwd / fwd+bwd ms |"
              + (" best fwd tile, ms | best bwd tiles, ms |" if sweep else ""),
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---|---|" if sweep else "")]
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+             + ("---|---|" if sweep else "")]
     for r in rows:
         cells = [f"{r['config']} {r['shape']}", f"{r['fwd']:.3f}",
                  f"{r['flops'] / r['fwd'] / 1e9:.0f}", f"{r['sdpa_fwd']:.3f}",
-                 f"{r['fwd'] / r['sdpa_fwd']:.2f}", f"{r['both']:.3f}",
+                 f"{r['fwd'] / r['sdpa_fwd']:.2f}", f"{r['bwd']:.3f}", f"{r['both']:.3f}",
                  f"{3.5 * r['flops'] / r['both'] / 1e9:.0f}", f"{r['sdpa_both']:.3f}",
                  f"{r['both'] / r['sdpa_both']:.2f}",
                  f"{r['fp32_fwd']:.3f} / {r['fp32_both']:.3f}" if "fp32_fwd" in r else ""]
