@@ -13,12 +13,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numba import cuda, float32, int32, uint16, uint32, uint64
 
-from microgpt.kernels.mma import (CHUNK, SHARED_ALIGN, bits_to_float32, cp_async_4,
-                                  cp_async_16, cp_async_commit, cp_async_wait_group,
-                                  exp2_ftz, fence_proxy_async, ldmatrix_x4,
-                                  ldmatrix_x4_trans, mma_bf16_16816, pack_bf16x2,
-                                  shared_address, shuffle_xor, to_bf16, warpgroup_commit,
+from microgpt.kernels.mma import (CHUNK, SHARED_ALIGN, bits_to_float32, bulk_commit,
+                                  bulk_wait, cp_async_4, cp_async_16, cp_async_commit,
+                                  cp_async_wait_group, exp2_ftz, fence_barrier_init,
+                                  fence_proxy_async, fence_tensor_map, ldmatrix_x4,
+                                  ldmatrix_x4_trans, mbarrier_arrive_expect_tx,
+                                  mbarrier_init, mbarrier_try_wait, mma_bf16_16816,
+                                  pack_bf16x2, shared_address, shuffle_xor, tma_add_2d,
+                                  tma_load_2d, tma_store_2d, to_bf16, warpgroup_commit,
                                   warpgroup_fence, warpgroup_wait, wgmma_bf16)
+from microgpt.kernels.tiles import tensor_map
 
 SEEDS = st.integers(0, 2**32 - 1)
 wait_all = cp_async_wait_group(0)
@@ -316,3 +320,69 @@ def test_cp_async_4_copies_and_zero_fills(seed):
                             cuda.to_device(size))
     expected = np.where(size > 0, src.reshape(-1)[index], 0).astype(np.float32)
     np.testing.assert_array_equal(out.copy_to_host(), expected)
+
+
+# The bulk tensor copies: a box of a matrix into shared memory (partly past the matrix's
+# edges: zeros there), its bytes completing on an mbarrier that every thread waits on,
+# then the box out of shared memory into another matrix (clipped at its edges), written or
+# added. The shared layout between the two is the hardware's swizzle, which the wgmma
+# tests of the GEMM read; here the round trip, the zeros, the clipping and the barrier.
+BOX = (16, 32)      # rows, cols: 64-byte rows of bf16, 128-byte rows of float32
+
+
+@functools.cache
+def tma_kernel(bf16, add):
+    store = tma_add_2d if add else tma_store_2d
+    size = 2 if bf16 else 4
+
+    @cuda.jit
+    def kernel(dst, src, src_map, dst_map, src_at, dst_at):
+        raw = cuda.shared.array(0, uint16 if bf16 else float32)
+        # a swizzled box starts on a whole 1024-byte pattern
+        smem = raw[int32((1024 - shared_address(raw, 0) % 1024) % 1024 // size):]
+        bars = cuda.shared.array(1, uint64)
+        if cuda.threadIdx.x == 0:
+            mbarrier_init(bars, 0, 1)
+            fence_barrier_init()
+        cuda.syncthreads()
+        if cuda.threadIdx.x == 0:
+            fence_tensor_map(src_map)
+            mbarrier_arrive_expect_tx(bars, 0, BOX[0] * BOX[1] * size)
+            tma_load_2d(smem, 0, src, src_map, src_at[1], src_at[0], bars, 0)
+        while not mbarrier_try_wait(bars, 0, 0):
+            pass
+        if cuda.threadIdx.x == 0:
+            store(dst, dst_map, dst_at[1], dst_at[0], smem, 0)
+            bulk_commit()
+            bulk_wait()
+    return kernel
+
+
+@given(seed=SEEDS)
+@pytest.mark.parametrize("dtype, add", [(np.uint16, False), (np.float32, False),
+                                        (np.float32, True)])
+def test_bulk_tensor_copies_round_trip(seed, dtype, add):
+    rng = np.random.default_rng(seed)
+    src = (bf16_bits(rng, 40, 48)[0] if dtype == np.uint16
+           else rng.standard_normal((40, 48)).astype(np.float32))
+    dst0 = (rng.standard_normal((24, 40)).astype(np.float32) if add
+            else poisoned((24, 40), dtype))
+    src_at = (int(rng.integers(0, 40)), 8 * int(rng.integers(0, 6)))   # row, col (16 B)
+    dst_at = (int(rng.integers(0, 24)), 8 * int(rng.integers(0, 5)))
+    box = np.zeros(BOX, dtype)
+    part = src[src_at[0]: src_at[0] + BOX[0], src_at[1]: src_at[1] + BOX[1]]
+    box[:part.shape[0], :part.shape[1]] = part
+    expected = dst0.copy()
+    view = expected[dst_at[0]: dst_at[0] + BOX[0], dst_at[1]: dst_at[1] + BOX[1]]
+    clipped = box[:view.shape[0], :view.shape[1]]
+    view[...] = view + clipped if add else clipped
+    d_src, dst = cuda.to_device(src), cuda.to_device(dst0)
+    tma_kernel(dtype == np.uint16, add)[1, 64, 0, 1024 + BOX[0] * BOX[1] * 4](
+        dst, d_src, tensor_map(d_src, *BOX), tensor_map(dst, *BOX),
+        np.array(src_at, np.int32), np.array(dst_at, np.int32))
+    got = dst.copy_to_host()
+    if add:
+        assert_close(got, expected, 1e-7, "tma_add_2d")
+    else:
+        np.testing.assert_array_equal(got.view(np.uint32 if dtype == np.float32 else dtype),
+                                      expected.view(np.uint32 if dtype == np.float32 else dtype))
