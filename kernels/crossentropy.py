@@ -4,17 +4,23 @@ and both passes fused into one launch for the training step.
 NumPy twins: ``microgpt.reference.crossentropy_forward``, ``crossentropy_backward`` and
 ``crossentropy_forward_backward``.
 
-Forward: each thread walks its strided columns of the row once (coalesced across the
-block), keeping an online pair (running max, sum of exp(x - max) over its other columns);
-the block combines the pairs (a block max, then a block sum of the rescaled sums). It
-writes the row's logsumexp and loss = (max - logits[target]) + log1p(sum): the max's own
-term of 1 is kept out of the sum so that the loss of a confidently right token (1 + tiny)
-keeps its relative accuracy. No probabilities tensor is written.
+Forward: the row's groups of columns (4 in one vector access where V divides into them,
+else single columns: ``precision.group_loader``) are dealt to the block's threads in turn,
+coalesced across the block; a thread reads UNROLL of its groups at once (a chunk) and
+keeps an online pair (running max, sum of exp(x - max) over its other columns), rescaled
+once per chunk; the block combines the pairs (a block max, then a block sum of the
+rescaled sums). It writes the row's logsumexp and loss = (max - logits[target]) +
+log1p(sum): the max's own term of 1 is kept out of the sum so that the loss of a
+confidently right token (1 + tiny) keeps its relative accuracy. No probabilities tensor
+is written.
 
 Backward: dlogits = dloss * (exp(logits - lse) - onehot(target)), recomputing the softmax
-from the saved lse, with expm1 at the target for the same reason. Each element is read and
-then written by the same thread, so dlogits may be logits itself: the (N, V) logits buffer
-becomes its own gradient in place.
+from the saved lse, with expm1 at the target for the same reason: every column gets
+dloss * p, and the thread that holds the target's column then stores dloss * (p - 1) over
+it, from the target's logit it read first (a choice per column computed expm1 for every
+one, and the column index it compared: most of the kernel's instructions). Each element
+is read and then written by the same thread, so dlogits may be logits itself: the (N, V)
+logits buffer becomes its own gradient in place.
 
 Forward + backward: the forward's pass, then the backward's over the same row in the same
 block, writing dlogits over the logits; the logsumexp stays in registers, as the row max
@@ -28,9 +34,8 @@ unit's ex2, 2 ulp plus |x| 2**-24): two per logit, the kernels' largest cost aft
 memory traffic, at two instructions each instead of libdevice's ten. The error it adds is
 that of the float32 arithmetic already there (|x - max| u in each term).
 
-The gradient pass reads UNROLL (4) of a thread's columns before it writes them: writing
-in place, each store would otherwise hold the next column's load until the store's own
-load had come back, one 2-byte load in flight per thread.
+The gradient pass reads a chunk before it writes any of it: writing in place, each store
+would otherwise hold the next load until the store's own load had come back.
 
 Mixed precision: logits and dlogits may be bf16 (uint16 arrays, ``kernels/precision.py``):
 the LM head's GEMM writes bf16 logits, and dlogits is the operand of the two GEMMs after
@@ -47,7 +52,8 @@ from microgpt.kernels.common import (REDUCE_SCRATCH, WARP, block_max, block_sum,
                                      check_array, check_block_size, check_not_empty,
                                      row_block)
 from microgpt.kernels.precision import (GROUP, check_activation, exp_approx, group_loader,
-                                        group_storer, group_width)
+                                        group_storer, group_width, load_float32,
+                                        store_float32)
 
 ONE = np.float32(1.0)
 ZERO = np.float32(0.0)
@@ -83,23 +89,21 @@ def _crossentropy_kernels(width):
     @cuda.jit(device=True, inline=True)
     def row_statistics(logits, row, target, scratch):
         """(row max, log of sum(exp(x - row max)), the target's logit) of one row; every
-        thread of the block calls, and the target's logit is valid in the thread whose
-        groups hold it, (target // width) % blockDim, the one that writes the loss."""
+        thread of the block calls. The target's logit is read by the thread whose groups
+        hold it, (target // width) % blockDim, the one that writes the loss and the
+        target's gradient (0 elsewhere): it reads the column before it writes it."""
         tid, n_threads = cuda.threadIdx.x, cuda.blockDim.x
         # online over this thread's chunks: the running max, and the sum of exp(x - max)
         # over every column but the max itself (its term is exactly 1, kept out so that
         # log1p can resolve a sum of 1 + tiny: the loss of a confidently right token)
         running_max = float32(-math.inf)
         running_rest = float32(0.0)
-        target_logit = float32(0.0)
         x = cuda.local.array(CHUNK, float32)
         for chunk in range(tid, logits.shape[1] // width, UNROLL * n_threads):
             load_chunk(x, logits, row, chunk, float32(-math.inf))
             chunk_max = x[0]        # the chunk's first group is in the row
             for i in range(CHUNK):
                 chunk_max = max(chunk_max, x[i])
-                if (chunk + (i // width) * n_threads) * width + i % width == target:
-                    target_logit = x[i]
             # a new max: the old one joins the rest, and the first column holding the new
             # one stays out of it
             skip = chunk_max > running_max
@@ -121,13 +125,16 @@ def _crossentropy_kernels(width):
         rescale = exp_approx(running_max - row_max)
         own_max_term = ZERO if float32(tid) == owner else rescale
         row_rest = block_sum(running_rest * rescale + own_max_term, scratch)
+        target_logit = (load_float32(logits, (row, target))
+                        if tid == (target // width) % n_threads else ZERO)
         return row_max, math.log1p(row_rest), target_logit
 
     @cuda.jit(device=True, inline=True)
-    def write_row_gradient(dlogits, logits, row, shift, log_sum, target, dloss):
+    def write_row_gradient(dlogits, logits, row, shift, log_sum, target, target_logit,
+                           dloss):
         """dlogits[row] = dloss * (softmax - onehot(target)), with log p = (x - shift) -
         log_sum and shift + log_sum the row's logsumexp; each column is read and then
-        written by one thread, so dlogits may be logits."""
+        written by one thread, so dlogits may be logits (target_logit read before)."""
         # a chunk is read before any of it is written: in place, a store would otherwise
         # hold the next read until the store's own read came back
         x = cuda.local.array(CHUNK, float32)
@@ -138,12 +145,14 @@ def _crossentropy_kernels(width):
                 g = chunk + u * n_threads
                 if g < n_groups:
                     for e in range(width):
-                        log_p = (x[u * width + e] - shift) - log_sum
-                        # p - 1 at the target as expm1: exact when the target is all but
-                        # certain
-                        x[u * width + e] = dloss * (math.expm1(log_p) if g * width + e == target
-                                                    else exp_approx(log_p))
+                        x[u * width + e] = dloss * exp_approx((x[u * width + e] - shift)
+                                                              - log_sum)
                     store(dlogits, (row, g * width), x, u * width)
+        # p - 1 at the target, as expm1 (exact when the target is all but certain), over
+        # the p its group's store wrote: by the thread that stored it, so it lands after
+        if cuda.threadIdx.x == (target // width) % n_threads:
+            store_float32(dlogits, (row, target),
+                          dloss * math.expm1((target_logit - shift) - log_sum))
 
     @cuda.jit
     def crossentropy_forward_kernel(losses, lse, logits, targets):
@@ -164,7 +173,11 @@ def _crossentropy_kernels(width):
         # dlogits (N, V), logits (N, V) (may be the same array), each float32 or bf16,
         # lse (N,), targets (N,) int32, dloss float32; block = row
         row = cuda.blockIdx.x
-        write_row_gradient(dlogits, logits, row, lse[row], ZERO, targets[row], dloss)
+        target = targets[row]
+        # the target's column is written by its owner alone, after this read (the other
+        # threads' reads of it are not used)
+        write_row_gradient(dlogits, logits, row, lse[row], ZERO, target,
+                           load_float32(logits, (row, target)), dloss)
 
     @cuda.jit
     def crossentropy_forward_backward_kernel(losses, logits, targets, dloss):
@@ -180,7 +193,8 @@ def _crossentropy_kernels(width):
         row_max, log_sum, target_logit = row_statistics(logits, row, target, scratch)
         if cuda.threadIdx.x == (target // width) % cuda.blockDim.x:
             losses[row] = (row_max - target_logit) + log_sum
-        write_row_gradient(logits, logits, row, row_max, log_sum, target, dloss)
+        write_row_gradient(logits, logits, row, row_max, log_sum, target, target_logit,
+                           dloss)
 
     return (crossentropy_forward_kernel, crossentropy_backward_kernel,
             crossentropy_forward_backward_kernel)

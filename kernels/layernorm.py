@@ -11,27 +11,29 @@ the row hits L1. A warp per row needs no block barrier, so a block's rows procee
 independently and an SM holds up to 64 rows in flight (a block per row, as before, waited
 on two block reductions per row and held 16).
 
-Residual + LayerNorm forward: the same, on the sum a + b of two rows (the residual
-stream and a block's branch), which it writes out as the next residual stream; the sum
-stays in shared memory (C floats per warp) for the statistics and the normalisation, so a
-and b are read once and no second launch re-reads the sum. The backward of the residual
-add is the identity into both of its inputs, so this op's backward is
-``layernorm_backward`` accumulating into the residual stream's gradient, as the model's
-is.
+Residual + LayerNorm forward and the backward, the step's 24 calls each: C is a
+compile-time constant of the kernel (one per model width), and a lane holds its columns of
+the row in registers, C / 32 of them, in groups of 4 (``precision.group_loader``: one
+16-byte access of float32, 8 of bf16) where the row divides into groups. Every read of a
+row is issued before its first write and its first use, so a lane has all its row's loads
+in flight at once (one load at a time per lane, and a store between two loads, kept too
+few bytes in flight to stream memory: docs/fused-kernels.md's tuning log).
+
+Residual + LayerNorm forward: the same as the forward, on the sum a + b of two rows (the
+residual stream and a block's branch), which it writes out as the next residual stream;
+the sum stays in registers for the statistics and the normalisation, so a and b are read
+once and no second launch re-reads the sum. The backward of the residual add is the
+identity into both of its inputs, so this op's backward is ``layernorm_backward``
+accumulating into the residual stream's gradient, as the model's is.
 
 Backward, fused into one launch: a block owns a chunk of rows_per_block rows, its warps a
-row each at a time. Per row a warp reduces sum(dxhat) and sum(dxhat * xhat) and adds the
-row's input gradient into dinp; meanwhile each warp accumulates dweight and dbias for its
-rows in its own part of the block's (dynamic) shared memory (2C floats per warp: no
-atomics, no barrier), and at the end the block adds the warps' parts and adds that with
-one global atomic per column: N / rows_per_block atomics per element of dweight and dbias
-instead of N. (Shared atomics into one (2C,) part, the first version, left the andrea-120m
-backward as slow as the block-per-row kernel it replaced.)
-
-Where a pass both reads and writes global memory per column (the residual forward's sum,
-the backward's dinp), a lane reads UNROLL columns before it writes the first: a store
-between two loads keeps the second from issuing until the first has come back, which left
-one load per lane in flight.
+row each at a time. Per row a warp reads x, dout and the dinp it adds to, reduces
+sum(dxhat) and sum(dxhat * xhat), and writes dinp; a lane's columns are the same in every
+row, so it accumulates dweight and dbias for them in registers across its rows, and at
+the end the block sums its warps' (shared atomics, once per block) and adds that with one
+global atomic per column: N / rows_per_block atomics per element of dweight and dbias.
+(Each warp's partials in shared memory, the version before, read and wrote them between
+the row's loads, which held the next load back.)
 
 Mixed precision: `out` (forward) and `dout` (backward) may be bf16 (uint16 arrays, see
 ``kernels/precision.py``), since the forward's output is a GEMM operand and the backward's
@@ -57,7 +59,14 @@ ONE = np.float32(1.0)
 
 FORWARD_BLOCK = 256        # 8 rows at a time
 BACKWARD_BLOCK = 256
-ROWS_PER_BLOCK = 16        # 2 per warp at the default block
+# 8 per warp at the default block: at andrea-120m (N = 16384) 256 blocks, of which the
+# H200 holds 132 at a time (one per SM: the registers), and a block's end (its sums'
+# atomics) comes once per 64 rows (16 rows a block took 1.7x as long, H200 sweep in
+# docs/fused-kernels.md)
+ROWS_PER_BLOCK = 64
+# the kernels that hold a row in registers (C / 32 floats a lane, up to 255 registers a
+# thread) fit at most this many threads in the SM's 64K registers
+MAX_REGISTER_ROW_BLOCK = 256
 FLOAT32_BYTES = 4
 # the shared memory a block may use without the driver's opt-in (48 KiB), less the block
 # reduction's scratch (WARP floats on a GPU)
@@ -309,11 +318,14 @@ def _check_rows(inp, weight, mean, rstd, inp_name="inp"):
     return N, C
 
 
-def _block(block, rows, cap):
-    """The launch's block: as given (whole warps), or by default a warp per row, up to cap
-    threads and no more warps than rows."""
+def _block(block, rows, cap, most=1024):
+    """The launch's block: as given (whole warps, at most `most` threads), or by default a
+    warp per row, up to cap threads and no more warps than rows."""
     block = row_block(rows * WARP, cap) if block is None else block
     check_block_size(block, WARP)
+    if block > most:
+        raise ValueError(f"block size must be at most {most} for a kernel that holds its "
+                         f"rows in registers, got {block}")
     return block
 
 
@@ -349,7 +361,7 @@ def residual_layernorm_forward(resid, out, mean, rstd, a, b, weight, bias, *, st
     check_array("resid", resid, (N, C))
     check_activation("out", out, (N, C))
     check_array("bias", bias, (C,))
-    block = _block(block, N, FORWARD_BLOCK)
+    block = _block(block, N, FORWARD_BLOCK, MAX_REGISTER_ROW_BLOCK)
     if N == 0:
         return
     width = group_width(C, resid, out, a, b, weight, bias)
@@ -372,7 +384,7 @@ def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, *, d
     if rows_per_block < 1:
         raise ValueError(f"rows_per_block must be at least 1, got {rows_per_block}")
     _check_shared_bytes("layernorm_backward", C, 2)
-    block = _block(block, min(N, rows_per_block), BACKWARD_BLOCK)
+    block = _block(block, min(N, rows_per_block), BACKWARD_BLOCK, MAX_REGISTER_ROW_BLOCK)
     if N == 0:
         return
     copy = dinp if dinp_copy is None else dinp_copy
