@@ -58,11 +58,11 @@ ZERO = np.float32(0.0)
 ONE = np.float32(1.0)
 
 FORWARD_BLOCK = 256        # 8 rows at a time
-BACKWARD_BLOCK = 256
-# 8 per warp at the default block: at andrea-120m (N = 16384) 256 blocks, of which the
-# H200 holds 132 at a time (one per SM: the registers), and a block's end (its sums'
-# atomics) comes once per 64 rows (16 rows a block took 1.7x as long, H200 sweep in
-# docs/fused-kernels.md)
+# the backward's default launch, the fastest of an H200 sweep at andrea-120m (tuning log,
+# docs/fused-kernels.md): 4 warps of 16 rows each, so that N = 16384 rows make 256
+# blocks, one wave of the 396 the SMs hold (3 each: the registers); a block's end, its
+# sums' atomics, then comes once per 64 rows (16 rows a block took 2.1x as long)
+BACKWARD_BLOCK = 128
 ROWS_PER_BLOCK = 64
 # the kernels that hold a row in registers (C / 32 floats a lane, up to 255 registers a
 # thread) fit at most this many threads in the SM's 64K registers

@@ -121,10 +121,12 @@ def test_gelu_tails_keep_their_relative_accuracy():
 
 
 def test_default_block():
-    """block left out, as the model launches them, over more than one 256-thread block."""
+    """block left out, as the model launches them, over more than one block: the residual
+    add's 256 elements, GELU's 4096 forward and 2048 backward (4 groups of 4 a thread)."""
+    n = 4396
     rng = np.random.default_rng(4)
-    x, y = randn(rng, 300), randn(rng, 300)
-    out, dinp = cuda.to_device(poisoned(300)), cuda.to_device(poisoned(300))
+    x, y = randn(rng, n), randn(rng, n)
+    out, dinp = cuda.to_device(poisoned(n)), cuda.to_device(poisoned(n))
     elementwise.residual_forward(out, cuda.to_device(x), cuda.to_device(y))
     assert_close(out.copy_to_host(), x.astype(np.float64) + y, TOL_F32_OP, "residual")
     elementwise.gelu_forward(out, cuda.to_device(x))
@@ -133,7 +135,7 @@ def test_default_block():
     assert_close(dinp.copy_to_host(), ref.gelu_backward(y.astype(np.float64), x), TOL_F32_OP,
                  "gelu backward")
     bits, exact = bf16(x)
-    out_bf16 = cuda.to_device(poisoned(300, BF16))
+    out_bf16 = cuda.to_device(poisoned(n, BF16))
     elementwise.gelu_forward(out_bf16, cuda.to_device(bits))
     assert_output_close(out_bf16, ref.gelu_forward(exact), "gelu, bf16")
 

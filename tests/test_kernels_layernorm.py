@@ -149,8 +149,8 @@ def test_layernorm_of_a_row_written_out():
 
 
 def test_default_blocks_at_their_caps():
-    """block=None as the model launches it, on rows wider than both defaults (128 threads
-    forward, 256 backward)."""
+    """block=None as the model launches it, on rows wider than both defaults (256 threads
+    forward, 128 backward)."""
     check_forward((2, 300), None, np.float32, seed=3)
     check_residual_forward((2, 300), None, BF16, seed=6)
     check_backward((2, 300), None, layernorm.ROWS_PER_BLOCK, seed=4)
