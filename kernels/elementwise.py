@@ -2,8 +2,10 @@
 
 NumPy twins: ``microgpt.reference.residual_forward``, ``gelu_forward``, ``gelu_backward``.
 The launchers take arrays of any shape (all of one shape, C-contiguous) and run over their
-flat views: the residual add one element per thread, GELU four (ELEMENTS), strided by the
-grid's thread count so that each of a warp's accesses is coalesced. Every constant is a
+flat views: the residual add one element per thread, GELU four groups (GROUPS) of 4
+elements in one vector access each (``precision.group_loader``; single elements where the
+arrays do not split into aligned groups), strided by the grid's thread count so that each
+of a warp's accesses is coalesced. Every constant is a
 float32 so that no float64 arithmetic slips into the kernels.
 
 GELU is computed as x * sigmoid(2u) (the same function: (1 + tanh(u)) / 2 = sigmoid(2u)),

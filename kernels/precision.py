@@ -156,16 +156,18 @@ if not SIMULATOR:
             return context.get_dummy_value()
         return sig, codegen
 
-    def _load_group(out, at, arr, index):
-        """out[at:at + GROUP] = arr's GROUP elements from index, as float32."""
+    def load_group4(out, at, arr, index):
+        """out[at:at + GROUP] = arr's GROUP elements from index, as float32; device code
+        only."""
         raise NotImplementedError("a device function: call it from a kernel")
 
-    def _store_group(arr, index, values, at):
-        """arr's GROUP elements from index = values[at:at + GROUP], rounded if bf16."""
+    def store_group4(arr, index, values, at):
+        """arr's GROUP elements from index = values[at:at + GROUP], rounded if bf16; device
+        code only."""
         raise NotImplementedError("a device function: call it from a kernel")
 
-    @overload(_load_group)
-    def _load_group_overload(out, at, arr, index):
+    @overload(load_group4)
+    def _load_group4(out, at, arr, index):
         if arr.dtype == types.uint16:
             def load_bf16(out, at, arr, index):
                 v = _load_vector(arr, index)
@@ -183,8 +185,8 @@ if not SIMULATOR:
             out[at + 3] = v[3]
         return load
 
-    @overload(_store_group)
-    def _store_group_overload(arr, index, values, at):
+    @overload(store_group4)
+    def _store_group4(arr, index, values, at):
         if arr.dtype == types.uint16:
             def store_bf16(arr, index, values, at):
                 _store_vector(arr, index, (to_bf16(values[at]), to_bf16(values[at + 1]),
@@ -195,14 +197,6 @@ if not SIMULATOR:
             _store_vector(arr, index, (values[at], values[at + 1], values[at + 2],
                                        values[at + 3]))
         return store
-
-    @cuda.jit(device=True, inline=True)
-    def load_group4(out, at, arr, index):
-        _load_group(out, at, arr, index)
-
-    @cuda.jit(device=True, inline=True)
-    def store_group4(arr, index, values, at):
-        _store_group(arr, index, values, at)
 
 else:
     def _flat(arr, index):
