@@ -2,8 +2,10 @@
 
 NumPy twins: ``microgpt.reference.residual_forward``, ``gelu_forward``, ``gelu_backward``.
 The launchers take arrays of any shape (all of one shape, C-contiguous) and run over their
-flat views: the residual add one element per thread, GELU four (ELEMENTS), strided by the
-grid's thread count so that each of a warp's accesses is coalesced. Every constant is a
+flat views: the residual add one element per thread, GELU four groups (GROUPS) of 4
+elements in one vector access each (``precision.group_loader``; single elements where the
+arrays do not split into aligned groups), strided by the grid's thread count so that each
+of a warp's accesses is coalesced. Every constant is a
 float32 so that no float64 arithmetic slips into the kernels.
 
 GELU is computed as x * sigmoid(2u) (the same function: (1 + tanh(u)) / 2 = sigmoid(2u)),
@@ -17,12 +19,14 @@ is the operand of the MLP's projection GEMM and its input the result of the GEMM
 it; the backward's dout is a GEMM result and its dinp the operand of the next two.
 """
 
+import functools
+
 import numpy as np
 from numba import cuda, float32, uint16
 
 from microgpt.kernels.common import ceil_div, check_array, check_block_size
-from microgpt.kernels.precision import (check_activation, exp_approx, load_float32,
-                                        store_float32)
+from microgpt.kernels.precision import (GROUP, check_activation, exp_approx, group_loader,
+                                        group_storer, group_width)
 from microgpt.reference import GELU_SCALE as _GELU_SCALE
 
 GELU_SCALE = np.float32(_GELU_SCALE)          # sqrt(2 / pi)
@@ -34,10 +38,12 @@ ONE = np.float32(1.0)
 TWO = np.float32(2.0)
 
 BLOCK = 256
-# GELU elements per thread: its loads all issued before its first store, so that a
-# thread has 4 loads in flight rather than one (a 2-byte bf16 load alone kept too few
-# bytes in flight per SM to stream memory)
-ELEMENTS = 4
+# GELU backward's: 10% faster than 256 on the H200 at andrea-120m (99 against 109 us, the
+# tuning log of docs/fused-kernels.md)
+BACKWARD_BLOCK = 128
+# GELU groups per thread (of 1 element, or 4 in one vector access): its loads all
+# issued before its first store, so that a thread has 4 loads in flight rather than one
+GROUPS = 4
 
 
 # ----------------------------------------------------------------------------------
@@ -60,59 +66,72 @@ def _gate(x):
     return s, (e * s if s > HALF else ONE - s)
 
 
-@cuda.jit
-def _gelu_forward_kernel(out, inp):
-    # out, inp: float32 or bf16 each; thread i takes elements i + k * (threads in the
-    # grid), k < ELEMENTS, reading all of them before it computes
-    x = cuda.local.array(ELEMENTS, float32)
-    first, stride, n = cuda.grid(1), cuda.gridsize(1), out.size
-    for k in range(ELEMENTS):
-        j = first + k * stride
-        x[k] = load_float32(inp, j) if j < n else ZERO
-    for k in range(ELEMENTS):
-        j = first + k * stride
-        if j < n:
-            s, _ = _gate(x[k])
-            store_float32(out, j, x[k] * s)
+@functools.cache
+def _gelu_kernels(width):
+    """(forward, backward) moving elements in groups of width (1, or precision.GROUP in
+    one vector access): thread i takes groups i + k * (threads in the grid), k < GROUPS,
+    and reads all of them before it computes."""
+    load, store = group_loader(width), group_storer(width)
+    ELEMENTS = GROUPS * width
 
+    @cuda.jit(device=True, inline=True)
+    def group_start(k):
+        """The first element of the thread's k-th group; n (or more) past the last."""
+        return (cuda.grid(1) + k * cuda.gridsize(1)) * width
 
-@cuda.jit
-def _gelu_backward_kernel(dinp, dout, inp):
-    # dinp, dout, inp: float32 or bf16 each, elements as in the forward; dinp may be dout
-    # itself: a thread reads its dout elements before it writes them.
-    # gelu'(x) = s + 2 x s (1 - s) u'(x)
-    x = cuda.local.array(ELEMENTS, float32)
-    dy = cuda.local.array(ELEMENTS, float32)
-    first, stride, n = cuda.grid(1), cuda.gridsize(1), dinp.size
-    for k in range(ELEMENTS):
-        j = first + k * stride
-        x[k] = load_float32(inp, j) if j < n else ZERO
-        dy[k] = load_float32(dout, j) if j < n else ZERO
-    for k in range(ELEMENTS):
-        j = first + k * stride
-        if j < n:
-            s, one_minus_s = _gate(x[k])
-            du = GELU_SCALE * (ONE + GELU_CUBIC_3 * x[k] * x[k])
-            store_float32(dinp, j, dy[k] * (s + TWO * x[k] * s * one_minus_s * du))
+    @cuda.jit
+    def gelu_forward_kernel(out, inp):
+        # out, inp: float32 or bf16 each
+        x = cuda.local.array(ELEMENTS, float32)
+        for k in range(GROUPS):
+            if group_start(k) < out.size:
+                load(x, k * width, inp, group_start(k))
+        for k in range(GROUPS):
+            if group_start(k) < out.size:
+                for e in range(width):
+                    s, _ = _gate(x[k * width + e])
+                    x[k * width + e] *= s
+                store(out, group_start(k), x, k * width)
+
+    @cuda.jit
+    def gelu_backward_kernel(dinp, dout, inp):
+        # dinp, dout, inp: float32 or bf16 each; dinp may be dout itself: a thread reads
+        # its dout elements before it writes them. gelu'(x) = s + 2 x s (1 - s) u'(x)
+        x = cuda.local.array(ELEMENTS, float32)
+        dy = cuda.local.array(ELEMENTS, float32)
+        for k in range(GROUPS):
+            if group_start(k) < dinp.size:
+                load(x, k * width, inp, group_start(k))
+                load(dy, k * width, dout, group_start(k))
+        for k in range(GROUPS):
+            if group_start(k) < dinp.size:
+                for e in range(width):
+                    i = k * width + e
+                    s, one_minus_s = _gate(x[i])
+                    du = GELU_SCALE * (ONE + GELU_CUBIC_3 * x[i] * x[i])
+                    dy[i] *= s + TWO * x[i] * s * one_minus_s * du
+                store(dinp, group_start(k), dy, k * width)
+
+    return gelu_forward_kernel, gelu_backward_kernel
 
 
 _F32, _BF16 = float32[::1], uint16[::1]
-PTX_SIGNATURES = [
-    (_residual_forward_kernel, (_F32, _F32, _F32)),
-    (_gelu_forward_kernel, (_F32, _F32)),
-    (_gelu_forward_kernel, (_BF16, _F32)),           # the GEMM wrote float32
-    (_gelu_forward_kernel, (_BF16, _BF16)),
-    (_gelu_backward_kernel, (_F32, _F32, _F32)),
-    (_gelu_backward_kernel, (_BF16, _BF16, _BF16)),
-]
+PTX_SIGNATURES = [(_residual_forward_kernel, (_F32, _F32, _F32))] + [
+    signature for width in (1, GROUP) for signature in [
+        (_gelu_kernels(width)[0], (_F32, _F32)),
+        (_gelu_kernels(width)[0], (_BF16, _F32)),           # the GEMM wrote float32
+        (_gelu_kernels(width)[0], (_BF16, _BF16)),
+        (_gelu_kernels(width)[1], (_F32, _F32, _F32)),
+        (_gelu_kernels(width)[1], (_BF16, _BF16, _BF16))]]
 
 
 # ----------------------------------------------------------------------------------
 # launchers
 
-def _launch_flat(kernel, arrays, names, stream, block, bf16=False, per_thread=1):
+def _launch_flat(kernel, arrays, names, stream, block, bf16=False, groups=None):
     """Check that every array has the first one's shape (and is float32, or also bf16
-    where bf16), then run kernel over flat views, per_thread elements to a thread."""
+    where bf16), then run kernel over flat views: an element a thread, or, given groups,
+    that many groups a thread, kernel(width) the kernel of the arrays' group width."""
     check_block_size(block)
     shape = arrays[0].shape
     for name, arr in zip(names, arrays):
@@ -122,7 +141,9 @@ def _launch_flat(kernel, arrays, names, stream, block, bf16=False, per_thread=1)
             check_array(name, arr, shape)
     n = arrays[0].size
     if n:
-        kernel[ceil_div(n, block * per_thread), block, stream](
+        width = group_width(n, *arrays) if groups else 1
+        kernel = kernel(width) if groups else kernel
+        kernel[ceil_div(n, block * (groups or 1) * width), block, stream](
             *(arr.reshape(n) for arr in arrays))
 
 
@@ -133,12 +154,12 @@ def residual_forward(out, a, b, *, stream=0, block=BLOCK):
 
 def gelu_forward(out, inp, *, stream=0, block=BLOCK):
     """out = gelu(inp), tanh approximation, both of one shape, each float32 or bf16."""
-    _launch_flat(_gelu_forward_kernel, (out, inp), ("out", "inp"), stream, block, bf16=True,
-                 per_thread=ELEMENTS)
+    _launch_flat(lambda width: _gelu_kernels(width)[0], (out, inp), ("out", "inp"), stream,
+                 block, bf16=True, groups=GROUPS)
 
 
-def gelu_backward(dinp, dout, inp, *, stream=0, block=BLOCK):
+def gelu_backward(dinp, dout, inp, *, stream=0, block=BACKWARD_BLOCK):
     """dinp = dout * gelu'(inp), each float32 or bf16; dinp may be the same array as dout
     (in place)."""
-    _launch_flat(_gelu_backward_kernel, (dinp, dout, inp), ("dinp", "dout", "inp"),
-                 stream, block, bf16=True, per_thread=ELEMENTS)
+    _launch_flat(lambda width: _gelu_kernels(width)[1], (dinp, dout, inp),
+                 ("dinp", "dout", "inp"), stream, block, bf16=True, groups=GROUPS)

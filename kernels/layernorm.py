@@ -11,27 +11,29 @@ the row hits L1. A warp per row needs no block barrier, so a block's rows procee
 independently and an SM holds up to 64 rows in flight (a block per row, as before, waited
 on two block reductions per row and held 16).
 
-Residual + LayerNorm forward: the same, on the sum a + b of two rows (the residual
-stream and a block's branch), which it writes out as the next residual stream; the sum
-stays in shared memory (C floats per warp) for the statistics and the normalisation, so a
-and b are read once and no second launch re-reads the sum. The backward of the residual
-add is the identity into both of its inputs, so this op's backward is
-``layernorm_backward`` accumulating into the residual stream's gradient, as the model's
-is.
+Residual + LayerNorm forward and the backward, the step's 24 calls each: C is a
+compile-time constant of the kernel (one per model width), and a lane holds its columns of
+the row in registers, C / 32 of them, in groups of 4 (``precision.group_loader``: one
+16-byte access of float32, 8 of bf16) where the row divides into groups. Every read of a
+row is issued before its first write and its first use, so a lane has all its row's loads
+in flight at once (one load at a time per lane, and a store between two loads, kept too
+few bytes in flight to stream memory: docs/fused-kernels.md's tuning log).
+
+Residual + LayerNorm forward: the same as the forward, on the sum a + b of two rows (the
+residual stream and a block's branch), which it writes out as the next residual stream;
+the sum stays in registers for the statistics and the normalisation, so a and b are read
+once and no second launch re-reads the sum. The backward of the residual add is the
+identity into both of its inputs, so this op's backward is ``layernorm_backward``
+accumulating into the residual stream's gradient, as the model's is.
 
 Backward, fused into one launch: a block owns a chunk of rows_per_block rows, its warps a
-row each at a time. Per row a warp reduces sum(dxhat) and sum(dxhat * xhat) and adds the
-row's input gradient into dinp; meanwhile each warp accumulates dweight and dbias for its
-rows in its own part of the block's (dynamic) shared memory (2C floats per warp: no
-atomics, no barrier), and at the end the block adds the warps' parts and adds that with
-one global atomic per column: N / rows_per_block atomics per element of dweight and dbias
-instead of N. (Shared atomics into one (2C,) part, the first version, left the andrea-120m
-backward as slow as the block-per-row kernel it replaced.)
-
-Where a pass both reads and writes global memory per column (the residual forward's sum,
-the backward's dinp), a lane reads UNROLL columns before it writes the first: a store
-between two loads keeps the second from issuing until the first has come back, which left
-one load per lane in flight.
+row each at a time. Per row a warp reads x, dout and the dinp it adds to, reduces
+sum(dxhat) and sum(dxhat * xhat), and writes dinp; a lane's columns are the same in every
+row, so it accumulates dweight and dbias for them in registers across its rows, and at
+the end the block sums its warps' (shared atomics, once per block) and adds that with one
+global atomic per column: N / rows_per_block atomics per element of dweight and dbias.
+(Each warp's partials in shared memory, the version before, read and wrote them between
+the row's loads, which held the next load back.)
 
 Mixed precision: `out` (forward) and `dout` (backward) may be bf16 (uint16 arrays, see
 ``kernels/precision.py``), since the forward's output is a GEMM operand and the backward's
@@ -47,21 +49,28 @@ from numba import cuda, float32, int64, uint16
 
 from microgpt.kernels.common import (REDUCE_SCRATCH, WARP, ceil_div, check_array,
                                      check_block_size, check_not_empty, row_block, warp_sum)
-from microgpt.kernels.precision import check_activation, load_float32, store_float32
+from microgpt.kernels.precision import (GROUP, check_activation, group_loader, group_storer,
+                                        group_width, store_float32)
 from microgpt.reference import LN_EPS as _LN_EPS
 
 LN_EPS = np.float32(_LN_EPS)
 ZERO = np.float32(0.0)
 ONE = np.float32(1.0)
-UNROLL = 4       # a lane's columns read together where the pass also writes to global
 
 FORWARD_BLOCK = 256        # 8 rows at a time
-BACKWARD_BLOCK = 256
-ROWS_PER_BLOCK = 16        # 2 per warp at the default block
+# the backward's default launch, the fastest of an H200 sweep at andrea-120m (tuning log,
+# docs/fused-kernels.md): 4 warps of 16 rows each, so that N = 16384 rows make 256
+# blocks, one wave of the 396 the SMs hold (3 each: the registers); a block's end, its
+# sums' atomics, then comes once per 64 rows (16 rows a block took 2.1x as long)
+BACKWARD_BLOCK = 128
+ROWS_PER_BLOCK = 64
+# the kernels that hold a row in registers (C / 32 floats a lane, up to 255 registers a
+# thread) fit at most this many threads in the SM's 64K registers
+MAX_REGISTER_ROW_BLOCK = 256
 FLOAT32_BYTES = 4
-# the shared memory a block may use without the driver's opt-in (48 KiB, static and
-# dynamic together), less the block reduction's static scratch (WARP floats on a GPU)
-MAX_DYNAMIC_SHARED_BYTES = 48 * 1024 - WARP * FLOAT32_BYTES
+# the shared memory a block may use without the driver's opt-in (48 KiB), less the block
+# reduction's scratch (WARP floats on a GPU)
+MAX_SHARED_BYTES = 48 * 1024 - WARP * FLOAT32_BYTES
 
 
 # ----------------------------------------------------------------------------------
@@ -111,113 +120,166 @@ def _layernorm_forward_kernel(out, mean, rstd, inp, weight, bias):
     _normalise_row(out, mean, rstd, row, x, row_mean, weight, bias, scratch)
 
 
-@cuda.jit
-def _residual_layernorm_forward_kernel(resid, out, mean, rstd, a, b, weight, bias):
-    # resid (N, C) = a + b, out (N, C) float32 or bf16 = layernorm(resid) * weight + bias,
-    # mean (N,), rstd (N,), a (N, C), b (N, C), weight (C,), bias (C,); warp = row
-    scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
-    # dynamic shared memory (warps, C): each warp's row sum; column c is lane c % 32's
-    # alone, so no barrier guards it
-    row_sums = cuda.shared.array(0, float32)
-    row, lane = _warp_row()
-    N, C = a.shape
-    first = (cuda.threadIdx.x // WARP) * C
-    x = row_sums[first:first + (C if row < N else 0)]
-    partial = float32(0.0)
-    # UNROLL columns at a time, read before the first is written (a store to resid
-    # between two reads would hold the second until the first came back)
-    a_cols = cuda.local.array(UNROLL, float32)
-    b_cols = cuda.local.array(UNROLL, float32)
-    for chunk in range(lane, x.shape[0], UNROLL * WARP):
-        for k in range(UNROLL):
-            c = chunk + k * WARP
-            a_cols[k] = a[row, c] if c < x.shape[0] else ZERO
-            b_cols[k] = b[row, c] if c < x.shape[0] else ZERO
-        for k in range(UNROLL):
-            c = chunk + k * WARP
-            if c < x.shape[0]:
-                value = a_cols[k] + b_cols[k]
-                resid[row, c] = value
-                x[c] = value
-                partial += value
-    row_mean = warp_sum(partial, scratch) / float32(C)
-    _normalise_row(out, mean, rstd, row, x, row_mean, weight, bias, scratch)
+@functools.cache
+def _lane_columns(C, width):
+    """(groups, columns) a lane holds of a row of C in registers, in groups of width:
+    group k of a lane starts at column (lane + k * WARP) * width."""
+    groups = ceil_div(C, width * WARP)
+    return groups, groups * width
 
 
 @functools.cache
-def _layernorm_backward_kernel(write_copy):
-    """write_copy: also write dinp's new value, rounded to bf16, into dinp_copy."""
+def _residual_layernorm_forward_kernel(C, width):
+    """The fused forward for rows of C, read and written in groups of width."""
+    GROUPS, COLS = _lane_columns(C, width)
+    load, store = group_loader(width), group_storer(width)
+
+    @cuda.jit
+    def residual_layernorm_forward_kernel(resid, out, mean, rstd, a, b, weight, bias):
+        # resid (N, C) = a + b, out (N, C) float32 or bf16 = layernorm(resid) * weight +
+        # bias, mean (N,), rstd (N,), a (N, C), b (N, C), weight (C,), bias (C,); warp =
+        # row, its lanes' columns in registers
+        scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
+        row, lane = _warp_row()
+        N = a.shape[0]
+        x = cuda.local.array(COLS, float32)
+        y = cuda.local.array(COLS, float32)
+        # every read of the row before the first write, so that a lane has all its
+        # groups' loads in flight at once
+        for k in range(GROUPS):
+            col = (lane + k * WARP) * width
+            if row < N and col < C:
+                load(x, k * width, a, (row, col))
+                load(y, k * width, b, (row, col))
+            else:
+                for e in range(width):
+                    x[k * width + e] = ZERO
+                    y[k * width + e] = ZERO
+        partial = float32(0.0)
+        for i in range(COLS):
+            x[i] += y[i]
+            partial += x[i]
+        for k in range(GROUPS):
+            col = (lane + k * WARP) * width
+            if row < N and col < C:
+                store(resid, (row, col), x, k * width)
+        row_mean = warp_sum(partial, scratch) / float32(C)
+        # the variance of the centred row (a column past C is not in it)
+        partial = float32(0.0)
+        for k in range(GROUPS):
+            for e in range(width):
+                if (lane + k * WARP) * width + e < C:
+                    x[k * width + e] -= row_mean
+                    partial += x[k * width + e] * x[k * width + e]
+        row_rstd = ONE / math.sqrt(warp_sum(partial, scratch) / float32(C) + LN_EPS)
+        if row < N:
+            for k in range(GROUPS):
+                col = (lane + k * WARP) * width
+                if col < C:
+                    load(y, k * width, weight, col)
+                    for e in range(width):
+                        x[k * width + e] *= row_rstd * y[k * width + e]
+                    load(y, k * width, bias, col)
+                    for e in range(width):
+                        x[k * width + e] += y[k * width + e]
+                    store(out, (row, col), x, k * width)
+            if lane == 0:
+                mean[row] = row_mean
+                rstd[row] = row_rstd
+
+    return residual_layernorm_forward_kernel
+
+
+@functools.cache
+def _layernorm_backward_kernel(C, width, write_copy):
+    """The backward for rows of C, read and written in groups of width; write_copy: also
+    write dinp's new value, rounded to bf16, into dinp_copy."""
+    GROUPS, COLS = _lane_columns(C, width)
+    load, store = group_loader(width), group_storer(width)
+    SUMS = 2 * C
+
     @cuda.jit
     def layernorm_backward_kernel(dinp, dinp_copy, dweight, dbias, dout, inp, weight, mean,
                                   rstd, rows_per_block):
         # dinp (N, C) +=, dinp_copy (N, C) bf16 (when write_copy), dweight (C,) +=,
         # dbias (C,) +=, dout (N, C) float32 or bf16, inp (N, C), weight (C,), mean (N,),
-        # rstd (N,); block = rows [blockIdx * rows_per_block, ...), a warp per row at a time
+        # rstd (N,); block = rows [blockIdx * rows_per_block, ...), a warp per row at a
+        # time, its lanes' columns in registers
         scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
-        # dynamic shared memory (warps, 2C): each warp's dweight partials [0, C) and dbias
-        # partials [C, 2C); column c of a warp's is its lane c % 32's alone, so no barrier
-        # guards them until the block adds them up
-        shared = cuda.shared.array(0, float32)
+        # the block's dweight [0, C) and dbias [C, 2C), summed from its warps' registers
+        sums = cuda.shared.array(SUMS, float32)
         tid, n_threads = cuda.threadIdx.x, cuda.blockDim.x
         warp, lane, n_warps = tid // WARP, tid % WARP, n_threads // WARP
-        N, C = inp.shape
-        partials = shared[warp * 2 * C:(warp + 1) * 2 * C]
-        xs = cuda.local.array(UNROLL, float32)
-        dys = cuda.local.array(UNROLL, float32)
-        olds = cuda.local.array(UNROLL, float32)
-        weights = cuda.local.array(UNROLL, float32)
-        for c in range(lane, C, WARP):
-            partials[c] = float32(0.0)
-            partials[C + c] = float32(0.0)
+        N = inp.shape[0]
+        x = cuda.local.array(COLS, float32)
+        dy = cuda.local.array(COLS, float32)
+        old = cuda.local.array(COLS, float32)
+        w = cuda.local.array(COLS, float32)
+        # this lane's dweight and dbias over the block's rows: its columns are the same
+        # in every row
+        dw = cuda.local.array(COLS, float32)
+        db = cuda.local.array(COLS, float32)
+        for i in range(COLS):
+            dw[i] = ZERO
+            db[i] = ZERO
+        for c in range(tid, SUMS, n_threads):
+            sums[c] = ZERO
 
         first_row = cuda.blockIdx.x * rows_per_block
         last_row = min(first_row + rows_per_block, N)
         for warp_rows in range(first_row, last_row, n_warps):
             row = warp_rows + warp
-            n_cols = C if row < last_row else 0
-            row = min(row, N - 1)
-            row_mean, row_rstd = mean[row], rstd[row]
+            # every read of the row (and of dinp, which it adds to) before the first
+            # write; a tail warp's zeros add nothing to the sums
+            for k in range(GROUPS):
+                col = (lane + k * WARP) * width
+                if row < last_row and col < C:
+                    load(x, k * width, inp, (row, col))
+                    load(dy, k * width, dout, (row, col))
+                    load(old, k * width, dinp, (row, col))
+                    load(w, k * width, weight, col)
+                else:
+                    for e in range(width):
+                        x[k * width + e] = ZERO
+                        dy[k * width + e] = ZERO
+                        w[k * width + e] = ZERO
+            row_mean, row_rstd = mean[min(row, N - 1)], rstd[min(row, N - 1)]
             sum_dxhat = float32(0.0)
             sum_dxhat_xhat = float32(0.0)
-            for c in range(lane, n_cols, WARP):
-                dy = load_float32(dout, (row, c))
-                xhat = (inp[row, c] - row_mean) * row_rstd
-                dxhat = dy * weight[c]
+            for i in range(COLS):
+                xhat = (x[i] - row_mean) * row_rstd
+                dxhat = dy[i] * w[i]
                 sum_dxhat += dxhat
                 sum_dxhat_xhat += dxhat * xhat
-                partials[c] += dy * xhat
-                partials[C + c] += dy
+                dw[i] += dy[i] * xhat
+                db[i] += dy[i]
+                x[i] = xhat
+                dy[i] = dxhat
             mean_dxhat = warp_sum(sum_dxhat, scratch) / float32(C)
             mean_dxhat_xhat = warp_sum(sum_dxhat_xhat, scratch) / float32(C)
-            # UNROLL columns at a time, read before the first is written (as in the
-            # residual forward: a store to dinp would hold the next column's reads)
-            for chunk in range(lane, n_cols, UNROLL * WARP):
-                for k in range(UNROLL):
-                    c = chunk + k * WARP
-                    if c < n_cols:
-                        xs[k] = inp[row, c]
-                        dys[k] = load_float32(dout, (row, c))
-                        olds[k] = dinp[row, c]
-                        weights[k] = weight[c]
-                for k in range(UNROLL):
-                    c = chunk + k * WARP
-                    if c < n_cols:
-                        xhat = (xs[k] - row_mean) * row_rstd
-                        dxhat = dys[k] * weights[k]
-                        total = olds[k] + row_rstd * (dxhat - mean_dxhat
-                                                      - xhat * mean_dxhat_xhat)
-                        dinp[row, c] = total
-                        if write_copy:
-                            store_float32(dinp_copy, (row, c), total)
+            for k in range(GROUPS):
+                col = (lane + k * WARP) * width
+                if row < last_row and col < C:
+                    for e in range(width):
+                        i = k * width + e
+                        old[i] += row_rstd * (dy[i] - mean_dxhat - x[i] * mean_dxhat_xhat)
+                    store(dinp, (row, col), old, k * width)
+                    if write_copy:
+                        store(dinp_copy, (row, col), old, k * width)
 
+        # the warps' sums into the block's (shared atomics, a few warps per column), then
+        # the block's into dweight and dbias: one global atomic per column and block
+        cuda.syncthreads()
+        for k in range(GROUPS):
+            for e in range(width):
+                col = (lane + k * WARP) * width + e
+                if col < C:
+                    cuda.atomic.add(sums, col, dw[k * width + e])
+                    cuda.atomic.add(sums, C + col, db[k * width + e])
         cuda.syncthreads()
         for c in range(tid, C, n_threads):
-            dw, db = float32(0.0), float32(0.0)
-            for w in range(n_warps):
-                dw += shared[w * 2 * C + c]
-                db += shared[w * 2 * C + C + c]
-            cuda.atomic.add(dweight, c, dw)
-            cuda.atomic.add(dbias, c, db)
+            cuda.atomic.add(dweight, c, sums[c])
+            cuda.atomic.add(dbias, c, sums[C + c])
     return layernorm_backward_kernel
 
 
@@ -225,15 +287,19 @@ _ROWS, _VECTOR, _BF16_ROWS = float32[:, ::1], float32[::1], uint16[:, ::1]
 PTX_SIGNATURES = [
     (_layernorm_forward_kernel, (_ROWS, _VECTOR, _VECTOR, _ROWS, _VECTOR, _VECTOR)),
     (_layernorm_forward_kernel, (_BF16_ROWS, _VECTOR, _VECTOR, _ROWS, _VECTOR, _VECTOR)),
-    (_residual_layernorm_forward_kernel, (_ROWS, _ROWS, _VECTOR, _VECTOR, _ROWS, _ROWS,
-                                          _VECTOR, _VECTOR)),
-    (_residual_layernorm_forward_kernel, (_ROWS, _BF16_ROWS, _VECTOR, _VECTOR, _ROWS, _ROWS,
-                                          _VECTOR, _VECTOR)),
-    (_layernorm_backward_kernel(False), (_ROWS, _ROWS, _VECTOR, _VECTOR, _ROWS, _ROWS,
-                                         _VECTOR, _VECTOR, _VECTOR, int64)),
-    (_layernorm_backward_kernel(True), (_ROWS, _BF16_ROWS, _VECTOR, _VECTOR, _BF16_ROWS,
-                                        _ROWS, _VECTOR, _VECTOR, _VECTOR, int64)),
-]
+] + [
+    # the models' widths (andrea-120m's and andrea-12m's) in groups, and a width that
+    # does not divide into groups
+    signature for C, width in [(768, GROUP), (384, GROUP), (386, 1)] for signature in [
+        (_residual_layernorm_forward_kernel(C, width),
+         (_ROWS, _ROWS, _VECTOR, _VECTOR, _ROWS, _ROWS, _VECTOR, _VECTOR)),
+        (_residual_layernorm_forward_kernel(C, width),
+         (_ROWS, _BF16_ROWS, _VECTOR, _VECTOR, _ROWS, _ROWS, _VECTOR, _VECTOR)),
+        (_layernorm_backward_kernel(C, width, False),
+         (_ROWS, _ROWS, _VECTOR, _VECTOR, _ROWS, _ROWS, _VECTOR, _VECTOR, _VECTOR, int64)),
+        (_layernorm_backward_kernel(C, width, True),
+         (_ROWS, _BF16_ROWS, _VECTOR, _VECTOR, _BF16_ROWS, _ROWS, _VECTOR, _VECTOR, _VECTOR,
+          int64))]]
 
 
 # ----------------------------------------------------------------------------------
@@ -252,22 +318,24 @@ def _check_rows(inp, weight, mean, rstd, inp_name="inp"):
     return N, C
 
 
-def _block(block, rows, cap):
-    """The launch's block: as given (whole warps), or by default a warp per row, up to cap
-    threads and no more warps than rows."""
+def _block(block, rows, cap, most=1024):
+    """The launch's block: as given (whole warps, at most `most` threads), or by default a
+    warp per row, up to cap threads and no more warps than rows."""
     block = row_block(rows * WARP, cap) if block is None else block
     check_block_size(block, WARP)
+    if block > most:
+        raise ValueError(f"block size must be at most {most} for a kernel that holds its "
+                         f"rows in registers, got {block}")
     return block
 
 
 def _check_shared_bytes(op, C, floats_per_column):
-    """The dynamic shared memory a launch of op needs for rows of C, checked; returns it."""
+    """The shared memory a launch of op needs for rows of C, checked."""
     shared_bytes = floats_per_column * C * FLOAT32_BYTES
-    if shared_bytes > MAX_DYNAMIC_SHARED_BYTES:
+    if shared_bytes > MAX_SHARED_BYTES:
         raise ValueError(f"{op}: C = {C} needs {shared_bytes} bytes of shared memory, more "
-                         f"than the {MAX_DYNAMIC_SHARED_BYTES} a block has beside its "
-                         "reduction scratch")
-    return shared_bytes
+                         f"than the {MAX_SHARED_BYTES} a block has beside its reduction "
+                         "scratch")
 
 
 def layernorm_forward(out, mean, rstd, inp, weight, bias, *, stream=0, block=None):
@@ -293,15 +361,12 @@ def residual_layernorm_forward(resid, out, mean, rstd, a, b, weight, bias, *, st
     check_array("resid", resid, (N, C))
     check_activation("out", out, (N, C))
     check_array("bias", bias, (C,))
-    # by default as many warps (rows) as the shared row sums leave room for
-    fitting = max(1, MAX_DYNAMIC_SHARED_BYTES // (C * FLOAT32_BYTES)) * WARP
-    block = _block(block, N, min(FORWARD_BLOCK, fitting))
-    shared_bytes = _check_shared_bytes(f"residual_layernorm_forward with {block} threads",
-                                       C, block // WARP)
+    block = _block(block, N, FORWARD_BLOCK, MAX_REGISTER_ROW_BLOCK)
     if N == 0:
         return
-    _residual_layernorm_forward_kernel[ceil_div(N, block // WARP), block, stream,
-                                       shared_bytes](resid, out, mean, rstd, a, b, weight, bias)
+    width = group_width(C, resid, out, a, b, weight, bias)
+    _residual_layernorm_forward_kernel(C, width)[ceil_div(N, block // WARP), block, stream](
+        resid, out, mean, rstd, a, b, weight, bias)
 
 
 def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, *, dinp_copy=None,
@@ -318,14 +383,12 @@ def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, *, d
     check_array("dbias", dbias, (C,))
     if rows_per_block < 1:
         raise ValueError(f"rows_per_block must be at least 1, got {rows_per_block}")
-    # by default as many warps (rows at a time) as their partials leave room for
-    fitting = max(1, MAX_DYNAMIC_SHARED_BYTES // (2 * C * FLOAT32_BYTES)) * WARP
-    block = _block(block, min(N, rows_per_block), min(BACKWARD_BLOCK, fitting))
-    shared_bytes = _check_shared_bytes(f"layernorm_backward with {block} threads", C,
-                                       2 * (block // WARP))
+    _check_shared_bytes("layernorm_backward", C, 2)
+    block = _block(block, min(N, rows_per_block), BACKWARD_BLOCK, MAX_REGISTER_ROW_BLOCK)
     if N == 0:
         return
-    kernel = _layernorm_backward_kernel(dinp_copy is not None)
-    kernel[ceil_div(N, rows_per_block), block, stream, shared_bytes](
-        dinp, dinp if dinp_copy is None else dinp_copy, dweight, dbias, dout, inp, weight,
-        mean, rstd, rows_per_block)
+    copy = dinp if dinp_copy is None else dinp_copy
+    width = group_width(C, dinp, copy, dout, inp, weight)
+    kernel = _layernorm_backward_kernel(C, width, dinp_copy is not None)
+    kernel[ceil_div(N, rows_per_block), block, stream](
+        dinp, copy, dweight, dbias, dout, inp, weight, mean, rstd, rows_per_block)

@@ -96,3 +96,12 @@ def assert_attention_gradients(got, want, dout, q, k, v, tol_v, tol_qk, what):
         assert_close(dk, want_dk, tol_qk, what + " dk")
     else:
         assert_one_key_gradients(dq, dk, dout, q, k, v, what)
+
+
+def to_device_off_group(host):
+    """host on the device one element past an aligned address: a view into a longer
+    array, which a launcher must not read in groups (a vector access must be aligned)."""
+    from numba import cuda
+
+    flat = np.concatenate([np.zeros(1, host.dtype), host.reshape(-1)])
+    return cuda.to_device(flat)[1:].reshape(host.shape)

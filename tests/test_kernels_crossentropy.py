@@ -11,13 +11,14 @@ of the logits alone, at any spread.
 import numpy as np
 import pytest
 from helpers import (BF16, REAL_SHAPES, TOL_F32_OP, assert_close, assert_output_close, bf16,
-                     poisoned, randn)
+                     poisoned, randn, to_device_off_group)
 from hypothesis import given
 from hypothesis import strategies as st
 from numba import cuda
 
 from microgpt import reference as ref
 from microgpt.kernels import crossentropy
+from microgpt.kernels.precision import GROUP, group_width
 
 # (N, V): tiny in the simulator (V above the block size too), GPT-2's vocabulary on a GPU
 SIM_SHAPES = st.tuples(st.integers(1, 4), st.integers(1, 64))
@@ -37,10 +38,11 @@ SEEDS = st.integers(0, 2**32 - 1)
 SCALES = st.sampled_from([0.5, 3.0, 30.0])
 # logits rounded to integers tie often, the row max included, within and across threads
 TIES = st.booleans()
-# Rows of 8 to 10 columns per thread of a 32-thread block, with logits of std 60: a
-# thread's running max then meets values more than 88 below and above it, where exp of
-# the wrong difference overflows float32. On a GPU, the model's rows.
-WIDE_ROWS = SHAPES if REAL_SHAPES else st.tuples(st.integers(1, 2), st.integers(8 * 32, 10 * 32))
+# Rows of 40 to 48 columns per thread of a 32-thread block (2.5 to 3 chunks of 4 groups
+# of 4, or 40 to 48 single columns), with logits of std 60: a thread's running max then
+# meets values more than 88 below and above it, where exp of the wrong difference
+# overflows float32. On a GPU, the model's rows.
+WIDE_ROWS = SHAPES if REAL_SHAPES else st.tuples(st.integers(1, 2), st.integers(40 * 32, 48 * 32))
 WIDE_SCALE = 60.0
 DTYPES = st.sampled_from([np.float32, BF16])
 
@@ -80,10 +82,12 @@ def check_backward(shape, block, scale, ties, in_place, seed, dtype=np.float32):
     assert_output_close(dlogits, expected, f"dlogits, in place {in_place}, {np.dtype(dtype)}")
 
 
-def check_forward_backward(shape, block, scale, ties, seed, dtype=np.float32):
+def check_forward_backward(shape, block, scale, ties, seed, dtype=np.float32,
+                           place=cuda.to_device):
+    """place: how the logits go to the device."""
     N, V = shape
     logits, exact, targets = draw_case(seed, N, V, scale, ties, dtype)
-    losses, d_logits = cuda.to_device(poisoned(N)), cuda.to_device(logits)
+    losses, d_logits = cuda.to_device(poisoned(N)), place(logits)
     crossentropy.crossentropy_forward_backward(losses, d_logits, cuda.to_device(targets),
                                                1.0 / N, block=block)
     losses_ref, dlogits_ref = ref.crossentropy_forward_backward(exact, targets, 1.0 / N)
@@ -119,6 +123,17 @@ def test_default_block_at_its_cap():
     check_forward((2, 600), None, 3.0, False, seed=5)
     check_backward((2, 600), None, 3.0, False, True, seed=6)
     check_forward_backward((2, 600), None, 3.0, False, seed=7, dtype=BF16)
+
+
+@pytest.mark.parametrize("V,off_group,width", [(600, False, GROUP), (602, False, 1),
+                                               (600, True, 1)])
+def test_groups_or_element_by_element(V, off_group, width):
+    """Rows read in groups of 4 where they split into them (the model's), and one element
+    at a time where V or the logits' start does not; 600 columns are two chunks of a
+    thread of a 32-thread block in groups."""
+    place = to_device_off_group if off_group else cuda.to_device
+    assert group_width(V, place(np.ones((2, V), BF16))) == width
+    check_forward_backward((2, V), 32, 3.0, False, seed=V, dtype=BF16, place=place)
 
 
 def test_no_rows_launch_nothing(no_launches):

@@ -7,13 +7,14 @@ same bf16-rounded values; a bf16 output is the float32 result rounded, TOL_BF16_
 import numpy as np
 import pytest
 from helpers import (BF16, REAL_SHAPES, TOL_F32_OP, assert_close, assert_output_close, bf16,
-                     poisoned, randn)
+                     poisoned, randn, to_device_off_group)
 from hypothesis import given
 from hypothesis import strategies as st
 from numba import cuda
 
 from microgpt import reference as ref
 from microgpt.kernels import elementwise
+from microgpt.kernels.precision import GROUP, group_width
 
 # (B, T, X) activations: tiny in the simulator, up to andrea-120m's MLP (16, 1024, 3072)
 SIM_SHAPES = st.tuples(st.integers(1, 2), st.integers(1, 5), st.integers(1, 12))
@@ -120,10 +121,12 @@ def test_gelu_tails_keep_their_relative_accuracy():
 
 
 def test_default_block():
-    """block left out, as the model launches them, over more than one 256-thread block."""
+    """block left out, as the model launches them, over more than one block: the residual
+    add's 256 elements, GELU's 4096 forward and 2048 backward (4 groups of 4 a thread)."""
+    n = 4396
     rng = np.random.default_rng(4)
-    x, y = randn(rng, 300), randn(rng, 300)
-    out, dinp = cuda.to_device(poisoned(300)), cuda.to_device(poisoned(300))
+    x, y = randn(rng, n), randn(rng, n)
+    out, dinp = cuda.to_device(poisoned(n)), cuda.to_device(poisoned(n))
     elementwise.residual_forward(out, cuda.to_device(x), cuda.to_device(y))
     assert_close(out.copy_to_host(), x.astype(np.float64) + y, TOL_F32_OP, "residual")
     elementwise.gelu_forward(out, cuda.to_device(x))
@@ -132,9 +135,28 @@ def test_default_block():
     assert_close(dinp.copy_to_host(), ref.gelu_backward(y.astype(np.float64), x), TOL_F32_OP,
                  "gelu backward")
     bits, exact = bf16(x)
-    out_bf16 = cuda.to_device(poisoned(300, BF16))
+    out_bf16 = cuda.to_device(poisoned(n, BF16))
     elementwise.gelu_forward(out_bf16, cuda.to_device(bits))
     assert_output_close(out_bf16, ref.gelu_forward(exact), "gelu, bf16")
+
+
+@pytest.mark.parametrize("n,off_group,width", [(300, False, GROUP), (301, False, 1),
+                                               (300, True, 1)])
+def test_gelu_in_groups_or_element_by_element(n, off_group, width):
+    """Groups of 4 in one access where the arrays split into them (the model's), and one
+    element at a time where the length or an array's start does not; dtypes mixed."""
+    rng = np.random.default_rng(n)
+    x, dy = randn(rng, n), randn(rng, n)
+    bits, exact = bf16(x)
+    place = to_device_off_group if off_group else cuda.to_device
+    d_x, d_dy = place(bits), place(dy)
+    out = cuda.to_device(poisoned(n, BF16))
+    assert group_width(n, out, d_x, d_dy) == width
+    elementwise.gelu_forward(out, d_x)
+    assert_output_close(out, ref.gelu_forward(exact), "gelu, bf16 from bf16")
+    elementwise.gelu_backward(d_dy, d_dy, d_x)
+    assert_output_close(d_dy, ref.gelu_backward(dy.astype(np.float64), exact),
+                        "gelu backward in place")
 
 
 def test_empty_arrays_launch_nothing(no_launches):
