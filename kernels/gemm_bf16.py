@@ -26,12 +26,15 @@ longer than MAX_CHAIN of K: split-K shortens the weight gradients' chains, and a
 that still has a longer one (the LM head's dX, K = V) folds its mma accumulators into
 float32 ones by plain addition every FOLD_STEPS slabs.
 
-The wgmma kernel (a WgmmaTile; docs/gemm-bf16.md): the same launcher, pipeline and
-epilogues on Hopper's warpgroup MMA, which reads both operands straight from the swizzled
-shared-memory slabs through matrix descriptors. Each warpgroup of 128 threads owns 64 rows
-and every column of the block's tile, one wgmma m64n{cols}k16 per 16 of K, asynchronous:
-one step's instructions run on while the next step's copies are issued. The slabs live in
-dynamic shared memory (more than the 48 KiB a block may declare statically).
+The wgmma kernel (a WgmmaTile; docs/gemm-bf16.md), the default on Hopper: Hopper's
+warpgroup MMA, which reads both operands straight from the swizzled shared-memory slabs
+through matrix descriptors, fed by the bulk tensor copy engine. Each warpgroup of 128
+threads owns 64 rows and every column of the block's tile, one wgmma m64n{cols}k16 per 16
+of K, asynchronous. One thread asks the copy engine for each slab, stages - 1 steps
+ahead, and the copies complete on mbarriers that the warpgroups wait on; the epilogue
+lays the tile in shared memory and the same engine writes it out (or adds it: the
+float32 gradients, split-K included). The slabs live in dynamic shared memory (more than
+the 48 KiB a block may declare statically).
 
 Split-K: the weight gradients (dW = X^T @ dY: K = B*T is long, M x N small) leave most of
 the GPU idle with one block per output tile, so the launcher splits K over `split_k`

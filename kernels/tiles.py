@@ -19,7 +19,9 @@ a wider tile cut into panels of 64 columns stored one after another (`paneled`).
 of 2^p chunks the XOR above flips chunk bits by row bits exactly as the 32-, 64- and
 128-byte swizzles flip address bits 4.. by bits 7.. (8 rows of 128 bytes, 16 of 64, 32 of
 32 make the 1024 bytes of one pattern), so a tile whose start is 1024-byte aligned is one
-wgmma operand as it stands; `wgmma_operand` gives its descriptor's constant fields.
+wgmma operand as it stands; `wgmma_operand` gives its descriptor's constant fields. The
+bulk tensor copy engine writes the same swizzle when it copies a box of a matrix in
+(`tensor_map` describes the matrix and the box to it), and reads it when it copies one out.
 """
 import numpy as np
 from numba import cuda, int32, int64, uint16, uint32, uint64
