@@ -406,11 +406,10 @@ def _wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
     rows_per_line = max(1, 8 // (panel // chunk))    # the swizzle, as tiles.swizzled's
     phases = min(panel // chunk, 8)
     store_box = tma_add_2d if epilogue in ("accumulate", "atomic") else tma_store_2d
-    consumers = GROUPS * WARPGROUP
 
     @cuda.jit(device=True, inline=True)
     def copy_slab(smem, a, b, a_map, b_map, bars, stage, k0, m0, n0):
-        # what consumers wait for: one arrival and the slab's bytes, as the copies land
+        # what the warpgroups wait for: one arrival, and the slab's bytes as they land
         mbarrier_arrive_expect_tx(bars, stage, slab_bytes)
         base = int32(stage * stage_size)
         for p in range(a_panels):
@@ -514,7 +513,7 @@ def _wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
                 break
         wait_all(acc)
 
-        named_barrier(1, consumers)          # every warpgroup is done with the stages
+        cuda.syncthreads()                   # every warpgroup is done with the stages
         # thread t of row group g holds, for each j, the pair at columns 8j + 2t, 8j + 2t + 1
         # of rows R and R + 8; in the swizzled box a pair's place is a constant of j
         # XOR-ed with a constant of the thread (kept this simple so that the loop unrolls
