@@ -146,17 +146,27 @@ if not SIMULATOR:
     ldmatrix_x4 = _ldmatrix(False)
     ldmatrix_x4_trans = _ldmatrix(True)
 
-    @intrinsic
-    def cp_async_16(typingctx, dst, dst_index, src, src_index, src_bytes):
-        sig = types.void(dst, types.int32, src, types.int64, types.uint32)
+    def _cp_async(size, cache):
+        """The atom copying `size` bytes global -> shared, through L1 (ca) or not (cg,
+        16 bytes only)."""
+        text = f"cp.async.{cache}.shared.global [$0], [$1], {size}, $2;"
 
-        def codegen(context, builder, sig, args):
-            shared = _element_address(context, builder, sig.args[0], args[0], args[1], 3, 32)
-            glob = _element_address(context, builder, sig.args[2], args[2], args[3], 1, 64)
-            _asm(builder, ir.VoidType(), [shared, glob, args[4]],
-                 "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}")
-            return context.get_dummy_value()
-        return sig, codegen
+        @intrinsic
+        def cp_async(typingctx, dst, dst_index, src, src_index, src_bytes):
+            sig = types.void(dst, types.int32, src, types.int64, types.uint32)
+
+            def codegen(context, builder, sig, args):
+                shared = _element_address(context, builder, sig.args[0], args[0], args[1],
+                                          3, 32)
+                glob = _element_address(context, builder, sig.args[2], args[2], args[3],
+                                        1, 64)
+                _asm(builder, ir.VoidType(), [shared, glob, args[4]], text, "r,l,r,~{memory}")
+                return context.get_dummy_value()
+            return sig, codegen
+        return cp_async
+
+    cp_async_16 = _cp_async(16, "cg")
+    cp_async_4 = _cp_async(4, "ca")
 
     @intrinsic
     def exp2_ftz(typingctx, x):
@@ -165,18 +175,6 @@ if not SIMULATOR:
         def codegen(context, builder, sig, args):
             return _asm(builder, _f32, list(args), "ex2.approx.ftz.f32 $0, $1;", "=f,f",
                         side_effect=False)
-        return sig, codegen
-
-    @intrinsic
-    def cp_async_4(typingctx, dst, dst_index, src, src_index, src_bytes):
-        sig = types.void(dst, types.int32, src, types.int64, types.uint32)
-
-        def codegen(context, builder, sig, args):
-            shared = _element_address(context, builder, sig.args[0], args[0], args[1], 3, 32)
-            glob = _element_address(context, builder, sig.args[2], args[2], args[3], 1, 64)
-            _asm(builder, ir.VoidType(), [shared, glob, args[4]],
-                 "cp.async.ca.shared.global [$0], [$1], 4, $2;", "r,l,r,~{memory}")
-            return context.get_dummy_value()
         return sig, codegen
 
     @intrinsic
@@ -498,20 +496,23 @@ else:
     ldmatrix_x4 = _ldmatrix(False)
     ldmatrix_x4_trans = _ldmatrix(True)
 
-    @cuda.jit(device=True)
-    def cp_async_16(dst, dst_index, src, src_index, src_bytes):
-        n = int(src_bytes) // 2
-        flat = src.reshape(-1)
-        dst[dst_index: dst_index + n] = flat[src_index: src_index + n]
-        dst[dst_index + n: dst_index + CHUNK] = 0
+    def _cp_async(size, cache):
+        @cuda.jit(device=True)
+        def cp_async(dst, dst_index, src, src_index, src_bytes):
+            # src_bytes of the `size` copied, the rest zeros
+            n, count = int(src_bytes) // dst.itemsize, size // dst.itemsize
+            flat, out = src.reshape(-1), dst.reshape(-1)
+            out[dst_index: dst_index + n] = flat[src_index: src_index + n]
+            out[dst_index + n: dst_index + count] = 0
+        return cp_async
+
+    cp_async_16 = _cp_async(16, "cg")
+    cp_async_4 = _cp_async(4, "ca")
 
     @cuda.jit(device=True)
     def exp2_ftz(x):
         return np.float32(0.0) if x < -126 else np.float32(math.exp2(x))
 
-    @cuda.jit(device=True)
-    def cp_async_4(dst, dst_index, src, src_index, src_bytes):
-        dst.reshape(-1)[dst_index] = src.reshape(-1)[src_index] if src_bytes else 0
 
     @cuda.jit(device=True)
     def cp_async_commit():
