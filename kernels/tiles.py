@@ -33,18 +33,17 @@ from microgpt.kernels.mma import (CHUNK, MMA_K, cp_async_16, ldmatrix_x4, ldmatr
 PANEL = 64     # the widest swizzled row (128 bytes) in bf16 elements
 
 
-def swizzled(cols, chunk=CHUNK):
+def swizzled(cols):
     """index(row, col): where element (row, col) of a tile `cols` wide sits in shared
-    memory, in 16-byte chunks of `chunk` elements (8 bf16, 4 float32). col is a multiple
-    of chunk where a chunk is addressed, any col otherwise."""
-    chunks = cols // chunk
+    memory. col is a multiple of 8 where a chunk is addressed, any col otherwise."""
+    chunks = cols // CHUNK
     rows_per_line = max(1, 8 // chunks)       # rows sharing one 128-byte line of banks
     phases = min(chunks, 8)
 
     @cuda.jit(device=True, inline=True)
     def index(row, col):
-        at = (col // chunk) ^ ((row // rows_per_line) % phases)
-        return row * cols + at * chunk + col % chunk
+        chunk = (col // CHUNK) ^ ((row // rows_per_line) % phases)
+        return row * cols + chunk * CHUNK + col % CHUNK
     return index
 
 
@@ -100,9 +99,9 @@ _tensor_maps = {}
 def tensor_map(matrix, box_rows, box_cols):
     """The tensor map with which the bulk tensor copies move box_rows x box_cols boxes
     between the row-major matrix (bf16 as uint16, or float32; tma_ready) and shared
-    memory, where a box lies in rows of box_cols (32, 64 or 128 bytes) swizzled as
-    `swizzled(box_cols, 16 // itemsize)` lays them out; zeros are read past the matrix's
-    edges and nothing is written there. A device array of its sixteen 64-bit words, which
+    memory, where a box lies in rows of box_cols (32, 64 or 128 bytes) whose 16-byte
+    chunks are XOR-swizzled as `swizzled` lays out bf16 tiles; zeros are read past the
+    matrix's edges and nothing is written there. A device array of its sixteen 64-bit words, which
     the copies read from global memory: encoded by the driver and copied over once per
     device, address, shape and box, so a captured step's launches find theirs made by the
     eager run before the capture. (The simulator's twin holds the box alone.)"""
