@@ -25,6 +25,7 @@ import numpy as np
 from numba import cuda, float32, uint16
 
 from microgpt.kernels.common import ceil_div, check_array, check_block_size
+from microgpt.kernels.mma import rcp_approx
 from microgpt.kernels.precision import (GROUP, check_activation, exp_approx, group_loader,
                                         group_storer, group_width)
 from microgpt.reference import GELU_SCALE as _GELU_SCALE
@@ -32,7 +33,6 @@ from microgpt.reference import GELU_SCALE as _GELU_SCALE
 GELU_SCALE = np.float32(_GELU_SCALE)          # sqrt(2 / pi)
 GELU_CUBIC = np.float32(0.044715)
 GELU_CUBIC_3 = np.float32(3 * 0.044715)       # d/dx of the cubic term's coefficient
-ZERO = np.float32(0.0)
 HALF = np.float32(0.5)
 ONE = np.float32(1.0)
 TWO = np.float32(2.0)
@@ -62,8 +62,22 @@ def _gate(x):
     x^3), and e = exp(-2u): 1 - s is e s where s is near 1 (no cancellation); where e
     overflows (x below about -10) s is 0 and 1 - s is 1."""
     e = exp_approx(-TWO * GELU_SCALE * (x + GELU_CUBIC * x * x * x))
-    s = ONE / (ONE + e)
+    s = rcp_approx(ONE + e)
     return s, (e * s if s > HALF else ONE - s)
+
+
+@cuda.jit(device=True, inline=True)
+def gelu(x):
+    """gelu(x), tanh approximation, in float32 (also the GEMM's GELU epilogue)."""
+    s, _ = _gate(x)
+    return x * s
+
+
+@cuda.jit(device=True, inline=True)
+def gelu_derivative(x):
+    """gelu'(x) = s + 2 x s (1 - s) u'(x), in float32 (also the GEMM's GELU epilogue)."""
+    s, one_minus_s = _gate(x)
+    return s + TWO * x * s * one_minus_s * GELU_SCALE * (ONE + GELU_CUBIC_3 * x * x)
 
 
 @functools.cache
@@ -89,14 +103,13 @@ def _gelu_kernels(width):
         for k in range(GROUPS):
             if group_start(k) < out.size:
                 for e in range(width):
-                    s, _ = _gate(x[k * width + e])
-                    x[k * width + e] *= s
+                    x[k * width + e] = gelu(x[k * width + e])
                 store(out, group_start(k), x, k * width)
 
     @cuda.jit
     def gelu_backward_kernel(dinp, dout, inp):
         # dinp, dout, inp: float32 or bf16 each; dinp may be dout itself: a thread reads
-        # its dout elements before it writes them. gelu'(x) = s + 2 x s (1 - s) u'(x)
+        # its dout elements before it writes them
         x = cuda.local.array(ELEMENTS, float32)
         dy = cuda.local.array(ELEMENTS, float32)
         for k in range(GROUPS):
@@ -106,10 +119,7 @@ def _gelu_kernels(width):
         for k in range(GROUPS):
             if group_start(k) < dinp.size:
                 for e in range(width):
-                    i = k * width + e
-                    s, one_minus_s = _gate(x[i])
-                    du = GELU_SCALE * (ONE + GELU_CUBIC_3 * x[i] * x[i])
-                    dy[i] *= s + TWO * x[i] * s * one_minus_s * du
+                    dy[k * width + e] *= gelu_derivative(x[k * width + e])
                 store(dinp, group_start(k), dy, k * width)
 
     return gelu_forward_kernel, gelu_backward_kernel

@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import cuda, float32, uint64
 
-from microgpt.kernels import gemm_bf16
+from microgpt.kernels import elementwise, gemm_bf16
 from microgpt.kernels.common import ceil_div, check_array
 
 
@@ -235,3 +235,25 @@ def matmul(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, *,
     kernel = _matmul_kernel(bool(transpose_a), bool(transpose_b), bool(accumulate), tile)
     grid = (ceil_div(N, tile.cols), ceil_div(M, tile.rows))
     kernel[grid, tile.threads, stream](out, a, b)
+
+
+def matmul_gelu_forward(out, pre, a, b, *, stream=0):
+    """The MLP's up projection and its GELU: pre (M, N) = a @ b, out = gelu(pre) (the
+    backward reads pre). bf16 (the tensor cores): one GEMM whose epilogue writes both; float32:
+    this family's GEMM, then ``elementwise.gelu_forward``."""
+    if a.dtype == np.uint16 or b.dtype == np.uint16:
+        return gemm_bf16.matmul_bf16(out, a, b, gelu="forward", pre=pre, stream=stream)
+    matmul(pre, a, b, stream=stream)
+    elementwise.gelu_forward(out, pre, stream=stream)
+
+
+def matmul_gelu_backward(dpre, dout, b, pre, *, stream=0):
+    """The gradient through the MLP's down projection and its GELU: dpre (M, N) =
+    (dout @ b^T) * gelu'(pre), b (N, K) the down projection's weight. bf16: one GEMM whose
+    epilogue reads pre; float32: the GEMM into dpre, then ``elementwise.gelu_backward`` in
+    place."""
+    if dout.dtype == np.uint16 or b.dtype == np.uint16:
+        return gemm_bf16.matmul_bf16(dpre, dout, b, transpose_b=True, gelu="backward",
+                                     pre=pre, stream=stream)
+    matmul(dpre, dout, b, transpose_b=True, stream=stream)
+    elementwise.gelu_backward(dpre, dpre, pre, stream=stream)

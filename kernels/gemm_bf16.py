@@ -5,8 +5,12 @@ float32 family of ``gemm`` is the other twin, and the ``--precision fp32`` path)
 operands are bf16 matrices held in uint16 device arrays (``ml_dtypes.bfloat16`` on the
 host, viewed as uint16). The epilogue, what happens to each float32 result, is one of
 EPILOGUES: written as float32, written as bf16 (an activation that feeds the next
-matmul), or added into a float32 out (a weight gradient; "atomic" when split-K).
-Transposes and the epilogue are compile-time constants of one kernel body.
+matmul), or added into a float32 out (a weight gradient; "atomic" when split-K); or the
+MLP's GELU around it: "gelu" writes the product (the pre-activation, which the backward
+reads) to `pre` and gelu of it to out, "gelu_backward" writes the product times gelu' of
+`pre` (the two GELU kernels of ``elementwise`` folded into the GEMMs that feed them, which
+saves a pass over the (B*T, 4C) activations each way). Transposes and the epilogue are
+compile-time constants of one kernel body.
 
 How a block works: it owns a rows x cols tile of out, split among warps in warp_rows x
 warp_cols pieces, each warp's accumulators in registers as a grid of 16 x 8 mma tiles.
@@ -47,20 +51,23 @@ from typing import NamedTuple
 import numpy as np
 from numba import cuda, float32, int32, types, uint16, uint32, uint64
 
+from microgpt.kernels import elementwise
 from microgpt.kernels.common import SIMULATOR, ceil_div, check_array
-from microgpt.kernels.mma import (CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, bulk_commit,
-                                  bulk_wait, cp_async_commit, cp_async_wait_group,
+from microgpt.kernels.mma import (CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, bits_to_float32,
+                                  bulk_commit, bulk_wait, cp_async_commit, cp_async_wait_group,
                                   fence_barrier_init, fence_proxy_async, fence_tensor_map,
                                   mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
                                   mbarrier_try_wait, mma_bf16_16816, named_barrier,
                                   pack_bf16x2, shared_address, tma_add_2d,
                                   tma_load_2d, tma_store_2d, to_bf16, warpgroup_commit,
                                   warpgroup_fence, warpgroup_wait, wgmma_bf16)
+from microgpt.kernels.precision import unpack_bf16x2
 from microgpt.kernels.tiles import (PANEL, a_fragment_loader, b_fragment_loader, descriptor,
                                     paneled, tensor_map, tile_copier, tma_ready,
                                     wgmma_operand)
 
-EPILOGUES = ("float32", "bf16", "accumulate", "atomic")
+EPILOGUES = ("float32", "bf16", "accumulate", "atomic", "gelu", "gelu_backward")
+BF16_OUT = ("bf16", "gelu", "gelu_backward")
 # static shared memory a block may declare without the driver's opt-in attribute
 SHARED_LIMIT = 48 * 1024
 # dynamic shared memory a block of an H200 may have with it (227 KiB)
@@ -219,13 +226,16 @@ def step_products(B, T, C, V):
     """(name, M, N, K, transpose_a, transpose_b, epilogue) of every GEMM of a training step
     of a GPT with B x T tokens, width C and vocabulary V (the tests' and the bench's list):
     forward (bf16 activations out), dX = dY @ W^T (bf16) and dW += X^T @ dY (float32
-    gradient, split-K) of the QKV, W_O, MLP up and down projections, and the tied LM head."""
+    gradient, split-K) of the QKV, W_O, MLP up and down projections, and the tied LM head;
+    GELU is the MLP up forward's epilogue and its backward the MLP down dX's."""
     N = B * T
     products = []
     for name, n_in, n_out in (("QKV", C, 3 * C), ("W_O", C, C), ("MLP up", C, 4 * C),
                               ("MLP down", 4 * C, C)):
-        products += [(f"{name} forward", N, n_out, n_in, False, False, "bf16"),
-                     (f"{name} dX", N, n_in, n_out, False, True, "bf16"),
+        products += [(f"{name} forward", N, n_out, n_in, False, False,
+                      "gelu" if name == "MLP up" else "bf16"),
+                     (f"{name} dX", N, n_in, n_out, False, True,
+                      "gelu_backward" if name == "MLP down" else "bf16"),
                      (f"{name} dW", n_in, n_out, N, True, False, "accumulate")]
     return products + [("LM head forward", N, V, C, False, True, "bf16"),
                        ("LM head dX", N, C, V, False, False, "bf16"),
@@ -237,8 +247,15 @@ def step_products(B, T, C, V):
 
 def _storer(epilogue):
     @cuda.jit(device=True, inline=True)
-    def store(out, row, col, value):
-        if epilogue == "atomic":
+    def store(out, pre, row, col, value):
+        if epilogue == "gelu":               # gelu of the pre-activation as it is stored
+            bits = to_bf16(value)
+            pre[row, col] = bits
+            out[row, col] = to_bf16(elementwise.gelu(bits_to_float32(uint32(bits) << 16)))
+        elif epilogue == "gelu_backward":
+            x = bits_to_float32(uint32(pre[row, col]) << 16)
+            out[row, col] = to_bf16(value * elementwise.gelu_derivative(x))
+        elif epilogue == "atomic":
             cuda.atomic.add(out, (row, col), value)
         elif epilogue == "accumulate":
             out[row, col] += value
@@ -295,10 +312,10 @@ def _matmul_bf16_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile)
     block_tile = _block_tiler(BM, BN)
 
     @cuda.jit(**({} if SIMULATOR else {"launch_bounds": (threads, MIN_BLOCKS)}))
-    def matmul_bf16_kernel(out, a, b, steps_per_split):
+    def matmul_bf16_kernel(out, pre, a, b, steps_per_split):
         # out (M, N) float32 or bf16; a (M, K) or (K, M); b (K, N) or (N, K), bf16 as
-        # uint16. Block (x, y, z) owns a tile of out (block_tile) and K steps
-        # z*steps_per_split on.
+        # uint16; pre (M, N) bf16, the GELU epilogues' (out itself for the others). Block
+        # (x, y, z) owns a tile of out (block_tile) and K steps z*steps_per_split on.
         M, N = out.shape
         K = a.shape[0] if transpose_a else a.shape[1]
         m0, n0 = block_tile()
@@ -368,9 +385,9 @@ def _matmul_bf16_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile)
                     for j in range(NT):
                         col = n0 + wn + j * MMA_N + 2 * (lane % 4)
                         if col < N:
-                            store(out, row, col, acc[i, j, 2 * half])
+                            store(out, pre, row, col, acc[i, j, 2 * half])
                         if col + 1 < N:
-                            store(out, row, col + 1, acc[i, j, 2 * half + 1])
+                            store(out, pre, row, col + 1, acc[i, j, 2 * half + 1])
 
     return matmul_bf16_kernel
 
@@ -392,20 +409,32 @@ def _wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
     b_fields, b_step = wgmma_operand(*b_shape, k_is_row=not transpose_b)
     a_size, stage_size = BM * BK, tile.stage_elements
     slab_bytes = 2 * (BM + BN) * BK
-    BARRIERS = 2 * STAGES       # each stage's 'landed' and 'released'
+    # each stage's 'landed' and 'released', and each warpgroup's 'pre landed' (the GELU
+    # backward's epilogue)
+    BARRIERS = 2 * STAGES + GROUPS
     mma = wgmma_bf16(BN, transpose_a, not transpose_b)
     fence, wait_all, wait_one = (warpgroup_fence(regs), warpgroup_wait(0, regs),
                                  warpgroup_wait(1, regs))
     # the epilogue: each warpgroup lays its 64 x BN of out in shared memory as boxes of
     # 64 x `panel` (128-byte rows at most, swizzled), which one thread then writes, or
-    # adds (float32, "accumulate" and "atomic" alike), into out by bulk tensor copies
-    bf16_out = epilogue == "bf16"
+    # adds (float32, "accumulate" and "atomic" alike), into out by bulk tensor copies.
+    # "gelu" lays the pre-activation there and gelu of it one tile further on, and writes
+    # both; "gelu_backward" first has the copy engine bring the tile of pre there, in the
+    # same layout, and overwrites each value of it with the product times gelu' of it
+    bf16_out = epilogue in BF16_OUT
+    beyond = BM * BN                              # the second tile of "gelu"
     panel = min(BN, 64 if bf16_out else 32)
     chunk = 8 if bf16_out else 4                  # elements in 16 bytes
     js = panel // 8                               # pairs of 8 columns per box row
     rows_per_line = max(1, 8 // (panel // chunk))    # the swizzle, as tiles.swizzled's
     phases = min(panel // chunk, 8)
     store_box = tma_add_2d if epilogue in ("accumulate", "atomic") else tma_store_2d
+
+    @cuda.jit(device=True, inline=True)
+    def place(base, swap, h, j):
+        """Where the epilogue lays a thread's pair j of row half h (see below)."""
+        return (base + h * 8 * panel + j // js * 64 * panel
+                + (8 * (j % js) // chunk ^ swap) * chunk)
 
     @cuda.jit(device=True, inline=True)
     def copy_slab(smem, a, b, a_map, b_map, bars, stage, k0, m0, n0):
@@ -425,7 +454,8 @@ def _wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
                             bars, stage)
 
     @cuda.jit(**({} if SIMULATOR else {"launch_bounds": (threads, 1)}))
-    def matmul_wgmma_kernel(out, a, b, a_map, b_map, out_map, steps_per_split):
+    def matmul_wgmma_kernel(out, pre, a, b, a_map, b_map, out_map, pre_map,
+                            steps_per_split):
         # as matmul_bf16_kernel, but block (x, y, z) owns the tile (z * GROUP + x % GROUP,
         # y) of out and K steps x // GROUP * steps_per_split on: consecutive blocks take
         # GROUP tiles down a column of out (as block_tile orders them) with divisions by
@@ -463,6 +493,8 @@ def _wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
             for s in range(STAGES):
                 mbarrier_init(bars, s, 1)
                 mbarrier_init(bars, STAGES + s, GROUPS)
+            for g in range(GROUPS):
+                mbarrier_init(bars, 2 * STAGES + g, 1)
             fence_barrier_init()
         cuda.syncthreads()
 
@@ -514,32 +546,62 @@ def _wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
         wait_all(acc)
 
         cuda.syncthreads()                   # every warpgroup is done with the stages
+        thread = cuda.threadIdx.x % WARPGROUP
+        row = m0 + 64 * group
+        if epilogue == "gelu_backward":
+            if thread == 0:
+                fence_tensor_map(pre_map)
+                mbarrier_arrive_expect_tx(bars, 2 * STAGES + group, 2 * 64 * BN)
+                for p in range(BN // panel):
+                    tma_load_2d(smem, int32(group * 64 * BN + p * 64 * panel), pre, pre_map,
+                                n0 + p * panel, row, bars, 2 * STAGES + group)
+            while not mbarrier_try_wait(bars, 2 * STAGES + group, 0):
+                pass
         # thread t of row group g holds, for each j, the pair at columns 8j + 2t, 8j + 2t + 1
         # of rows R and R + 8; in the swizzled box a pair's place is a constant of j
-        # XOR-ed with a constant of the thread (kept this simple so that the loop unrolls
-        # and the accumulators stay in registers)
-        thread = cuda.threadIdx.x % WARPGROUP
+        # XOR-ed with a constant of the thread (kept this simple so that the loop over the
+        # accumulators unrolls and they stay in registers: GELU's arithmetic is in loops of
+        # its own, over this thread's places in shared memory, which need not unroll)
         R, t = 16 * (thread // 32) + thread % 32 // 4, thread % 4
         swap = (2 * t // chunk) ^ (R // rows_per_line % phases)
         base = group * 64 * BN + R * panel + 2 * t % chunk
+        if epilogue == "gelu_backward":      # gelu'(pre) in place of pre, rounded to bf16
+            for h in range(2):
+                for j in range(BN // 8):
+                    at = place(base, swap, h, j) // 2
+                    lo, hi = unpack_bf16x2(pairs[at])
+                    pairs[at] = pack_bf16x2(elementwise.gelu_derivative(lo),
+                                            elementwise.gelu_derivative(hi))
         for h in range(2):
             for j in range(BN // 8):
-                at = (base + h * 8 * panel + j // js * 64 * panel
-                      + (8 * (j % js) // chunk ^ swap) * chunk)
+                at = place(base, swap, h, j)
                 r = 4 * j + 2 * h
                 lo, hi = (total[r], total[r + 1]) if fold else (acc[r], acc[r + 1])
-                if bf16_out:
+                if epilogue == "gelu_backward":
+                    d_lo, d_hi = unpack_bf16x2(pairs[at // 2])
+                    pairs[at // 2] = pack_bf16x2(lo * d_lo, hi * d_hi)
+                elif bf16_out:
                     pairs[at // 2] = pack_bf16x2(lo, hi)
                 else:
                     floats[at] = lo
                     floats[at + 1] = hi
+        if epilogue == "gelu":               # gelu of the pre-activation as it is stored
+            for h in range(2):
+                for j in range(BN // 8):
+                    at = place(base, swap, h, j) // 2
+                    lo, hi = unpack_bf16x2(pairs[at])
+                    pairs[beyond // 2 + at] = pack_bf16x2(elementwise.gelu(lo),
+                                                          elementwise.gelu(hi))
         fence_proxy_async()                  # visible to the copies, once all have written
         named_barrier(2 + group, WARPGROUP)
         if thread == 0:
             for p in range(BN // panel):
                 at = int32(group * 64 * BN + p * 64 * panel)
-                row, col = m0 + 64 * group, n0 + p * panel
-                if bf16_out:
+                col = n0 + p * panel
+                if epilogue == "gelu":
+                    store_box(pre, pre_map, col, row, smem, at)
+                    store_box(out, out_map, col, row, smem, beyond + at)
+                elif bf16_out:
                     store_box(out, out_map, col, row, smem, at)
                 else:
                     store_box(out, out_map, col, row, floats, at)
@@ -551,9 +613,9 @@ def _wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
 
 def _signature(epilogue, tile):
     bf16 = types.uint16[:, ::1]
-    out = types.float32[:, ::1] if epilogue in ("float32", "accumulate", "atomic") else bf16
-    maps = (types.uint64[::1],) * 3 if isinstance(tile, WgmmaTile) else ()
-    return (out, bf16, bf16, *maps, types.int32)
+    out = bf16 if epilogue in BF16_OUT else types.float32[:, ::1]
+    maps = (types.uint64[::1],) * 4 if isinstance(tile, WgmmaTile) else ()
+    return (out, out, bf16, bf16, *maps, types.int32)
 
 
 def _kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
@@ -571,11 +633,15 @@ PTX_SIGNATURES = [
         (False, False, "bf16", True, True, FOLD_TILE),            # dx = dlogits @ wte
         (True, True, "accumulate", True, True, FOLD_TILE),        # every flag flipped
         (False, False, "float32", True, False, WIDE_TILE),
+        (False, False, "gelu", True, False, WIDE_TILE),           # the MLP's up projection
+        (False, True, "gelu_backward", True, False, WIDE_TILE),   # and its dX
         # the mma.sync kernel, for the tiles given explicitly (the sweep's)
         (False, False, "bf16", True, False, LARGE_TILE),
         (True, False, "atomic", True, False, SMALL_TILE),
         (True, True, "accumulate", True, True, LEAN_TILE),
         (False, False, "float32", False, False, SMALL_TILE),
+        (False, False, "gelu", False, False, SMALL_TILE),
+        (False, True, "gelu_backward", True, False, LARGE_TILE),
     ]
 ]
 
@@ -607,11 +673,14 @@ def _allow_dynamic_shared(kernel, signature, size):
 # launcher
 
 def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, *,
-                tile=None, split_k=None, max_chain=MAX_CHAIN, stream=0):
+                gelu=None, pre=None, tile=None, split_k=None, max_chain=MAX_CHAIN,
+                stream=0):
     """out (M, N) = op(a) @ op(b), op transposing when asked; += when accumulate.
 
     a is (M, K), or (K, M) when transpose_a; b is (K, N), or (N, K) when transpose_b; both
     bf16 in uint16 device arrays. out is float32, or bf16 (uint16, written only).
+    gelu="forward": pre (M, N) = op(a) @ op(b) and out = gelu(pre); gelu="backward":
+    out = (op(a) @ op(b)) * gelu'(pre); out and pre bf16 (the MLP's GELU, see EPILOGUES).
     tile (a WgmmaTile, or an MmaTile for the mma.sync kernel) and split_k (blocks along K,
     accumulating products only) override the shape-based defaults; max_chain (K summed by
     the tensor cores before a fold into float32) is there for the tests."""
@@ -627,13 +696,26 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
     check_array("out", out, (M, N), np.uint16 if out_bf16 else np.float32)
     check_array("a", a, (K, M) if transpose_a else (M, K), np.uint16)
     check_array("b", b, (N, K) if transpose_b else (K, N), np.uint16)
+    if gelu not in (None, "forward", "backward"):
+        raise ValueError(f"gelu={gelu!r}: must be None, 'forward' or 'backward'")
+    if gelu is not None:
+        if not out_bf16 or accumulate:
+            raise ValueError("gelu: the GELU epilogues write a bf16 out (not float32, not "
+                             "accumulated)")
+        if pre is None:
+            raise ValueError(f"gelu={gelu!r} needs pre, the pre-activation (M, N) bf16 array")
+        check_array("pre", pre, (M, N), np.uint16)
+    elif pre is not None:
+        raise ValueError("pre: only the GELU epilogues take it (give gelu='forward' or "
+                         "'backward')")
+    pre = out if pre is None else pre       # the kernels' unread stand-in
     if tile is None:
         tile = default_tile(M, N, K, accumulate, wgmma_available()
-                            and all(map(tma_ready, (out, a, b))))
+                            and all(map(tma_ready, (out, pre, a, b))))
     elif not isinstance(tile, WgmmaTile):
         tile = MmaTile(*tile)
     check_tile(tile)
-    if isinstance(tile, WgmmaTile) and not all(map(tma_ready, (out, a, b))):
+    if isinstance(tile, WgmmaTile) and not all(map(tma_ready, (out, pre, a, b))):
         raise ValueError(f"tile {tile}: the bulk tensor copies need matrices whose rows are "
                          "whole 16-byte chunks (a multiple of 8 bf16 or 4 float32 columns) "
                          "starting 16-byte aligned; give an MmaTile, or none, for these")
@@ -647,7 +729,8 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
         split_k = default_split_k(M, N, K, tile) if accumulate else 1
     steps_per_split = ceil_div(ceil_div(K, tile.depth), split_k)
     split_k = ceil_div(ceil_div(K, tile.depth), steps_per_split) if K else 1
-    epilogue = ("atomic" if split_k > 1 else "accumulate" if accumulate
+    epilogue = ("gelu" if gelu == "forward" else "gelu_backward" if gelu == "backward"
+                else "atomic" if split_k > 1 else "accumulate" if accumulate
                 else "bf16" if out_bf16 else "float32")
     aligned = all(arr.shape[1] % CHUNK == 0 for arr in (a, b))
     fold = steps_per_split * tile.depth > max_chain
@@ -659,11 +742,12 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
         rows, cols, depth = tile.rows, tile.cols, tile.depth
         a_map = tensor_map(a, *((depth, min(rows, PANEL)) if transpose_a else (rows, depth)))
         b_map = tensor_map(b, *((cols, depth) if transpose_b else (depth, min(cols, PANEL))))
-        out_map = tensor_map(out, 64, min(cols, 64 if out_bf16 else 32))
+        out_map, pre_map = (tensor_map(arr, 64, min(cols, 64 if out_bf16 else 32))
+                            for arr in (out, pre))
         grid = (GROUP * split_k, ceil_div(N, cols), ceil_div(M, GROUP * rows))
         _allow_dynamic_shared(kernel, _signature(epilogue, tile), tile.shared_bytes)
-        kernel[grid, tile.threads, stream, tile.shared_bytes](out, a, b, a_map, b_map,
-                                                               out_map, steps_per_split)
+        kernel[grid, tile.threads, stream, tile.shared_bytes](
+            out, pre, a, b, a_map, b_map, out_map, pre_map, steps_per_split)
     else:
         grid = (ceil_div(N, tile.cols), ceil_div(M, tile.rows), split_k)
-        kernel[grid, tile.threads, stream](out, a, b, steps_per_split)
+        kernel[grid, tile.threads, stream](out, pre, a, b, steps_per_split)

@@ -19,6 +19,9 @@ The atoms, in the words of the PTX ISA (warp-collective ones marked):
   exp2_ftz            2^x by ex2.approx.ftz.f32 (relative error 2^-22), results below
                       2^-126 flushed to 0: math.exp2 is ex2.approx without .ftz, which
                       ptxas wraps in three more instructions to keep subnormal results
+  rcp_approx          1/x by rcp.approx.ftz.f32 (relative error 2^-23): 1.0 / x is the
+                      IEEE-rounded rcp.rn, which ptxas completes with a subroutine call
+                      for its slow path, and a call in a wgmma kernel serializes its wgmmas
   pack_bf16x2         two float32 -> a bf16 pair, round to nearest even
   to_bf16             one float32 -> bf16, round to nearest even
   bits_to_float32     a bit pattern read as float32 (bf16 -> float32 is a 16-bit shift)
@@ -174,6 +177,15 @@ if not SIMULATOR:
 
         def codegen(context, builder, sig, args):
             return _asm(builder, _f32, list(args), "ex2.approx.ftz.f32 $0, $1;", "=f,f",
+                        side_effect=False)
+        return sig, codegen
+
+    @intrinsic
+    def rcp_approx(typingctx, x):
+        sig = types.float32(types.float32)
+
+        def codegen(context, builder, sig, args):
+            return _asm(builder, _f32, list(args), "rcp.approx.ftz.f32 $0, $1;", "=f,f",
                         side_effect=False)
         return sig, codegen
 
@@ -435,7 +447,6 @@ if not SIMULATOR:
 
 
 else:
-    import math
     import threading
     import time
 
@@ -511,7 +522,15 @@ else:
 
     @cuda.jit(device=True)
     def exp2_ftz(x):
-        return np.float32(0.0) if x < -126 else np.float32(math.exp2(x))
+        if x < -126:
+            return np.float32(0.0)
+        with np.errstate(over="ignore"):    # inf, as the device's ex2 gives
+            return np.float32(np.exp2(np.float32(x)))
+
+    @cuda.jit(device=True)
+    def rcp_approx(x):
+        with np.errstate(divide="ignore"):
+            return np.float32(1.0) / np.float32(x)
 
 
     @cuda.jit(device=True)

@@ -25,7 +25,7 @@ import numpy as np
 from numba import cuda, uint32
 
 from microgpt.kernels.common import SIMULATOR, check_array, device_address
-from microgpt.kernels.mma import bits_to_float32, to_bf16
+from microgpt.kernels.mma import bits_to_float32, exp2_ftz, to_bf16
 
 BF16 = np.dtype(np.uint16)      # how a bf16 array is stored on the device
 
@@ -54,27 +54,25 @@ def group_width(row_length, *arrays):
     return GROUP if row_length % GROUP == 0 and aligned else 1
 
 
+@cuda.jit(device=True, inline=True)
+def unpack_bf16x2(pair):
+    """The two float32 values of a bf16 pair (``mma.pack_bf16x2``'s inverse: exact)."""
+    return (bits_to_float32(uint32(pair) << uint32(16)),
+            bits_to_float32(uint32(pair) & uint32(0xFFFF0000)))
+
+
+@cuda.jit(device=True, inline=True)
+def exp_approx(x):
+    """e**x for the float32 x, by the special-function unit: ex2.approx.ftz of x log2(e),
+    two instructions where libdevice's expf takes about ten. Relative error at most
+    2 ulp plus |x| 2**-24 (the product's rounding); a result below 2**-126 is 0."""
+    return exp2_ftz(x * LOG2_E)
+
+
 if not SIMULATOR:
     from llvmlite import ir
     from numba.cuda import cgutils, types
     from numba.cuda.extending import intrinsic, overload
-
-    @intrinsic
-    def _exp2_approx(typingctx, x):
-        sig = types.float32(types.float32)
-
-        def codegen(context, builder, sig, args):
-            fn = ir.FunctionType(ir.FloatType(), [ir.FloatType()])
-            return builder.call(ir.InlineAsm(fn, "ex2.approx.ftz.f32 $0, $1;", "=f,f",
-                                             side_effect=False), list(args))
-        return sig, codegen
-
-    @cuda.jit(device=True, inline=True)
-    def exp_approx(x):
-        """e**x for the float32 x, by the special-function unit: ex2.approx.ftz of x log2(e),
-        two instructions where libdevice's expf takes about ten. Relative error at most
-        2 ulp plus |x| 2**-24 (the product's rounding); a result below 2**-126 is 0."""
-        return _exp2_approx(x * LOG2_E)
 
     def load_float32(arr, index):
         """arr[index] as a float32 (arr float32 or bf16); device code only."""
@@ -220,11 +218,6 @@ else:
         flat = _flat(arr, index)
         for i in range(GROUP):
             store_float32(arr.reshape(-1), flat + i, values[at + i])
-
-    @cuda.jit(device=True)
-    def exp_approx(x):
-        with np.errstate(over="ignore"):    # inf, as the device's ex2 gives
-            return np.float32(np.exp2(np.float32(x) * LOG2_E))
 
     @cuda.jit(device=True)
     def load_float32(arr, index):

@@ -72,6 +72,16 @@ class NumpyBackend:
         else:
             out[...] = product
 
+    def matmul_gelu_forward(self, out, pre, a, b):
+        """pre (M, N) = a @ b and out = gelu(pre): the MLP's up projection and activation."""
+        pre[...] = ref.matmul_forward(a, b)
+        out[...] = ref.gelu_forward(pre)
+
+    def matmul_gelu_backward(self, dpre, dout, b, pre):
+        """dpre (M, N) = (dout @ b^T) * gelu'(pre): the gradient through the MLP's down
+        projection (weight b) and its activation."""
+        dpre[...] = ref.gelu_backward(dout @ b.T, pre)
+
     def split_heads_forward(self, q, k, v, qkv):
         q[...], k[...], v[...] = ref.split_heads_forward(qkv, q.shape[1])
 

@@ -35,10 +35,9 @@ class BufferSpec:
 
 def activation_specs(cfg, B, T, precision="fp32"):
     """Every buffer a forward + backward pass of shape (B, T) writes. In bf16 the arrays a
-    matmul or attention reads are bf16 (dfc too: the GELU backward reads the w_proj dX
-    GEMM's bf16 result and overwrites it with the w_fc GEMMs' operand), and the backward
-    keeps bf16 copies of two float32 gradients for the GEMMs; in fp32 those copies are the
-    gradients themselves."""
+    matmul or attention reads are bf16 (fc too, which the GELU backward reads, and dfc,
+    the w_fc GEMMs' operand), and the backward keeps bf16 copies of two float32 gradients
+    for the GEMMs; in fp32 those copies are the gradients themselves."""
     C, H, D, V, L = cfg.d_model, cfg.n_head, cfg.head_dim, cfg.vocab_size, cfg.n_layer
     N = B * T
     low = "uint16" if precision == "bf16" else None     # what feeds a matmul or attention
@@ -75,7 +74,7 @@ def activation_specs(cfg, B, T, precision="fp32"):
         BufferSpec("dresid", (B, T, C)),
         copy_of("dresid_mm", (B, T, C), "dresid"),          # dresid as the GEMMs read it
         BufferSpec("dln", (B, T, C)),
-        BufferSpec("dfc", (B, T, 4 * C), low),       # the w_proj dX, GELU backward in place
+        BufferSpec("dfc", (B, T, 4 * C), low),       # the gradient of fc
         copy_of("dmerged", (B, T, C), "proj"),               # the W_O dX, for merge backward
         BufferSpec("dq", (B, H, T, D), low),
         BufferSpec("dk", (B, H, T, D), low),
@@ -177,8 +176,8 @@ class GPT:
             ops.residual_layernorm_forward(
                 rows(a.mid[i]), rows(a.ln_2[i]), a.ln_2_mean[i], a.ln_2_rstd[i],
                 rows(a.resid[i]), rows(a.proj), p[h + "ln_2.weight"], p[h + "ln_2.bias"])
-            ops.matmul(rows(a.fc[i]), rows(a.ln_2[i]), w[h + "mlp.w_fc"])
-            ops.gelu_forward(a.fc_gelu[i], a.fc[i])
+            ops.matmul_gelu_forward(rows(a.fc_gelu[i]), rows(a.fc[i]), rows(a.ln_2[i]),
+                                    w[h + "mlp.w_fc"])                     # fc, gelu(fc)
             ops.matmul(rows(a.proj), rows(a.fc_gelu[i]), w[h + "mlp.w_proj"])
             out, stats, affine = self._norm_of_resid(a, i + 1)
             ops.residual_layernorm_forward(rows(a.resid[i + 1]), out, *stats, rows(a.mid[i]),
@@ -222,10 +221,10 @@ class GPT:
         for i in reversed(range(cfg.n_layer)):
             h = f"h.{i}."
             # MLP: dresid is the gradient of the block's output and of its MLP branch
-            ops.matmul(rows(a.dfc), rows(a.dresid_mm), w[h + "mlp.w_proj"], transpose_b=True)
+            ops.matmul_gelu_backward(rows(a.dfc), rows(a.dresid_mm), w[h + "mlp.w_proj"],
+                                     rows(a.fc[i]))                       # through gelu too
             ops.matmul(g[h + "mlp.w_proj"], rows(a.fc_gelu[i]), rows(a.dresid_mm),
                        transpose_a=True, accumulate=True)
-            ops.gelu_backward(a.dfc, a.dfc, a.fc[i])                              # in place
             ops.matmul(rows(a.dln), rows(a.dfc), w[h + "mlp.w_fc"], transpose_b=True)
             ops.matmul(g[h + "mlp.w_fc"], rows(a.ln_2[i]), rows(a.dfc),
                        transpose_a=True, accumulate=True)

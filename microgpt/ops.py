@@ -16,6 +16,8 @@ OPS = {
     "residual_layernorm_forward": "layernorm",
     "layernorm_backward": "layernorm",
     "matmul": "gemm",
+    "matmul_gelu_forward": "gemm",
+    "matmul_gelu_backward": "gemm",
     "split_heads_forward": "heads",
     "split_heads_backward": "heads",
     "merge_heads_forward": "heads",

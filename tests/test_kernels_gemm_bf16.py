@@ -8,6 +8,12 @@ Tolerances, derived:
 - bf16 out: the float32 result rounded to the nearest bf16: half a unit in the last of 8
   significant bits, at most 2^-8 relative per element, so at most 2^-8 in norm, plus the
   accumulation's 1e-5.
+- the GELU epilogues. Forward: pre is a bf16 out, and out is gelu of pre as stored
+  (gelu in float32 within 1e-5, tests/test_kernels_elementwise.py, then rounded): both
+  TOL_BF16_OUT. Backward (TOL_GELU_BACKWARD): the product's 1e-5 times gelu' (|gelu'| <=
+  1.13) relative to a result whose norm is ~0.6 of the product's (gelu' of unit normal
+  values is ~0.6 in the mean square), under 2e-5, and gelu' itself 1e-5; the wgmma
+  kernel rounds gelu' to bf16 (2^-8) before it multiplies; then the rounding of out, 2^-8.
 """
 import numpy as np
 import pytest
@@ -17,10 +23,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numba import cuda
 
+from microgpt import reference as ref
 from microgpt.kernels import gemm, gemm_bf16
 from microgpt.kernels.gemm_bf16 import MmaTile, WgmmaTile
 
 EPILOGUES = ["float32", "bf16", "accumulate", "split_k"]
+TOL_GELU_BACKWARD = 2.0**-7 + 3 * TOL_F32_OP
 
 
 # the products of a training step: andrea-120m (B 16, T 1024) and andrea-12m (B 64, T 256)
@@ -86,13 +94,46 @@ def test_matmul_bf16_matches_reference(sizes, aligned, transpose_a, transpose_b,
                       max_chain=16 if fold else gemm_bf16.MAX_CHAIN)
 
 
+def check_matmul_gelu(M, N, K, backward, tile, seed):
+    """The MLP's GELU epilogues: forward pre = x @ w (M, N) and out = gelu(pre as stored),
+    both poisoned before; backward out = (dy @ w^T) * gelu'(pre), pre drawn."""
+    rng = np.random.default_rng(seed)
+    x, x64 = bf16(randn(rng, M, K))
+    w, w64 = bf16(randn(rng, *((N, K) if backward else (K, N))))
+    out = cuda.to_device(poisoned((M, N), np.uint16))
+    what = f"matmul_bf16 gelu {M}x{N}x{K} backward={backward} {tile}"
+    if backward:
+        pre, pre64 = bf16(randn(rng, M, N))
+        gemm_bf16.matmul_bf16(out, cuda.to_device(x), cuda.to_device(w), transpose_b=True,
+                              gelu="backward", pre=cuda.to_device(pre), tile=tile)
+        assert_close(from_bf16(out.copy_to_host()), ref.gelu_backward(x64 @ w64.T, pre64),
+                     TOL_GELU_BACKWARD, what)
+        return
+    pre = cuda.to_device(poisoned((M, N), np.uint16))
+    gemm_bf16.matmul_bf16(out, cuda.to_device(x), cuda.to_device(w), gelu="forward", pre=pre,
+                          tile=tile)
+    stored = from_bf16(pre.copy_to_host())
+    assert_close(stored, x64 @ w64, TOL_BF16_OUT, what + " pre")
+    assert_close(from_bf16(out.copy_to_host()), ref.gelu_forward(stored), TOL_BF16_OUT, what)
+
+
+@given(sizes=SIZES, aligned=ALIGNED, backward=st.booleans(), tile=TILES, seed=SEEDS)
+def test_gelu_epilogues_match_reference(sizes, aligned, backward, tile, seed):
+    if aligned or isinstance(tile, WgmmaTile):
+        sizes = tuple(max(8, s // 8 * 8) for s in sizes)
+    check_matmul_gelu(*sizes, backward, tile, seed)
+
+
 @pytest.mark.skipif(not REAL_SHAPES, reason="the model's products need a GPU and real shapes")
 @pytest.mark.parametrize("product", STEP_PRODUCTS, ids=lambda p: f"{p[0]} {p[1]}x{p[2]}x{p[3]}")
 def test_step_products(product):
     """Each product of an andrea-120m and an andrea-12m step, with the launcher's defaults
     (tile, and split-K for the weight gradients)."""
     _, M, N, K, ta, tb, epilogue = product
-    check_matmul_bf16(M, N, K, ta, tb, epilogue, None, seed=5, split_k=None)
+    if epilogue.startswith("gelu"):
+        check_matmul_gelu(M, N, K, epilogue == "gelu_backward", None, seed=5)
+    else:
+        check_matmul_bf16(M, N, K, ta, tb, epilogue, None, seed=5, split_k=None)
 
 
 @pytest.mark.parametrize("tile", [gemm_bf16.WIDE_TILE, gemm_bf16.FOLD_TILE,
@@ -164,6 +205,16 @@ def test_matmul_bf16_rejects_bad_arguments():
     # rows of 5 float32 (20 bytes): not whole 16-byte chunks, which a tensor map needs
     with pytest.raises(ValueError, match="bulk tensor copies"):
         gemm_bf16.matmul_bf16(out, x, dev(16, 5), tile=WgmmaTile(64, 16, 16, 3, 1))
+    # the GELU epilogues: a bf16 out written, and pre of its shape, only with them
+    out16 = dev(4, 5)
+    for kwargs, message in [({"gelu": "forward"}, "needs pre"),
+                            ({"gelu": "sideways", "pre": out16}, "gelu='sideways'"),
+                            ({"pre": out16}, "only the GELU epilogues"),
+                            ({"gelu": "backward", "pre": dev(5, 4)}, "pre: expected shape")]:
+        with pytest.raises(ValueError, match=message):
+            gemm_bf16.matmul_bf16(out16, x, w, **kwargs)
+    with pytest.raises(ValueError, match="bf16 out"):
+        gemm_bf16.matmul_bf16(out, x, w, gelu="forward", pre=out16)
 
 
 @pytest.mark.parametrize("M, N, K", [(0, 5, 16), (4, 0, 16), (4, 5, 0)])

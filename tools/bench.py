@@ -372,6 +372,7 @@ def bench_kernels(reps):
     dq, dk, dv = dev(B, H, T, D), dev(B, H, T, D), dev(B, H, T, D)
     delta = dev(B, H, T)
     merged, fc, fc_out = dev(B, T, C), dev(N, 4 * C), dev(N, 4 * C)
+    w_fc, w_proj = dev(C, 4 * C, scale=0.02), dev(4 * C, C, scale=0.02)
     ln_w, ln_b, mean, rstd, ln_out = dev(C), dev(C), dev(N), dev(N), dev(N, C)
     logits, losses, targets = dev(N, V), dev(N), ops.to_device(rng.integers(0, V, N))
     wte, wpe, idx = (
@@ -391,7 +392,7 @@ def bench_kernels(reps):
     tx, tw, tw_o = tdev(N, C), tdev(C, 3 * C, scale=0.02), tdev(C, C, scale=0.02)
     tq, tk, tv = (tdev(B, H, T, D, grad=True) for _ in range(3))
     tlogits, ttargets = tdev(N, V), torch.randint(0, V, (N,), device="cuda")
-    tfc = tdev(N, 4 * C)
+    tfc, tw_fc = tdev(N, 4 * C), tdev(C, 4 * C, scale=0.02)
     tln_w, tln_b = tdev(C), tdev(C)
     tsdpa = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
     tdo = torch.randn_like(tsdpa)
@@ -439,6 +440,12 @@ def bench_kernels(reps):
         ("residual add + layernorm forward",
          lambda: ops.residual_layernorm_forward(proj, ln_out, mean, rstd, merged.reshape(N, C),
                                                 x, ln_w, ln_b), None, 0),
+        (
+            "MLP up GEMM 16384x768 @ 768x3072, and GELU",
+            lambda: ops.matmul_gelu_forward(fc_out, fc, x, w_fc),
+            lambda: F.gelu(torch.mm(tx, tw_fc), approximate="tanh"),
+            2 * N * C * 4 * C,
+        ),
         (
             "gelu forward (N, 4C)",
             lambda: ops.gelu_forward(fc_out, fc),
@@ -489,6 +496,8 @@ def bench_kernels(reps):
         ("layernorm backward", lambda: ops.layernorm_backward(proj, ln_dw, ln_db, ln_out, x, ln_w,
                                                               mean, rstd), None, 0),
         ("gelu backward, in place", lambda: ops.gelu_backward(fc_out, fc_out, fc), None, 0),
+        ("MLP down GEMM backward dX = dY @ W^T, through GELU",
+         lambda: ops.matmul_gelu_backward(fc_out, x, w_proj, fc), None, 2 * N * C * 4 * C),
         ("encoder backward", lambda: ops.encoder_backward(dwte, dwpe, merged, idx), None, 0),
         ("crossentropy forward + backward, in place over the logits",
          lambda: ops.crossentropy_forward_backward(losses, logits, targets, 1.0 / N), None, 0),
