@@ -9,11 +9,12 @@ rate since the last call. Between two metrics() the host never waits for the dev
 Nothing in a step changes between steps but the contents of its buffers: the optimizer's
 learning rate and step number live on the device (optim.AdamW), so on the CUDA backend the
 second run captures the whole step into a CUDA graph and every later run replays it, one
-launch from the host instead of ~180, the data-parallel all-reduce included (its NCCL
-calls run on a second stream that the capture takes in: microgpt.distributed). The first
-run is eager (it compiles the kernels, and NCCL connects the ranks). The
-simulator and the NumPy backend always run eagerly, as does ``graph=False`` (for
-debugging: each launch then runs, and fails, where it is written).
+launch from the host instead of ~180. Under data parallelism the graph holds the gradient
+all-reduce too: the backward hands each range of the gradient to the world's sync as it
+becomes final, and NCCL reduces it on a second stream that the capture takes in
+(microgpt.distributed). The first run is eager (it compiles the kernels, and NCCL connects
+the ranks). The simulator and the NumPy backend always run eagerly, as does
+``graph=False`` (for debugging: each launch then runs, and fails, where it is written).
 """
 import numpy as np
 

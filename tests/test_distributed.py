@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import ON_GPU, rel_error
+from helpers import ON_GPU, TOL_F32_MODEL, rel_error
 
 import dp_worker
 from microgpt import GPT, distributed, get_config
@@ -37,20 +37,24 @@ def gpus():
         gpus() < 2, reason="NCCL between two ranks needs two GPUs (MICROGPT_TEST_DEVICE=gpu)"))])
 def test_two_ranks_match_one_process(tmp_path, backend):
     """Three steps through Step with the world's gradient sync; on cuda the first is eager,
-    the second captured with its NCCL calls, the third replayed."""
+    the second captured with its NCCL calls, the third replayed. The ranks hold identical
+    parameters, those of one process on the numpy backend with the same global batch: to
+    1e-5 on numpy (the sum's order differs), to the whole-model float32 tolerance on cuda
+    (the kernels' rounding too; one numpy process spares a third compile of the kernels)."""
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
     subprocess.run([mpiexec(), "-n", "2", sys.executable, str(TESTS / "dp_worker.py"),
                     str(tmp_path), backend], check=True, env=env, timeout=300)
     single = tmp_path / "single"
     single.mkdir()
-    dp_worker.train(distributed.SingleProcess(), str(single), backend)
+    dp_worker.train(distributed.SingleProcess(), str(single), "numpy")
 
     rank0, rank1 = np.load(tmp_path / "params-0.npz"), np.load(tmp_path / "params-1.npz")
     one = np.load(single / "params-0.npz")
+    tolerance = 1e-5 if backend == "numpy" else TOL_F32_MODEL
     for name in one.files:
         np.testing.assert_array_equal(rank0[name], rank1[name], err_msg=f"ranks differ on {name}")
-        assert rel_error(rank0[name], one[name]) < 1e-5, name
+        assert rel_error(rank0[name], one[name]) < tolerance, name
         assert not np.array_equal(one[name], 0)
 
 
