@@ -6,10 +6,19 @@ Launch with MPI, as users of the field already do:
 
 Every rank holds the whole model and optimizer, reads its own rows of each global batch
 (--batch-size is the global batch; every rank draws the same batches and takes its slice),
-and after the backward pass the flat gradient buffer is averaged across ranks, so every
+and before the update the flat gradient buffer is averaged across ranks, so every
 rank takes the same AdamW step and the parameters stay identical. MPI (mpi4py) starts the
 ranks and carries the small messages; the gradients travel over NCCL (CuPy's binding, on
 the numba device buffer itself, no copy) on the cuda backend, and over MPI on numpy.
+
+The average is taken while the backward runs. The backward hands its gradient to the
+world's gradient sync (``world.gradient_sync(model)``, passed to GPT.enqueue_backward and
+held by microgpt.step.Step) range by range, as each becomes final: ``ready(lo, hi)`` when
+no later launch of the backward writes grads_flat[lo:hi] (each block's matrices after that
+block's backward, last layer first; then the embeddings, which the encoder's scatter ends,
+and the norms), ``finish()`` at its end, after which, in the device's order of work, the
+buffer holds the mean over the ranks. On the cuda backend each range is all-reduced on a
+stream of its own while the backward goes on (NCCLGradients); on numpy at once, in place.
 """
 import os
 
@@ -25,12 +34,25 @@ class CollectiveError(UserError):
     a batch that does not divide among them): rank 0 reports it, the others exit quietly."""
 
 
+class LocalGradients:
+    """The gradient sync of a world of one (the model's default): nothing to exchange."""
+
+    def ready(self, lo, hi):
+        pass
+
+    def finish(self):
+        pass
+
+
+LOCAL = LocalGradients()
+
+
 class SingleProcess:
     """The world of one: nothing to exchange."""
     rank, world_size = 0, 1
 
-    def allreduce_mean(self, flat, backend):
-        pass
+    def gradient_sync(self, model):
+        return LOCAL
 
     def mean(self, value):
         return value
@@ -52,10 +74,8 @@ class MPIWorld:
         self.comm = comm
         self.rank, self.world_size = comm.Get_rank(), comm.Get_size()
 
-    def allreduce_mean(self, flat, backend):
-        from mpi4py import MPI
-        self.comm.Allreduce(MPI.IN_PLACE, flat, op=MPI.SUM)
-        flat /= self.world_size
+    def gradient_sync(self, model):
+        return MPIGradients(self.comm, model.grads_flat)
 
     def mean(self, value):
         """The mean of a Python float over the ranks (the logged loss)."""
@@ -88,12 +108,66 @@ class NCCLWorld(MPIWorld):
         uid = comm.bcast(nccl.get_unique_id() if self.rank == 0 else None, root=0)
         self._nccl_comm = nccl.NcclCommunicator(self.world_size, uid, self.rank)
 
-    def allreduce_mean(self, flat, backend):
+    def gradient_sync(self, model):
+        return NCCLGradients(self._nccl, self._nccl_comm, model.grads_flat,
+                             model.backend.stream)
+
+
+class MPIGradients:
+    """Each range averaged over the ranks in place as soon as it is ready (the numpy
+    backend computes synchronously: there is nothing to overlap)."""
+
+    def __init__(self, comm, flat):
+        self.comm, self.flat = comm, flat
+
+    def ready(self, lo, hi):
+        from mpi4py import MPI
+        part = self.flat[lo:hi]
+        self.comm.Allreduce(MPI.IN_PLACE, part, op=MPI.SUM)
+        part /= self.comm.Get_size()
+
+    def finish(self):
+        pass
+
+
+class NCCLGradients:
+    """Each range all-reduced by NCCL (ncclAvg, on the numba device buffer itself) on a
+    stream of its own while the backward goes on on the compute stream.
+
+    ready() records an event on the compute stream after the kernels that wrote the range
+    and makes the reduce stream wait for it; finish() makes the compute stream wait for
+    every all-reduce enqueued so far, so the update reads the mean. Waiting on an event is
+    also how a second stream joins a CUDA graph capture (fork, then join before the capture
+    ends), so the captured step holds the all-reduces too: one graph a step. Re-recording
+    one event is safe: a wait takes the record made before it."""
+
+    def __init__(self, nccl, comm, flat, compute):
+        from numba import cuda
+        self._nccl, self._comm, self._compute = nccl, comm, compute
+        self._base = flat.__cuda_array_interface__["data"][0]
+        self._itemsize = flat.dtype.itemsize
+        self._stream = cuda.stream()
+        self._written = cuda.event(timing=False)
+        self._reduced = cuda.event(timing=False)
+
+    def ready(self, lo, hi):
         nccl = self._nccl
-        ptr = flat.__cuda_array_interface__["data"][0]
-        handle = backend.stream.handle      # a ctypes pointer or a cuda-python CUstream
-        stream = int(getattr(handle, "value", handle) or 0)
-        self._nccl_comm.allReduce(ptr, ptr, flat.size, nccl.NCCL_FLOAT32, nccl.NCCL_AVG, stream)
+        self._written.record(self._compute)
+        self._written.wait(self._stream)
+        ptr = self._base + lo * self._itemsize
+        self._comm.allReduce(ptr, ptr, hi - lo, nccl.NCCL_FLOAT32, nccl.NCCL_AVG,
+                             _handle(self._stream))
+
+    def finish(self):
+        self._reduced.record(self._stream)
+        self._reduced.wait(self._compute)
+
+
+def _handle(stream):
+    """A numba stream's CUstream as an int (its handle is a ctypes pointer or a
+    cuda-python CUstream, by numba's binding)."""
+    handle = stream.handle
+    return int(getattr(handle, "value", handle) or 0)
 
 
 def _launched_by_mpi():

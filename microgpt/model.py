@@ -14,6 +14,7 @@ import ml_dtypes
 import numpy as np
 
 from microgpt.backend import get_backend
+from microgpt.distributed import LOCAL
 from microgpt.errors import BackendError
 from microgpt.params import ParamLayout, init_params
 
@@ -200,12 +201,15 @@ class GPT:
         self.backend.crossentropy_forward(a.losses, a.logits_lse, rows(a.logits),
                                           a.batch[1].reshape(a.losses.size))
 
-    def enqueue_backward(self, a):
+    def enqueue_backward(self, a, sync=LOCAL):
         """a.losses, one per token, and the gradient of their mean -> self.grads (zeroed
         first), from the buffers the forward left in a: the loss and its gradient come from
         one pass over the logits, which it overwrites with dlogits. The GEMMs read
         a.dresid_mm and a.dmerged: in bf16 the copies the LayerNorm backward and the W_O dX
-        GEMM write; in fp32 the float32 gradients themselves."""
+        GEMM write; in fp32 the float32 gradients themselves. sync, a data-parallel world's
+        gradient sync (microgpt.distributed), is handed each range of the gradient as it
+        becomes final, so its all-reduce overlaps the rest of the backward; after
+        sync.finish() the gradient is the world's mean."""
         ops, p, w, g, cfg = self.backend, self.params, self.weights, self.grads, self.config
         copy = None if a.dresid_mm is a.dresid else rows(a.dresid_mm)
         ops.fill_zero(self.grads_flat)
@@ -245,7 +249,11 @@ class GPT:
             ops.layernorm_backward(rows(a.dresid), g[h + "ln_1.weight"], g[h + "ln_1.bias"],
                                    rows(a.dln), rows(a.resid[i]), p[h + "ln_1.weight"],
                                    a.ln_1_mean[i], a.ln_1_rstd[i], dinp_copy=copy)
+            sync.ready(*self.layout.block_matrices(i))
         ops.encoder_backward(g["wte"], g["wpe"], a.dresid, a.batch[0])
+        sync.ready(*self.layout.embeddings)     # wte: the LM head's product, then this scatter
+        sync.ready(*self.layout.norms)
+        sync.finish()
 
     # the public calls: one pass each, on host or backend arrays ----------------------
     def forward(self, idx):
@@ -256,12 +264,12 @@ class GPT:
         return logits.view(ml_dtypes.bfloat16).astype(np.float32) if self.precision == "bf16" \
             else logits
 
-    def forward_backward(self, idx, targets):
-        """The training pass: gradients land in self.grads (zeroed first); returns the
-        mean loss as a float."""
+    def forward_backward(self, idx, targets, sync=LOCAL):
+        """The training pass: gradients land in self.grads (zeroed first; averaged over a
+        data-parallel world by sync); returns this process's mean loss as a float."""
         a = self._load(idx, targets)
         self.enqueue_forward(a)
-        self.enqueue_backward(a)
+        self.enqueue_backward(a, sync)
         return self.backend.mean(a.losses)   # read back last, so the host never waits mid-step
 
     def loss_and_grads(self, idx, targets):

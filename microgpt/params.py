@@ -1,7 +1,8 @@
 """The parameter table: allocation, init, checkpoints, the optimizer and count_params read it.
 
-Every parameter lives in one flat buffer (ParamLayout), so that one AdamW launch, one norm
-and one all-reduce cover them all; the model sees views of it by name.
+Every parameter lives in one flat buffer (ParamLayout), so that one AdamW launch and one
+norm cover them all and the data-parallel all-reduce takes it in a few large ranges; the
+model sees views of it by name.
 """
 import math
 from dataclasses import dataclass
@@ -47,7 +48,10 @@ class ParamLayout:
     """Where each parameter lives in one flat buffer.
 
     Matrices come first, so the decayed parameters are the prefix [0, n_decay) and one
-    AdamW launch (one all-reduce, one norm) covers everything."""
+    AdamW launch (one norm) covers everything. The matrices keep the table's order (wte,
+    wpe, then each block's four), so one block's matrices are one range, and so are the
+    embeddings and all the norms: the ranges the backward hands to the data-parallel
+    all-reduce as they become final (block_matrices, embeddings, norms)."""
 
     def __init__(self, cfg):
         self.specs = param_specs(cfg)
@@ -58,6 +62,28 @@ class ParamLayout:
             offset += s.size
         self.size = offset
         self.n_decay = sum(s.size for s in self.specs if s.decay)
+
+    def block_matrices(self, i):
+        """(lo, hi): the range of block i's four matrices."""
+        return self._span([s.name for s in self.specs
+                           if s.decay and s.name.startswith(f"h.{i}.")])
+
+    @property
+    def embeddings(self):
+        """(lo, hi): the range of wte and wpe."""
+        return self._span(["wte", "wpe"])
+
+    @property
+    def norms(self):
+        """(lo, hi): the range of every LayerNorm weight and bias, the suffix."""
+        return self.n_decay, self.size
+
+    def _span(self, names):
+        """(lo, hi) of the named parameters, which the layout keeps adjacent."""
+        lo = min(self.offsets[n] for n in names)
+        hi = max(self.offsets[s.name] + s.size for s in self.specs if s.name in names)
+        assert hi - lo == sum(s.size for s in self.specs if s.name in names), names
+        return lo, hi
 
     def views(self, flat, matrices_only=False):
         """name -> a view of flat with the parameter's shape (any backend's array);

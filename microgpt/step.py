@@ -9,12 +9,16 @@ rate since the last call. Between two metrics() the host never waits for the dev
 Nothing in a step changes between steps but the contents of its buffers: the optimizer's
 learning rate and step number live on the device (optim.AdamW), so on the CUDA backend the
 second run captures the whole step into a CUDA graph and every later run replays it, one
-launch from the host instead of ~180. The first run is eager (it compiles the kernels). The
-simulator and the NumPy backend always run eagerly, as does ``graph=False`` (for
-debugging: each launch then runs, and fails, where it is written).
+launch from the host instead of ~180. Under data parallelism the graph holds the gradient
+all-reduce too: the backward hands each range of the gradient to the world's sync as it
+becomes final, and NCCL reduces it on a second stream that the capture takes in
+(microgpt.distributed). The first run is eager (it compiles the kernels, and NCCL connects
+the ranks). The simulator and the NumPy backend always run eagerly, as does
+``graph=False`` (for debugging: each launch then runs, and fails, where it is written).
 """
 import numpy as np
 
+from microgpt.distributed import LOCAL
 from microgpt.model import BufferSpec, Buffers, activation_specs
 from microgpt.ops import LOG_COLUMNS
 
@@ -30,8 +34,8 @@ def step_specs(cfg, B, T, precision="fp32"):
 
 
 class Step:
-    def __init__(self, model, optimizer, B, T, *, graph=True):
-        self.model, self.optimizer = model, optimizer
+    def __init__(self, model, optimizer, B, T, *, sync=LOCAL, graph=True):
+        self.model, self.optimizer, self.sync = model, optimizer, sync
         self.backend = model.backend
         self.shape = (B, T)
         model.check_context(T)
@@ -52,8 +56,9 @@ class Step:
 
     def backward(self):
         """The per-token losses and the gradient of their mean, into the model's gradient
-        buffer, from one pass over the logits."""
-        self.model.enqueue_backward(self.buffers)
+        buffer, from one pass over the logits; under data parallelism averaged over the
+        ranks by sync (world.gradient_sync(model)) while the backward runs."""
+        self.model.enqueue_backward(self.buffers, self.sync)
 
     def update(self):
         """One AdamW update at the scheduled learning rate, and the step's metrics logged
@@ -63,19 +68,12 @@ class Step:
                                  self.optimizer.norm_squared, self.optimizer.hparams)
 
     # running -----------------------------------------------------------------------
-    def run(self, tokens, targets, *, between=None):
-        """Enqueue one training step on host int arrays tokens and targets (B, T). between,
-        if given, runs eagerly after the backward and before the update (the data-parallel
-        all-reduce of the gradients), splitting the captured step in two."""
+    def run(self, tokens, targets):
+        """Enqueue one training step on host int arrays tokens and targets (B, T)."""
         if self.unread == LOG_ROWS:
             raise RuntimeError(f"{LOG_ROWS} steps since the last metrics(): read them first")
         self.load(tokens, targets)
-        if between is None:
-            self._replay(("forward", "backward", "update"))
-        else:
-            self._replay(("forward", "backward"))
-            between()
-            self._replay(("update",))
+        self._replay(("forward", "backward", "update"))
         # the host's count of the device's step number (the capture ran update() once)
         self.optimizer.step_count += 1
         self.unread += 1

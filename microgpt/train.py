@@ -369,6 +369,7 @@ def setup(ns, world, backend, resources):
                                          total_steps=args.steps))
     entropy = unigram_entropy(data.train, config.vocab_size)
     train_step = Step(model, optimizer, args.batch_size // world.world_size, T,
+                      sync=world.gradient_sync(model),
                       graph=os.environ.get("MICROGPT_GRAPH", "1") != "0")
     run = Run(args, out, model, optimizer, tokenizer, loader, val_batches, entropy, start,
               {"train": [], "val": []}, world, signature, train_step)
@@ -635,16 +636,12 @@ def train(run, stop_at):
                      f"{utilisation.peak / world.world_size / 1e12:g} TFLOP/s each")
     if run.lead and model.backend.name == "cuda":
         progress.log("compiling kernels ...")
-
-    def allreduce():
-        world.allreduce_mean(model.grads_flat, model.backend)
-    between = allreduce if world.world_size > 1 else None     # between backward and update
     read_at = time.perf_counter()
     # overflow on the way to a divergence is reported once, by healthy(), not op by op
     with StopRequest() as stop, np.errstate(all="ignore"):
         while run.step < args.steps:
             inputs, targets = run.loader.next_batch()
-            run.train_step.run(inputs[run.rows], targets[run.rows], between=between)
+            run.train_step.run(inputs[run.rows], targets[run.rows])
             run.step += 1
             last = run.step == args.steps
             due_eval = last or (args.eval_every and run.step % args.eval_every == 0)

@@ -129,6 +129,24 @@ def test_checkpoint_resumes_on_the_other_backend(tmp_path):
     assert_all_close(runs["cuda", "numpy"], straight, "cuda -> numpy")
 
 
+class TakeTheGradient:
+    """The reference step's gradient sync: where a data-parallel world would average the
+    gradient (after the backward, before the update), it compares the reference's gradient
+    with the device's, then replaces it with the device's."""
+
+    def __init__(self, dev, ref):
+        self.dev, self.ref, self.step = dev, ref, None
+
+    def ready(self, lo, hi):
+        pass
+
+    def finish(self):
+        host = self.dev.backend.to_host(self.dev.grads_flat)
+        assert_all_close(self.dev.layout.views(host), self.ref.layout.views(self.ref.grads_flat),
+                         f"step {self.step} gradient")
+        self.ref.grads_flat[...] = host
+
+
 # in the simulator every step runs eagerly: one small case keeps the Step path covered there
 @pytest.mark.parametrize("name,overrides,B,T", CASES if REAL_SHAPES else CASES[1:])
 def test_captured_steps_match_reference(name, overrides, B, T):
@@ -144,7 +162,8 @@ def test_captured_steps_match_reference(name, overrides, B, T):
     dev, ref = GPT(cfg, backend="cuda", seed=3), GPT(cfg, backend="numpy", seed=3,
                                                       dtype=np.float64)
     opt_dev, opt_ref = AdamW(dev, opt_cfg), AdamW(ref, opt_cfg)
-    step_dev, step_ref = Step(dev, opt_dev, B, T), Step(ref, opt_ref, B, T)
+    take = TakeTheGradient(dev, ref)
+    step_dev, step_ref = Step(dev, opt_dev, B, T), Step(ref, opt_ref, B, T, sync=take)
     poison(dev.backend, step_dev.buffers)
     for i in range(3):
         ref.load_state_dict(dev.state_dict())
@@ -152,13 +171,8 @@ def test_captured_steps_match_reference(name, overrides, B, T):
         tokens, targets = (rng.integers(0, cfg.vocab_size, (B, T)) for _ in range(2))
         step_dev.run(tokens, targets)
         got = step_dev.metrics()
-
-        def compare_then_take_the_device_gradient():     # between backward and update
-            host = dev.backend.to_host(dev.grads_flat)
-            assert_all_close(dev.layout.views(host), ref.layout.views(ref.grads_flat),
-                             f"step {i} gradient")
-            ref.grads_flat[...] = host
-        step_ref.run(tokens, targets, between=compare_then_take_the_device_gradient)
+        take.step = i
+        step_ref.run(tokens, targets)
         want = step_ref.metrics()
         for column in LOG_COLUMNS:
             assert_close(got[column], want[column], TOL_F32_MODEL, f"step {i} {column}")

@@ -1,4 +1,5 @@
-"""Data parallelism on the CPU: 2 MPI ranks against one process with the same global batch."""
+"""Data parallelism: 2 MPI ranks against one process with the same global batch (on the
+CPU; on two GPUs in the gpu profile), and the ranges the backward hands to the all-reduce."""
 
 import os
 import shutil
@@ -8,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import ON_GPU, rel_error
+from helpers import ON_GPU, TOL_F32_MODEL, rel_error
 
 import dp_worker
-from microgpt import distributed
+from microgpt import GPT, distributed, get_config
 
 TESTS = Path(__file__).parent
 
@@ -25,20 +26,35 @@ def mpiexec():
     return found
 
 
-def test_two_ranks_match_one_process(tmp_path):
+def gpus():
+    from numba import cuda
+    return len(cuda.gpus) if ON_GPU else 0
+
+
+@pytest.mark.parametrize("backend", [
+    "numpy",
+    pytest.param("cuda", marks=pytest.mark.skipif(
+        gpus() < 2, reason="NCCL between two ranks needs two GPUs (MICROGPT_TEST_DEVICE=gpu)"))])
+def test_two_ranks_match_one_process(tmp_path, backend):
+    """Three steps through Step with the world's gradient sync; on cuda the first is eager,
+    the second captured with its NCCL calls, the third replayed. The ranks hold identical
+    parameters, those of one process on the numpy backend with the same global batch: to
+    1e-5 on numpy (the sum's order differs), to the whole-model float32 tolerance on cuda
+    (the kernels' rounding too; one numpy process spares a third compile of the kernels)."""
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
     subprocess.run([mpiexec(), "-n", "2", sys.executable, str(TESTS / "dp_worker.py"),
-                    str(tmp_path)], check=True, env=env, timeout=300)
+                    str(tmp_path), backend], check=True, env=env, timeout=300)
     single = tmp_path / "single"
     single.mkdir()
-    dp_worker.train(distributed.SingleProcess(), str(single))
+    dp_worker.train(distributed.SingleProcess(), str(single), "numpy")
 
     rank0, rank1 = np.load(tmp_path / "params-0.npz"), np.load(tmp_path / "params-1.npz")
     one = np.load(single / "params-0.npz")
+    tolerance = 1e-5 if backend == "numpy" else TOL_F32_MODEL
     for name in one.files:
         np.testing.assert_array_equal(rank0[name], rank1[name], err_msg=f"ranks differ on {name}")
-        assert rel_error(rank0[name], one[name]) < 1e-5, name
+        assert rel_error(rank0[name], one[name]) < tolerance, name
         assert not np.array_equal(one[name], 0)
 
 
@@ -88,18 +104,38 @@ def test_batch_must_divide_among_ranks(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.skipif(not ON_GPU, reason="NCCL needs a GPU (MICROGPT_TEST_DEVICE=gpu)")
-def test_nccl_world_averages_a_device_buffer():
-    """One rank (all a one-GPU machine allows): the gradient buffer goes through NCCL by
-    its device pointer on the backend's stream and comes back as the mean, unchanged."""
-    from mpi4py import MPI
+class Recorder:
+    """A gradient sync that keeps a copy of each range when it is announced."""
 
-    from microgpt.cuda_backend import CudaBackend
+    def __init__(self, grads):
+        self.grads, self.ranges, self.finished = grads, [], 0
 
-    ops = CudaBackend()
-    world = distributed.NCCLWorld(MPI.COMM_WORLD)
-    host = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32)
-    flat = ops.to_device(host)
-    world.allreduce_mean(flat, ops)
-    np.testing.assert_array_equal(ops.to_host(flat), host)
-    assert world.mean(2.5) == 2.5 and world.any(True) and not world.any(False)
+    def ready(self, lo, hi):
+        assert not self.finished, "a range announced after finish()"
+        self.ranges.append((lo, hi, self.grads[lo:hi].copy()))
+
+    def finish(self):
+        self.finished += 1
+
+
+def test_backward_announces_every_gradient_once_when_final():
+    """The ranges the backward hands to the all-reduce tile the flat gradient (a range
+    missed or announced twice would leave a gradient unaveraged or averaged twice), each
+    announced with its final values (the numpy backend computes synchronously: a range
+    announced before a later launch writes it differs from the gradient at the end), and
+    finish() once, last."""
+    cfg = get_config("microgpt", vocab_size=24, n_layer=3, d_model=16, n_head=2, context=8)
+    model = GPT(cfg, seed=4)
+    rng = np.random.default_rng(7)
+    tokens, targets = (rng.integers(0, cfg.vocab_size, (2, 8)) for _ in range(2))
+    recorder = Recorder(model.grads_flat)
+    model.forward_backward(tokens, targets, sync=recorder)
+    assert recorder.finished == 1
+    ranges = sorted(recorder.ranges, key=lambda r: r[0])
+    assert [lo for lo, _, _ in ranges] == [0] + [hi for _, hi, _ in ranges[:-1]]
+    assert ranges[-1][1] == model.layout.size
+    for lo, hi, announced in ranges:
+        np.testing.assert_array_equal(announced, model.grads_flat[lo:hi],
+                                      err_msg=f"range [{lo}, {hi}) changed after it was ready")
+    for name, grad in model.grads.items():
+        assert np.count_nonzero(grad) > grad.size // 2, name
