@@ -436,6 +436,25 @@ def _wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
         return (base + h * 8 * panel + j // js * 64 * panel
                 + (8 * (j % js) // chunk ^ swap) * chunk)
 
+    gelu_of = elementwise.gelu if epilogue == "gelu" else elementwise.gelu_derivative
+    batch = min(8, BN // 8)                       # pairs in flight in map_places
+    batch_values = 2 * batch
+
+    @cuda.jit(device=True, inline=True)
+    def map_places(pairs, to, base, swap):
+        """pairs[to + q] = gelu (or gelu') of pairs[q], at every place q of this thread's
+        pairs, `batch` pairs at a time: a batch's loads all come before its stores, which
+        the compiler may not move loads across, so its GELUs overlap each other's latency
+        (one pair at a time, the epilogue took longer than the tile's products)."""
+        x = cuda.local.array(batch_values, float32)
+        for h in range(2):
+            for j in range(0, BN // 8, batch):
+                for u in range(batch):
+                    x[2 * u], x[2 * u + 1] = unpack_bf16x2(pairs[place(base, swap, h, j + u) // 2])
+                for u in range(batch):
+                    pairs[to + place(base, swap, h, j + u) // 2] = pack_bf16x2(
+                        gelu_of(x[2 * u]), gelu_of(x[2 * u + 1]))
+
     @cuda.jit(device=True, inline=True)
     def copy_slab(smem, a, b, a_map, b_map, bars, stage, k0, m0, n0):
         # what the warpgroups wait for: one arrival, and the slab's bytes as they land
@@ -565,41 +584,44 @@ def _wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
         R, t = 16 * (thread // 32) + thread % 32 // 4, thread % 4
         swap = (2 * t // chunk) ^ (R // rows_per_line % phases)
         base = group * 64 * BN + R * panel + 2 * t % chunk
-        if epilogue == "gelu_backward":      # gelu'(pre) in place of pre, rounded to bf16
+        if epilogue == "gelu_backward":      # gelu'(pre) in place of pre, rounded to bf16,
+            map_places(pairs, 0, base, swap)  # then the accumulators times it
             for h in range(2):
                 for j in range(BN // 8):
-                    at = place(base, swap, h, j) // 2
-                    lo, hi = unpack_bf16x2(pairs[at])
-                    pairs[at] = pack_bf16x2(elementwise.gelu_derivative(lo),
-                                            elementwise.gelu_derivative(hi))
+                    d_lo, d_hi = unpack_bf16x2(pairs[place(base, swap, h, j) // 2])
+                    r = 4 * j + 2 * h
+                    if fold:
+                        total[r] *= d_lo
+                        total[r + 1] *= d_hi
+                    else:
+                        acc[r] *= d_lo
+                        acc[r + 1] *= d_hi
         for h in range(2):
             for j in range(BN // 8):
                 at = place(base, swap, h, j)
                 r = 4 * j + 2 * h
                 lo, hi = (total[r], total[r + 1]) if fold else (acc[r], acc[r + 1])
-                if epilogue == "gelu_backward":
-                    d_lo, d_hi = unpack_bf16x2(pairs[at // 2])
-                    pairs[at // 2] = pack_bf16x2(lo * d_lo, hi * d_hi)
-                elif bf16_out:
+                if bf16_out:
                     pairs[at // 2] = pack_bf16x2(lo, hi)
                 else:
                     floats[at] = lo
                     floats[at + 1] = hi
-        if epilogue == "gelu":               # gelu of the pre-activation as it is stored
-            for h in range(2):
-                for j in range(BN // 8):
-                    at = place(base, swap, h, j) // 2
-                    lo, hi = unpack_bf16x2(pairs[at])
-                    pairs[beyond // 2 + at] = pack_bf16x2(elementwise.gelu(lo),
-                                                          elementwise.gelu(hi))
         fence_proxy_async()                  # visible to the copies, once all have written
         named_barrier(2 + group, WARPGROUP)
+        if epilogue == "gelu":               # pre is written while gelu of it is computed
+            if thread == 0:
+                for p in range(BN // panel):
+                    store_box(pre, pre_map, n0 + p * panel, row, smem,
+                              int32(group * 64 * BN + p * 64 * panel))
+                bulk_commit()
+            map_places(pairs, beyond // 2, base, swap)
+            fence_proxy_async()
+            named_barrier(2 + group, WARPGROUP)
         if thread == 0:
             for p in range(BN // panel):
                 at = int32(group * 64 * BN + p * 64 * panel)
                 col = n0 + p * panel
                 if epilogue == "gelu":
-                    store_box(pre, pre_map, col, row, smem, at)
                     store_box(out, out_map, col, row, smem, beyond + at)
                 elif bf16_out:
                     store_box(out, out_map, col, row, smem, at)
