@@ -73,11 +73,13 @@ def test_model_products(product):
     check_matmul(*product, None, seed=11)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bf16"])
-def test_gelu_products_in_either_precision(dtype):
+@pytest.mark.parametrize("dtype, epilogue", [("float32", None), ("bf16", True),
+                                             ("bf16", False)])
+def test_gelu_products_in_either_precision(dtype, epilogue):
     """The MLP's GEMMs with GELU: float32 operands take this family's GEMM and the GELU
-    kernels, bf16 ones the tensor-core GEMM's GELU epilogues (tested with every tile in
-    test_kernels_gemm_bf16.py); both against float64, fc = x @ w_fc written too."""
+    kernels; bf16 ones the tensor-core GEMM's GELU epilogues (tested with every tile in
+    test_kernels_gemm_bf16.py), or its GEMM and the GELU kernels; all against float64,
+    fc = x @ w_fc written too."""
     rng = np.random.default_rng(11)
     N, C = (2048, 768) if REAL_SHAPES else (12, 8)
     x, w_fc, w_proj, dy = (randn(rng, *shape) for shape in ((N, C), (C, 4 * C), (4 * C, C),
@@ -85,18 +87,21 @@ def test_gelu_products_in_either_precision(dtype):
     if dtype == "bf16":
         (x, x64), (w_fc, w_fc64), (w_proj, w_proj64), (dy, dy64) = map(bf16, (x, w_fc, w_proj,
                                                                               dy))
-        # TOL_GELU_BACKWARD of test_kernels_gemm_bf16.py: the wgmma epilogue rounds gelu'
+        # TOL_GELU_BACKWARD of test_kernels_gemm_bf16.py: the wgmma epilogue rounds gelu',
+        # the GEMM before the GELU kernel rounds the product
         out_dtype, read, tol, tol_backward = np.uint16, from_bf16, TOL_BF16_OUT, 2.0**-7 + 3e-5
     else:
         x64, w_fc64, w_proj64, dy64 = (v.astype(np.float64) for v in (x, w_fc, w_proj, dy))
         out_dtype, read, tol, tol_backward = np.float32, np.asarray, TOL_F32_OP, TOL_F32_OP
     fc, fc_gelu = (cuda.to_device(poisoned((N, 4 * C), out_dtype)) for _ in range(2))
-    gemm.matmul_gelu_forward(fc_gelu, fc, cuda.to_device(x), cuda.to_device(w_fc))
+    gemm.matmul_gelu_forward(fc_gelu, fc, cuda.to_device(x), cuda.to_device(w_fc),
+                             epilogue=epilogue)
     stored = read(fc.copy_to_host())
     assert_close(stored, x64 @ w_fc64, tol, f"fc ({dtype})")
     assert_close(read(fc_gelu.copy_to_host()), ref.gelu_forward(stored), tol, f"gelu ({dtype})")
     dfc = cuda.to_device(poisoned((N, 4 * C), out_dtype))
-    gemm.matmul_gelu_backward(dfc, cuda.to_device(dy), cuda.to_device(w_proj), fc)
+    gemm.matmul_gelu_backward(dfc, cuda.to_device(dy), cuda.to_device(w_proj), fc,
+                              epilogue=epilogue)
     assert_close(read(dfc.copy_to_host()), ref.gelu_backward(dy64 @ w_proj64.T, stored),
                  tol_backward, f"dfc ({dtype})")
 

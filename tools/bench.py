@@ -524,7 +524,7 @@ def bench_fused(reps, shape=(16, 1024, 768, 50304), n_params=124_392_960):
     the same launch in float32 (in the unfused column)."""
     from numba import cuda
 
-    from microgpt.kernels import adamw, crossentropy, elementwise, heads, layernorm
+    from microgpt.kernels import adamw, crossentropy, elementwise, gemm, heads, layernorm
 
     import ml_dtypes
 
@@ -551,6 +551,7 @@ def bench_fused(reps, shape=(16, 1024, 768, 50304), n_params=124_392_960):
     targets = cuda.to_device(rng.integers(0, V, N).astype(np.int32))
     fc, fc_out, fc16, fc_out16 = (dev(N, 4 * C), dev(N, 4 * C), dev_bf16(N, 4 * C),
                                   dev_bf16(N, 4 * C))
+    w_fc16, w_proj16 = dev_bf16(C, 4 * C, scale=0.02), dev_bf16(4 * C, C, scale=0.02)
     per_head = (B, C // 64, T, 64)
     qkv, qkv16 = dev(B, T, 3 * C), dev_bf16(B, T, 3 * C)
     q, k, v = (dev(*per_head) for _ in range(3))
@@ -611,6 +612,14 @@ def bench_fused(reps, shape=(16, 1024, 768, 50304), n_params=124_392_960):
          None, nf * 3 * f32),
         ("gelu backward in place, bf16",
          lambda: elementwise.gelu_backward(fc_out16, fc_out16, fc16), None, nf * 3 * bf16),
+        ("MLP up GEMM, GELU in its epilogue (bf16)",
+         lambda: gemm.matmul_gelu_forward(fc_out16, fc16, ln_out16, w_fc16, epilogue=True),
+         lambda: gemm.matmul_gelu_forward(fc_out16, fc16, ln_out16, w_fc16, epilogue=False),
+         (nc + 4 * C * C + 2 * nf) * bf16),
+        ("MLP down dX GEMM, GELU backward in its epilogue (bf16)",
+         lambda: gemm.matmul_gelu_backward(fc_out16, dln16, w_proj16, fc16, epilogue=True),
+         lambda: gemm.matmul_gelu_backward(fc_out16, dln16, w_proj16, fc16, epilogue=False),
+         (nc + 4 * C * C + 2 * nf) * bf16),
         ("split heads, float32 qkv -> bf16 q, k, v",
          lambda: heads.split_heads_forward(q16, k16, v16, qkv),
          lambda: heads.split_heads_forward(q, k, v, qkv), 3 * nc * (f32 + bf16)),
