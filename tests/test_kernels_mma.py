@@ -19,9 +19,10 @@ from microgpt.kernels.mma import (CHUNK, SHARED_ALIGN, bits_to_float32, bulk_com
                                   fence_proxy_async, fence_tensor_map, ldmatrix_x4,
                                   ldmatrix_x4_trans, mbarrier_arrive_expect_tx,
                                   mbarrier_init, mbarrier_try_wait, mma_bf16_16816,
-                                  pack_bf16x2, shared_address, shuffle_xor, tma_add_2d,
-                                  tma_load_2d, tma_store_2d, to_bf16, warpgroup_commit,
-                                  warpgroup_fence, warpgroup_wait, wgmma_bf16)
+                                  pack_bf16x2, rcp_approx, shared_address, shuffle_xor,
+                                  tma_add_2d, tma_load_2d, tma_store_2d, to_bf16,
+                                  warpgroup_commit, warpgroup_fence, warpgroup_wait,
+                                  wgmma_bf16)
 from microgpt.kernels.tiles import tensor_map
 
 SEEDS = st.integers(0, 2**32 - 1)
@@ -284,15 +285,38 @@ def exp2_kernel(out, x):
 
 def test_exp2_ftz_is_exp2_with_subnormals_flushed():
     """2^x to ex2.approx's relative error (2^-22, allowed twice that), 0 where 2^x is
-    below float32's smallest normal 2^-126 and at -inf, 1 for a subnormal x."""
+    below float32's smallest normal 2^-126 and at -inf, 1 for a subnormal x, inf past
+    float32's largest (GELU's exp(-2u) for x below about -10)."""
     rng = np.random.default_rng(5)
     x = rng.uniform(-125.9, 100, 256).astype(np.float32)
-    x[:6] = [-np.inf, -126.5, -130.25, -300.0, 1e-40, 0.0]
+    x[:8] = [-np.inf, -126.5, -130.25, -300.0, 1e-40, 0.0, 128.5, 300.0]
     out = cuda.to_device(poisoned(x.size))
     exp2_kernel[2, 128](out, cuda.to_device(x))
     want = np.exp2(x.astype(np.float64))
     want[want < 2.0**-126] = 0
+    want[want > np.finfo(np.float32).max] = np.inf
     np.testing.assert_allclose(out.copy_to_host(), want, rtol=2.0**-21, atol=0)
+
+
+@cuda.jit
+def rcp_kernel(out, x):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = rcp_approx(x[i])
+
+
+def test_rcp_approx_is_a_reciprocal():
+    """1/x to rcp.approx's relative error (2^-23, allowed twice that), of either sign;
+    0 at infinity, inf at 0 and at a subnormal (flushed to 0)."""
+    rng = np.random.default_rng(6)
+    x = (rng.uniform(0.5, 2, 256) * 2.0 ** rng.integers(-60, 60, 256)
+         * rng.choice([-1, 1], 256)).astype(np.float32)
+    x[:4] = [np.inf, -np.inf, 0.0, 1e-40]
+    out = cuda.to_device(poisoned(x.size))
+    rcp_kernel[2, 128](out, cuda.to_device(x))
+    got = out.copy_to_host()
+    assert got[0] == 0 and got[1] == 0 and got[2] == np.inf and got[3] == np.inf
+    np.testing.assert_allclose(got[4:], 1 / x[4:].astype(np.float64), rtol=2.0**-22, atol=0)
 
 
 @cuda.jit
