@@ -8,9 +8,10 @@ EPILOGUES: written as float32, written as bf16 (an activation that feeds the nex
 matmul), or added into a float32 out (a weight gradient; "atomic" when split-K); or the
 MLP's GELU around it: "gelu" writes the product (the pre-activation, which the backward
 reads) to `pre` and gelu of it to out, "gelu_backward" writes the product times gelu' of
-`pre` (the two GELU kernels of ``elementwise`` folded into the GEMMs that feed them, which
-saves a pass over the (B*T, 4C) activations each way). Transposes and the epilogue are
-compile-time constants of one kernel body.
+`pre` (the two GELU kernels of ``elementwise`` folded into the GEMMs around them, a pass
+over the (B*T, 4C) activations fewer each way; on the H200 measured slower than the GEMM
+and then the kernel, so the model's ops take them only when ``gemm.GELU_IN_EPILOGUE`` is
+on). Transposes and the epilogue are compile-time constants of one kernel body.
 
 How a block works: it owns a rows x cols tile of out, split among warps in warp_rows x
 warp_cols pieces, each warp's accumulators in registers as a grid of 16 x 8 mma tiles.
@@ -227,7 +228,8 @@ def step_products(B, T, C, V):
     of a GPT with B x T tokens, width C and vocabulary V (the tests' and the bench's list):
     forward (bf16 activations out), dX = dY @ W^T (bf16) and dW += X^T @ dY (float32
     gradient, split-K) of the QKV, W_O, MLP up and down projections, and the tied LM head;
-    GELU is the MLP up forward's epilogue and its backward the MLP down dX's."""
+    the MLP up forward with the "gelu" epilogue and the MLP down dX with "gelu_backward",
+    as the model runs them when GELU is in the epilogues."""
     N = B * T
     products = []
     for name, n_in, n_out in (("QKV", C, 3 * C), ("W_O", C, C), ("MLP up", C, 4 * C),
@@ -418,9 +420,9 @@ def _wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
     # the epilogue: each warpgroup lays its 64 x BN of out in shared memory as boxes of
     # 64 x `panel` (128-byte rows at most, swizzled), which one thread then writes, or
     # adds (float32, "accumulate" and "atomic" alike), into out by bulk tensor copies.
-    # "gelu" lays the pre-activation there and gelu of it one tile further on, and writes
+    # "gelu" lays the pre-activation there, then gelu of it one tile further on, and writes
     # both; "gelu_backward" first has the copy engine bring the tile of pre there, in the
-    # same layout, and overwrites each value of it with the product times gelu' of it
+    # same layout, replaces it by gelu' of it and multiplies the accumulators by that
     bf16_out = epilogue in BF16_OUT
     beyond = BM * BN                              # the second tile of "gelu"
     panel = min(BN, 64 if bf16_out else 32)
@@ -450,7 +452,8 @@ def _wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
         for h in range(2):
             for j in range(0, BN // 8, batch):
                 for u in range(batch):
-                    x[2 * u], x[2 * u + 1] = unpack_bf16x2(pairs[place(base, swap, h, j + u) // 2])
+                    at = place(base, swap, h, j + u) // 2
+                    x[2 * u], x[2 * u + 1] = unpack_bf16x2(pairs[at])
                 for u in range(batch):
                     pairs[to + place(base, swap, h, j + u) // 2] = pack_bf16x2(
                         gelu_of(x[2 * u]), gelu_of(x[2 * u + 1]))
