@@ -6,12 +6,13 @@ operands are bf16 matrices held in uint16 device arrays (``ml_dtypes.bfloat16`` 
 host, viewed as uint16). The epilogue, what happens to each float32 result, is one of
 EPILOGUES: written as float32, written as bf16 (an activation that feeds the next
 matmul), or added into a float32 out (a weight gradient; "atomic" when split-K); or the
-MLP's GELU around it: "gelu" writes the product (the pre-activation, which the backward
-reads) to `pre` and gelu of it to out, "gelu_backward" writes the product times gelu' of
-`pre` (the two GELU kernels of ``elementwise`` folded into the GEMMs around them, a pass
-over the (B*T, 4C) activations fewer each way; on the H200 measured slower than the GEMM
-and then the kernel, so the model's ops take them only when ``gemm.GELU_IN_EPILOGUE`` is
-on). Transposes and the epilogue are compile-time constants of one kernel body.
+MLP's GELU around it (the wgmma kernel's): "gelu" writes the product (the pre-activation,
+which the backward reads) to `pre` and gelu of it to out, "gelu_backward" writes the
+product times gelu' of `pre`. These fold the two GELU kernels of ``elementwise`` into the
+GEMMs around them, a pass over the (B*T, 4C) activations fewer each way; on the H200 they
+measured slower than the GEMM and then the kernel, so the model's ops take them only when
+``gemm.GELU_IN_EPILOGUE`` is on. Transposes and the epilogue are compile-time constants of
+one kernel body.
 
 How a block works: it owns a rows x cols tile of out, split among warps in warp_rows x
 warp_cols pieces, each warp's accumulators in registers as a grid of 16 x 8 mma tiles.
@@ -54,8 +55,8 @@ from numba import cuda, float32, int32, types, uint16, uint32, uint64
 
 from microgpt.kernels import elementwise
 from microgpt.kernels.common import SIMULATOR, ceil_div, check_array
-from microgpt.kernels.mma import (CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, bits_to_float32,
-                                  bulk_commit, bulk_wait, cp_async_commit, cp_async_wait_group,
+from microgpt.kernels.mma import (CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, bulk_commit,
+                                  bulk_wait, cp_async_commit, cp_async_wait_group,
                                   fence_barrier_init, fence_proxy_async, fence_tensor_map,
                                   mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
                                   mbarrier_try_wait, mma_bf16_16816, named_barrier,
@@ -249,15 +250,8 @@ def step_products(B, T, C, V):
 
 def _storer(epilogue):
     @cuda.jit(device=True, inline=True)
-    def store(out, pre, row, col, value):
-        if epilogue == "gelu":               # gelu of the pre-activation as it is stored
-            bits = to_bf16(value)
-            pre[row, col] = bits
-            out[row, col] = to_bf16(elementwise.gelu(bits_to_float32(uint32(bits) << 16)))
-        elif epilogue == "gelu_backward":
-            x = bits_to_float32(uint32(pre[row, col]) << 16)
-            out[row, col] = to_bf16(value * elementwise.gelu_derivative(x))
-        elif epilogue == "atomic":
+    def store(out, row, col, value):
+        if epilogue == "atomic":
             cuda.atomic.add(out, (row, col), value)
         elif epilogue == "accumulate":
             out[row, col] += value
@@ -314,10 +308,10 @@ def _matmul_bf16_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile)
     block_tile = _block_tiler(BM, BN)
 
     @cuda.jit(**({} if SIMULATOR else {"launch_bounds": (threads, MIN_BLOCKS)}))
-    def matmul_bf16_kernel(out, pre, a, b, steps_per_split):
+    def matmul_bf16_kernel(out, a, b, steps_per_split):
         # out (M, N) float32 or bf16; a (M, K) or (K, M); b (K, N) or (N, K), bf16 as
-        # uint16; pre (M, N) bf16, the GELU epilogues' (out itself for the others). Block
-        # (x, y, z) owns a tile of out (block_tile) and K steps z*steps_per_split on.
+        # uint16. Block (x, y, z) owns a tile of out (block_tile) and K steps
+        # z*steps_per_split on.
         M, N = out.shape
         K = a.shape[0] if transpose_a else a.shape[1]
         m0, n0 = block_tile()
@@ -387,9 +381,9 @@ def _matmul_bf16_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile)
                     for j in range(NT):
                         col = n0 + wn + j * MMA_N + 2 * (lane % 4)
                         if col < N:
-                            store(out, pre, row, col, acc[i, j, 2 * half])
+                            store(out, row, col, acc[i, j, 2 * half])
                         if col + 1 < N:
-                            store(out, pre, row, col + 1, acc[i, j, 2 * half + 1])
+                            store(out, row, col + 1, acc[i, j, 2 * half + 1])
 
     return matmul_bf16_kernel
 
@@ -639,8 +633,9 @@ def _wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
 def _signature(epilogue, tile):
     bf16 = types.uint16[:, ::1]
     out = bf16 if epilogue in BF16_OUT else types.float32[:, ::1]
-    maps = (types.uint64[::1],) * 4 if isinstance(tile, WgmmaTile) else ()
-    return (out, out, bf16, bf16, *maps, types.int32)
+    if isinstance(tile, WgmmaTile):     # pre, then the four tensor maps
+        return (out, out, bf16, bf16) + (types.uint64[::1],) * 4 + (types.int32,)
+    return (out, bf16, bf16, types.int32)
 
 
 def _kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
@@ -665,8 +660,6 @@ PTX_SIGNATURES = [
         (True, False, "atomic", True, False, SMALL_TILE),
         (True, True, "accumulate", True, True, LEAN_TILE),
         (False, False, "float32", False, False, SMALL_TILE),
-        (False, False, "gelu", False, False, SMALL_TILE),
-        (False, True, "gelu_backward", True, False, LARGE_TILE),
     ]
 ]
 
@@ -705,7 +698,9 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
     a is (M, K), or (K, M) when transpose_a; b is (K, N), or (N, K) when transpose_b; both
     bf16 in uint16 device arrays. out is float32, or bf16 (uint16, written only).
     gelu="forward": pre (M, N) = op(a) @ op(b) and out = gelu(pre); gelu="backward":
-    out = (op(a) @ op(b)) * gelu'(pre); out and pre bf16 (the MLP's GELU, see EPILOGUES).
+    out = (op(a) @ op(b)) * gelu'(pre); out and pre bf16 (the MLP's GELU, see EPILOGUES: in
+    the wgmma kernel's epilogue; with an mma.sync tile, the product and then the GELU
+    kernel).
     tile (a WgmmaTile, or an MmaTile for the mma.sync kernel) and split_k (blocks along K,
     accumulating products only) override the shape-based defaults; max_chain (K summed by
     the tensor cores before a fold into float32) is there for the tests."""
@@ -733,7 +728,7 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
     elif pre is not None:
         raise ValueError("pre: only the GELU epilogues take it (give gelu='forward' or "
                          "'backward')")
-    pre = out if pre is None else pre       # the kernels' unread stand-in
+    pre = out if pre is None else pre       # the wgmma kernel's unread stand-in
     if tile is None:
         tile = default_tile(M, N, K, accumulate, wgmma_available()
                             and all(map(tma_ready, (out, pre, a, b))))
@@ -750,6 +745,18 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
         return
     if K == 0 and isinstance(tile, WgmmaTile):
         tile = SMALL_TILE        # nothing to pipeline: the mma.sync kernel writes the zeros
+    if gelu is not None and not isinstance(tile, WgmmaTile):
+        # the GELU epilogues are the wgmma kernel's, which passes its tile through shared
+        # memory; the mma.sync kernel stores from registers in a loop that must unroll, and
+        # GELU in it kept the loop from unrolling (the accumulators went to local memory):
+        # here the product, then the GELU kernel
+        if gelu == "forward":
+            matmul_bf16(pre, a, b, transpose_a, transpose_b, tile=tile, stream=stream)
+            elementwise.gelu_forward(out, pre, stream=stream)
+        else:
+            matmul_bf16(out, a, b, transpose_a, transpose_b, tile=tile, stream=stream)
+            elementwise.gelu_backward(out, out, pre, stream=stream)
+        return
     if split_k is None:
         split_k = default_split_k(M, N, K, tile) if accumulate else 1
     steps_per_split = ceil_div(ceil_div(K, tile.depth), split_k)
@@ -775,4 +782,4 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
             out, pre, a, b, a_map, b_map, out_map, pre_map, steps_per_split)
     else:
         grid = (ceil_div(N, tile.cols), ceil_div(M, tile.rows), split_k)
-        kernel[grid, tile.threads, stream](out, pre, a, b, steps_per_split)
+        kernel[grid, tile.threads, stream](out, a, b, steps_per_split)
