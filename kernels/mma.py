@@ -529,7 +529,7 @@ else:
 
     @cuda.jit(device=True)
     def rcp_approx(x):
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", over="ignore"):    # inf, as the device's rcp gives
             return np.float32(1.0) / np.float32(x)
 
 
