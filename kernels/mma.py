@@ -171,23 +171,20 @@ if not SIMULATOR:
     cp_async_16 = _cp_async(16, "cg")
     cp_async_4 = _cp_async(4, "ca")
 
-    @intrinsic
-    def exp2_ftz(typingctx, x):
-        sig = types.float32(types.float32)
+    def _float32_op(instruction):
+        """A float32 -> float32 instruction of the special-function unit."""
+        @intrinsic
+        def op(typingctx, x):
+            sig = types.float32(types.float32)
 
-        def codegen(context, builder, sig, args):
-            return _asm(builder, _f32, list(args), "ex2.approx.ftz.f32 $0, $1;", "=f,f",
-                        side_effect=False)
-        return sig, codegen
+            def codegen(context, builder, sig, args):
+                return _asm(builder, _f32, list(args), f"{instruction} $0, $1;", "=f,f",
+                            side_effect=False)
+            return sig, codegen
+        return op
 
-    @intrinsic
-    def rcp_approx(typingctx, x):
-        sig = types.float32(types.float32)
-
-        def codegen(context, builder, sig, args):
-            return _asm(builder, _f32, list(args), "rcp.approx.ftz.f32 $0, $1;", "=f,f",
-                        side_effect=False)
-        return sig, codegen
+    exp2_ftz = _float32_op("ex2.approx.ftz.f32")
+    rcp_approx = _float32_op("rcp.approx.ftz.f32")
 
     @intrinsic
     def cp_async_commit(typingctx):

@@ -276,11 +276,14 @@ def test_wgmma_matches_numpy(seed, trans_a, trans_b, a_row_bytes, b_row_bytes):
     assert_close(d.copy_to_host(), a64 @ b64 + c, 1e-6, "wgmma m64n32k16")
 
 
-@cuda.jit
-def exp2_kernel(out, x):
-    i = cuda.grid(1)
-    if i < x.shape[0]:
-        out[i] = exp2_ftz(x[i])
+def elementwise_kernel(op):
+    """out[i] = op(x[i]) over (n,) float32 arrays."""
+    @cuda.jit
+    def kernel(out, x):
+        i = cuda.grid(1)
+        if i < x.shape[0]:
+            out[i] = op(x[i])
+    return kernel
 
 
 def test_exp2_ftz_is_exp2_with_subnormals_flushed():
@@ -291,18 +294,11 @@ def test_exp2_ftz_is_exp2_with_subnormals_flushed():
     x = rng.uniform(-125.9, 100, 256).astype(np.float32)
     x[:8] = [-np.inf, -126.5, -130.25, -300.0, 1e-40, 0.0, 128.5, 300.0]
     out = cuda.to_device(poisoned(x.size))
-    exp2_kernel[2, 128](out, cuda.to_device(x))
+    elementwise_kernel(exp2_ftz)[2, 128](out, cuda.to_device(x))
     want = np.exp2(x.astype(np.float64))
     want[want < 2.0**-126] = 0
     want[want > np.finfo(np.float32).max] = np.inf
     np.testing.assert_allclose(out.copy_to_host(), want, rtol=2.0**-21, atol=0)
-
-
-@cuda.jit
-def rcp_kernel(out, x):
-    i = cuda.grid(1)
-    if i < x.shape[0]:
-        out[i] = rcp_approx(x[i])
 
 
 def test_rcp_approx_is_a_reciprocal():
@@ -313,7 +309,7 @@ def test_rcp_approx_is_a_reciprocal():
          * rng.choice([-1, 1], 256)).astype(np.float32)
     x[:4] = [np.inf, -np.inf, 0.0, 1e-40]
     out = cuda.to_device(poisoned(x.size))
-    rcp_kernel[2, 128](out, cuda.to_device(x))
+    elementwise_kernel(rcp_approx)[2, 128](out, cuda.to_device(x))
     got = out.copy_to_host()
     assert got[0] == 0 and got[1] == 0 and got[2] == np.inf and got[3] == np.inf
     np.testing.assert_allclose(got[4:], 1 / x[4:].astype(np.float64), rtol=2.0**-22, atol=0)
