@@ -239,33 +239,33 @@ def matmul(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, *,
 
 # Whether the bf16 MLP GEMMs compute GELU in their epilogues (gemm_bf16's "gelu" and
 # "gelu_backward") rather than the GEMM then a GELU kernel. Measured on the H200 at
-# andrea-120m (tools/bench.py --only fused, docs/gemm-bf16.md): the fused products are slower,
-# 0.230 against 0.197 ms forward and 0.244 against 0.228 backward, because the wgmma
-# kernel's epilogue does not overlap the next tile's products (8 warps an SM wait on
-# GELU's exponentials), while the GELU kernels run at the memory's rate. So not by default:
-# a persistent GEMM that overlaps its epilogues would turn this around.
+# andrea-120m, each product captured in a CUDA graph and in the step's profile
+# (docs/gemm-bf16.md, tuning log row 7; tools/bench.py --only fused times both): the fused
+# products are slower, 0.230 against 0.190 ms forward and 0.244 against 0.228 backward,
+# because the wgmma kernel's epilogue does not overlap the next tile's products (8 warps
+# an SM wait on GELU's exponentials), while the GELU kernels run at the memory's rate. So
+# not by default: a persistent GEMM that overlaps its epilogues would turn this around.
 GELU_IN_EPILOGUE = False
 
 
-def matmul_gelu_forward(out, pre, a, b, *, epilogue=None, stream=0):
+def matmul_gelu_forward(out, pre, a, b, *, fused=None, stream=0):
     """The MLP's up projection and its GELU: pre (M, N) = a @ b, out = gelu(pre) (the
-    backward reads pre). bf16 (the tensor cores) with epilogue (default GELU_IN_EPILOGUE):
-    one GEMM whose epilogue writes both; otherwise the GEMM, then
-    ``elementwise.gelu_forward``."""
+    backward reads pre). bf16 and fused (default GELU_IN_EPILOGUE): one GEMM whose epilogue
+    writes both (gemm_bf16); otherwise the GEMM, then ``elementwise.gelu_forward``."""
     bf16 = a.dtype == np.uint16 or b.dtype == np.uint16
-    if bf16 and (GELU_IN_EPILOGUE if epilogue is None else epilogue):
+    if bf16 and (GELU_IN_EPILOGUE if fused is None else fused):
         return gemm_bf16.matmul_bf16(out, a, b, gelu="forward", pre=pre, stream=stream)
     matmul(pre, a, b, stream=stream)
     elementwise.gelu_forward(out, pre, stream=stream)
 
 
-def matmul_gelu_backward(dpre, dout, b, pre, *, epilogue=None, stream=0):
+def matmul_gelu_backward(dpre, dout, b, pre, *, fused=None, stream=0):
     """The gradient through the MLP's down projection and its GELU: dpre (M, N) =
-    (dout @ b^T) * gelu'(pre), b (N, K) the down projection's weight. bf16 with epilogue
-    (default GELU_IN_EPILOGUE): one GEMM whose epilogue reads pre; otherwise the GEMM into
-    dpre, then ``elementwise.gelu_backward`` in place."""
+    (dout @ b^T) * gelu'(pre), b (N, K) the down projection's weight. bf16 and fused
+    (default GELU_IN_EPILOGUE): one GEMM whose epilogue reads pre (gemm_bf16); otherwise the
+    GEMM into dpre, then ``elementwise.gelu_backward`` in place."""
     bf16 = dout.dtype == np.uint16 or b.dtype == np.uint16
-    if bf16 and (GELU_IN_EPILOGUE if epilogue is None else epilogue):
+    if bf16 and (GELU_IN_EPILOGUE if fused is None else fused):
         return gemm_bf16.matmul_bf16(dpre, dout, b, transpose_b=True, gelu="backward",
                                      pre=pre, stream=stream)
     matmul(dpre, dout, b, transpose_b=True, stream=stream)

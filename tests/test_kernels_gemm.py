@@ -42,6 +42,9 @@ else:
     TILES = st.sampled_from(SIM_TILES)
 PRODUCTS = SIZES.flatmap(lambda mnk: FLAGS.map(lambda flags: mnk + flags))
 SEEDS = st.integers(0, 2**32 - 1)
+# the MLP's token rows and width C (its hidden width 4C)
+GELU_ROWS = st.integers(1, 4096) if REAL_SHAPES else st.integers(1, 16)
+GELU_WIDTHS = st.sampled_from([384, 768]) if REAL_SHAPES else st.integers(1, 8)
 SMALL_SIM_TILE = GemmTile(4, 4, 4, 1, 1)      # 16 simulated threads
 
 
@@ -73,15 +76,15 @@ def test_model_products(product):
     check_matmul(*product, None, seed=11)
 
 
-@pytest.mark.parametrize("dtype, epilogue", [("float32", None), ("bf16", True),
-                                             ("bf16", False)])
-def test_gelu_products_in_either_precision(dtype, epilogue):
+@pytest.mark.parametrize("dtype, fused", [("float32", None), ("bf16", True), ("bf16", False)])
+@given(rows=GELU_ROWS, width=GELU_WIDTHS, seed=SEEDS)
+def test_gelu_products_in_either_precision(dtype, fused, rows, width, seed):
     """The MLP's GEMMs with GELU: float32 operands take this family's GEMM and the GELU
     kernels; bf16 ones the tensor-core GEMM's GELU epilogues (tested with every tile in
     test_kernels_gemm_bf16.py), or its GEMM and the GELU kernels; all against float64,
-    fc = x @ w_fc written too."""
-    rng = np.random.default_rng(11)
-    N, C = (2048, 768) if REAL_SHAPES else (12, 8)
+    fc = x @ w_fc written too, every output poisoned first."""
+    rng = np.random.default_rng(seed)
+    N, C = rows, width
     x, w_fc, w_proj, dy = (randn(rng, *shape) for shape in ((N, C), (C, 4 * C), (4 * C, C),
                                                             (N, C)))
     if dtype == "bf16":
@@ -95,13 +98,13 @@ def test_gelu_products_in_either_precision(dtype, epilogue):
         out_dtype, read, tol, tol_backward = np.float32, np.asarray, TOL_F32_OP, TOL_F32_OP
     fc, fc_gelu = (cuda.to_device(poisoned((N, 4 * C), out_dtype)) for _ in range(2))
     gemm.matmul_gelu_forward(fc_gelu, fc, cuda.to_device(x), cuda.to_device(w_fc),
-                             epilogue=epilogue)
+                             fused=fused)
     stored = read(fc.copy_to_host())
     assert_close(stored, x64 @ w_fc64, tol, f"fc ({dtype})")
     assert_close(read(fc_gelu.copy_to_host()), ref.gelu_forward(stored), tol, f"gelu ({dtype})")
     dfc = cuda.to_device(poisoned((N, 4 * C), out_dtype))
     gemm.matmul_gelu_backward(dfc, cuda.to_device(dy), cuda.to_device(w_proj), fc,
-                              epilogue=epilogue)
+                              fused=fused)
     assert_close(read(dfc.copy_to_host()), ref.gelu_backward(dy64 @ w_proj64.T, stored),
                  tol_backward, f"dfc ({dtype})")
 
