@@ -29,8 +29,9 @@ def ceil_div(a, b):
     return -(-a // b)
 
 
-def check_array(name, arr, shape, dtype=np.float32):
-    """A launcher's argument check: a contiguous device array of this shape and dtype."""
+def check_array(name, arr, shape, dtype=np.float32, strided=False):
+    """A launcher's argument check: a device array of this shape and dtype, C-contiguous
+    unless the kernel takes strided views (then its launcher checks the strides)."""
     if tuple(arr.shape) != tuple(shape):
         raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(arr.shape)}")
     if arr.dtype != np.dtype(dtype):
@@ -38,7 +39,7 @@ def check_array(name, arr, shape, dtype=np.float32):
     if not cuda.devicearray.is_cuda_ndarray(arr):
         raise TypeError(f"{name}: expected a device array, got {type(arr).__name__} "
                         "(copy it with numba.cuda.to_device first)")
-    if not arr.is_c_contiguous():
+    if not strided and not arr.is_c_contiguous():
         raise ValueError(f"{name}: expected a C-contiguous array, got a strided view "
                          "(the kernels are compiled for dense C-order arrays)")
 

@@ -4,7 +4,10 @@ and float32 accumulation, forward and backward (the algorithm of FlashAttention-
 NumPy twins: ``microgpt.reference.attention_forward`` and ``attention_backward`` on the same
 bf16-rounded q, k, v (and dout); the float32 kernels of ``attention`` are the other twin
 and the ``--precision fp32`` path. Arguments as there, with bf16 storage: q, k, v, out,
-dout, dq, dk, dv (B, H, T, D) hold bf16 in uint16 device arrays; lse (B, H, T) float32 is
+dout, dq, dk, dv (B, H, T, D) hold bf16 in uint16 device arrays, each either its own
+array or a view of fused rows (the bf16 step's q, k, v and dq, dk, dv are the three parts
+of the QKV rows (B, T, 3C), out and dout the W_O GEMM's rows (B, T, C): no copy splits
+or merges the heads; the 16-byte copies take a row pitch); lse (B, H, T) float32 is
 the natural-log logsumexp of each row of the scaled scores; the backward's delta (B, H, T)
 float32 = rowsum(dout * out) is an output like the gradients: the dq pass writes it, the
 dk/dv pass reads it.
@@ -54,7 +57,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import cuda, float32, int32, int64, types, uint16, uint32
 
-from microgpt.kernels.common import SIMULATOR, ceil_div, check_array
+from microgpt.kernels.common import SIMULATOR, ceil_div, check_array, device_address
 from microgpt.kernels.mma import (CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, bits_to_float32,
                                   cp_async_4, cp_async_commit, cp_async_wait_group, exp2_ftz,
                                   mma_bf16_16816, opaque, pack_bf16x2, shuffle_xor, to_bf16)
@@ -191,6 +194,13 @@ def bf16_value(bits):
     return bits_to_float32(uint32(bits) << 16)
 
 
+@cuda.jit(device=True, inline=True)
+def pitch(head):
+    """The elements from one row of a head (T, D) of bf16 to the next: D, or the width of
+    the fused rows it is a view of."""
+    return head.strides[0] // 2
+
+
 class _Parts(NamedTuple):
     copy_own: object
     copy_pair: object
@@ -211,16 +221,17 @@ def _parts(D, tile, keys_are_rows):
     NS2 = NS // 2                              # ldmatrix x4 (16 rows) over a step
     aligned = D % CHUNK == 0
     # A from a tile [m][k]; B = X^T from a tile of X's rows [n][k]; B = X from one [k][n]
-    copy_step = tile_copier(step, DS, tile.threads, aligned)
+    copy_step = tile_copier(step, DS, tile.threads, aligned, width=D)
     a_locate, a_advance, a_load = a_fragment_loader(DS, False)
     bt_locate, bt_advance, bt_load = b_fragment_loader(DS, True)
     b_locate, b_advance, b_load = b_fragment_loader(DS, False)
 
     @cuda.jit(device=True, inline=True)
-    def copy_pair(smem, base, x, y, row0):
-        """The step's rows row0 on of x, then of y (each (T, D)), into the stage at base."""
-        copy_step(smem, base, x, row0, 0)
-        copy_step(smem, base + step * DS, y, row0, 0)
+    def copy_pair(smem, base, x, y, row0, x_pitch, y_pitch):
+        """The step's rows row0 on of x, then of y (each (T, D), rows the pitches apart),
+        into the stage at base."""
+        copy_step(smem, base, x, row0, 0, x_pitch)
+        copy_step(smem, base + step * DS, y, row0, 0, y_pitch)
 
     @cuda.jit(device=True, inline=True)
     def fragments(frag, smem, base, row):
@@ -289,7 +300,7 @@ def _parts(D, tile, keys_are_rows):
                     if (c < i if keys_are_rows else c > i) or c >= T:
                         s[mi, j, r] = NEG_INF
 
-    return _Parts(tile_copier(tile.rows, DS, tile.threads, aligned), copy_pair,
+    return _Parts(tile_copier(tile.rows, DS, tile.threads, aligned, width=D), copy_pair,
                   fragments, scores, accumulate, mask)
 
 
@@ -350,6 +361,7 @@ def _forward_kernel(D, tile):
         # this thread's rows: row + 16 mi + 8 half
         row = q0 + warp_row + cuda.threadIdx.x % 32 // 4
         kh, vh = k[b, h], v[b, h]
+        kv = pitch(kh)                      # v's too (the launcher checks): one register
         smem = cuda.shared.array(smem_size, uint16, alignment=SHARED_ALIGN)
         qf = cuda.local.array((WM, KD, 4), uint32)
         s = cuda.local.array((WM, NS, 4), float32)
@@ -363,14 +375,14 @@ def _forward_kernel(D, tile):
             for half in range(2):
                 m[mi, half], l[mi, half] = NEG_INF, ZERO
 
-        parts.copy_own(smem, 0, q[b, h], q0, 0)
-        parts.copy_pair(smem, rows * DS, kh, vh, 0)
+        parts.copy_own(smem, 0, q[b, h], q0, 0, pitch(q[b, h]))
+        parts.copy_pair(smem, rows * DS, kh, vh, 0, kv, kv)
         cp_async_commit()
         steps = (min(T, q0 + rows) + step - 1) // step
         for first_steps in range(1, stages - 1):     # a commit group per step
             if first_steps < steps:
                 parts.copy_pair(smem, rows * DS + first_steps * stage_size, kh, vh,
-                                first_steps * step)
+                                first_steps * step, kv, kv)
             cp_async_commit()
         for it in range(steps):
             wait_oldest()
@@ -380,7 +392,7 @@ def _forward_kernel(D, tile):
             ahead = it + stages - 1
             if ahead < steps:
                 parts.copy_pair(smem, rows * DS + ahead % stages * stage_size, kh, vh,
-                                ahead * step)
+                                ahead * step, kv, kv)
             cp_async_commit()
             key0 = it * step
             k_base = rows * DS + it % stages * stage_size
@@ -442,6 +454,7 @@ def _dq_kernel(D, tile):
         lane4 = cuda.threadIdx.x % 4
         row = q0 + warp_row + cuda.threadIdx.x % 32 // 4
         kh, vh, doh, oh = k[b, h], v[b, h], dout[b, h], out[b, h]
+        kv = pitch(kh)
         smem = cuda.shared.array(smem_size, uint16, alignment=SHARED_ALIGN)
         qf = cuda.local.array((WM, KD, 4), uint32)
         dof = cuda.local.array((WM, KD, 4), uint32)
@@ -455,15 +468,15 @@ def _dq_kernel(D, tile):
                 for r in range(4):
                     acc[mi, n, r] = ZERO
 
-        parts.copy_own(smem, 0, q[b, h], q0, 0)
-        parts.copy_own(smem, rows * DS, doh, q0, 0)
-        parts.copy_pair(smem, 2 * rows * DS, kh, vh, 0)
+        parts.copy_own(smem, 0, q[b, h], q0, 0, pitch(q[b, h]))
+        parts.copy_own(smem, rows * DS, doh, q0, 0, pitch(doh))
+        parts.copy_pair(smem, 2 * rows * DS, kh, vh, 0, kv, kv)
         cp_async_commit()
         steps = (min(T, q0 + rows) + step - 1) // step
         for first_steps in range(1, stages - 1):
             if first_steps < steps:
                 parts.copy_pair(smem, 2 * rows * DS + first_steps * stage_size, kh, vh,
-                                first_steps * step)
+                                first_steps * step, kv, kv)
             cp_async_commit()
         # delta of the thread's rows while the copies fly: the 4 lanes of a row split it
         for mi in range(WM):
@@ -487,7 +500,7 @@ def _dq_kernel(D, tile):
             ahead = it + stages - 1
             if ahead < steps:
                 parts.copy_pair(smem, 2 * rows * DS + ahead % stages * stage_size, kh, vh,
-                                ahead * step)
+                                ahead * step, kv, kv)
             cp_async_commit()
             key0 = it * step
             k_base = 2 * rows * DS + it % stages * stage_size
@@ -533,7 +546,8 @@ def _dkdv_kernel(D, tile):
         delta into stats (stages x (lse, delta) x step); zeros past T, where the mask
         zeroes p. Statistics in shared memory: loaded into registers at each step instead,
         their global latency would fall between the scores and the exponentials."""
-        parts.copy_pair(smem, 2 * rows * DS + stage * stage_size, qh, doh, row0)
+        parts.copy_pair(smem, 2 * rows * DS + stage * stage_size, qh, doh, row0, pitch(qh),
+                        pitch(doh))
         T = lse_h.shape[0]
         for i in range(stats_copies):
             e = cuda.threadIdx.x + i * threads
@@ -573,8 +587,8 @@ def _dkdv_kernel(D, tile):
                     dv_acc[mi, n, r] = ZERO
 
         first = k0 // step
-        parts.copy_own(smem, 0, k[b, h], k0, 0)
-        parts.copy_own(smem, rows * DS, v[b, h], k0, 0)
+        parts.copy_own(smem, 0, k[b, h], k0, 0, pitch(k[b, h]))
+        parts.copy_own(smem, rows * DS, v[b, h], k0, 0, pitch(v[b, h]))
         copy_stage(smem, stats, 0, qh, doh, lse_h, delta_h, first * step)
         cp_async_commit()
         steps = (T + step - 1) // step - first
@@ -632,7 +646,8 @@ def _dkdv_kernel(D, tile):
     return flash_attention_backward_dkdv_kernel
 
 
-_HEADS = types.uint16[:, :, :, ::1]
+# head arrays as the bf16 step passes them: views of the fused rows (any layout, "A")
+_HEADS = types.Array(types.uint16, 4, "A")
 _ROWS3 = types.float32[:, :, ::1]
 PTX_SIGNATURES = [
     entry
@@ -650,12 +665,27 @@ PTX_SIGNATURES = [
 
 def _check_heads(rows3, **heads):
     """All head arrays (B, H, T, D) bf16 alike, the per-row arrays (B, H, T) float32;
-    returns (B, H, T, D)."""
+    returns (B, H, T, D). A head array may be a view whose rows lie apart, as each part
+    of the fused QKV rows (B, T, 3C) seen as (B, H, T, D), where the bf16 step leaves
+    q, k and v (microgpt.model): a row's D elements next to each other, and when D is a
+    multiple of 8 (the 16-byte copies) every row and the first 16-byte aligned."""
     first_name, first = next(iter(heads.items()))
     if len(first.shape) != 4:
         raise ValueError(f"{first_name}: expected shape (B, H, T, D), got {tuple(first.shape)}")
     for name, arr in heads.items():
-        check_array(name, arr, first.shape, np.uint16)
+        check_array(name, arr, first.shape, np.uint16, strided=True)
+        D = arr.shape[3]
+        if arr.size and arr.strides[3] != 2:
+            raise ValueError(f"{name}: a head's row of D elements must be contiguous, got "
+                             f"strides {tuple(arr.strides)}")
+        if arr.size and D % CHUNK == 0 and (
+                any(stride % 16 for stride in arr.strides[:3]) or device_address(arr) % 16):
+            raise ValueError(f"{name}: the rows of a view must start 16-byte aligned (for "
+                             f"the 16-byte copies), got strides {tuple(arr.strides)}")
+    if "k" in heads and heads["k"].strides != heads["v"].strides:
+        raise ValueError("k and v must lie alike (both arrays of their own, or both parts "
+                         f"of the same fused rows), got strides {tuple(heads['k'].strides)} "
+                         f"and {tuple(heads['v'].strides)}")
     for name, arr in rows3.items():
         check_array(name, arr, first.shape[:3])
     return first.shape

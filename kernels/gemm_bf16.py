@@ -296,13 +296,13 @@ def _matmul_bf16_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile)
     @cuda.jit(device=True, inline=True)
     def copy_slab(a_smem, b_smem, a, b, stage, k0, m0, n0):
         if transpose_a:
-            copy_a(a_smem, stage * a_size, a, k0, m0)
+            copy_a(a_smem, stage * a_size, a, k0, m0, a.shape[1])
         else:
-            copy_a(a_smem, stage * a_size, a, m0, k0)
+            copy_a(a_smem, stage * a_size, a, m0, k0, a.shape[1])
         if transpose_b:
-            copy_b(b_smem, stage * b_size, b, n0, k0)
+            copy_b(b_smem, stage * b_size, b, n0, k0, b.shape[1])
         else:
-            copy_b(b_smem, stage * b_size, b, k0, n0)
+            copy_b(b_smem, stage * b_size, b, k0, n0, b.shape[1])
 
     store = _storer(epilogue)
     block_tile = _block_tiler(BM, BN)

@@ -12,7 +12,9 @@ The atoms, in the words of the PTX ISA (warp-collective ones marked):
   ldmatrix_x4_trans   the same, each matrix transposed on the way (warp)
   cp_async_16         16 bytes global -> shared without registers, zero-filled past
                       src_bytes (sm_80+); grouped by cp_async_commit and waited on with
-                      cp_async_wait_group(n) (at most n groups left in flight)
+                      cp_async_wait_group(n) (at most n groups left in flight). The
+                      source is element src_index of memory counted from src's first
+                      element, whatever src's strides (a row pitch is the caller's)
   cp_async_4          4 bytes the same way, zero-filled when src_bytes is 0 (cp.async.ca:
                       the 16-byte form needs 16-byte aligned sources, and a row of float32
                       statistics in flash attention starts at any multiple of 4)
@@ -507,9 +509,14 @@ else:
     def _cp_async(size, cache):
         @cuda.jit(device=True)
         def cp_async(dst, dst_index, src, src_index, src_bytes):
-            # src_bytes of the `size` copied, the rest zeros
+            # src_bytes of the `size` copied, the rest zeros; the source counted in elements
+            # from src's first one, as the device addresses it (a strided view's rows have
+            # others between them, which reshape would drop)
             n, count = int(src_bytes) // dst.itemsize, size // dst.itemsize
-            flat, out = src.reshape(-1), dst.reshape(-1)
+            source = np.asarray(getattr(src, "_ary", src))
+            flat = np.lib.stride_tricks.as_strided(source, (src_index + n,),
+                                                   (source.itemsize,), writeable=False)
+            out = dst.reshape(-1)
             out[dst_index: dst_index + n] = flat[src_index: src_index + n]
             out[dst_index + n: dst_index + count] = 0
         return cp_async

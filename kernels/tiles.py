@@ -133,14 +133,19 @@ def tensor_map(matrix, box_rows, box_cols):
     return _tensor_maps[key]
 
 
-def tile_copier(rows, cols, threads, aligned):
-    """copy(smem, base, src, row0, col0): the rows x cols tile of src (R, C) at (row0, col0)
-    into smem[base:] in the swizzled layout, zeros where it overhangs src.
+def tile_copier(rows, cols, threads, aligned, width=None):
+    """copy(smem, base, src, row0, col0, pitch): the rows x cols tile of src (R, C) at
+    (row0, col0) into smem[base:] in the swizzled layout, zeros where it overhangs src.
+    pitch: the elements from one row of src to the next, C for a matrix of its own, more
+    for a view of some of a wider matrix's columns (flash attention reads each head out
+    of the fused QKV rows); the caller reads it once, from the strides, and may hold one
+    for several arrays that lie alike (registers flash attention's forward has none of to
+    spare). width: C, where the caller knows it when compiling (a head's D).
 
-    aligned: C is a multiple of 8 (so every chunk of a row starts 16-byte aligned and lies
-    wholly inside or outside src): 16-byte cp.async, left in flight for the caller to
-    commit and wait on. Otherwise element by element through registers, complete on
-    return."""
+    aligned: C and the pitch are multiples of 8 and src starts 16-byte aligned (so every
+    chunk of a row starts 16-byte aligned and lies wholly inside or outside src): 16-byte
+    cp.async, left in flight for the caller to commit and wait on. Otherwise element by
+    element through registers, complete on return."""
     index = swizzled(cols)
     chunks_per_row = cols // CHUNK
     chunks = rows * chunks_per_row
@@ -150,26 +155,27 @@ def tile_copier(rows, cols, threads, aligned):
     per_thread = chunks // threads if chunks % threads == 0 else 0
 
     @cuda.jit(device=True, inline=True)
-    def copy_chunk(smem, base, src, row0, col0, e):
-        R, C = src.shape
+    def copy_chunk(smem, base, src, row0, col0, pitch, e):
+        R, C = src.shape[0], width or src.shape[1]
         r = e // chunks_per_row
         c = (e % chunks_per_row) * CHUNK
         inside = row0 + r < R and col0 + c < C
-        at = int64(row0 + r) * C + col0 + c if inside else int64(0)
+        at = int64(row0 + r) * pitch + col0 + c if inside else int64(0)
         cp_async_16(smem, int32(base + index(r, c)), src, at, uint32(16 if inside else 0))
 
     @cuda.jit(device=True, inline=True)
-    def copy_async(smem, base, src, row0, col0):
+    def copy_async(smem, base, src, row0, col0, pitch):
         if per_thread:
             for i in range(per_thread):
-                copy_chunk(smem, base, src, row0, col0, cuda.threadIdx.x + threads * i)
+                copy_chunk(smem, base, src, row0, col0, pitch, cuda.threadIdx.x + threads * i)
         else:
             for e in range(cuda.threadIdx.x, chunks, threads):
-                copy_chunk(smem, base, src, row0, col0, e)
+                copy_chunk(smem, base, src, row0, col0, pitch, e)
 
     @cuda.jit(device=True, inline=True)
-    def copy_sync(smem, base, src, row0, col0):
-        R, C = src.shape
+    def copy_sync(smem, base, src, row0, col0, pitch):
+        # numba's indexing reads src's own strides: pitch is for the 16-byte copies
+        R, C = src.shape[0], width or src.shape[1]
         for e in range(cuda.threadIdx.x, rows * cols, threads):
             r, c = e // cols, e % cols
             inside = row0 + r < R and col0 + c < C

@@ -37,6 +37,12 @@ class NumpyBackend:
     def synchronize(self):
         pass
 
+    def heads_view(self, fused, part, n_head, head_dim):
+        """The (B, H, T, D) view of part `part` of fused rows (B, T, P * H * D), no copy:
+        head h of that part is the D columns from (part * H + h) * D, T rows apart."""
+        B, T, _ = fused.shape
+        return fused.reshape(B, T, -1, n_head, head_dim)[:, :, part].transpose(0, 2, 1, 3)
+
     # the ops -----------------------------------------------------------------------
     def encoder_forward(self, out, idx, wte, wpe):
         out[...] = ref.encoder_forward(idx, wte, wpe)

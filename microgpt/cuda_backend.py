@@ -11,7 +11,7 @@ import importlib
 
 import numpy as np
 from numba import cuda
-from numba.cuda.cudadrv import driver
+from numba.cuda.cudadrv import devicearray, driver
 
 from microgpt.errors import BackendError
 from microgpt.kernels import flash_attention, reductions
@@ -74,6 +74,18 @@ class CudaBackend:
 
     def synchronize(self):
         self.stream.synchronize()
+
+    def heads_view(self, fused, part, n_head, head_dim):
+        """As NumpyBackend.heads_view, a view of the same memory; numba's device arrays
+        transpose in two dimensions only, so the (B, H, T, D) array is made from the
+        strides of the (B, T, H, D) one."""
+        B, T, _ = fused.shape
+        heads = fused.reshape(B, T, -1, n_head, head_dim)[:, :, part]       # (B, T, H, D)
+        if SIMULATOR:
+            return heads.transpose((0, 2, 1, 3))
+        (B, T, H, D), (sb, st, sh, sd) = heads.shape, heads.strides
+        return devicearray.DeviceNDArray((B, H, T, D), (sb, sh, st, sd), heads.dtype,
+                                         stream=self.stream, gpu_data=heads.gpu_data)
 
     def mean(self, x):
         """The mean of x as a Python float: reduced on the device, one float copied back."""

@@ -6,7 +6,9 @@ cross-entropy over all B*T tokens. Forward and backward are spelled out op by op
 CUDA training engine runs them, with every activation in a buffer allocated once per
 batch shape. The passes only enqueue work; the calls at the end of GPT read results back.
 In bf16 the same calls run with bf16 operands for every matmul and attention (the
-activation table and GPT.weights say which arrays); the ops pick their kernels by dtype.
+activation table and GPT.weights say which arrays); the ops pick their kernels by dtype,
+and attention reads its heads where the fused QKV GEMM wrote them, so the split and merge
+copies run in fp32 alone (activation_specs).
 """
 from dataclasses import dataclass
 
@@ -32,31 +34,47 @@ class BufferSpec:
     dtype: str = None       # None: the backend's float type; "uint16": bf16 bits
     per_layer: int = 0      # > 0: a list of that many buffers (one per layer, or L + 1)
     same_as: str = None     # not a buffer of its own: another name for that one
+    reused: bool = False    # per_layer: one buffer in every place of the list (scratch)
+    heads_of: tuple = None  # not a buffer of its own: (name, part), the (B, H, T, D) view
+                            # of that part of that buffer's fused rows (per layer alike)
 
 
 def activation_specs(cfg, B, T, precision="fp32"):
     """Every buffer a forward + backward pass of shape (B, T) writes. In bf16 the arrays a
     matmul or attention reads are bf16 (fc too, which the GELU backward reads, and dfc,
     the w_fc GEMMs' operand), and the backward keeps bf16 copies of two float32 gradients
-    for the GEMMs; in fp32 those copies are the gradients themselves."""
+    for the GEMMs; in fp32 those copies are the gradients themselves.
+
+    The heads: in fp32 q, k, v and the attention's output (and their gradients) are
+    arrays of their own, (B, H, T, D), each head's T x D slice contiguous, which the split
+    and merge copies fill from the fused rows and back (the float32 attention reads
+    whole heads). In bf16 they are views of the fused rows (heads_of): flash attention
+    reads and writes rows a pitch apart, and the copies vanish; so qkv, scratch in fp32,
+    is kept per layer in bf16, in the place q, k, v held."""
     C, H, D, V, L = cfg.d_model, cfg.n_head, cfg.head_dim, cfg.vocab_size, cfg.n_layer
     N = B * T
     low = "uint16" if precision == "bf16" else None     # what feeds a matmul or attention
 
     def copy_of(name, shape, of):
         return BufferSpec(name, shape, low) if low else BufferSpec(name, shape, same_as=of)
+
+    def heads(name, of, part, per_layer=0):
+        if low:
+            return BufferSpec(name, (B, H, T, D), per_layer=per_layer, heads_of=(of, part))
+        return BufferSpec(name, (B, H, T, D), per_layer=per_layer)
     return [
         BufferSpec("batch", (2, B, T), "int32"),    # token ids and targets: one copy in
         BufferSpec("resid", (B, T, C), per_layer=L + 1),   # each block's input, the output
         BufferSpec("ln_1", (B, T, C), low, per_layer=L),
         BufferSpec("ln_1_mean", (N,), per_layer=L),
         BufferSpec("ln_1_rstd", (N,), per_layer=L),
-        BufferSpec("q", (B, H, T, D), low, per_layer=L),
-        BufferSpec("k", (B, H, T, D), low, per_layer=L),
-        BufferSpec("v", (B, H, T, D), low, per_layer=L),
-        BufferSpec("att", (B, H, T, D), low, per_layer=L),
-        BufferSpec("att_lse", (B, H, T), per_layer=L),
+        BufferSpec("qkv", (B, T, 3 * C), low, per_layer=L, reused=not low),
+        heads("q", "qkv", 0, per_layer=L),
+        heads("k", "qkv", 1, per_layer=L),
+        heads("v", "qkv", 2, per_layer=L),
         BufferSpec("att_merged", (B, T, C), low, per_layer=L),
+        heads("att", "att_merged", 0, per_layer=L),
+        BufferSpec("att_lse", (B, H, T), per_layer=L),
         BufferSpec("mid", (B, T, C), per_layer=L),          # resid + attention
         BufferSpec("ln_2", (B, T, C), low, per_layer=L),
         BufferSpec("ln_2_mean", (N,), per_layer=L),
@@ -70,45 +88,56 @@ def activation_specs(cfg, B, T, precision="fp32"):
         BufferSpec("losses", (N,)),
         BufferSpec("logits_lse", (N,)),                     # evaluation's (enqueue_loss)
         # scratch, reused by every layer
-        BufferSpec("qkv", (B, T, 3 * C), low),               # and dqkv in the backward
         BufferSpec("proj", (B, T, C)),
         BufferSpec("dresid", (B, T, C)),
         copy_of("dresid_mm", (B, T, C), "dresid"),          # dresid as the GEMMs read it
         BufferSpec("dln", (B, T, C)),
         BufferSpec("dfc", (B, T, 4 * C), low),       # the gradient of fc
-        copy_of("dmerged", (B, T, C), "proj"),               # the W_O dX, for merge backward
-        BufferSpec("dq", (B, H, T, D), low),
-        BufferSpec("dk", (B, H, T, D), low),
-        BufferSpec("dv", (B, H, T, D), low),
+        copy_of("dmerged", (B, T, C), "proj"),               # the W_O dX
+        heads("datt", "dmerged", 0),
+        BufferSpec("dqkv", (B, T, 3 * C), low),
+        heads("dq", "dqkv", 0),
+        heads("dk", "dqkv", 1),
+        heads("dv", "dqkv", 2),
         BufferSpec("att_delta", (B, H, T)),                  # rowsum(datt * att), float32
-        BufferSpec("datt", (B, H, T, D), low),
     ]
 
 
 class Buffers:
     """A table of BufferSpecs allocated on a backend: one attribute per name (a list for
-    per-layer buffers)."""
+    per-layer buffers). heads_in_place: whether the heads are views of the fused rows
+    (bf16), so that no copy splits or merges them."""
 
     def __init__(self, backend, specs):
         self.specs = specs
         for s in specs:
-            if s.same_as is None:
-                count = s.per_layer or 1
+            if s.same_as is None and s.heads_of is None:
+                count = 1 if s.reused else s.per_layer or 1
                 bufs = [backend.zeros(s.shape, s.dtype and np.dtype(s.dtype))
                         for _ in range(count)]
-                setattr(self, s.name, bufs if s.per_layer else bufs[0])
+                setattr(self, s.name, bufs * s.per_layer if s.reused else
+                        bufs if s.per_layer else bufs[0])
         for s in specs:
             if s.same_as is not None:
                 setattr(self, s.name, getattr(self, s.same_as))
+            elif s.heads_of is not None:
+                of, part = s.heads_of
+                fused = getattr(self, of)
+                H, D = s.shape[1], s.shape[3]
+                setattr(self, s.name, [backend.heads_view(f, part, H, D) for f in fused]
+                        if s.per_layer else backend.heads_view(fused, part, H, D))
+        self.heads_in_place = any(s.heads_of for s in specs)
 
     def arrays(self):
-        """(name, array) for every buffer, per-layer ones named name.i; a name that is
-        another's (same_as) is left out."""
+        """(name, array) for every buffer, per-layer ones named name.i (a reused one once);
+        a name that is another's (same_as) or a view of one (heads_of) is left out."""
         for s in self.specs:
-            if s.same_as is not None:
+            if s.same_as is not None or s.heads_of is not None:
                 continue
             value = getattr(self, s.name)
-            if s.per_layer:
+            if s.reused:
+                yield s.name, value[0]
+            elif s.per_layer:
                 yield from ((f"{s.name}.{i}", buf) for i, buf in enumerate(value))
             else:
                 yield s.name, value
@@ -169,10 +198,12 @@ class GPT:
         ops.layernorm_forward(out, *stats, rows(a.resid[0]), *affine)
         for i in range(cfg.n_layer):
             h = f"h.{i}."
-            ops.matmul(rows(a.qkv), rows(a.ln_1[i]), w[h + "attn.w_qkv"])         # fused QKV
-            ops.split_heads_forward(a.q[i], a.k[i], a.v[i], a.qkv)               # (B, H, T, D)
+            ops.matmul(rows(a.qkv[i]), rows(a.ln_1[i]), w[h + "attn.w_qkv"])      # fused QKV
+            if not a.heads_in_place:                                             # (B, H, T, D)
+                ops.split_heads_forward(a.q[i], a.k[i], a.v[i], a.qkv[i])
             ops.attention_forward(a.att[i], a.att_lse[i], a.q[i], a.k[i], a.v[i])
-            ops.merge_heads_forward(a.att_merged[i], a.att[i])                    # (B, T, C)
+            if not a.heads_in_place:                                             # (B, T, C)
+                ops.merge_heads_forward(a.att_merged[i], a.att[i])
             ops.matmul(rows(a.proj), rows(a.att_merged[i]), w[h + "attn.w_o"])
             ops.residual_layernorm_forward(
                 rows(a.mid[i]), rows(a.ln_2[i]), a.ln_2_mean[i], a.ln_2_rstd[i],
@@ -239,12 +270,14 @@ class GPT:
             ops.matmul(rows(a.dmerged), rows(a.dresid_mm), w[h + "attn.w_o"], transpose_b=True)
             ops.matmul(g[h + "attn.w_o"], rows(a.att_merged[i]), rows(a.dresid_mm),
                        transpose_a=True, accumulate=True)
-            ops.merge_heads_backward(a.datt, a.dmerged)
+            if not a.heads_in_place:
+                ops.merge_heads_backward(a.datt, a.dmerged)
             ops.attention_backward(a.dq, a.dk, a.dv, a.att_delta, a.datt, a.q[i], a.k[i],
                                    a.v[i], a.att[i], a.att_lse[i])
-            ops.split_heads_backward(a.qkv, a.dq, a.dk, a.dv)
-            ops.matmul(rows(a.dln), rows(a.qkv), w[h + "attn.w_qkv"], transpose_b=True)
-            ops.matmul(g[h + "attn.w_qkv"], rows(a.ln_1[i]), rows(a.qkv),
+            if not a.heads_in_place:
+                ops.split_heads_backward(a.dqkv, a.dq, a.dk, a.dv)
+            ops.matmul(rows(a.dln), rows(a.dqkv), w[h + "attn.w_qkv"], transpose_b=True)
+            ops.matmul(g[h + "attn.w_qkv"], rows(a.ln_1[i]), rows(a.dqkv),
                        transpose_a=True, accumulate=True)
             ops.layernorm_backward(rows(a.dresid), g[h + "ln_1.weight"], g[h + "ln_1.bias"],
                                    rows(a.dln), rows(a.resid[i]), p[h + "ln_1.weight"],

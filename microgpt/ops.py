@@ -38,7 +38,8 @@ OPS = {
     "attention_cached_forward": "kv_cache",
 }
 
-MEMORY = ("zeros", "to_device", "to_host", "copy", "fill_zero", "synchronize", "mean")
+MEMORY = ("zeros", "to_device", "to_host", "copy", "fill_zero", "synchronize", "mean",
+          "heads_view")
 
 # hyper-parameters of the next AdamW update, a (4,) float32 device array written by
 # adamw_schedule and read by adamw_update, so that a captured step never changes its

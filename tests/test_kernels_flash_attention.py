@@ -20,6 +20,12 @@ Tolerances, derived (u = 2^-9, the unit roundoff of bf16's 8 significant bits):
 - lse and delta are float32 results (float32 sums of exact products, exp2 / log2 to
   2^-22): TOL_F32_OP.
 A wrong tile, mask or rescale moves whole rows by O(1): far outside all of these.
+
+Every case runs with the heads in either layout the kernels take: arrays of their own, or
+(fused) views of fused rows as the bf16 step passes them, q, k, v (and dq, dk, dv) the
+three parts of one (B, T, 3C) array, out (and dout) the one part of a (B, T, C) one. The
+fused arrays of the outputs are poisoned whole and compared whole: a write one pitch or
+one head off lands in a neighbour's place and shows there.
 """
 import numpy as np
 import pytest
@@ -30,6 +36,7 @@ from hypothesis import strategies as st
 from numba import cuda
 
 from microgpt import reference as ref
+from microgpt.cuda_backend import CudaBackend
 from microgpt.kernels import flash_attention as fa
 from microgpt.kernels.flash_attention import FlashTile
 
@@ -59,19 +66,51 @@ else:
                              FlashTile(32, 16, 32), FlashTile(16, 16, stages=3)])
 
 
-def check_forward(shape, tile, seed):
+class Heads:
+    """Some (B, H, T, D) bf16 arrays on the device: each its own, or (fused) the parts of
+    one array of fused rows (B, T, P * H * D), seen through the cuda backend's heads_view,
+    the views the bf16 step gives attention."""
+
+    def __init__(self, arrays, fused):
+        B, H, T, D = arrays[0].shape
+        if fused:
+            rows = np.concatenate([x.transpose(0, 2, 1, 3).reshape(B, T, H * D)
+                                   for x in arrays], axis=2)
+            self.rows = cuda.to_device(rows)
+            self.views = [BACKEND.heads_view(self.rows, p, H, D) for p in range(len(arrays))]
+        else:
+            self.rows, self.views = None, [cuda.to_device(x) for x in arrays]
+        self.shape = (B, H, T, D)
+
+    def to_host(self):
+        """The arrays' bits, each (B, H, T, D): through the whole fused rows, read back."""
+        if self.rows is None:
+            return [x.copy_to_host() for x in self.views]
+        B, H, T, D = self.shape
+        rows = self.rows.copy_to_host().reshape(B, T, -1, H, D)
+        return [rows[:, :, p].transpose(0, 2, 1, 3) for p in range(len(self.views))]
+
+
+BACKEND = CudaBackend()
+
+
+def poisoned_heads(shape, count, fused):
+    return Heads([np.full(shape, BF16_NAN, np.uint16)] * count, fused)
+
+
+def check_forward(shape, tile, seed, fused):
     rng = np.random.default_rng(seed)
     (q, q64), (k, k64), (v, v64) = (bf16(randn(rng, *shape)) for _ in range(3))
-    out = cuda.to_device(np.full(shape, BF16_NAN, np.uint16))
+    out = poisoned_heads(shape, 1, fused)
     lse = cuda.to_device(poisoned(shape[:3]))
-    fa.flash_attention_forward(out, lse, *map(cuda.to_device, (q, k, v)), tile=tile)
+    fa.flash_attention_forward(*out.views, lse, *Heads([q, k, v], fused).views, tile=tile)
     want_out, want_lse = ref.attention_forward(q64, k64, v64)
-    what = f"flash attention {shape} tile={tile}"
-    assert_close(from_bf16(out.copy_to_host()), want_out, TOL_OUT, what + " out")
+    what = f"flash attention {shape} tile={tile} fused={fused}"
+    assert_close(from_bf16(out.to_host()[0]), want_out, TOL_OUT, what + " out")
     assert_close(lse.copy_to_host(), want_lse, TOL_F32_OP, what + " lse")
 
 
-def check_backward(shape, tiles, seed):
+def check_backward(shape, tiles, seed, fused):
     B, H, T, D = shape
     rng = np.random.default_rng(seed)
     (q, q64), (k, k64), (v, v64), (dout, dout64) = (bf16(randn(rng, *shape))
@@ -79,16 +118,17 @@ def check_backward(shape, tiles, seed):
     want_out, want_lse = ref.attention_forward(q64, k64, v64)
     out, _ = bf16(want_out.astype(np.float32))          # as the forward stores them
     lse = want_lse.astype(np.float32)
-    grads = [cuda.to_device(np.full(shape, BF16_NAN, np.uint16)) for _ in range(3)]
+    grads = poisoned_heads(shape, 3, fused)
     delta = cuda.to_device(poisoned(shape[:3]))
-    fa.flash_attention_backward(*grads, delta, *map(cuda.to_device, (dout, q, k, v, out, lse)),
-                                tiles=tiles)
-    got = [from_bf16(g.copy_to_host()) for g in grads] + [delta.copy_to_host()]
+    (dout_dev,), (out_dev,) = Heads([dout], fused).views, Heads([out], fused).views
+    fa.flash_attention_backward(*grads.views, delta, dout_dev, *Heads([q, k, v], fused).views,
+                                out_dev, cuda.to_device(lse), tiles=tiles)
+    got = [from_bf16(g) for g in grads.to_host()] + [delta.copy_to_host()]
     # the reference takes the out the kernels take (delta = rowsum(dout * out) is theirs)
     out64 = from_bf16(out)
     want = (*ref.attention_backward(dout64, q64, k64, v64, out64, want_lse),
             ref.attention_delta(dout64, out64))
-    what = f"flash attention backward {shape} tiles={tiles}"
+    what = f"flash attention backward {shape} tiles={tiles} fused={fused}"
     assert_attention_gradients(got, want, dout64, q64, k64, v64, TOL_OUT, TOL_GRAD, what)
 
 
@@ -101,8 +141,8 @@ STAGED_TILE, STAGED_SHAPE = FlashTile(16, 16, stages=3), (1, 1, 57, 8)
 
 def examples(test, tiled):
     for shape in EXAMPLE_SHAPES:
-        test = example(shape=shape, seed=1, **tiled(EXAMPLE_TILE))(test)
-    return example(shape=STAGED_SHAPE, seed=2, **tiled(STAGED_TILE))(test)
+        test = example(shape=shape, seed=1, fused=False, **tiled(EXAMPLE_TILE))(test)
+    return example(shape=STAGED_SHAPE, seed=2, fused=True, **tiled(STAGED_TILE))(test)
 
 
 def fits(tile, D, kind):
@@ -111,16 +151,16 @@ def fits(tile, D, kind):
     return tile is None or fa.shared_bytes(tile, D, kind) <= fa.SHARED_LIMIT
 
 
-@given(shape=SHAPES, tile=TILES, seed=SEEDS)
-def test_flash_attention_forward(shape, tile, seed):
+@given(shape=SHAPES, tile=TILES, seed=SEEDS, fused=st.booleans())
+def test_flash_attention_forward(shape, tile, seed, fused):
     assume(fits(tile, shape[3], "forward"))
-    check_forward(shape, tile, seed)
+    check_forward(shape, tile, seed, fused)
 
 
-@given(shape=SHAPES, tiles=st.tuples(TILES, TILES), seed=SEEDS)
-def test_flash_attention_backward(shape, tiles, seed):
+@given(shape=SHAPES, tiles=st.tuples(TILES, TILES), seed=SEEDS, fused=st.booleans())
+def test_flash_attention_backward(shape, tiles, seed, fused):
     assume(fits(tiles[0], shape[3], "dq") and fits(tiles[1], shape[3], "dkdv"))
-    check_backward(shape, tiles, seed)
+    check_backward(shape, tiles, seed, fused)
 
 
 test_flash_attention_forward = examples(test_flash_attention_forward,
@@ -167,6 +207,11 @@ def test_flash_attention_rejects_bad_arguments():
                                     tiles=(FlashTile(128, 128), None))
     with pytest.raises(ValueError, match="delta: expected shape"):
         fa.flash_attention_backward(x, x, x, dev(1, 2, 4, dtype=np.float32), x, x, x, x, x, lse)
+    # views: a head's row must be contiguous, and (D a multiple of 8) rows 16-byte aligned
+    with pytest.raises(ValueError, match="q: a head's row of D elements must be contiguous"):
+        fa.flash_attention_forward(x, lse, dev(1, 2, 3, 64)[:, :, :, ::2], x, x)
+    with pytest.raises(ValueError, match="k: the rows of a view must start 16-byte aligned"):
+        fa.flash_attention_forward(x, lse, x, dev(1, 2, 3, 40)[:, :, :, 4:36], x)
 
 
 def test_the_attention_ops_send_bf16_heads_here():
