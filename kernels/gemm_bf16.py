@@ -62,7 +62,7 @@ from microgpt.kernels.mma import (CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, bulk
                                   fence_barrier_init, fence_proxy_async, fence_tensor_map,
                                   mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
                                   mbarrier_try_wait, mma_bf16_16816, named_barrier,
-                                  pack_bf16x2, shared_address, tma_add_2d,
+                                  pack_bf16x2, shared_address, swizzle, tma_add_2d,
                                   tma_load_2d, tma_store_2d, to_bf16, warpgroup_commit,
                                   warpgroup_fence, warpgroup_wait, wgmma_bf16)
 from microgpt.kernels.precision import unpack_bf16x2
@@ -461,8 +461,7 @@ def _wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
     beyond = BM * BN                              # the second tile of "gelu"
     chunk = 8 if bf16_out else 4                  # elements in 16 bytes
     js = panel // 8                               # pairs of 8 columns per box row
-    rows_per_line = max(1, 8 // (panel // chunk))    # the swizzle, as tiles.swizzled's
-    phases = min(panel // chunk, 8)
+    rows_per_line, phases = swizzle(panel // chunk)
     store_box = tma_add_2d if epilogue in ("accumulate", "atomic") else tma_store_2d
 
     @cuda.jit(device=True, inline=True)

@@ -94,6 +94,17 @@ MMA_M, MMA_N, MMA_K = 16, 8, 16
 # alignment=SHARED_ALIGN (the simulator refuses any alignment, and needs none)
 SHARED_ALIGN = None if SIMULATOR else 16
 
+
+def swizzle(chunks):
+    """(rows_per_line, phases) of the XOR swizzle of rows of `chunks` 16-byte chunks (1, 2,
+    4 or 8 and more: rows of 16 to 128 bytes and wider): chunk c of row r lies at chunk
+    c ^ (r // rows_per_line % phases) of its row. rows_per_line rows share one 128-byte
+    line of banks; the pattern is the hardware's 32-, 64- and 128-byte swizzle modes (what
+    the bulk tensor copies write and wgmma reads), and ldmatrix's eight rows land in
+    eight distinct bank groups. The one definition of it: tiles, the wgmma epilogue and
+    the bulk copies' twins all take it from here."""
+    return max(1, 8 // chunks), min(chunks, 8)
+
 if not SIMULATOR:
     from llvmlite import ir
     from numba.cuda import types
@@ -687,9 +698,9 @@ else:
         32-, 64- or 128-byte modes (tiles.swizzled)."""
         cols, rows = int(tensor_map[0]), int(tensor_map[1])
         chunk = 16 // matrix.dtype.itemsize
-        chunks = cols // chunk
+        rows_per_line, phases = swizzle(cols // chunk)
         r, c = np.arange(rows)[:, None], np.arange(cols)[None, :]
-        at = (c // chunk) ^ ((r // max(1, 8 // chunks)) % min(chunks, 8))
+        at = (c // chunk) ^ ((r // rows_per_line) % phases)
         return int(index) + r * cols + at * chunk + c % chunk, rows, cols
 
     @cuda.jit(device=True)

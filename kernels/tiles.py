@@ -28,7 +28,7 @@ from numba import cuda, int32, int64, uint16, uint32, uint64
 
 from microgpt.kernels.common import SIMULATOR
 from microgpt.kernels.mma import (CHUNK, MMA_K, cp_async_16, ldmatrix_x4, ldmatrix_x4_trans,
-                                  shared_address)
+                                  shared_address, swizzle)
 
 PANEL = 64     # the widest swizzled row (128 bytes) in bf16 elements
 
@@ -36,9 +36,7 @@ PANEL = 64     # the widest swizzled row (128 bytes) in bf16 elements
 def swizzled(cols):
     """index(row, col): where element (row, col) of a tile `cols` wide sits in shared
     memory. col is a multiple of 8 where a chunk is addressed, any col otherwise."""
-    chunks = cols // CHUNK
-    rows_per_line = max(1, 8 // chunks)       # rows sharing one 128-byte line of banks
-    phases = min(chunks, 8)
+    rows_per_line, phases = swizzle(cols // CHUNK)
 
     @cuda.jit(device=True, inline=True)
     def index(row, col):
