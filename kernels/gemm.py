@@ -248,12 +248,20 @@ def matmul(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, *,
 GELU_IN_EPILOGUE = False
 
 
+def _gelu_in_epilogue(fused, a, *matrices):
+    """Whether GELU goes into the GEMM's epilogue: asked for (fused; by default
+    GELU_IN_EPILOGUE), and a product the wgmma kernel runs (bf16 on sm_90a, matrices the
+    bulk copies take, a K to multiply over: a is the (M, K) operand)."""
+    return ((GELU_IN_EPILOGUE if fused is None else fused) and a.dtype == np.uint16
+            and a.shape[1] > 0 and gemm_bf16.wgmma_takes(a, *matrices))
+
+
 def matmul_gelu_forward(out, pre, a, b, *, fused=None, stream=0):
     """The MLP's up projection and its GELU: pre (M, N) = a @ b, out = gelu(pre) (the
-    backward reads pre). bf16 and fused (default GELU_IN_EPILOGUE): one GEMM whose epilogue
-    writes both (gemm_bf16); otherwise the GEMM, then ``elementwise.gelu_forward``."""
-    bf16 = a.dtype == np.uint16 or b.dtype == np.uint16
-    if bf16 and (GELU_IN_EPILOGUE if fused is None else fused):
+    backward reads pre). fused (default GELU_IN_EPILOGUE), where the wgmma kernel runs the
+    product: one GEMM whose epilogue writes both (gemm_bf16); otherwise the GEMM, then
+    ``elementwise.gelu_forward``."""
+    if _gelu_in_epilogue(fused, a, b, out, pre):
         return gemm_bf16.matmul_bf16(out, a, b, gelu="forward", pre=pre, stream=stream)
     matmul(pre, a, b, stream=stream)
     elementwise.gelu_forward(out, pre, stream=stream)
@@ -261,11 +269,11 @@ def matmul_gelu_forward(out, pre, a, b, *, fused=None, stream=0):
 
 def matmul_gelu_backward(dpre, dout, b, pre, *, fused=None, stream=0):
     """The gradient through the MLP's down projection and its GELU: dpre (M, N) =
-    (dout @ b^T) * gelu'(pre), b (N, K) the down projection's weight. bf16 and fused
-    (default GELU_IN_EPILOGUE): one GEMM whose epilogue reads pre (gemm_bf16); otherwise the
-    GEMM into dpre, then ``elementwise.gelu_backward`` in place."""
-    bf16 = dout.dtype == np.uint16 or b.dtype == np.uint16
-    if bf16 and (GELU_IN_EPILOGUE if fused is None else fused):
+    (dout @ b^T) * gelu'(pre), b (N, K) the down projection's weight. fused (default
+    GELU_IN_EPILOGUE), where the wgmma kernel runs the product: one GEMM whose epilogue
+    reads pre (gemm_bf16); otherwise the GEMM into dpre, then ``elementwise.gelu_backward``
+    in place."""
+    if _gelu_in_epilogue(fused, dout, b, dpre, pre):
         return gemm_bf16.matmul_bf16(dpre, dout, b, transpose_b=True, gelu="backward",
                                      pre=pre, stream=stream)
     matmul(dpre, dout, b, transpose_b=True, stream=stream)

@@ -217,6 +217,12 @@ def wgmma_available():
     return not SIMULATOR and cuda.get_current_device().compute_capability[0] == 9
 
 
+def wgmma_takes(*matrices):
+    """Whether the default tile of a product of these matrices is a wgmma one: on sm_90a,
+    with matrices the bulk tensor copies can move (tiles.tma_ready)."""
+    return wgmma_available() and all(map(tma_ready, matrices))
+
+
 def default_tile(M, N, K, accumulate=False, wgmma=False):
     """With wgmma (a Hopper GPU, and matrices the bulk tensor copies can move) the wide
     wgmma tile, or for a K too long for one chain that cannot be split the folding one.
@@ -825,8 +831,7 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
     bf16 in uint16 device arrays. out is float32, or bf16 (uint16, written only).
     gelu="forward": pre (M, N) = op(a) @ op(b) and out = gelu(pre); gelu="backward":
     out = (op(a) @ op(b)) * gelu'(pre); out and pre bf16 (the MLP's GELU, see EPILOGUES: in
-    the wgmma kernel's epilogue; with an mma.sync tile, the product and then the GELU
-    kernel).
+    the wgmma kernel's epilogue, so a wgmma tile, given or the default, and K > 0).
     tile (a WgmmaTile, or an MmaTile for the mma.sync kernel) and split_k (blocks along K,
     accumulating products only) override the shape-based defaults; max_chain (K summed by
     the tensor cores before a fold into float32) and max_blocks (the blocks a persistent
@@ -857,8 +862,7 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
                          "'backward')")
     pre = out if pre is None else pre       # the wgmma kernel's unread stand-in
     if tile is None:
-        tile = default_tile(M, N, K, accumulate, wgmma_available()
-                            and all(map(tma_ready, (out, pre, a, b))))
+        tile = default_tile(M, N, K, accumulate, wgmma_takes(out, pre, a, b))
     elif not isinstance(tile, WgmmaTile):
         tile = MmaTile(*tile)
     check_tile(tile)
@@ -870,20 +874,14 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
         raise ValueError(f"split_k={split_k}: must be 1, or more when accumulating")
     if M == 0 or N == 0:
         return
+    if gelu is not None and (not isinstance(tile, WgmmaTile) or K == 0):
+        # the mma.sync kernel stores from registers in a loop that must unroll, and GELU in
+        # it kept the loop from unrolling (the accumulators went to local memory)
+        raise ValueError(f"gelu={gelu!r}: the GELU epilogues are the wgmma kernel's, for a "
+                         f"K of at least 1 (here tile {tuple(tile)}, K {K}); run the product "
+                         "and then elementwise's GELU kernel, as gemm.matmul_gelu_* do")
     if K == 0 and isinstance(tile, WgmmaTile):
         tile = SMALL_TILE        # nothing to pipeline: the mma.sync kernel writes the zeros
-    if gelu is not None and not isinstance(tile, WgmmaTile):
-        # the GELU epilogues are the wgmma kernel's, which passes its tile through shared
-        # memory; the mma.sync kernel stores from registers in a loop that must unroll, and
-        # GELU in it kept the loop from unrolling (the accumulators went to local memory):
-        # here the product, then the GELU kernel
-        if gelu == "forward":
-            matmul_bf16(pre, a, b, transpose_a, transpose_b, tile=tile, stream=stream)
-            elementwise.gelu_forward(out, pre, stream=stream)
-        else:
-            matmul_bf16(out, a, b, transpose_a, transpose_b, tile=tile, stream=stream)
-            elementwise.gelu_backward(out, out, pre, stream=stream)
-        return
     if split_k is None:
         split_k = default_split_k(M, N, K, tile) if accumulate else 1
     steps_per_split = ceil_div(ceil_div(K, tile.depth), split_k)

@@ -76,12 +76,17 @@ def test_model_products(product):
     check_matmul(*product, None, seed=11)
 
 
-@pytest.mark.parametrize("dtype, fused", [("float32", None), ("bf16", True), ("bf16", False)])
+@pytest.mark.parametrize("dtype, fused", [
+    ("float32", None), ("bf16", False),
+    # fused takes the epilogues where the wgmma kernel runs (sm_90a); in the simulator it
+    # is the unfused path above, run twice: left to the GPU profile
+    pytest.param("bf16", True, marks=pytest.mark.skipif(
+        not REAL_SHAPES, reason="the GELU epilogues run where the wgmma kernel does"))])
 @given(rows=GELU_ROWS, width=GELU_WIDTHS, seed=SEEDS)
 def test_gelu_products_in_either_precision(dtype, fused, rows, width, seed):
     """The MLP's GEMMs with GELU: float32 operands take this family's GEMM and the GELU
-    kernels; bf16 ones the tensor-core GEMM's GELU epilogues (tested with every tile in
-    test_kernels_gemm_bf16.py), or its GEMM and the GELU kernels; all against float64,
+    kernels; bf16 ones the tensor-core GEMM's GELU epilogues (tested with every wgmma tile
+    in test_kernels_gemm_bf16.py), or its GEMM and the GELU kernels; all against float64,
     fc = x @ w_fc written too, every output poisoned first."""
     rng = np.random.default_rng(seed)
     N, C = rows, width

@@ -130,8 +130,10 @@ def check_matmul_gelu(M, N, K, backward, tile, seed):
 
 @given(sizes=SIZES, aligned=ALIGNED, backward=st.booleans(), tile=TILES, seed=SEEDS)
 def test_gelu_epilogues_match_reference(sizes, aligned, backward, tile, seed):
-    # (a persistent tile has room for one tile of epilogue at most: not "gelu"'s two, nor
-    # "gelu_backward"'s one where it has less; refused below)
+    # the GELU epilogues are the wgmma kernel's; a persistent tile has room for one tile
+    # of epilogue at most: not "gelu"'s two, nor "gelu_backward"'s one where it has less
+    # (each refused below)
+    assume(isinstance(tile, WgmmaTile) or tile is None and gemm_bf16.wgmma_available())
     assume(not getattr(tile, "persistent", False) or backward and tile.passes == 1)
     if aligned or isinstance(tile, WgmmaTile):
         sizes = tuple(max(8, s // 8 * 8) for s in sizes)
@@ -229,6 +231,9 @@ def test_matmul_bf16_rejects_bad_arguments():
             gemm_bf16.matmul_bf16(out16, x, w, **kwargs)
     with pytest.raises(ValueError, match="bf16 out"):
         gemm_bf16.matmul_bf16(out, x, w, gelu="forward", pre=out16)
+    with pytest.raises(ValueError, match="the GELU epilogues are the wgmma kernel's"):
+        gemm_bf16.matmul_bf16(out16, x, w, gelu="backward", pre=out16,
+                              tile=MmaTile(16, 16, 16, 16, 16, 2))
     with pytest.raises(ValueError, match="has room for 1/1 of one"):
         gemm_bf16.matmul_bf16(dev(8, 16), dev(8, 16), dev(16, 16), gelu="forward",
                               pre=dev(8, 16), tile=WgmmaTile(64, 16, 16, 3, 1, True))
