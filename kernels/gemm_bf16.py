@@ -40,9 +40,7 @@ of K, asynchronous. One thread asks the copy engine for each slab, stages - 1 st
 ahead, and the copies complete on mbarriers that the warpgroups wait on; the epilogue
 lays the tile in shared memory and the same engine writes it out (or adds it: the
 float32 gradients, split-K included). The slabs live in dynamic shared memory (more than
-the 48 KiB a block may declare statically). Blocks take work items (a tile and a split of
-K) one each, or with a persistent tile one block per SM walks them, the next item's first
-slabs copied while this one's epilogue runs in a region of its own.
+the 48 KiB a block may declare statically).
 
 Split-K: the weight gradients (dW = X^T @ dY: K = B*T is long, M x N small) leave most of
 the GPU idle with one block per output tile, so the launcher splits K over `split_k`
@@ -108,15 +106,12 @@ class MmaTile(NamedTuple):
 class WgmmaTile(NamedTuple):
     """A block's rows x cols of out, in `warpgroups` of 128 threads that each own 64 rows
     and all the columns (one wgmma m64n{cols}k16 per 16 of k), marched over K in steps of
-    depth through `stages` buffers of dynamic shared memory. persistent: one block per SM
-    walks the tiles, its epilogue in shared memory of its own while the copies of the
-    next tile's first slabs fly (see _wgmma_kernel)."""
+    depth through `stages` buffers of dynamic shared memory."""
     rows: int
     cols: int
     depth: int
     stages: int
     warpgroups: int
-    persistent: bool = False
 
     @property
     def threads(self):
@@ -130,30 +125,16 @@ class WgmmaTile(NamedTuple):
             SWIZZLE_BYTES // 2)
 
     @property
-    def passes(self):
-        """A persistent tile's epilogue region holds a bf16 tile, or 1/passes of one where
-        the stages leave less room (then the epilogue takes that many passes over its
-        columns, a float32 one twice as many)."""
-        room = (DYNAMIC_SHARED_LIMIT - SWIZZLE_BYTES - self.stages * self.stage_elements * 2)
-        passes = 1
-        while 2 * self.rows * self.cols // passes > room and passes < self.cols // 16:
-            passes *= 2
-        return passes
-
-    @property
     def shared_bytes(self):
-        # the stages, then (persistent) the epilogue's region; else the stages, or the
-        # epilogue's float32 tile laid over them where that is more; and room to align
+        # the stages, or the epilogue's float32 tile where that is more; and room to align
         # the start, which the launch does not promise beyond 16 bytes
-        stages = self.stages * self.stage_elements * 2
-        if self.persistent:
-            return stages + 2 * self.rows * self.cols // self.passes + SWIZZLE_BYTES
-        return max(stages, 4 * self.rows * self.cols) + SWIZZLE_BYTES
+        return (max(self.stages * self.stage_elements * 2, 4 * self.rows * self.cols)
+                + SWIZZLE_BYTES)
 
 
 def check_wgmma_tile(tile):
-    rows, cols, depth, stages, warpgroups, _ = tile
-    if min(tile[:5]) < 1 or rows != 64 * warpgroups:
+    rows, cols, depth, stages, warpgroups = tile
+    if min(tile) < 1 or rows != 64 * warpgroups:
         raise ValueError(f"tile {tile}: rows must be 64 per warpgroup")
     if not (cols in (16, 32) or (cols % 64 == 0 and cols <= 256)):
         raise ValueError(f"tile {tile}: cols must be 16, 32, or a multiple of 64 up to 256 "
@@ -301,7 +282,6 @@ def _block_tiler(BM, BN):
         return (group * GROUP + within % rows) * BM, (within // rows) * BN
     return block_tile
 
-
 @functools.cache
 def _matmul_bf16_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
     BM, BN, BK, WM, WN, STAGES, MIN_BLOCKS = tile
@@ -415,17 +395,8 @@ def _matmul_bf16_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile)
 
 
 @functools.cache
-def epilogue_passes(tile, bf16_out):
-    """(passes, panel) of a wgmma tile's epilogue: the passes over the columns (a
-    persistent tile's through its region: tile.passes for a bf16 out, twice as many for a
-    float32 one), and the width of the boxes it lays out and the copies write (128-byte
-    rows at most)."""
-    passes = tile.passes * (1 if bf16_out else 2) if tile.persistent else 1
-    return passes, min(tile.cols // passes, 64 if bf16_out else 32)
-
-
 def _wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
-    BM, BN, BK, STAGES, GROUPS, PERSISTENT = tile
+    BM, BN, BK, STAGES, GROUPS = tile
     threads = tile.threads
     regs = BN // 2                                # accumulators per thread
     # a slab is [BK][BM] (m-major) when a is (K, M), else [BM][BK]; b is [BK][BN]
@@ -451,20 +422,10 @@ def _wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
     # adds (float32, "accumulate" and "atomic" alike), into out by bulk tensor copies.
     # "gelu" lays the pre-activation there, then gelu of it one tile further on, and writes
     # both; "gelu_backward" first has the copy engine bring the tile of pre there, in the
-    # same layout, replaces it by gelu' of it and multiplies the accumulators by that.
-    # Where: over the stages, once every warpgroup is done with them; or (persistent) in a
-    # region of its own after them, through which the tile passes in `passes` parts of
-    # its columns (tile.passes: what the stages leave room for), each once the copies
-    # have read the one before.
+    # same layout, replaces it by gelu' of it and multiplies the accumulators by that
     bf16_out = epilogue in BF16_OUT
-    if PERSISTENT and (epilogue == "gelu" or epilogue == "gelu_backward" and tile.passes > 1):
-        raise ValueError(f"the {epilogue} epilogue lays {2 if epilogue == 'gelu' else 1} "
-                         f"whole tiles in shared memory: persistent tile {tuple(tile)} has "
-                         f"room for 1/{tile.passes} of one")
-    passes, panel = epilogue_passes(tile, bf16_out)
-    cols = BN // passes                           # columns of a warpgroup's pass
-    region = STAGES * stage_size if PERSISTENT else 0    # in bf16 elements
     beyond = BM * BN                              # the second tile of "gelu"
+    panel = min(BN, 64 if bf16_out else 32)
     chunk = 8 if bf16_out else 4                  # elements in 16 bytes
     js = panel // 8                               # pairs of 8 columns per box row
     rows_per_line, phases = swizzle(panel // chunk)
@@ -496,48 +457,6 @@ def _wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
                     pairs[to + place(base, swap, h, j + u) // 2] = pack_bf16x2(
                         gelu_of(x[2 * u]), gelu_of(x[2 * u + 1]))
 
-    # Work items: each tile of out times each split of K, in the order (x, y, z) of a
-    # grid of GROUP * splits x tiles_n x groups of tiles down M: x takes GROUP tiles down
-    # a column of out (as block_tile orders them) and then the next split of K, y the
-    # column, z the group (its last one may have fewer tiles: an item past M is skipped).
-    # A block takes item (blockIdx.x, .y, .z) of that grid; or (persistent) one block per
-    # SM walks the items gridDim.x apart in the grid's order. The walk carries from x to
-    # y to z by compare and subtract: numba computes integers in 64 bits, and a 64-bit
-    # division by a variable is a call, which would make ptxas serialize every wgmma.
-    @cuda.jit(device=True, inline=True)
-    def walk(work, by, across, columns):
-        """work (x, y, z) moved `by` items on, in a grid `across` x `columns` x ..."""
-        work[0] += by
-        while work[0] >= across:
-            work[0] -= across
-            work[1] += 1
-        while work[1] >= columns:
-            work[1] -= columns
-            work[2] += 1
-
-    @cuda.jit(device=True, inline=True)
-    def first_item(work, across, columns):
-        if PERSISTENT:
-            work[0], work[1], work[2] = 0, 0, 0
-            walk(work, cuda.blockIdx.x, across, columns)
-        else:
-            work[0], work[1], work[2] = cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z
-
-    @cuda.jit(device=True, inline=True)
-    def next_item(work, across, columns, groups):
-        if PERSISTENT:
-            walk(work, cuda.gridDim.x, across, columns)
-        else:
-            work[2] = groups                     # one item a block
-
-    @cuda.jit(device=True, inline=True)
-    def locate(work, K, steps_per_split):
-        """(m0, n0, first, steps) of the item at `work`: the tile at (m0, n0) of out and
-        its K steps first .. first + steps."""
-        m0 = (work[2] * GROUP + work[0] % GROUP) * BM
-        first = work[0] // GROUP * steps_per_split
-        return m0, work[1] * BN, first, min((K + BK - 1) // BK - first, steps_per_split)
-
     @cuda.jit(device=True, inline=True)
     def copy_slab(smem, a, b, a_map, b_map, bars, stage, k0, m0, n0):
         # what the warpgroups wait for: one arrival, and the slab's bytes as they land
@@ -555,49 +474,32 @@ def _wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
                 tma_load_2d(smem, base + a_size + p * b_box, b, b_map, n0 + p * PANEL, k0,
                             bars, stage)
 
-    @cuda.jit(device=True, inline=True)
-    def copy_next(smem, a, b, a_map, b_map, bars, work, progress, M, K, steps_per_split, across,
-                  columns, groups):
-        """Thread 0's copy of the next slab the block will need: the step progress[0] of the
-        item at `work`, which is the slab progress[1] of the block's; both moved on, across the
-        end of an item into the block's next one, so that its first slabs land during
-        this one's epilogue."""
-        while work[2] < groups:
-            m0, n0, first, steps = locate(work, K, steps_per_split)
-            if m0 < M and progress[0] < steps:
-                break
-            next_item(work, across, columns, groups)
-            progress[0] = 0
-        if work[2] < groups:
-            slab = progress[1]
-            stage = slab % STAGES
-            if slab >= STAGES:             # its stage's last slab released by all
-                while not mbarrier_try_wait(bars, STAGES + stage, (slab // STAGES + 1) % 2):
-                    pass
-            copy_slab(smem, a, b, a_map, b_map, bars, stage, (first + progress[0]) * BK, m0, n0)
-            progress[0] += 1
-            progress[1] = slab + 1
-
     @cuda.jit(**({} if SIMULATOR else {"launch_bounds": (threads, 1)}))
     def matmul_wgmma_kernel(out, pre, a, b, a_map, b_map, out_map, pre_map,
-                            steps_per_split, splits):
-        # Work items: the tiles of out times the splits of K (walk, above).
+                            steps_per_split):
+        # as matmul_bf16_kernel, but block (x, y, z) owns the tile (z * GROUP + x % GROUP,
+        # y) of out and K steps x // GROUP * steps_per_split on: consecutive blocks take
+        # GROUP tiles down a column of out (as block_tile orders them) with divisions by
+        # a constant only (a 64-bit division by a variable is a call, and a call in the
+        # kernel makes ptxas serialize every wgmma).
         #
         # Warpgroup w owns rows 64w.. of the tile. Slabs land by bulk tensor copies into
-        # stage (the block's slab count) % STAGES, which thread 0 issues STAGES - 1 slabs
-        # ahead, into the stage that every warpgroup has just released (barrier STAGES +
-        # stage); the copies complete on barrier `stage`, which the warpgroups wait on.
-        # (No copying warp beside them: ptxas allocates registers to a wgmma kernel's
-        # threads by the warpgroup, and would hold every thread to the registers of 128
-        # more, as setmaxnreg, which would let a copying warpgroup give its registers to
-        # the others, is ignored in the relocatable compilation that linking the kernel
-        # takes.)
+        # stage step % STAGES, which thread 0 issues STAGES - 1 steps ahead, into the
+        # stage that every warpgroup has just released (barrier STAGES + stage); the
+        # copies complete on barrier `stage`, which the warpgroups wait on. (No copying
+        # warp beside them: ptxas allocates registers to a wgmma kernel's threads by the
+        # warpgroup, and would hold every thread to the registers of 128 more, as
+        # setmaxnreg, which would let a copying warpgroup give its registers to the
+        # others, is ignored in the relocatable compilation that linking the kernel takes.)
         M, N = out.shape
         K = a.shape[0] if transpose_a else a.shape[1]
-        across, columns = GROUP * splits, (N + BN - 1) // BN
-        groups = (M + GROUP * BM - 1) // (GROUP * BM)
+        m0 = (cuda.blockIdx.z * GROUP + cuda.blockIdx.x % GROUP) * BM
+        n0 = cuda.blockIdx.y * BN
+        if m0 >= M:                          # past the last group's last tile
+            return
         group = cuda.threadIdx.x // WARPGROUP
-        thread = cuda.threadIdx.x % WARPGROUP
+        first = cuda.blockIdx.x // GROUP * steps_per_split
+        steps = min((K + BK - 1) // BK - first, steps_per_split)
 
         bars = cuda.shared.array(BARRIERS, uint64)
         raw = cuda.shared.array(0, uint16)
@@ -617,20 +519,65 @@ def _wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
             fence_barrier_init()
         cuda.syncthreads()
 
-        copying = cuda.local.array(3, int32)     # thread 0's: the item it copies for,
-        progress = cuda.local.array(2, int32)    # and how far (copy_next)
         if cuda.threadIdx.x == 0:
             fence_tensor_map(a_map)
             fence_tensor_map(b_map)
-            first_item(copying, across, columns)
-            progress[0], progress[1] = 0, 0
-            for _ in range(STAGES - 1):
-                copy_next(smem, a, b, a_map, b_map, bars, copying, progress, M, K,
-                          steps_per_split, across, columns, groups)
+            for ahead in range(min(STAGES - 1, steps)):
+                copy_slab(smem, a, b, a_map, b_map, bars, ahead, (first + ahead) * BK, m0, n0)
 
         a_at = a_index(0, 64 * group) if transpose_a else a_index(64 * group, 0)
         acc = cuda.local.array(regs, float32)
         total = cuda.local.array(regs, float32)     # folded sums, when folding
+        for r in range(regs):
+            acc[r] = float32(0.0)
+            total[r] = float32(0.0)
+        # every block has a step (the launcher sees to it): a loop that may run none would
+        # give ptxas a path on which the zeros above meet the wait below, and it would
+        # serialize the wgmmas for it
+        step = 0
+        while True:
+            stage = step % STAGES
+            while not mbarrier_try_wait(bars, stage, step // STAGES % 2):
+                pass                         # this step's slab has landed
+            base = stage * stage_size
+            a_desc = descriptor(smem, int32(base + a_at), a_fields)
+            b_desc = descriptor(smem, int32(base + a_size), b_fields)
+            fence(acc)
+            for kk in range(BK // MMA_K):
+                mma(smem, a_desc + uint64(kk * a_step), b_desc + uint64(kk * b_step), acc)
+            warpgroup_commit()
+            wait_one(acc)                    # this step's wgmma runs on, the last is done:
+            if step > 0 and cuda.threadIdx.x % WARPGROUP == 0:     # release its stage
+                mbarrier_arrive(bars, STAGES + (step - 1) % STAGES, 1)
+            ahead = step + STAGES - 1
+            if cuda.threadIdx.x == 0 and ahead < steps:
+                stage = ahead % STAGES       # the one released above, once all have
+                while not mbarrier_try_wait(bars, STAGES + stage, (ahead // STAGES + 1) % 2):
+                    pass
+                copy_slab(smem, a, b, a_map, b_map, bars, stage, (first + ahead) * BK, m0,
+                          n0)
+            step += 1
+            if fold and (step % FOLD_STEPS == 0 or step == steps):
+                wait_all(acc)
+                for r in range(regs):
+                    total[r] += acc[r]
+                    acc[r] = float32(0.0)
+            if step == steps:
+                break
+        wait_all(acc)
+
+        cuda.syncthreads()                   # every warpgroup is done with the stages
+        thread = cuda.threadIdx.x % WARPGROUP
+        row = m0 + 64 * group
+        if epilogue == "gelu_backward":
+            if thread == 0:
+                fence_tensor_map(pre_map)
+                mbarrier_arrive_expect_tx(bars, 2 * STAGES + group, 2 * 64 * BN)
+                for p in range(BN // panel):
+                    tma_load_2d(smem, int32(group * 64 * BN + p * 64 * panel), pre, pre_map,
+                                n0 + p * panel, row, bars, 2 * STAGES + group)
+            while not mbarrier_try_wait(bars, 2 * STAGES + group, 0):
+                pass
         # thread t of row group g holds, for each j, the pair at columns 8j + 2t, 8j + 2t + 1
         # of rows R and R + 8; in the swizzled box a pair's place is a constant of j
         # XOR-ed with a constant of the thread (kept this simple so that the loop over the
@@ -638,122 +585,52 @@ def _wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
         # its own, over this thread's places in shared memory, which need not unroll)
         R, t = 16 * (thread // 32) + thread % 32 // 4, thread % 4
         swap = (2 * t // chunk) ^ (R // rows_per_line % phases)
-        # in the out dtype's elements: this warpgroup's part of the epilogue's region
-        mine = (region if bf16_out else region // 2) + group * 64 * cols
-        base = mine + R * panel + 2 * t % chunk
-        slab = 0                                 # slabs consumed by this block
-        done = 0                                 # items finished by this block
-        work = cuda.local.array(3, int32)
-        first_item(work, across, columns)
-        while work[2] < groups:
-            m0, n0, _, steps = locate(work, K, steps_per_split)
-            next_item(work, across, columns, groups)
-            if m0 >= M:                          # past the last group's last tile
-                continue
-            for r in range(regs):
-                acc[r] = float32(0.0)
-                total[r] = float32(0.0)
-            # every item has a step (the launcher sees to it): a loop that may run none
-            # would give ptxas a path on which the zeros above meet the wait below, and it
-            # would serialize the wgmmas for it
-            step = 0
-            while True:
-                stage = slab % STAGES
-                while not mbarrier_try_wait(bars, stage, slab // STAGES % 2):
-                    pass                         # this slab has landed
-                at = stage * stage_size
-                a_desc = descriptor(smem, int32(at + a_at), a_fields)
-                b_desc = descriptor(smem, int32(at + a_size), b_fields)
-                fence(acc)
-                for kk in range(BK // MMA_K):
-                    mma(smem, a_desc + uint64(kk * a_step), b_desc + uint64(kk * b_step), acc)
-                warpgroup_commit()
-                wait_one(acc)                    # this slab's wgmma runs on, the last is
-                if step > 0 and thread == 0:     # done: release its stage
-                    mbarrier_arrive(bars, STAGES + (slab - 1) % STAGES, 1)
-                if cuda.threadIdx.x == 0:
-                    copy_next(smem, a, b, a_map, b_map, bars, copying, progress, M, K,
-                              steps_per_split, across, columns, groups)
-                step += 1
-                slab += 1
-                if fold and (step % FOLD_STEPS == 0 or step == steps):
-                    wait_all(acc)
-                    for r in range(regs):
-                        total[r] += acc[r]
-                        acc[r] = float32(0.0)
-                if step == steps:
-                    break
-            wait_all(acc)
-            if thread == 0:                      # the item's last slab: its stage free
-                mbarrier_arrive(bars, STAGES + (slab - 1) % STAGES, 1)
-
-            if PERSISTENT:                       # the last item's copies have read the
-                if thread == 0:                  # region
-                    bulk_wait()
-                named_barrier(2 + group, WARPGROUP)
-            else:
-                cuda.syncthreads()               # every warpgroup is done with the stages
-            row = m0 + 64 * group
-            if epilogue == "gelu_backward":
-                if thread == 0:
-                    fence_tensor_map(pre_map)
-                    mbarrier_arrive_expect_tx(bars, 2 * STAGES + group, 2 * 64 * BN)
-                    for p in range(BN // panel):
-                        tma_load_2d(smem, int32(mine + p * 64 * panel), pre, pre_map,
-                                    n0 + p * panel, row, bars, 2 * STAGES + group)
-                while not mbarrier_try_wait(bars, 2 * STAGES + group, done % 2):
-                    pass
-                map_places(pairs, 0, base, swap)     # gelu'(pre) in place of pre, rounded
-                for h in range(2):                   # to bf16; the accumulators times it
-                    for j in range(BN // 8):
-                        d_lo, d_hi = unpack_bf16x2(pairs[place(base, swap, h, j) // 2])
-                        r = 4 * j + 2 * h
-                        if fold:
-                            total[r] *= d_lo
-                            total[r + 1] *= d_hi
-                        else:
-                            acc[r] *= d_lo
-                            acc[r + 1] *= d_hi
-            for part in range(passes):
-                if part > 0:                     # the copies have read the last part
-                    if thread == 0:
-                        bulk_wait()
-                    named_barrier(2 + group, WARPGROUP)
-                for h in range(2):
-                    for j in range(cols // 8):
-                        at = place(base, swap, h, j)
-                        r = 4 * (part * cols // 8 + j) + 2 * h
-                        lo, hi = (total[r], total[r + 1]) if fold else (acc[r], acc[r + 1])
-                        if bf16_out:
-                            pairs[at // 2] = pack_bf16x2(lo, hi)
-                        else:
-                            floats[at] = lo
-                            floats[at + 1] = hi
-                fence_proxy_async()              # visible to the copies, once all have
-                named_barrier(2 + group, WARPGROUP)     # written
-                if epilogue == "gelu":           # pre is written while gelu of it is
-                    if thread == 0:              # computed
-                        for p in range(BN // panel):
-                            store_box(pre, pre_map, n0 + p * panel, row, smem,
-                                      int32(mine + p * 64 * panel))
-                        bulk_commit()
-                    map_places(pairs, beyond // 2, base, swap)
-                    fence_proxy_async()
-                    named_barrier(2 + group, WARPGROUP)
-                if thread == 0:
-                    for p in range(cols // panel):
-                        at = int32(mine + p * 64 * panel)
-                        col = n0 + part * cols + p * panel
-                        if epilogue == "gelu":
-                            store_box(out, out_map, col, row, smem, beyond + at)
-                        elif bf16_out:
-                            store_box(out, out_map, col, row, smem, at)
-                        else:
-                            store_box(out, out_map, col, row, floats, at)
-                    bulk_commit()
-            done += 1
+        base = group * 64 * BN + R * panel + 2 * t % chunk
+        if epilogue == "gelu_backward":      # gelu'(pre) in place of pre, rounded to bf16,
+            map_places(pairs, 0, base, swap)  # then the accumulators times it
+            for h in range(2):
+                for j in range(BN // 8):
+                    d_lo, d_hi = unpack_bf16x2(pairs[place(base, swap, h, j) // 2])
+                    r = 4 * j + 2 * h
+                    if fold:
+                        total[r] *= d_lo
+                        total[r + 1] *= d_hi
+                    else:
+                        acc[r] *= d_lo
+                        acc[r + 1] *= d_hi
+        for h in range(2):
+            for j in range(BN // 8):
+                at = place(base, swap, h, j)
+                r = 4 * j + 2 * h
+                lo, hi = (total[r], total[r + 1]) if fold else (acc[r], acc[r + 1])
+                if bf16_out:
+                    pairs[at // 2] = pack_bf16x2(lo, hi)
+                else:
+                    floats[at] = lo
+                    floats[at + 1] = hi
+        fence_proxy_async()                  # visible to the copies, once all have written
+        named_barrier(2 + group, WARPGROUP)
+        if epilogue == "gelu":               # pre is written while gelu of it is computed
+            if thread == 0:
+                for p in range(BN // panel):
+                    store_box(pre, pre_map, n0 + p * panel, row, smem,
+                              int32(group * 64 * BN + p * 64 * panel))
+                bulk_commit()
+            map_places(pairs, beyond // 2, base, swap)
+            fence_proxy_async()
+            named_barrier(2 + group, WARPGROUP)
         if thread == 0:
-            bulk_wait()                          # the block's shared memory is read
+            for p in range(BN // panel):
+                at = int32(group * 64 * BN + p * 64 * panel)
+                col = n0 + p * panel
+                if epilogue == "gelu":
+                    store_box(out, out_map, col, row, smem, beyond + at)
+                elif bf16_out:
+                    store_box(out, out_map, col, row, smem, at)
+                else:
+                    store_box(out, out_map, col, row, floats, at)
+            bulk_commit()
+            bulk_wait()                      # the block's shared memory is read
 
     return matmul_wgmma_kernel
 
@@ -762,7 +639,7 @@ def _signature(epilogue, tile):
     bf16 = types.uint16[:, ::1]
     out = bf16 if epilogue in BF16_OUT else types.float32[:, ::1]
     if isinstance(tile, WgmmaTile):     # pre, then the four tensor maps
-        return (out, out, bf16, bf16) + (types.uint64[::1],) * 4 + (types.int32,) * 2
+        return (out, out, bf16, bf16) + (types.uint64[::1],) * 4 + (types.int32,)
     return (out, bf16, bf16, types.int32)
 
 
@@ -783,10 +660,6 @@ PTX_SIGNATURES = [
         (False, False, "float32", True, False, WIDE_TILE),
         (False, False, "gelu", True, False, WIDE_TILE),           # the MLP's up projection
         (False, True, "gelu_backward", True, False, WIDE_TILE),   # and its dX
-        # persistent: a whole tile's region (3 stages), or half of one (4 stages)
-        (False, True, "float32", True, False, WIDE_TILE._replace(stages=3, persistent=True)),
-        (False, False, "bf16", True, False, WIDE_TILE._replace(persistent=True)),
-        (True, False, "atomic", True, False, WIDE_TILE._replace(persistent=True)),
         # the mma.sync kernel, for the tiles given explicitly (the sweep's)
         (False, False, "bf16", True, False, LARGE_TILE),
         (True, False, "atomic", True, False, SMALL_TILE),
@@ -824,7 +697,7 @@ def _allow_dynamic_shared(kernel, signature, size):
 
 def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, *,
                 gelu=None, pre=None, tile=None, split_k=None, max_chain=MAX_CHAIN,
-                max_blocks=None, stream=0):
+                stream=0):
     """out (M, N) = op(a) @ op(b), op transposing when asked; += when accumulate.
 
     a is (M, K), or (K, M) when transpose_a; b is (K, N), or (N, K) when transpose_b; both
@@ -834,8 +707,7 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
     the wgmma kernel's epilogue, so a wgmma tile, given or the default, and K > 0).
     tile (a WgmmaTile, or an MmaTile for the mma.sync kernel) and split_k (blocks along K,
     accumulating products only) override the shape-based defaults; max_chain (K summed by
-    the tensor cores before a fold into float32) and max_blocks (the blocks a persistent
-    tile launches, one per SM by default) are there for the tests."""
+    the tensor cores before a fold into float32) is there for the tests."""
     for name, arr in (("out", out), ("a", a), ("b", b)):
         if len(arr.shape) != 2:
             raise ValueError(f"{name}: expected a 2-D matrix, got shape {tuple(arr.shape)}")
@@ -899,15 +771,12 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
         rows, cols, depth = tile.rows, tile.cols, tile.depth
         a_map = tensor_map(a, *((depth, min(rows, PANEL)) if transpose_a else (rows, depth)))
         b_map = tensor_map(b, *((cols, depth) if transpose_b else (depth, min(cols, PANEL))))
-        out_map, pre_map = (tensor_map(arr, 64, epilogue_passes(tile, out_bf16)[1])
+        out_map, pre_map = (tensor_map(arr, 64, min(cols, 64 if out_bf16 else 32))
                             for arr in (out, pre))
         grid = (GROUP * split_k, ceil_div(N, cols), ceil_div(M, GROUP * rows))
-        if tile.persistent:
-            grid = min(grid[0] * grid[1] * grid[2], max_blocks or SMS)
         _allow_dynamic_shared(kernel, _signature(epilogue, tile), tile.shared_bytes)
         kernel[grid, tile.threads, stream, tile.shared_bytes](
-            out, pre, a, b, a_map, b_map, out_map, pre_map, steps_per_split,
-            np.int32(split_k))
+            out, pre, a, b, a_map, b_map, out_map, pre_map, steps_per_split)
     else:
         grid = (ceil_div(N, tile.cols), ceil_div(M, tile.rows), split_k)
         kernel[grid, tile.threads, stream](out, a, b, steps_per_split)

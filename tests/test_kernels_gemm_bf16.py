@@ -38,38 +38,28 @@ STEP_PRODUCTS = (gemm_bf16.step_products(16, 1024, 768, 50304)
 if REAL_SHAPES:
     SIZES = st.tuples(st.integers(1, 16384), st.integers(1, 3072), st.integers(1, 3072))
     TILES = st.sampled_from([None, gemm_bf16.WIDE_TILE, gemm_bf16.FOLD_TILE,
-                             gemm_bf16.WIDE_TILE._replace(persistent=True),
-                             gemm_bf16.WIDE_TILE._replace(stages=3, persistent=True),
-                             gemm_bf16.FOLD_TILE._replace(persistent=True),
                              WgmmaTile(64, 64, 32, 4, 1), gemm_bf16.LARGE_TILE,
                              gemm_bf16.SMALL_TILE, MmaTile(64, 128, 32, 32, 64, 3)])
 else:
     # one or two warps (mma.sync) or warpgroups (wgmma) per block, so a few slabs per
     # dimension and several K steps (the pipeline's buffers reused) stay within the
     # simulator's budget; the wgmma tiles take every swizzle (16, 32, 64 wide rows) and
-    # operands of several panels; persistent tiles (one or two warpgroups; a region for
-    # a whole bf16 tile, the float32 epilogue in two passes of 8 or 16 columns; or, with
-    # nine stages, for half of one: bf16 in two passes, float32 in four)
+    # operands of several panels
     SIZES = st.tuples(st.integers(1, 24), st.integers(1, 24), st.integers(1, 56))
     TILES = st.sampled_from([MmaTile(16, 16, 16, 16, 16, 2), MmaTile(32, 16, 16, 16, 16, 3),
                              MmaTile(16, 32, 32, 16, 32, 2), WgmmaTile(64, 16, 16, 3, 1),
                              WgmmaTile(64, 32, 32, 3, 1), WgmmaTile(128, 16, 16, 4, 2),
-                             WgmmaTile(64, 128, 64, 3, 1), WgmmaTile(64, 16, 16, 3, 1, True),
-                             WgmmaTile(128, 32, 16, 3, 2, True),
-                             WgmmaTile(64, 128, 64, 9, 1, True)])
-# the blocks a persistent tile launches: one (it walks every item), or two (each walks
-# every other); the default, one an SM, takes each item in a block of its own at these sizes
-BLOCKS = st.sampled_from([1, 2, None])
+                             WgmmaTile(64, 128, 64, 3, 1)])
 # multiples of 8 take the cp.async path, other sizes the element-wise one
 ALIGNED = st.booleans()
 SEEDS = st.integers(0, 2**32 - 1)
 
 
 def check_matmul_bf16(M, N, K, transpose_a, transpose_b, epilogue, tile, seed, split_k,
-                      max_chain=gemm_bf16.MAX_CHAIN, max_blocks=None):
+                      max_chain=gemm_bf16.MAX_CHAIN):
     """epilogue: "float32" or "bf16" (out written), "accumulate" or "split_k" (a float32
     out added to); split_k None takes the launcher's default; a short max_chain makes the
-    kernel fold its accumulators; max_blocks caps a persistent tile's blocks."""
+    kernel fold its accumulators."""
     rng = np.random.default_rng(seed)
     a, a64 = bf16(randn(rng, *((K, M) if transpose_a else (M, K))))
     b, b64 = bf16(randn(rng, *((N, K) if transpose_b else (K, N))))
@@ -84,25 +74,24 @@ def check_matmul_bf16(M, N, K, transpose_a, transpose_b, epilogue, tile, seed, s
             expected += out0
     gemm_bf16.matmul_bf16(out, cuda.to_device(a), cuda.to_device(b), transpose_a,
                           transpose_b, accumulate, tile=tile, split_k=split_k,
-                          max_chain=max_chain, max_blocks=max_blocks)
+                          max_chain=max_chain)
     got = out.copy_to_host()
     if epilogue == "bf16":
         got = from_bf16(got)
     assert_close(got, expected, TOL_BF16_OUT if epilogue == "bf16" else TOL_F32_OP,
                  f"matmul_bf16 {M}x{N}x{K} ta={transpose_a} tb={transpose_b} {epilogue} "
-                 f"{tile} split_k={split_k} max_chain={max_chain} max_blocks={max_blocks}")
+                 f"{tile} split_k={split_k} max_chain={max_chain}")
 
 
 @given(sizes=SIZES, aligned=ALIGNED, transpose_a=st.booleans(), transpose_b=st.booleans(),
-       epilogue=st.sampled_from(EPILOGUES), tile=TILES, fold=st.booleans(), blocks=BLOCKS,
-       seed=SEEDS)
+       epilogue=st.sampled_from(EPILOGUES), tile=TILES, fold=st.booleans(), seed=SEEDS)
 def test_matmul_bf16_matches_reference(sizes, aligned, transpose_a, transpose_b, epilogue,
-                                       tile, fold, blocks, seed):
+                                       tile, fold, seed):
     if aligned or isinstance(tile, WgmmaTile):    # (the bulk tensor copies need it)
         sizes = tuple(max(8, s // 8 * 8) for s in sizes)
     check_matmul_bf16(*sizes, transpose_a, transpose_b, epilogue, tile, seed,
                       split_k={"accumulate": 1, "split_k": 2}.get(epilogue),
-                      max_chain=16 if fold else gemm_bf16.MAX_CHAIN, max_blocks=blocks)
+                      max_chain=16 if fold else gemm_bf16.MAX_CHAIN)
 
 
 def check_matmul_gelu(M, N, K, backward, tile, seed):
@@ -130,11 +119,8 @@ def check_matmul_gelu(M, N, K, backward, tile, seed):
 
 @given(sizes=SIZES, aligned=ALIGNED, backward=st.booleans(), tile=TILES, seed=SEEDS)
 def test_gelu_epilogues_match_reference(sizes, aligned, backward, tile, seed):
-    # the GELU epilogues are the wgmma kernel's; a persistent tile has room for one tile
-    # of epilogue at most: not "gelu"'s two, nor "gelu_backward"'s one where it has less
-    # (each refused below)
+    # the GELU epilogues are the wgmma kernel's (an mma.sync tile is refused: below)
     assume(isinstance(tile, WgmmaTile) or tile is None and gemm_bf16.wgmma_available())
-    assume(not getattr(tile, "persistent", False) or backward and tile.passes == 1)
     if aligned or isinstance(tile, WgmmaTile):
         sizes = tuple(max(8, s // 8 * 8) for s in sizes)
     check_matmul_gelu(*sizes, backward, tile, seed)
@@ -234,9 +220,6 @@ def test_matmul_bf16_rejects_bad_arguments():
     with pytest.raises(ValueError, match="the GELU epilogues are the wgmma kernel's"):
         gemm_bf16.matmul_bf16(out16, x, w, gelu="backward", pre=out16,
                               tile=MmaTile(16, 16, 16, 16, 16, 2))
-    with pytest.raises(ValueError, match="has room for 1/1 of one"):
-        gemm_bf16.matmul_bf16(dev(8, 16), dev(8, 16), dev(16, 16), gelu="forward",
-                              pre=dev(8, 16), tile=WgmmaTile(64, 16, 16, 3, 1, True))
 
 
 @pytest.mark.parametrize("M, N, K", [(0, 5, 16), (4, 0, 16), (4, 5, 0)])
@@ -257,15 +240,13 @@ def test_empty_products(M, N, K, accumulate, request):
 
 
 @pytest.mark.parametrize("tile", [MmaTile(16, 16, 16, 16, 16, 2),
-                                  WgmmaTile(64, 16, 16, 3, 1),
-                                  WgmmaTile(64, 16, 16, 3, 1, True)])
+                                  WgmmaTile(64, 16, 16, 3, 1)])
 def test_block_order_covers_every_tile(tile):
     """More rows of tiles than one group of the block order (block_tile, and the wgmma
     kernel's grid), with a ragged last group, so every branch of its mapping writes its
-    tile exactly once; a persistent tile's three blocks walk the 22 tiles (carrying from
-    the group's rows to the columns to the next group), skipping those past M."""
+    tile exactly once."""
     check_matmul_bf16((gemm_bf16.GROUP + 2) * tile.rows + 3, tile.cols + 8, 16, False,
-                      False, "float32", tile, seed=3, split_k=None, max_blocks=3)
+                      False, "float32", tile, seed=3, split_k=None)
 
 
 @pytest.mark.parametrize("transpose_a, transpose_b, tile", [

@@ -84,9 +84,7 @@ def gemm_candidates(M, N, K, accumulate):
              MmaTile(128, 128, 32, 64, 64, 3), MmaTile(128, 128, 32, 64, 64, 3, 2),
              MmaTile(128, 64, 32, 64, 32, 4, 2), MmaTile(128, 256, 32, 64, 64, 2),
              MmaTile(256, 128, 32, 64, 64, 2), MmaTile(64, 64, 32, 32, 32, 4, 4),
-             gemm_bf16.WIDE_TILE, gemm_bf16.FOLD_TILE,
-             gemm_bf16.WIDE_TILE._replace(persistent=True),
-             gemm_bf16.FOLD_TILE._replace(persistent=True)]
+             gemm_bf16.WIDE_TILE, gemm_bf16.FOLD_TILE]
     default = gemm_bf16.default_tile(M, N, K, accumulate)
     out = [(default, None)]
     for tile in tiles:
