@@ -15,6 +15,10 @@ import dp_worker
 from microgpt import GPT, distributed, get_config
 
 TESTS = Path(__file__).parent
+# a rank still running after this long dumps its threads' stacks and exits (dp_worker.py);
+# on two H200s each rank ended its three steps, the first compiling every float32 kernel,
+# 11-14 s after its start
+WORKER_SECONDS = 120
 
 
 def mpiexec():
@@ -44,7 +48,8 @@ def test_two_ranks_match_one_process(tmp_path, backend):
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
     subprocess.run([mpiexec(), "-n", "2", sys.executable, str(TESTS / "dp_worker.py"),
-                    str(tmp_path), backend], check=True, env=env, timeout=300)
+                    str(tmp_path), backend, str(WORKER_SECONDS)],
+                   check=True, env=env, timeout=WORKER_SECONDS + 60)
     single = tmp_path / "single"
     single.mkdir()
     dp_worker.train(distributed.SingleProcess(), str(single), "numpy")
