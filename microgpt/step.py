@@ -103,8 +103,8 @@ class Step:
             self._ran.add(phases)
             return
         if phases not in self._captured:
-            self._captured[phases] = self.backend.capture(enqueue)
-        self._captured[phases].replay()
+            self._captured[phases] = Captured(self.backend.capture(enqueue), self.sync)
+        self._captured[phases].graph.replay()
 
     def metrics(self):
         """The one read back: {column: host array} of microgpt.ops.LOG_COLUMNS, one entry
@@ -116,3 +116,17 @@ class Step:
         last = (self.optimizer.step_count - 1) % LOG_ROWS
         order = [(last - n + 1 + i) % LOG_ROWS for i in range(n)]
         return {name: log[order, j] for j, name in enumerate(LOG_COLUMNS)}
+
+
+class Captured:
+    """A captured graph, holding the gradient sync whose all-reduces it captured until the
+    graph itself is destroyed. NCCL (2.26 and later) destroys a communicator only once
+    every CUDA graph that captured one of its calls is gone, and waits for that, forever
+    if need be: released in the other order, say the Step's attributes in the order they
+    were set, a rank hangs at its exit after its last step."""
+
+    def __init__(self, graph, sync):
+        self.graph, self.sync = graph, sync
+
+    def __del__(self):
+        self.graph = None       # its CUDA graph destroyed here, the sync only after

@@ -6,15 +6,16 @@ that differs in code (kernels made by a factory: one entry per representative se
 compile-time constants). ``common`` holds device helpers only; they are compiled inside
 the kernels that call them.
 
-conftest turns the simulator on for the test process, so the compile runs in a subprocess
-without NUMBA_ENABLE_CUDASIM: this file run as a script. There the warp shuffles and
-every other GPU-only path are type-checked and lowered to PTX by NVVM from the
-numba-cuda[cu13] wheels; the PTX is also checked for what a kernel of this engine should
-never need: local memory (a register array that did not stay in registers) and float64
-arithmetic (a Python float that slipped into float32 math). Then nvJitLink (from the same
-wheels) assembles the PTX into sm_90a machine code, as the driver would on the H200: that
-checks the inline-asm PTX of the tensor-core atoms, which NVVM passes through unread,
-and reports spills (a stack frame) that the PTX cannot show.
+conftest turns the simulator on for the test process, so the compile runs in subprocesses
+without NUMBA_ENABLE_CUDASIM: this file run as a script, one process per CPU (CI's two
+halve the two minutes that one takes), each compiling its share of the kernels. There
+the warp shuffles and every other GPU-only path are type-checked and lowered to PTX by
+NVVM from the numba-cuda[cu13] wheels; the PTX is also checked for what a kernel of this
+engine should never need: local memory (a register array that did not stay in registers)
+and float64 arithmetic (a Python float that slipped into float32 math). Then nvJitLink
+(from the same wheels) assembles the PTX into sm_90a machine code, as the driver would on
+the H200: that checks the inline-asm PTX of the tensor-core atoms, which NVVM passes
+through unread, and reports spills (a stack frame) that the PTX cannot show.
 """
 import importlib
 import json
@@ -65,8 +66,9 @@ def assemble(ptx):
         nvjitlink.destroy(handle)
 
 
-def compile_all():
-    """Compile every listed kernel; returns one record per module and per kernel."""
+def compile_all(part=0, parts=1):
+    """Compile every parts-th listed kernel, from the part-th on; returns one record per
+    kernel compiled, and (part 0) one per module."""
     from numba import cuda
     from numba.cuda import dispatcher
 
@@ -76,7 +78,7 @@ def compile_all():
     # capability, and without a GPU there is none: name the target explicitly.
     dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=CC)
 
-    records = []
+    records, listed_so_far = [], 0
     for info in pkgutil.iter_modules(microgpt.kernels.__path__):
         if info.name in HELPER_MODULES:
             continue
@@ -86,9 +88,12 @@ def compile_all():
         unlisted = [name for name, obj in vars(module).items()
                     if isinstance(obj, dispatcher.CUDADispatcher)
                     and not obj.targetoptions.get("device") and id(obj) not in listed_ids]
-        records.append({"module": info.name, "has_list": listed is not None,
-                        "unlisted": unlisted})
-        for kernel, signature in listed or []:
+        if part == 0:
+            records.append({"module": info.name, "has_list": listed is not None,
+                            "unlisted": unlisted, "listed": len(listed or [])})
+        for index, (kernel, signature) in enumerate(listed or [], listed_so_far):
+            if index % parts != part:
+                continue
             closure = dict(zip(kernel.py_func.__code__.co_freevars,
                                (c.cell_contents for c in kernel.py_func.__closure__ or ())))
             record = {"module": info.name, "kernel": kernel.py_func.__name__,
@@ -105,18 +110,31 @@ def compile_all():
                 (record["assembly_error"], record["stack_bytes"],
                  record["wgmma_serialized"]) = assemble(ptx)
             records.append(record)
+        listed_so_far += len(listed or [])
     return records
 
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
-    path = tmp_path_factory.mktemp("ptx") / "records.json"
+    """Every record of compile_all, from one subprocess per CPU (at most 4: each holds
+    numba and NVVM, some hundreds of MB), each compiling its share of the kernels."""
+    parts = max(1, min(os.cpu_count() or 1, 4))
+    folder = tmp_path_factory.mktemp("ptx")
+    paths = [folder / f"records-{part}.json" for part in range(parts)]
     env = {name: value for name, value in os.environ.items()
            if name != "NUMBA_ENABLE_CUDASIM"}
-    done = subprocess.run([sys.executable, __file__, str(path)], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(path.read_text())
+    running = [subprocess.Popen([sys.executable, __file__, str(path), str(part), str(parts)],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True) for part, path in enumerate(paths)]
+    try:
+        for done in running:
+            _, stderr = done.communicate(timeout=600)
+            assert done.returncode == 0, stderr[-3000:]
+    finally:
+        for done in running:
+            done.kill()
+            done.wait()
+    return [record for path in paths for record in json.loads(path.read_text())]
 
 
 def test_every_kernel_module_lists_its_kernels(records):
@@ -128,6 +146,8 @@ def test_every_kernel_module_lists_its_kernels(records):
 
 def test_every_kernel_compiles_for_sm90(records):
     kernels = [r for r in records if "kernel" in r]
+    # each listed kernel compiled once, by one of the processes
+    assert len(kernels) == sum(r["listed"] for r in records if "listed" in r)
     failed = [f"{r['module']}.{r['kernel']}{r['signature']}: {r['error']}"
               for r in kernels if "error" in r]
     assert failed == []
@@ -155,4 +175,4 @@ def test_kernels_use_registers_and_float32_only(records):
 
 if __name__ == "__main__":
     with open(sys.argv[1], "w") as out:
-        json.dump(compile_all(), out)
+        json.dump(compile_all(int(sys.argv[2]), int(sys.argv[3])), out)

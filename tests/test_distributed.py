@@ -15,6 +15,10 @@ import dp_worker
 from microgpt import GPT, distributed, get_config
 
 TESTS = Path(__file__).parent
+# a rank still running after this long dumps its threads' stacks and exits (dp_worker.py);
+# on two H200s each rank ended its three steps, the first compiling every float32 kernel,
+# 11-14 s after its start
+WORKER_SECONDS = 120
 
 
 def mpiexec():
@@ -44,7 +48,8 @@ def test_two_ranks_match_one_process(tmp_path, backend):
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
     subprocess.run([mpiexec(), "-n", "2", sys.executable, str(TESTS / "dp_worker.py"),
-                    str(tmp_path), backend], check=True, env=env, timeout=300)
+                    str(tmp_path), backend, str(WORKER_SECONDS)],
+                   check=True, env=env, timeout=WORKER_SECONDS + 60)
     single = tmp_path / "single"
     single.mkdir()
     dp_worker.train(distributed.SingleProcess(), str(single), "numpy")
@@ -65,10 +70,23 @@ def test_single_process_outside_mpirun(monkeypatch):
     assert (world.rank, world.world_size) == (0, 1)
 
 
-def train_command(*flags):
-    """python -m microgpt.train on the tiny config with byte tokens of this file."""
+def train_command(data, *flags):
+    """python -m microgpt.train on the tiny config with byte tokens of the text in data."""
     return [sys.executable, "-m", "microgpt.train", "--config", "microgpt", "--tokenizer",
-            "bytes", "--data", str(Path(__file__)), *flags]
+            "bytes", "--data", str(data), *flags]
+
+
+def text(folder):
+    """A text of 6,000 bytes, the same on every run: words of random lowercase letters.
+    (Not this file's own bytes, which an edit of a comment would change, and with them
+    every gradient, and whether the runs' rounding stays within the tolerance.)"""
+    rng = np.random.default_rng(0)
+    letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", np.uint8)
+    data = letters[rng.integers(0, 26, 6000)]
+    data[rng.random(6000) < 0.18] = ord(" ")
+    path = folder / "text.txt"
+    path.write_bytes(data.tobytes())
+    return path
 
 
 def test_mpirun_trainer_matches_one_process(tmp_path):
@@ -78,10 +96,11 @@ def test_mpirun_trainer_matches_one_process(tmp_path):
 
     flags = ["--steps", "4", "--batch-size", "4", "--eval-every", "2", "--log-every", "1",
              "--sample-every", "0", "--cache-dir", str(tmp_path / "cache")]
-    single = subprocess.run(train_command(*flags, "--out", str(tmp_path / "one")),
+    data = text(tmp_path)
+    single = subprocess.run(train_command(data, *flags, "--out", str(tmp_path / "one")),
                             capture_output=True, text=True, timeout=300, check=True)
-    parallel = subprocess.run([mpiexec(), "-n", "2", *train_command(*flags, "--out",
-                                                                    str(tmp_path / "two"))],
+    parallel = subprocess.run([mpiexec(), "-n", "2", *train_command(
+                                  data, *flags, "--out", str(tmp_path / "two"))],
                               capture_output=True, text=True, timeout=300, check=True)
     assert "data parallel: 2 ranks, 2 sequences each" in parallel.stdout
 
@@ -97,7 +116,7 @@ def test_mpirun_trainer_matches_one_process(tmp_path):
 
 def test_batch_must_divide_among_ranks(tmp_path):
     run = subprocess.run([mpiexec(), "-n", "2", *train_command(
-                             "--batch-size", "3", "--out", str(tmp_path / "out"))],
+                             text(tmp_path), "--batch-size", "3", "--out", str(tmp_path / "out"))],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode != 0
     assert "--batch-size 3 (the global batch) must divide among 2 ranks" in run.stderr

@@ -2,9 +2,9 @@
 accumulate combination, edge tiles, tile overrides, and the model's real shapes on a GPU."""
 import numpy as np
 import pytest
-from helpers import (REAL_SHAPES, TOL_BF16_OUT, TOL_F32_OP, assert_close, bf16, from_bf16,
-                     poisoned, randn)
-from hypothesis import given
+from helpers import (ON_GPU, REAL_SHAPES, TOL_BF16_OUT, TOL_F32_OP, assert_close, bf16,
+                     from_bf16, poisoned, randn)
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 from numba import cuda
 
@@ -76,18 +76,9 @@ def test_model_products(product):
     check_matmul(*product, None, seed=11)
 
 
-@pytest.mark.parametrize("dtype, fused", [
-    ("float32", None), ("bf16", False),
-    # fused takes the epilogues where the wgmma kernel runs (sm_90a); in the simulator it
-    # is the unfused path above, run twice: left to the GPU profile
-    pytest.param("bf16", True, marks=pytest.mark.skipif(
-        not REAL_SHAPES, reason="the GELU epilogues run where the wgmma kernel does"))])
-@given(rows=GELU_ROWS, width=GELU_WIDTHS, seed=SEEDS)
-def test_gelu_products_in_either_precision(dtype, fused, rows, width, seed):
-    """The MLP's GEMMs with GELU: float32 operands take this family's GEMM and the GELU
-    kernels; bf16 ones the tensor-core GEMM's GELU epilogues (tested with every wgmma tile
-    in test_kernels_gemm_bf16.py), or its GEMM and the GELU kernels; all against float64,
-    fc = x @ w_fc written too, every output poisoned first."""
+def check_gelu_products(dtype, fused, rows, width, seed):
+    """The MLP's GEMMs with GELU against float64, fc = x @ w_fc written too, every output
+    poisoned first."""
     rng = np.random.default_rng(seed)
     N, C = rows, width
     x, w_fc, w_proj, dy = (randn(rng, *shape) for shape in ((N, C), (C, 4 * C), (4 * C, C),
@@ -112,6 +103,44 @@ def test_gelu_products_in_either_precision(dtype, fused, rows, width, seed):
                               fused=fused)
     assert_close(read(dfc.copy_to_host()), ref.gelu_backward(dy64 @ w_proj64.T, stored),
                  tol_backward, f"dfc ({dtype})")
+
+
+# The products in the simulator fit one output tile of each GEMM (rows <= 16, width <= 8):
+# every drawn example runs the same kernel variants, at ~7 s of simulation in bf16, but
+# a width of 8 gives bf16 rows of whole 16-byte chunks (the aligned variant). So there the
+# tests take an aligned and an unaligned product always, and two drawn ones; a GPU draws
+# the profile's examples besides.
+GELU_EXAMPLES = settings(max_examples=settings().max_examples if ON_GPU else 2)
+
+
+def gelu_examples(test):
+    return example(rows=16, width=8, seed=1)(example(rows=5, width=3, seed=2)(test))
+
+
+@pytest.mark.parametrize("dtype, fused", [("float32", None), ("bf16", False)])
+@GELU_EXAMPLES
+@gelu_examples
+@given(rows=GELU_ROWS, width=GELU_WIDTHS, seed=SEEDS)
+def test_gelu_products_in_either_precision(dtype, fused, rows, width, seed):
+    """float32 operands take this family's GEMM and the GELU kernels; bf16 ones the
+    tensor-core GEMM and the GELU kernels (its fused GELU epilogues: the next test)."""
+    check_gelu_products(dtype, fused, rows, width, seed)
+
+
+# The simulator has no wgmma, and without it gemm.matmul_gelu_* take the unfused route
+# (the GEMM and then the GELU kernel): the launches of fused=False above. There this
+# checks that route, on the two given products alone; the wgmma epilogues' twins are
+# tested with every wgmma tile in test_kernels_gemm_bf16.py. On a GPU it runs the wgmma
+# epilogues, on the profile's examples.
+FUSED_GELU_EXAMPLES = settings() if ON_GPU else settings(phases=[Phase.explicit])
+
+
+@FUSED_GELU_EXAMPLES
+@gelu_examples
+@given(rows=GELU_ROWS, width=GELU_WIDTHS, seed=SEEDS)
+def test_fused_gelu_products(rows, width, seed):
+    """bf16 operands with the GELU in the tensor-core GEMM's epilogues."""
+    check_gelu_products("bf16", True, rows, width, seed)
 
 
 @pytest.mark.parametrize("tile", [gemm.LARGE_TILE, gemm.MEDIUM_TILE, gemm.SMALL_TILE])

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from microgpt import GPT, get_config, step as step_module
+from microgpt.backend import NumpyBackend
 from microgpt.optim import AdamW, AdamWConfig, lr_at
 from microgpt.step import Step
 
@@ -92,3 +93,64 @@ def test_a_sequence_longer_than_the_context_is_refused():
     model = GPT(CFG, seed=5)
     with pytest.raises(ValueError, match="sequence length 9 exceeds the model's context 8"):
         Step(model, AdamW(model, OPT), 3, 9)
+
+
+class CapturingBackend(NumpyBackend):
+    """The NumPy backend with the cuda backend's life cycle of a Step (eager, then captured
+    once, then replayed): a capture calls enqueue, as the cuda backend's does (here that
+    also computes, which this backend's tests do not read), and returns a graph that
+    notes in events each replay and its destruction."""
+    graphs = True
+
+    def __init__(self, events):
+        super().__init__()
+        self.events = events
+
+    def capture(self, enqueue):
+        enqueue()
+        return RecordedGraph(self.events)
+
+
+class RecordedGraph:
+    def __init__(self, events):
+        self.events = events
+
+    def replay(self):
+        self.events.append("replayed")
+
+    def __del__(self):
+        self.events.append("graph destroyed")
+
+
+class RecordedSync:
+    """A gradient sync whose release stands for its NCCL communicator's destruction."""
+
+    def __init__(self, events):
+        self.events, self.ranges = events, 0
+
+    def ready(self, lo, hi):
+        self.ranges += 1
+
+    def finish(self):
+        pass
+
+    def __del__(self):
+        self.events.append("sync released")
+
+
+def test_a_step_destroys_its_graph_before_it_releases_the_sync():
+    """NCCL destroys a communicator only once every CUDA graph that captured its calls is
+    gone, and waits for that forever: a Step's captured graph must be destroyed before the
+    gradient sync whose all-reduces it holds is released (the other order hung both ranks
+    of tests/test_distributed.py at exit on two H200s). Three steps: eager, captured,
+    replayed; then the Step, the only holder of both, is let go."""
+    events = []
+    model = GPT(CFG, backend=CapturingBackend(events), seed=6)
+    sync = RecordedSync(events)
+    step = Step(model, AdamW(model, OPT), 3, 8, sync=sync)
+    for tokens, targets in batches(3, seed=3):
+        step.run(tokens, targets)
+    assert sync.ranges == 2 * (CFG.n_layer + 2) and events == ["replayed"] * 2
+    del sync        # the Step now holds the sync alone
+    del step
+    assert events == ["replayed"] * 2 + ["graph destroyed", "sync released"]
