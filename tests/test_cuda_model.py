@@ -52,7 +52,9 @@ def assert_all_equal(got, want):
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
 
 
-@pytest.mark.parametrize("name,overrides,B,T", CASES)
+# in the simulator the second case is test_captured_steps_match_reference's below (the
+# same kernels, shape and three steps, every comparison of this test among its own)
+@pytest.mark.parametrize("name,overrides,B,T", CASES if REAL_SHAPES else CASES[:1])
 def test_cuda_steps_match_reference(name, overrides, B, T):
     """Three AdamW steps, each checked from a common state: the reference takes the device
     model's parameters and moments, both compute the loss and gradients (compared), then

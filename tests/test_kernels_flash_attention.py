@@ -214,31 +214,46 @@ def test_flash_attention_rejects_bad_arguments():
         fa.flash_attention_forward(x, lse, x, dev(1, 2, 3, 40)[:, :, :, 4:36], x)
 
 
-def test_the_attention_ops_send_bf16_heads_here():
+def test_the_attention_ops_send_bf16_heads_here(monkeypatch):
     """kernels.attention's launchers, the ops the model calls, run bf16 heads on flash
-    attention: the same bits as the flash launchers, delta (float32) included, through the
-    cuda backend's op too. Geometry meant for the float32 kernels is refused."""
-    from microgpt.cuda_backend import CudaBackend
+    attention: each calls the flash launcher with its arguments and default tiles (so
+    gives its bits: recorded, rather than launched a second time to compare), the
+    backward through the cuda backend's op too; the results against float64. Geometry
+    meant for the float32 kernels is refused."""
     from microgpt.kernels import attention
 
+    calls = []
+
+    def recorded(launcher):
+        def record(*args, **kwargs):
+            calls.append((launcher.__name__, args, kwargs))
+            return launcher(*args, **kwargs)
+        return record
+    for name in ("flash_attention_forward", "flash_attention_backward"):
+        monkeypatch.setattr(fa, name, recorded(getattr(fa, name)))
     shape = (1, 2, 5, 16)
     rng = np.random.default_rng(11)
-    q, k, v, dout = (cuda.to_device(bf16(randn(rng, *shape))[0]) for _ in range(4))
-    outs = [(cuda.to_device(np.full(shape, BF16_NAN, np.uint16)),
-             cuda.to_device(poisoned(shape[:3]))) for _ in range(2)]
-    attention.attention_forward(*outs[0], q, k, v)
-    fa.flash_attention_forward(*outs[1], q, k, v)
-    for got, want in zip(*outs):
-        np.testing.assert_array_equal(got.copy_to_host(), want.copy_to_host())
-    out, lse = outs[0]
-    backend = CudaBackend()
-    outputs = [[cuda.to_device(np.full(shape, BF16_NAN, np.uint16)) for _ in range(3)]
-               + [cuda.to_device(poisoned(shape[:3]))] for _ in range(2)]
-    backend.attention_backward(*outputs[0], dout, q, k, v, out, lse)
-    fa.flash_attention_backward(*outputs[1], dout, q, k, v, out, lse)
-    for got, want in zip(*outputs):
-        np.testing.assert_array_equal(got.copy_to_host(), want.copy_to_host())
+    (q, q64), (k, k64), (v, v64), (dout, dout64) = (bf16(randn(rng, *shape)) for _ in range(4))
+    q, k, v, dout = map(cuda.to_device, (q, k, v, dout))
+    out = cuda.to_device(np.full(shape, BF16_NAN, np.uint16))
+    lse = cuda.to_device(poisoned(shape[:3]))
+    attention.attention_forward(out, lse, q, k, v)
+    assert calls == [("flash_attention_forward", (out, lse, q, k, v), {"stream": 0})]
+    want_out, want_lse = ref.attention_forward(q64, k64, v64)
+    assert_close(from_bf16(out.copy_to_host()), want_out, TOL_OUT, "the op's out")
+    assert_close(lse.copy_to_host(), want_lse, TOL_F32_OP, "the op's lse")
+    grads = [cuda.to_device(np.full(shape, BF16_NAN, np.uint16)) for _ in range(3)]
+    delta = cuda.to_device(poisoned(shape[:3]))
+    BACKEND.attention_backward(*grads, delta, dout, q, k, v, out, lse)
+    assert calls[1] == ("flash_attention_backward",
+                        (*grads, delta, dout, q, k, v, out, lse), {"stream": BACKEND.stream})
+    out64 = from_bf16(out.copy_to_host())
+    want = (*ref.attention_backward(dout64, q64, k64, v64, out64, lse.copy_to_host()),
+            ref.attention_delta(dout64, out64))
+    got = [from_bf16(g.copy_to_host()) for g in grads] + [delta.copy_to_host()]
+    assert_attention_gradients(got, want, dout64, q64, k64, v64, TOL_OUT, TOL_GRAD,
+                               "the ops' backward")
     with pytest.raises(ValueError, match="bf16 heads take flash attention's tiles"):
         attention.attention_forward(out, lse, q, k, v, block=32)
     with pytest.raises(ValueError, match="bf16 heads take flash attention's tiles"):
-        attention.attention_backward(*outputs[0], dout, q, k, v, out, lse, blocks_per_head=1)
+        attention.attention_backward(*grads, delta, dout, q, k, v, out, lse, blocks_per_head=1)
