@@ -33,7 +33,8 @@ class BufferSpec:
     shape: tuple
     dtype: str = None       # None: the backend's float type; "uint16": bf16 bits
     per_layer: int = 0      # > 0: a list of that many buffers (one per layer, or L + 1)
-    same_as: str = None     # not a buffer of its own: another name for that one
+    same_as: str = None     # not a buffer of its own: another name for that one (for a
+                            # reused one, its buffer)
     reused: bool = False    # per_layer: one buffer in every place of the list (scratch)
     heads_of: tuple = None  # not a buffer of its own: (name, part), the (B, H, T, D) view
                             # of that part of that buffer's fused rows (per layer alike)
@@ -95,7 +96,10 @@ def activation_specs(cfg, B, T, precision="fp32"):
         BufferSpec("dfc", (B, T, 4 * C), low),       # the gradient of fc
         copy_of("dmerged", (B, T, C), "proj"),               # the W_O dX
         heads("datt", "dmerged", 0),
-        BufferSpec("dqkv", (B, T, 3 * C), low),
+        # in fp32 the qkv scratch again: its rows are copied into q, k, v before the
+        # backward needs the room
+        BufferSpec("dqkv", (B, T, 3 * C), low) if low else
+        BufferSpec("dqkv", (B, T, 3 * C), same_as="qkv"),
         heads("dq", "dqkv", 0),
         heads("dk", "dqkv", 1),
         heads("dv", "dqkv", 2),
@@ -117,9 +121,12 @@ class Buffers:
                         for _ in range(count)]
                 setattr(self, s.name, bufs * s.per_layer if s.reused else
                         bufs if s.per_layer else bufs[0])
+        reused = {s.name for s in specs if s.reused}
         for s in specs:
-            if s.same_as is not None:
-                setattr(self, s.name, getattr(self, s.same_as))
+            if s.same_as is not None:      # another name; for a reused list, its one buffer
+                other = getattr(self, s.same_as)
+                setattr(self, s.name, other[0] if s.same_as in reused and not s.per_layer
+                        else other)
             elif s.heads_of is not None:
                 of, part = s.heads_of
                 fused = getattr(self, of)
