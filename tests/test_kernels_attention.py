@@ -143,6 +143,31 @@ def test_merge_heads(shape, block, fused_dtype, head_dtype, seed):
     assert_copied(dy, ref.merge_heads_backward(dout32, H), "merge backward")
 
 
+@given(shape=HEAD_SHAPES, parts=st.sampled_from([1, 3]), seed=SEEDS)
+def test_heads_views_are_what_the_copies_copy(shape, parts, seed):
+    """backend.heads_view, which the bf16 step gives attention instead of the copies: on
+    NumPy the view of each part of fused rows is what split (three parts) or merge
+    backward (one) copies out, the fused rows' own memory (a write through it lands
+    there); on the cuda backend the view of the same device rows has that shape and those
+    strides from that part's first element (flash attention's tests run it, views in)."""
+    from microgpt.backend import NumpyBackend
+    from microgpt.cuda_backend import CudaBackend
+    from microgpt.kernels.common import device_address
+
+    B, H, T, D = shape
+    fused = randn(np.random.default_rng(seed), B, T, parts * H * D)
+    want = (ref.split_heads_forward(fused, H) if parts == 3 else
+            (ref.merge_heads_backward(fused, H),))
+    rows = cuda.to_device(fused)
+    for part in range(parts):
+        view = NumpyBackend().heads_view(fused, part, H, D)
+        np.testing.assert_array_equal(view, want[part], err_msg=f"part {part}")
+        assert np.shares_memory(view, fused)
+        on_device = CudaBackend().heads_view(rows, part, H, D)
+        assert (on_device.shape, on_device.strides) == (view.shape, view.strides)
+        assert device_address(on_device) == device_address(rows) + part * H * D * 4
+
+
 def ones(*shape, dtype=np.float32):
     return cuda.to_device(np.ones(shape, dtype))
 
