@@ -52,6 +52,16 @@ def device_address(arr):
     return arr.device_ctypes_pointer.value or 0
 
 
+def fill_zero(arr, stream=0):
+    """Zeros into a contiguous device array, in stream order (a memset, which a CUDA graph
+    captures; the simulator has no driver memset: a copy of host zeros)."""
+    if SIMULATOR:
+        arr.copy_to_device(np.zeros(arr.shape, arr.dtype), stream=stream)
+    else:
+        from numba.cuda.cudadrv import driver
+        driver.device_memset(arr, 0, arr.nbytes, stream=stream)
+
+
 def check_not_empty(name, length):
     """A launcher's check that an axis it normalises over is not empty."""
     if length < 1:

@@ -29,8 +29,10 @@ rounds, so its error grows with K in proportion rather than as a random walk (me
 the H200, 512 x 512 products of random bf16: 3.2e-6 relative at K 3072, 1.9e-5 at 16384,
 5.8e-5 at 50304; cuBLAS 3.2e-6, 4.4e-6, 6.9e-6). No chain of mma accumulation runs
 longer than MAX_CHAIN of K: split-K shortens the weight gradients' chains, and a product
-that still has a longer one (the LM head's dX, K = V) folds its mma accumulators into
-float32 ones by plain addition every FOLD_STEPS slabs.
+that still has a longer one folds its mma accumulators into float32 ones by plain addition
+every FOLD_STEPS slabs; except that with a wgmma tile a float32 out (the LM head's dX,
+K = V) is zeroed and summed by split-K too, which keeps the wide tile (folding needs a
+second set of accumulators, and so a tile of half the width).
 
 The wgmma kernel (a WgmmaTile; docs/gemm-bf16.md), the default on Hopper: Hopper's
 warpgroup MMA, which reads both operands straight from the swizzled shared-memory slabs
@@ -54,7 +56,7 @@ import numpy as np
 from numba import cuda, float32, int32, types, uint16, uint32, uint64
 
 from microgpt.kernels import elementwise
-from microgpt.kernels.common import SIMULATOR, ceil_div, check_array
+from microgpt.kernels.common import SIMULATOR, ceil_div, check_array, fill_zero
 from microgpt.kernels.mma import (CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, bulk_commit,
                                   bulk_wait, cp_async_commit, cp_async_wait_group,
                                   fence_barrier_init, fence_proxy_async, fence_tensor_map,
@@ -188,7 +190,7 @@ LEAN_TILE = MmaTile(128, 128, 32, 64, 32, 3)
 # per thread), 64-deep slabs in 4 stages: 193 KiB of shared memory, one block per SM
 WIDE_TILE = WgmmaTile(128, 256, 64, 4, 2)
 # 128 x 128: half the accumulators, which leaves registers for a second set when a long K
-# is folded (see MAX_CHAIN)
+# is folded into a bf16 out (see MAX_CHAIN; a float32 one is split)
 FOLD_TILE = WgmmaTile(128, 128, 64, 4, 2)
 
 
@@ -204,30 +206,41 @@ def wgmma_takes(*matrices):
     return wgmma_available() and all(map(tma_ready, matrices))
 
 
-def default_tile(M, N, K, accumulate=False, wgmma=False):
+def default_tile(M, N, K, accumulate=False, wgmma=False, bf16_out=False):
     """With wgmma (a Hopper GPU, and matrices the bulk tensor copies can move) the wide
-    wgmma tile, or for a K too long for one chain that cannot be split the folding one.
-    Otherwise the mma.sync tiles: the large tile for products with a K of at least 768
-    and either many output tiles or a long K to split (the weight gradients); the small
-    one otherwise; the lean one to fold."""
+    wgmma tile, or for a K too long for one chain that cannot be split (a bf16 out: a
+    float32 one is split, see splits_written) the folding one. Otherwise the mma.sync
+    tiles: the large tile for products with a K of at least 768 and either many output
+    tiles or a long K to split (the weight gradients); the small one otherwise; the lean
+    one to fold."""
     folds = K > MAX_CHAIN and not accumulate
     if wgmma:
-        return FOLD_TILE if folds else WIDE_TILE
+        return FOLD_TILE if folds and bf16_out else WIDE_TILE
     if folds:
         return LEAN_TILE
     tiles = ceil_div(M, LARGE_TILE.rows) * ceil_div(N, LARGE_TILE.cols)
     return LARGE_TILE if K >= 768 and (tiles >= 4 * SMS or K >= 8192) else SMALL_TILE
 
 
-def default_split_k(M, N, K, tile):
+def splits_written(K, accumulate, bf16_out, tile, max_chain=MAX_CHAIN):
+    """Whether a product that writes its float32 out with a wgmma tile and a K longer than
+    one chain zeroes out and accumulates split-K's sums into it instead of folding,
+    keeping the wide tile: on the H200 the LM head's dX at andrea-120m (16384 x 768,
+    K 50304) takes 2.13 ms so, 2.83 with the folding tile (docs/gemm-bf16.md, tuning log
+    row 11)."""
+    return (isinstance(tile, WgmmaTile) and not accumulate and not bf16_out
+            and K > max_chain)
+
+
+def default_split_k(M, N, K, tile, max_chain=MAX_CHAIN):
     """Blocks per output tile along K, each still with at least 16 slabs to pipeline, and
-    enough that none sums more than MAX_CHAIN of K. A wgmma tile takes a whole SM: as many
+    enough that none sums more than max_chain of K. A wgmma tile takes a whole SM: as many
     as fill the SMs in one wave without starting a second; the small mma.sync tile about
     four per SM (what fits at once)."""
     tiles = ceil_div(M, tile.rows) * ceil_div(N, tile.cols)
     steps = ceil_div(K, tile.depth)
     fill = SMS // tiles if isinstance(tile, WgmmaTile) else ceil_div(4 * SMS, tiles)
-    return max(1, min(fill, steps // 16), ceil_div(K, MAX_CHAIN))
+    return max(1, min(fill, steps // 16), ceil_div(K, max_chain))
 
 
 def step_products(B, T, C, V):
@@ -655,7 +668,8 @@ PTX_SIGNATURES = [
         (False, False, "bf16", True, False, WIDE_TILE),           # X @ W -> bf16
         (False, True, "float32", True, False, WIDE_TILE),         # x @ wte^T
         (True, False, "atomic", True, False, WIDE_TILE),          # dW += X^T @ dY, split K
-        (False, False, "bf16", True, True, FOLD_TILE),            # dx = dlogits @ wte
+        (False, False, "atomic", True, False, WIDE_TILE),         # dx = dlogits @ wte
+        (False, False, "bf16", True, True, FOLD_TILE),            # the same, bf16 out
         (True, True, "accumulate", True, True, FOLD_TILE),        # every flag flipped
         (False, False, "float32", True, False, WIDE_TILE),
         (False, False, "gelu", True, False, WIDE_TILE),           # the MLP's up projection
@@ -734,7 +748,7 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
                          "'backward')")
     pre = out if pre is None else pre       # the wgmma kernel's unread stand-in
     if tile is None:
-        tile = default_tile(M, N, K, accumulate, wgmma_takes(out, pre, a, b))
+        tile = default_tile(M, N, K, accumulate, wgmma_takes(out, pre, a, b), out_bf16)
     elif not isinstance(tile, WgmmaTile):
         tile = MmaTile(*tile)
     check_tile(tile)
@@ -754,8 +768,11 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
                          "and then elementwise's GELU kernel, as gemm.matmul_gelu_* do")
     if K == 0 and isinstance(tile, WgmmaTile):
         tile = SMALL_TILE        # nothing to pipeline: the mma.sync kernel writes the zeros
+    if split_k is None and splits_written(K, accumulate, out_bf16, tile, max_chain):
+        fill_zero(out, stream)
+        accumulate = True
     if split_k is None:
-        split_k = default_split_k(M, N, K, tile) if accumulate else 1
+        split_k = default_split_k(M, N, K, tile, max_chain) if accumulate else 1
     steps_per_split = ceil_div(ceil_div(K, tile.depth), split_k)
     split_k = ceil_div(ceil_div(K, tile.depth), steps_per_split) if K else 1
     epilogue = ("gelu" if gelu == "forward" else "gelu_backward" if gelu == "backward"

@@ -11,10 +11,10 @@ import importlib
 
 import numpy as np
 from numba import cuda
-from numba.cuda.cudadrv import devicearray, driver
+from numba.cuda.cudadrv import devicearray
 
 from microgpt.errors import BackendError
-from microgpt.kernels import flash_attention, reductions
+from microgpt.kernels import common, flash_attention, reductions
 from microgpt.kernels.common import SIMULATOR
 from microgpt.ops import OPS
 
@@ -67,10 +67,7 @@ class CudaBackend:
         dst.copy_to_device(src, stream=self.stream)
 
     def fill_zero(self, arr):
-        if SIMULATOR:   # the simulator has no driver memset
-            arr.copy_to_device(np.zeros(arr.shape, arr.dtype))
-        else:
-            driver.device_memset(arr, 0, arr.nbytes, stream=self.stream)
+        common.fill_zero(arr, self.stream)
 
     def synchronize(self):
         self.stream.synchronize()
@@ -114,16 +111,21 @@ class Graph:
     """A captured sequence of launches, replayed on the stream it was captured on."""
 
     def __init__(self, executable, graph, stream):
+        from cuda.bindings import driver as cu
+
         self._executable, self._graph, self._stream = executable, graph, stream
+        # bound now: a graph alive at the interpreter's exit is destroyed when imports no
+        # longer work (an import in __del__ printed an ImportError there)
+        self._launch, self._destroy = cu.cuGraphLaunch, (cu.cuGraphExecDestroy,
+                                                          cu.cuGraphDestroy)
 
     def replay(self):
-        from cuda.bindings import driver as cu
-        _check(cu.cuGraphLaunch(self._executable, self._stream))
+        _check(self._launch(self._executable, self._stream))
 
     def __del__(self):
-        from cuda.bindings import driver as cu
-        cu.cuGraphExecDestroy(self._executable)
-        cu.cuGraphDestroy(self._graph)
+        destroy_executable, destroy_graph = self._destroy
+        destroy_executable(self._executable)
+        destroy_graph(self._graph)
 
 
 def _check(result):

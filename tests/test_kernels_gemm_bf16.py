@@ -171,7 +171,30 @@ def test_default_tile_and_split():
 def test_hopper_takes_the_wgmma_tiles():
     assert gemm_bf16.default_tile(16384, 2304, 768, wgmma=True) == gemm_bf16.WIDE_TILE
     assert gemm_bf16.default_tile(768, 768, 16384, True, True) == gemm_bf16.WIDE_TILE
-    assert gemm_bf16.default_tile(16384, 768, 50304, wgmma=True) == gemm_bf16.FOLD_TILE
+    # a K too long for one chain: a float32 out is split (below), a bf16 one folded
+    assert gemm_bf16.default_tile(16384, 768, 50304, wgmma=True) == gemm_bf16.WIDE_TILE
+    assert gemm_bf16.default_tile(16384, 768, 50304, wgmma=True,
+                                  bf16_out=True) == gemm_bf16.FOLD_TILE
+
+
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_a_written_float32_out_sums_split_k(monkeypatch, transpose_b):
+    """A wgmma tile writing a float32 out with K longer than one chain (the LM head's dX)
+    zeroes the poisoned out and adds chains of split-K into it, folding none; a bf16 out
+    of the same product folds (there is no adding into bf16)."""
+    kernels, make = [], gemm_bf16._kernel
+
+    def recorded(transpose_a, transpose_b, epilogue, aligned, fold, tile):
+        kernels.append((epilogue, fold))
+        return make(transpose_a, transpose_b, epilogue, aligned, fold, tile)
+    monkeypatch.setattr(gemm_bf16, "_kernel", recorded)
+    tile = WgmmaTile(64, 16, 16, 3, 1)
+    M, N, K = 16, 16, 5 * tile.depth + 8          # chains of 2 slabs: 3 splits
+    check_matmul_bf16(M, N, K, False, transpose_b, "float32", tile, seed=6, split_k=None,
+                      max_chain=2 * tile.depth)
+    check_matmul_bf16(M, N, K, False, transpose_b, "bf16", tile, seed=6, split_k=None,
+                      max_chain=2 * tile.depth)
+    assert kernels == [("atomic", False), ("bf16", True)]
 
 
 def test_matmul_bf16_rejects_bad_arguments():
