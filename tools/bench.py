@@ -75,8 +75,11 @@ def torch_time(fn, reps, warmup=2):
 GEMM_CONFIGS = (("andrea-120m", 16, 1024, 768, 50304), ("andrea-12m", 64, 256, 384, 4096))
 
 
-def gemm_candidates(M, N, K, accumulate):
-    """(tile, split_k) pairs the sweep times: the default first."""
+def gemm_candidates(M, N, K, accumulate, bf16_out):
+    """(tile, split_k) pairs the sweep times: the launcher's default first (the tile it
+    takes on this GPU, and its split). Accumulating products try 5 and 7 splits beside the
+    powers of two: a number of work items that fills its last wave of SMs better (the MLP
+    weight gradients' 72 tiles split 4 ways make 288 items, 2.2 waves of 132)."""
     from microgpt.kernels import gemm_bf16
     from microgpt.kernels.gemm_bf16 import MmaTile
 
@@ -85,10 +88,11 @@ def gemm_candidates(M, N, K, accumulate):
              MmaTile(128, 64, 32, 64, 32, 4, 2), MmaTile(128, 256, 32, 64, 64, 2),
              MmaTile(256, 128, 32, 64, 64, 2), MmaTile(64, 64, 32, 32, 32, 4, 4),
              gemm_bf16.WIDE_TILE, gemm_bf16.FOLD_TILE]
-    default = gemm_bf16.default_tile(M, N, K, accumulate)
+    default = gemm_bf16.default_tile(M, N, K, accumulate, gemm_bf16.wgmma_available(),
+                                     bf16_out)
     out = [(default, None)]
     for tile in tiles:
-        for split in ((1, 2, 4, 8) if accumulate else (1,)):
+        for split in ((1, 2, 4, 5, 7, 8) if accumulate else (1,)):
             if (tile, split) != (default, None):
                 out.append((tile, split))
     return out
@@ -109,11 +113,12 @@ def bench_gemm(reps, sweep):
             b = rng.standard_normal((N, K) if tb else (K, N), np.float32)
             da = cuda.to_device(a.astype(ml_dtypes.bfloat16).view(np.uint16))
             db = cuda.to_device(b.astype(ml_dtypes.bfloat16).view(np.uint16))
-            out = cuda.to_device(np.zeros((M, N), np.float32 if accumulate else np.uint16))
+            bf16_out = epilogue not in ("accumulate", "float32")
+            out = cuda.to_device(np.zeros((M, N), np.uint16 if bf16_out else np.float32))
             flops = 2 * M * N * K
             timings = []
-            for tile, split in (gemm_candidates(M, N, K, accumulate) if sweep else
-                                [(None, None)]):
+            for tile, split in (gemm_candidates(M, N, K, accumulate, bf16_out) if sweep
+                                else [(None, None)]):
                 ms = cuda_time(lambda: gemm_bf16.matmul_bf16(
                     out, da, db, ta, tb, accumulate, tile=tile, split_k=split), reps)
                 timings.append((ms, tile, split))
@@ -138,8 +143,11 @@ def bench_gemm(reps, sweep):
 def gemm_report(rows, sweep):
     lines = ["## bf16 GEMMs of a training step (tensor cores) against torch.mm bf16 (cuBLAS)",
              "",
-             "Forward and dX products write bf16; dW products accumulate into float32 (split-K "
-             "by default where the output has few tiles); torch.mm writes bf16 in every row.",
+             "Forward and dX products write what the model's bf16 step writes (bf16 where a "
+             "matmul or attention reads it next, float32 into the residual stream and its "
+             "gradient; the MLP's GELU epilogues left out: a plain bf16 product); dW products "
+             "accumulate into float32 (split-K by default where the output has few tiles); "
+             "torch.mm writes bf16 in every row.",
              "",
              "| config | product | M x N x K | microgpt ms | TFLOP/s | torch ms | TFLOP/s | "
              "ratio |" + (" best TFLOP/s | best tile, split |" if sweep else ""),
