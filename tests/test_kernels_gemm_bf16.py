@@ -126,6 +126,33 @@ def test_gelu_epilogues_match_reference(sizes, aligned, backward, tile, seed):
     check_matmul_gelu(*sizes, backward, tile, seed)
 
 
+# the activation each product of step_products writes in the model (microgpt/model.py)
+WRITTEN = {"QKV forward": "qkv", "QKV dX": "dln", "W_O forward": "proj", "W_O dX": "dmerged",
+           "MLP up forward": "fc_gelu", "MLP up dX": "dln", "MLP down forward": "proj",
+           "MLP down dX": "dfc", "LM head forward": "logits", "LM head dX": "dln"}
+
+
+def test_step_products_write_what_the_model_writes():
+    """step_products, which the GPU tests and the bench run, against the bf16 model's
+    activation table: each forward and dX product's out has the shape and dtype of the
+    buffer the model writes with it (bf16 for a bf16 epilogue, float32 otherwise)."""
+    from microgpt import get_config
+    from microgpt.model import activation_specs
+
+    cfg = get_config("andrea-12m")
+    B, T = 4, 32
+    specs = {spec.name: spec for spec in activation_specs(cfg, B, T, precision="bf16")}
+    products = gemm_bf16.step_products(B, T, cfg.d_model, cfg.vocab_size)
+    assert {name for name, *_ in products} - set(WRITTEN) == {
+        f"{layer} dW" for layer in ("QKV", "W_O", "MLP up", "MLP down", "LM head")}
+    for name, M, N, _, _, _, epilogue in products:
+        if name in WRITTEN:
+            spec = specs[WRITTEN[name]]
+            assert (B * T, spec.shape[-1]) == (M, N), name
+            bf16_out = epilogue in gemm_bf16.BF16_OUT
+            assert (spec.dtype == "uint16") == bf16_out, (name, spec.dtype, epilogue)
+
+
 @pytest.mark.skipif(not REAL_SHAPES, reason="the model's products need a GPU and real shapes")
 @pytest.mark.parametrize("product", STEP_PRODUCTS, ids=lambda p: f"{p[0]} {p[1]}x{p[2]}x{p[3]}")
 def test_step_products(product):
