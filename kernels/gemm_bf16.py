@@ -723,8 +723,9 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
     out = (op(a) @ op(b)) * gelu'(pre); out and pre bf16 (the MLP's GELU, see EPILOGUES: in
     the wgmma kernel's epilogue, so a wgmma tile, given or the default, and K > 0).
     tile (a WgmmaTile, or an MmaTile for the mma.sync kernel) and split_k (blocks along K,
-    accumulating products only) override the shape-based defaults; max_chain (K summed by
-    the tensor cores before a fold into float32) is there for the tests."""
+    accumulating products only) override the shape-based defaults; max_chain (the most K
+    the tensor cores sum in one chain: a longer K is split, or folded into float32) is
+    there for the tests."""
     for name, arr in (("out", out), ("a", a), ("b", b)):
         if len(arr.shape) != 2:
             raise ValueError(f"{name}: expected a 2-D matrix, got shape {tuple(arr.shape)}")
