@@ -116,9 +116,11 @@ def compile_all(part=0, parts=1):
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
-    """Every record of compile_all, from one subprocess per CPU (at most 4: each holds
-    numba and NVVM, some hundreds of MB), each compiling its share of the kernels."""
-    parts = max(1, min(os.cpu_count() or 1, 4))
+    """Every record of compile_all, from one subprocess per CPU that this pytest has to
+    itself (at most 4: each holds numba and NVVM, some hundreds of MB; pytest-xdist's
+    workers share the CPUs out), each compiling its share of the kernels."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", 1))
+    parts = max(1, min((os.cpu_count() or 1) // workers, 4))
     folder = tmp_path_factory.mktemp("ptx")
     paths = [folder / f"records-{part}.json" for part in range(parts)]
     env = {name: value for name, value in os.environ.items()
