@@ -8,7 +8,8 @@ global_norm_squared reduces the flat gradient to one float on the device
 (kernels.reductions). adamw_schedule advances a (4,) device array of hyper-parameters
 (microgpt.ops.HPARAMS) to the next update: its number, learning rate (linear warmup, then
 cosine decay) and bias corrections. adamw_update is one launch over the model's flat
-buffers, one thread per element: it reads that array and the squared norm, computes the
+buffers, one thread per element on a GPU (a grid capped by max_blocks strides over them):
+it reads that array and the squared norm, computes the
 clip scale min(1, max_norm / (norm + 1e-6)) itself (so the host never waits for the norm),
 clips the gradient, updates both moments and the parameter, and applies weight decay to
 the elements [0, n_decay) only, which params.ParamLayout fills with the matrices. Nothing
@@ -44,6 +45,10 @@ HALF = np.float32(0.5)
 PI = np.float32(math.pi)
 
 BLOCK = 256
+# No cap on a GPU: one thread per element. The simulator pays ~1 ms per simulated thread
+# (a 15,000-parameter model's update was 18 s a step), so there two blocks stride over the
+# buffers: the loop that a capped grid takes on a GPU, which the kernel tests draw there.
+MAX_BLOCKS = 2 if SIMULATOR else None
 
 
 # ----------------------------------------------------------------------------------
@@ -81,24 +86,22 @@ def _adamw_kernel(write_bf16):
         # param, grad, m, v (n,); param_bf16 (n_decay,) uint16 when write_bf16 (else a
         # placeholder never touched); norm_squared (1,); hparams (4,); the rest float32
         # scalars, n_decay int64
-        i = cuda.grid(1)
-        if i >= param.size:
-            return
         lr, bias_correction1, bias_correction2 = hparams[1], hparams[2], hparams[3]
         clip = min(ONE, max_norm / (math.sqrt(norm_squared[0]) + CLIP_EPS))
-        g = grad[i] * clip
-        m_i = beta1 * m[i] + (ONE - beta1) * g
-        v_i = beta2 * v[i] + (ONE - beta2) * g * g
-        m[i] = m_i
-        v[i] = v_i
-        m_hat = m_i / bias_correction1
-        v_hat = v_i / bias_correction2
-        decay = weight_decay if i < n_decay else ZERO
-        p = param[i]
-        p = p - lr * (m_hat / (math.sqrt(v_hat) + eps) + decay * p)
-        param[i] = p
-        if write_bf16 and i < n_decay:
-            param_bf16[i] = to_bf16(p)
+        for i in range(cuda.grid(1), param.size, cuda.gridsize(1)):
+            g = grad[i] * clip
+            m_i = beta1 * m[i] + (ONE - beta1) * g
+            v_i = beta2 * v[i] + (ONE - beta2) * g * g
+            m[i] = m_i
+            v[i] = v_i
+            m_hat = m_i / bias_correction1
+            v_hat = v_i / bias_correction2
+            decay = weight_decay if i < n_decay else ZERO
+            p = param[i]
+            p = p - lr * (m_hat / (math.sqrt(v_hat) + eps) + decay * p)
+            param[i] = p
+            if write_bf16 and i < n_decay:
+                param_bf16[i] = to_bf16(p)
     return adamw_kernel
 
 
@@ -133,13 +136,17 @@ def adamw_schedule(hparams, *, lr, warmup_steps, total_steps, min_lr_ratio, beta
 
 
 def adamw_update(param, grad, m, v, norm_squared, hparams, *, weight_decay, n_decay,
-                 max_norm, beta1, beta2, eps, param_bf16=None, stream=0, block=BLOCK):
+                 max_norm, beta1, beta2, eps, param_bf16=None, stream=0, block=BLOCK,
+                 max_blocks=MAX_BLOCKS):
     """One AdamW step on the flat buffers param, grad, m, v (n,), in place, with the
     learning rate and bias corrections of hparams (4,) (microgpt.ops.HPARAMS). The
     gradient is clipped to max_norm by its norm sqrt(norm_squared[0]), read on the device;
     elements [0, n_decay) are decayed, the rest are not. param_bf16 (n_decay,), when given,
-    is a bf16 (uint16) array and receives the updated [0, n_decay) rounded to bf16."""
+    is a bf16 (uint16) array and receives the updated [0, n_decay) rounded to bf16.
+    max_blocks (None: a thread per element) caps the grid, whose threads then stride."""
     check_block_size(block)
+    if max_blocks is not None and max_blocks < 1:
+        raise ValueError(f"max_blocks must be at least 1 (or None), got {max_blocks}")
     if len(param.shape) != 1:
         raise ValueError(f"param: expected a flat (n,) array, got shape {tuple(param.shape)}")
     n = param.size
@@ -154,6 +161,7 @@ def adamw_update(param, grad, m, v, norm_squared, hparams, *, weight_decay, n_de
     if n == 0:
         return
     scalars = (beta1, beta2, eps, weight_decay)
-    _adamw_kernel(param_bf16 is not None)[ceil_div(n, block), block, stream](
+    grid = ceil_div(n, block) if max_blocks is None else min(ceil_div(n, block), max_blocks)
+    _adamw_kernel(param_bf16 is not None)[grid, block, stream](
         param, param if param_bf16 is None else param_bf16, grad, m, v, norm_squared,
         hparams, *map(np.float32, scalars), int(n_decay), np.float32(max_norm))

@@ -86,7 +86,7 @@ import functools
 import numpy as np
 from numba import cuda
 
-from microgpt.kernels.common import SIMULATOR, WARP
+from microgpt.kernels.common import SIMULATOR, WARP, device_address
 
 CHUNK = 8              # bf16 elements in one 16-byte cp.async / ldmatrix row
 MMA_M, MMA_N, MMA_K = 16, 8, 16
@@ -695,8 +695,15 @@ else:
     def _box(tensor_map, matrix, index):
         """(shared-memory indices of a box's elements, its rows, cols): the twin's tensor
         map holds the box (cols, rows), laid in rows of `cols` swizzled as the hardware's
-        32-, 64- or 128-byte modes (tiles.swizzled)."""
+        32-, 64- or 128-byte modes (tiles.swizzled), and the address and shape of the
+        matrix it was made for. The hardware copies that matrix whatever the launch passes
+        beside the map, so a map of any other fails here."""
         cols, rows = int(tensor_map[0]), int(tensor_map[1])
+        described = tuple(int(word) for word in tensor_map[2:5])
+        if described != (device_address(matrix), *matrix.shape):
+            raise AssertionError(f"a tensor map of the matrix at {described[0]:#x} "
+                                 f"{described[1:]} used to copy the one at "
+                                 f"{device_address(matrix):#x} {tuple(matrix.shape)}")
         chunk = 16 // matrix.dtype.itemsize
         rows_per_line, phases = swizzle(cols // chunk)
         r, c = np.arange(rows)[:, None], np.arange(cols)[None, :]

@@ -23,10 +23,12 @@ wgmma operand as it stands; `wgmma_operand` gives its descriptor's constant fiel
 bulk tensor copy engine writes the same swizzle when it copies a box of a matrix in
 (`tensor_map` describes the matrix and the box to it), and reads it when it copies one out.
 """
+import weakref
+
 import numpy as np
 from numba import cuda, int32, int64, uint16, uint32, uint64
 
-from microgpt.kernels.common import SIMULATOR
+from microgpt.kernels.common import SIMULATOR, device_address
 from microgpt.kernels.mma import (CHUNK, MMA_K, cp_async_16, ldmatrix_x4, ldmatrix_x4_trans,
                                   shared_address, swizzle)
 
@@ -91,7 +93,29 @@ def tma_ready(matrix):
         SIMULATOR or matrix.__cuda_array_interface__["data"][0] % 16 == 0)
 
 
+# id(allocation) -> {(address, rows, cols, itemsize, box rows, box cols): map}. A captured
+# step's launches hold their maps' addresses, so a map lives as long as its matrix's
+# allocation, neither less nor more (the entry goes when the allocation is collected,
+# before its id can be reused): the cache holds the maps of the live matrices alone, and
+# an address that a new allocation reuses finds none of the old one's.
 _tensor_maps = {}
+
+
+def _allocation(matrix):
+    """The object that owns matrix's memory and frees it when it goes: numba's allocation
+    (a view's is its base's); in the simulator, the NumPy array that owns the data."""
+    if SIMULATOR:
+        data = getattr(matrix, "_ary", matrix)
+        return data if data.base is None else data.base
+    return matrix.gpu_data.owner
+
+
+def _maps_of(matrix):
+    owner = _allocation(matrix)
+    if id(owner) not in _tensor_maps:
+        _tensor_maps[id(owner)] = {}
+        weakref.finalize(owner, _tensor_maps.pop, id(owner))
+    return _tensor_maps[id(owner)]
 
 
 def tensor_map(matrix, box_rows, box_cols):
@@ -99,36 +123,42 @@ def tensor_map(matrix, box_rows, box_cols):
     between the row-major matrix (bf16 as uint16, or float32; tma_ready) and shared
     memory, where a box lies in rows of box_cols (32, 64 or 128 bytes) whose 16-byte
     chunks are XOR-swizzled as `swizzled` lays out bf16 tiles; zeros are read past the
-    matrix's edges and nothing is written there. A device array of its sixteen 64-bit words, which
-    the copies read from global memory: encoded by the driver and copied over once per
-    device, address, shape and box, so a captured step's launches find theirs made by the
-    eager run before the capture. (The simulator's twin holds the box alone.)"""
-    if SIMULATOR:
-        return np.array([box_cols, box_rows] + [0] * 14, np.uint64)
+    matrix's edges and nothing is written there. A device array of its sixteen 64-bit
+    words, which the copies read from global memory: encoded by the driver and copied over
+    once per address, shape and box while the matrix's memory lives, so a captured step's
+    launches find theirs made by the eager run before the capture. (The simulator's twin
+    holds the box and the matrix it describes, which the twin's copies check.)"""
+    if not matrix.is_c_contiguous():
+        raise ValueError(f"tensor_map: a {tuple(matrix.shape)} matrix that is a strided view; "
+                         "a tensor map describes a C-contiguous one")
     R, C = matrix.shape
-    size = matrix.dtype.itemsize
-    key = (cuda.get_current_device().id, matrix.__cuda_array_interface__["data"][0], R, C,
-           size, box_rows, box_cols)
-    if key not in _tensor_maps:
-        from numba.cuda.cudadrv.driver import binding as cu
+    key = (device_address(matrix), R, C, matrix.dtype.itemsize, box_rows, box_cols)
+    maps = _maps_of(matrix)
+    if key not in maps:
+        maps[key] = _encode(*key)
+    return maps[key]
 
-        kind = {2: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16,
-                4: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}[size]
-        swizzle = {32: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
-                   64: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
-                   128: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}[size * box_cols]
-        status, encoded = cu.cuTensorMapEncodeTiled(
-            kind, 2, key[1], [cu.cuuint64_t(C), cu.cuuint64_t(R)], [cu.cuuint64_t(size * C)],
-            [cu.cuuint32_t(box_cols), cu.cuuint32_t(box_rows)], [cu.cuuint32_t(1)] * 2,
-            cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-            cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-        if status != cu.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cuTensorMapEncodeTiled failed ({status.name}) for a "
-                               f"{R} x {C} matrix in boxes of {box_rows} x {box_cols}")
-        words = np.array([int(word) for word in encoded.opaque], np.uint64)
-        _tensor_maps[key] = cuda.to_device(words)
-    return _tensor_maps[key]
+
+def _encode(address, R, C, size, box_rows, box_cols):
+    if SIMULATOR:
+        return np.array([box_cols, box_rows, address, R, C] + [0] * 11, np.uint64)
+    from numba.cuda.cudadrv.driver import binding as cu
+
+    kind = {2: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16,
+            4: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}[size]
+    swizzle = {32: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
+               64: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
+               128: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}[size * box_cols]
+    status, encoded = cu.cuTensorMapEncodeTiled(
+        kind, 2, address, [cu.cuuint64_t(C), cu.cuuint64_t(R)], [cu.cuuint64_t(size * C)],
+        [cu.cuuint32_t(box_cols), cu.cuuint32_t(box_rows)], [cu.cuuint32_t(1)] * 2,
+        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if status != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed ({status.name}) for a "
+                           f"{R} x {C} matrix in boxes of {box_rows} x {box_cols}")
+    return cuda.to_device(np.array([int(word) for word in encoded.opaque], np.uint64))
 
 
 def tile_copier(rows, cols, threads, aligned, width=None):

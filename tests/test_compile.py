@@ -7,8 +7,10 @@ compile-time constants). ``common`` holds device helpers only; they are compiled
 the kernels that call them.
 
 conftest turns the simulator on for the test process, so the compile runs in subprocesses
-without NUMBA_ENABLE_CUDASIM: this file run as a script, one process per CPU (CI's two
-halve the two minutes that one takes), each compiling its share of the kernels. There
+without NUMBA_ENABLE_CUDASIM: this file run as a script, one process per CPU that the
+test's pytest worker has to itself (two halve the two minutes that one takes; under CI's
+two xdist workers the one process leaves the other CPU to the other worker), each
+compiling its share of the kernels. There
 the warp shuffles and every other GPU-only path are type-checked and lowered to PTX by
 NVVM from the numba-cuda[cu13] wheels; the PTX is also checked for what a kernel of this
 engine should never need: local memory (a register array that did not stay in registers)
@@ -116,9 +118,11 @@ def compile_all(part=0, parts=1):
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
-    """Every record of compile_all, from one subprocess per CPU (at most 4: each holds
-    numba and NVVM, some hundreds of MB), each compiling its share of the kernels."""
-    parts = max(1, min(os.cpu_count() or 1, 4))
+    """Every record of compile_all, from one subprocess per CPU that this pytest has to
+    itself (at most 4: each holds numba and NVVM, some hundreds of MB; pytest-xdist's
+    workers share the CPUs out), each compiling its share of the kernels."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", 1))
+    parts = max(1, min((os.cpu_count() or 1) // workers, 4))
     folder = tmp_path_factory.mktemp("ptx")
     paths = [folder / f"records-{part}.json" for part in range(parts)]
     env = {name: value for name, value in os.environ.items()

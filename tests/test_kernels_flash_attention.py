@@ -27,6 +27,8 @@ three parts of one (B, T, 3C) array, out (and dout) the one part of a (B, T, C) 
 fused arrays of the outputs are poisoned whole and compared whole: a write one pitch or
 one head off lands in a neighbour's place and shows there.
 """
+import functools
+
 import numpy as np
 import pytest
 from helpers import (REAL_SHAPES, TOL_F32_OP, assert_close, assert_attention_gradients, bf16,
@@ -77,7 +79,7 @@ class Heads:
             rows = np.concatenate([x.transpose(0, 2, 1, 3).reshape(B, T, H * D)
                                    for x in arrays], axis=2)
             self.rows = cuda.to_device(rows)
-            self.views = [BACKEND.heads_view(self.rows, p, H, D) for p in range(len(arrays))]
+            self.views = [backend().heads_view(self.rows, p, H, D) for p in range(len(arrays))]
         else:
             self.rows, self.views = None, [cuda.to_device(x) for x in arrays]
         self.shape = (B, H, T, D)
@@ -91,7 +93,11 @@ class Heads:
         return [rows[:, :, p].transpose(0, 2, 1, 3) for p in range(len(self.views))]
 
 
-BACKEND = CudaBackend()
+@functools.cache
+def backend():
+    """The cuda backend (a stream of its own), made at the first test that needs it:
+    collecting this file does no CUDA work."""
+    return CudaBackend()
 
 
 def poisoned_heads(shape, count, fused):
@@ -244,9 +250,9 @@ def test_the_attention_ops_send_bf16_heads_here(monkeypatch):
     assert_close(lse.copy_to_host(), want_lse, TOL_F32_OP, "the op's lse")
     grads = [cuda.to_device(np.full(shape, BF16_NAN, np.uint16)) for _ in range(3)]
     delta = cuda.to_device(poisoned(shape[:3]))
-    BACKEND.attention_backward(*grads, delta, dout, q, k, v, out, lse)
+    backend().attention_backward(*grads, delta, dout, q, k, v, out, lse)
     assert calls[1] == ("flash_attention_backward",
-                        (*grads, delta, dout, q, k, v, out, lse), {"stream": BACKEND.stream})
+                        (*grads, delta, dout, q, k, v, out, lse), {"stream": backend().stream})
     out64 = from_bf16(out.copy_to_host())
     want = (*ref.attention_backward(dout64, q64, k64, v64, out64, lse.copy_to_host()),
             ref.attention_delta(dout64, out64))

@@ -8,11 +8,12 @@ import functools
 import ml_dtypes
 import numpy as np
 import pytest
-from helpers import assert_close, poisoned
+from helpers import ON_GPU, assert_close, poisoned
 from hypothesis import given
 from hypothesis import strategies as st
 from numba import cuda, float32, int32, uint16, uint32, uint64
 
+from microgpt.kernels import tiles
 from microgpt.kernels.mma import (CHUNK, SHARED_ALIGN, bits_to_float32, bulk_commit,
                                   bulk_wait, cp_async_4, cp_async_16, cp_async_commit,
                                   cp_async_wait_group, exp2_ftz, fence_barrier_init,
@@ -406,3 +407,36 @@ def test_bulk_tensor_copies_round_trip(seed, dtype, add):
     else:
         np.testing.assert_array_equal(got.view(np.uint32 if dtype == np.float32 else dtype),
                                       expected.view(np.uint32 if dtype == np.float32 else dtype))
+
+
+def test_tensor_maps_live_as_long_as_their_matrices():
+    """tiles.tensor_map's cache: a matrix and a box give the same map on every call (the one
+    a captured step's launches hold); another box, shape or start on the same memory gives
+    another; the maps go with their matrix's memory, so however many matrices come and go
+    the cache holds those of the live ones alone. In the simulator a map also says which
+    matrix it describes, and a copy through the map of another matrix is refused."""
+    rng = np.random.default_rng(5)
+    before = set(tiles._tensor_maps)
+    matrix = cuda.to_device(rng.standard_normal((48, 32)).astype(np.float32))
+    views = [matrix, matrix, matrix, matrix.reshape(32, 48), matrix[16:]]
+    boxes = [BOX, BOX, (8, 32), BOX, BOX]
+    maps = [tensor_map(view, *box) for view, box in zip(views, boxes)]
+    assert maps[1] is maps[0]
+    assert len({id(m) for m in maps}) == 4, "one map per start, shape and box"
+    if not ON_GPU:
+        assert [[int(word) for word in m[:5]] for m in maps] == [
+            [box[1], box[0], view.ctypes.data, *view.shape] for view, box in zip(views, boxes)]
+    mine = set(tiles._tensor_maps) - before
+    assert len(mine) == 1, "the maps of one allocation's views are kept together"
+    for rows in range(16, 216):      # each matrix freed as the next is made
+        tensor_map(cuda.device_array((rows, 32), np.float32), *BOX)
+    assert set(tiles._tensor_maps) - before == mine, "a freed matrix's maps are kept"
+    del matrix, views, maps
+    assert not set(tiles._tensor_maps) & mine, "a freed matrix's maps are kept"
+    if not ON_GPU:
+        src, dst = (cuda.to_device(rng.standard_normal((48, 32)).astype(np.float32))
+                    for _ in range(2))
+        with pytest.raises(AssertionError, match="a tensor map of the matrix at"):
+            tma_kernel(False, False)[1, 1, 0, 1024 + BOX[0] * BOX[1] * 4](
+                dst, src, tensor_map(dst, *BOX), tensor_map(dst, *BOX),
+                np.zeros(2, np.int32), np.zeros(2, np.int32))

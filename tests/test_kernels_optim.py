@@ -30,12 +30,14 @@ if REAL_SHAPES:
     REDUCE_BLOCKS = st.sampled_from([32, 256, 512, 1024])
     MAX_BLOCKS = st.sampled_from([1, 7, 1024])
     ADAMW_BLOCKS = st.sampled_from([32, 96, 256, 1024])
+    ADAMW_MAX_BLOCKS = st.sampled_from([None, 1, 7])
     PARAM_EXAMPLES = settings(max_examples=max(1, settings().max_examples // 2))
 else:
     LENGTHS = PARAM_LENGTHS = SIM_LENGTHS
     REDUCE_BLOCKS = st.just(32)
     MAX_BLOCKS = st.integers(1, 3)
     ADAMW_BLOCKS = st.sampled_from([32, 48])
+    ADAMW_MAX_BLOCKS = st.sampled_from([None, 1, 2])
     PARAM_EXAMPLES = settings()
 SEEDS = st.integers(0, 2**32 - 1)
 # the gradient's global norm: tiny (where the clip's 1e-6 and Adam's 1e-8 epsilons are
@@ -87,16 +89,17 @@ def reference_step(param, grad, m, v, norm_squared, hp):
        clipped=st.booleans(), clip_ratio=st.floats(0.1, 0.9), grad_norm=GRAD_NORMS,
        step=st.integers(1, 10_000), lr=st.floats(1e-4, 1.0), weight_decay=st.floats(0.01, 0.5),
        beta1=st.floats(0.8, 0.95), beta2=st.floats(0.9, 0.999), block=ADAMW_BLOCKS,
-       bf16_copy=st.booleans(), seed=SEEDS)
+       max_blocks=ADAMW_MAX_BLOCKS, bf16_copy=st.booleans(), seed=SEEDS)
 def test_adamw_update(n, decay_fraction, clipped, clip_ratio, grad_norm, step, lr,
-                      weight_decay, beta1, beta2, block, bf16_copy, seed):
+                      weight_decay, beta1, beta2, block, max_blocks, bf16_copy, seed):
     check_adamw(n, decay_fraction, clipped, clip_ratio, grad_norm, step, lr, weight_decay,
-                beta1, beta2, block, seed, bf16_copy)
+                beta1, beta2, block, seed, bf16_copy, max_blocks=max_blocks)
 
 
 def check_adamw(n, decay_fraction, clipped, clip_ratio, grad_norm, step, lr, weight_decay,
-                beta1, beta2, block, seed, bf16_copy=False):
-    """block None: the launcher's default; bf16_copy: ask for the matrices in bf16 too."""
+                beta1, beta2, block, seed, bf16_copy=False, **launch):
+    """block None: the launcher's default; bf16_copy: ask for the matrices in bf16 too;
+    launch: the launcher's other launch arguments (max_blocks: a grid that strides)."""
     rng = np.random.default_rng(seed)
     param, grad = randn(rng, n), randn(rng, n)
     if grad_norm is not None:
@@ -117,7 +120,7 @@ def check_adamw(n, decay_fraction, clipped, clip_ratio, grad_norm, step, lr, wei
     adamw.adamw_update(d_param, cuda.to_device(grad), d_m, d_v,
                        cuda.to_device(np.array([norm_squared])), cuda.to_device(hparams),
                        **({} if block is None else {"block": block}),
-                       **({"param_bf16": d_bf16} if bf16_copy else {}), **hp)
+                       **({"param_bf16": d_bf16} if bf16_copy else {}), **hp, **launch)
     expected = reference_step(param, grad, m, v, norm_squared, dict(hp, lr=lr, step=step))
     terms = update_terms(param, grad, m, v, norm, dict(hp, lr=lr, step=step))
     for name, got, want in zip(("param", "m", "v"), (d_param, d_m, d_v), expected):
@@ -235,6 +238,7 @@ HP = dict(weight_decay=0.1, max_norm=1.0, beta1=0.9, beta2=0.95, eps=1e-8)
     (dict(param_bf16=np.ones(5, BF16)), TypeError, "param_bf16: expected a device array"),
     (dict(block=0), ValueError, "block size"),
     (dict(block=1025), ValueError, "block size"),
+    (dict(max_blocks=0), ValueError, r"max_blocks must be at least 1 \(or None\), got 0"),
 ])
 def test_adamw_rejects_bad_arguments(changes, error, message):
     args = dict(param=ones(10), grad=ones(10), m=ones(10), v=ones(10), norm_squared=ones(1),
