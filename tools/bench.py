@@ -84,16 +84,19 @@ def gemm_candidates(M, N, K, accumulate, bf16_out):
     from microgpt.kernels.gemm_bf16 import MmaTile
 
     tiles = [gemm_bf16.LARGE_TILE, gemm_bf16.SMALL_TILE, MmaTile(128, 128, 32, 64, 32, 3, 2),
-             MmaTile(128, 128, 32, 64, 64, 3), MmaTile(128, 128, 32, 64, 64, 3, 2),
+             MmaTile(128, 128, 32, 64, 64, 3, 2),
              MmaTile(128, 64, 32, 64, 32, 4, 2), MmaTile(128, 256, 32, 64, 64, 2),
              MmaTile(256, 128, 32, 64, 64, 2), MmaTile(64, 64, 32, 32, 32, 4, 4),
              gemm_bf16.WIDE_TILE, gemm_bf16.FOLD_TILE]
     default = gemm_bf16.default_tile(M, N, K, accumulate, gemm_bf16.wgmma_available(),
                                      bf16_out)
+    # the default again, as a candidate: with no split given, or with its own split
+    same = {(default, None), (default, gemm_bf16.default_split_k(M, N, K, default)
+                                       if accumulate else None)}
     out = [(default, None)]
     for tile in tiles:
-        for split in ((1, 2, 4, 5, 7, 8) if accumulate else (1,)):
-            if (tile, split) != (default, None):
+        for split in ((1, 2, 4, 5, 7, 8) if accumulate else (None,)):
+            if (tile, split) not in same:
                 out.append((tile, split))
     return out
 
