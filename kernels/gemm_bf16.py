@@ -236,11 +236,22 @@ def default_split_k(M, N, K, tile, max_chain=MAX_CHAIN):
     """Blocks per output tile along K, each still with at least 16 slabs to pipeline, and
     enough that none sums more than max_chain of K. A wgmma tile takes a whole SM: as many
     as fill the SMs in one wave without starting a second; the small mma.sync tile about
-    four per SM (what fits at once)."""
+    four per SM (what fits at once).
+
+    Where a wgmma tile's blocks take more than one wave, a last wave mostly idle costs
+    about a whole one: up to twice the splits (each block's share of K shorter) are taken
+    for a last wave at least 7/8 full. On the H200 the MLP weight gradients at andrea-120m
+    (72 tiles) took 0.1527 ms in 4 splits (288 blocks, 2.2 waves) and 0.1264 in 5 (2.7);
+    QKV's (54 tiles) 0.1007 in 4 and 0.0986 in 7 (docs/gemm-bf16.md, tuning log row 12)."""
     tiles = ceil_div(M, tile.rows) * ceil_div(N, tile.cols)
     steps = ceil_div(K, tile.depth)
     fill = SMS // tiles if isinstance(tile, WgmmaTile) else ceil_div(4 * SMS, tiles)
-    return max(1, min(fill, steps // 16), ceil_div(K, max_chain))
+    split = max(1, min(fill, steps // 16), ceil_div(K, max_chain))
+    if isinstance(tile, WgmmaTile) and tiles * split > SMS:
+        for more in range(split, min(2 * split, steps // 16) + 1):
+            if 8 * tiles * more >= 7 * SMS * ceil_div(tiles * more, SMS):
+                return more
+    return split
 
 
 def step_products(B, T, C, V):

@@ -121,7 +121,7 @@ def check_matmul_gelu(M, N, K, backward, tile, seed):
 def test_gelu_epilogues_match_reference(sizes, aligned, backward, tile, seed):
     # the GELU epilogues are the wgmma kernel's (an mma.sync tile is refused: below)
     assume(isinstance(tile, WgmmaTile) or tile is None and gemm_bf16.wgmma_available())
-    if aligned or isinstance(tile, WgmmaTile):
+    if aligned or tile is None or isinstance(tile, WgmmaTile):   # (unaligned: refused)
         sizes = tuple(max(8, s // 8 * 8) for s in sizes)
     check_matmul_gelu(*sizes, backward, tile, seed)
 
@@ -193,6 +193,20 @@ def test_default_tile_and_split():
     split = gemm_bf16.default_split_k(768, 768, 16384, tile)
     assert split * tiles <= gemm_bf16.SMS < (split + 1) * tiles
     assert gemm_bf16.default_split_k(16384, 2304, 768, gemm_bf16.LARGE_TILE) == 1
+
+
+@pytest.mark.parametrize("M, N, split", [(768, 3072, 5), (3072, 768, 5), (768, 2304, 7),
+                                         (768, 50304, 4)])
+def test_wgmma_split_k_fills_its_last_wave(M, N, split):
+    """andrea-120m's weight gradients (K 16384, at least 4 splits to keep each chain within
+    MAX_CHAIN) take more than one wave of blocks: the split is the fewest from 4 on whose
+    last wave is at least 7/8 full (the MLP's 72 tiles: 5, not 4, which leaves 2.2 waves;
+    QKV's 54: 7; the LM head's 1182 tiles fill 35.8 waves at 4 already)."""
+    tile = gemm_bf16.WIDE_TILE
+    tiles = (M // tile.rows) * -(-N // tile.cols)
+    assert gemm_bf16.default_split_k(M, N, 16384, tile) == split
+    blocks = tiles * split
+    assert 8 * blocks >= 7 * gemm_bf16.SMS * -(-blocks // gemm_bf16.SMS)
 
 
 def test_hopper_takes_the_wgmma_tiles():
