@@ -82,6 +82,7 @@ SMS = 132     # streaming multiprocessors of an H200: split-K aims to give each 
 GROUP = 8     # tiles of out down a column that consecutive blocks take (block_tile)
 MAX_CHAIN = 4096   # K summed by the tensor cores' truncating accumulation, at most
 FOLD_STEPS = 4     # slabs between folds of the mma accumulators, when folding
+TALL_K = 2048      # the K from which a float32 out takes TALL_TILE on Hopper (default_tile)
 
 
 class MmaTile(NamedTuple):
@@ -192,6 +193,10 @@ WIDE_TILE = WgmmaTile(128, 256, 64, 4, 2)
 # 128 x 128: half the accumulators, which leaves registers for a second set when a long K
 # is folded into a bf16 out (see MAX_CHAIN; a float32 one is split)
 FOLD_TILE = WgmmaTile(128, 128, 64, 4, 2)
+# three warpgroups, 192 x 256 (168 registers a thread, 4 stages in 225 KiB): half as many
+# rows again per byte of b copied, for the products long enough in K that the slabs'
+# traffic, not the fill and the epilogue, sets their pace (default_tile)
+TALL_TILE = WgmmaTile(192, 256, 64, 4, 3)
 
 
 def wgmma_available():
@@ -212,10 +217,20 @@ def default_tile(M, N, K, accumulate=False, wgmma=False, bf16_out=False):
     float32 one is split, see splits_written) the folding one. Otherwise the mma.sync
     tiles: the large tile for products with a K of at least 768 and either many output
     tiles or a long K to split (the weight gradients); the small one otherwise; the lean
-    one to fold."""
+    one to fold.
+
+    On Hopper a float32 out (written, accumulated or split) of K at least TALL_K takes the
+    tall tile, where it makes at least a quarter of a wave of tiles: fewer would be split
+    further, and the adds of the extra splits cost more than the tile saves. On the H200
+    (docs/gemm-bf16.md, tuning log row 13) it took the LM head's dX and dW 2.206 -> 2.080
+    and 2.138 -> 1.967 ms, the MLP's dW 0.127 -> 0.119, and lost where K is 768 (the LM
+    head forward 2.264 -> 2.422) and on W_O's dW (768 x 768: 12 tiles, 11 splits)."""
     folds = K > MAX_CHAIN and not accumulate
     if wgmma:
-        return FOLD_TILE if folds and bf16_out else WIDE_TILE
+        if folds and bf16_out:
+            return FOLD_TILE
+        tall = ceil_div(M, TALL_TILE.rows) * ceil_div(N, TALL_TILE.cols) >= SMS // 4
+        return TALL_TILE if not bf16_out and K >= TALL_K and tall else WIDE_TILE
     if folds:
         return LEAN_TILE
     tiles = ceil_div(M, LARGE_TILE.rows) * ceil_div(N, LARGE_TILE.cols)
@@ -686,6 +701,10 @@ PTX_SIGNATURES = [
         (False, False, "bf16", True, True, FOLD_TILE),            # the same, bf16 out
         (True, True, "accumulate", True, True, FOLD_TILE),        # every flag flipped
         (False, False, "float32", True, False, WIDE_TILE),
+        (False, False, "float32", True, False, TALL_TILE),        # long K: MLP down
+        (False, True, "float32", True, False, TALL_TILE),         # QKV and MLP up dX
+        (True, False, "atomic", True, False, TALL_TILE),          # their dW
+        (False, False, "atomic", True, False, TALL_TILE),         # the LM head's dX
         (False, False, "gelu", True, False, WIDE_TILE),           # the MLP's up projection
         (False, True, "gelu_backward", True, False, WIDE_TILE),   # and its dX
         # the mma.sync kernel, for the tiles given explicitly (the sweep's)

@@ -165,7 +165,7 @@ def test_step_products(product):
         check_matmul_bf16(M, N, K, ta, tb, epilogue, None, seed=5, split_k=None)
 
 
-@pytest.mark.parametrize("tile", [gemm_bf16.WIDE_TILE, gemm_bf16.FOLD_TILE,
+@pytest.mark.parametrize("tile", [gemm_bf16.WIDE_TILE, gemm_bf16.FOLD_TILE, gemm_bf16.TALL_TILE,
                                   gemm_bf16.LARGE_TILE, gemm_bf16.SMALL_TILE,
                                   gemm_bf16.LEAN_TILE])
 def test_named_tiles_compile_and_run(tile):
@@ -195,25 +195,32 @@ def test_default_tile_and_split():
     assert gemm_bf16.default_split_k(16384, 2304, 768, gemm_bf16.LARGE_TILE) == 1
 
 
-@pytest.mark.parametrize("M, N, split", [(768, 3072, 5), (3072, 768, 5), (768, 2304, 7),
-                                         (768, 50304, 4)])
-def test_wgmma_split_k_fills_its_last_wave(M, N, split):
-    """andrea-120m's weight gradients (K 16384, at least 4 splits to keep each chain within
-    MAX_CHAIN) take more than one wave of blocks: the split is the fewest from 4 on whose
-    last wave is at least 7/8 full (the MLP's 72 tiles: 5, not 4, which leaves 2.2 waves;
-    QKV's 54: 7; the LM head's 1182 tiles fill 35.8 waves at 4 already)."""
-    tile = gemm_bf16.WIDE_TILE
-    tiles = (M // tile.rows) * -(-N // tile.cols)
+@pytest.mark.parametrize("M, N, tile, split", [
+    (768, 3072, gemm_bf16.TALL_TILE, 5), (3072, 768, gemm_bf16.TALL_TILE, 5),
+    (768, 2304, gemm_bf16.TALL_TILE, 7), (50304, 768, gemm_bf16.TALL_TILE, 4),
+    (768, 768, gemm_bf16.WIDE_TILE, 7)])
+def test_weight_gradients_fill_their_last_wave(M, N, tile, split):
+    """andrea-120m's weight gradients on Hopper (K 16384: at least 4 splits keep each chain
+    within MAX_CHAIN): the tall tile where it makes a quarter of a wave of tiles, and the
+    fewest splits from the least on whose last wave of blocks is at least 7/8 full: the
+    MLP's 48 tiles 5 (4 would leave 1.45 waves), QKV's 36 7, the LM head's 786 fill 23.8
+    waves at 4 already. W_O's 768 x 768 would be 12 tall tiles: the wide tile's 18 in 7
+    splits fill one wave."""
+    assert gemm_bf16.default_tile(M, N, 16384, True, True) == tile
     assert gemm_bf16.default_split_k(M, N, 16384, tile) == split
-    blocks = tiles * split
+    blocks = -(-M // tile.rows) * -(-N // tile.cols) * split
     assert 8 * blocks >= 7 * gemm_bf16.SMS * -(-blocks // gemm_bf16.SMS)
 
 
 def test_hopper_takes_the_wgmma_tiles():
     assert gemm_bf16.default_tile(16384, 2304, 768, wgmma=True) == gemm_bf16.WIDE_TILE
     assert gemm_bf16.default_tile(768, 768, 16384, True, True) == gemm_bf16.WIDE_TILE
+    # a long K into a float32 out: the tall tile (a bf16 out of K 3072 stays wide)
+    assert gemm_bf16.default_tile(16384, 768, 3072, wgmma=True) == gemm_bf16.TALL_TILE
+    assert gemm_bf16.default_tile(16384, 768, 3072, wgmma=True,
+                                  bf16_out=True) == gemm_bf16.WIDE_TILE
     # a K too long for one chain: a float32 out is split (below), a bf16 one folded
-    assert gemm_bf16.default_tile(16384, 768, 50304, wgmma=True) == gemm_bf16.WIDE_TILE
+    assert gemm_bf16.default_tile(16384, 768, 50304, wgmma=True) == gemm_bf16.TALL_TILE
     assert gemm_bf16.default_tile(16384, 768, 50304, wgmma=True,
                                   bf16_out=True) == gemm_bf16.FOLD_TILE
 
