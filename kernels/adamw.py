@@ -80,6 +80,23 @@ def _schedule_kernel(hparams, lr, warmup_steps, total_steps, min_lr_ratio, one_m
 @functools.cache
 def _adamw_kernel(write_bf16):
     """write_bf16: also write the updated matrices, [0, n_decay), rounded to bf16."""
+    @cuda.jit(device=True)
+    def update(i, param, param_bf16, grad, m, v, clip, lr, bias_correction1,
+               bias_correction2, beta1, beta2, eps, weight_decay, n_decay):
+        g = grad[i] * clip
+        m_i = beta1 * m[i] + (ONE - beta1) * g
+        v_i = beta2 * v[i] + (ONE - beta2) * g * g
+        m[i] = m_i
+        v[i] = v_i
+        m_hat = m_i / bias_correction1
+        v_hat = v_i / bias_correction2
+        decay = weight_decay if i < n_decay else ZERO
+        p = param[i]
+        p = p - lr * (m_hat / (math.sqrt(v_hat) + eps) + decay * p)
+        param[i] = p
+        if write_bf16 and i < n_decay:
+            param_bf16[i] = to_bf16(p)
+
     @cuda.jit
     def adamw_kernel(param, param_bf16, grad, m, v, norm_squared, hparams, beta1, beta2, eps,
                      weight_decay, n_decay, max_norm):
@@ -88,20 +105,19 @@ def _adamw_kernel(write_bf16):
         # scalars, n_decay int64
         lr, bias_correction1, bias_correction2 = hparams[1], hparams[2], hparams[3]
         clip = min(ONE, max_norm / (math.sqrt(norm_squared[0]) + CLIP_EPS))
-        for i in range(cuda.grid(1), param.size, cuda.gridsize(1)):
-            g = grad[i] * clip
-            m_i = beta1 * m[i] + (ONE - beta1) * g
-            v_i = beta2 * v[i] + (ONE - beta2) * g * g
-            m[i] = m_i
-            v[i] = v_i
-            m_hat = m_i / bias_correction1
-            v_hat = v_i / bias_correction2
-            decay = weight_decay if i < n_decay else ZERO
-            p = param[i]
-            p = p - lr * (m_hat / (math.sqrt(v_hat) + eps) + decay * p)
-            param[i] = p
-            if write_bf16 and i < n_decay:
-                param_bf16[i] = to_bf16(p)
+        i, stride = cuda.grid(1), cuda.gridsize(1)
+        args = (param, param_bf16, grad, m, v, clip, lr, bias_correction1, bias_correction2,
+                beta1, beta2, eps, weight_decay, n_decay)
+        if stride >= param.size:
+            # a thread per element, a GPU's launch: no loop, whose trip count LLVM computes
+            # by a 64-bit division before the first load (a loop there made the update
+            # 1.04 -> 1.38 ms at andrea-120m on the H200)
+            if i < param.size:
+                update(i, *args)
+            return
+        while i < param.size:           # a capped grid (the simulator's) strides
+            update(i, *args)
+            i += stride
     return adamw_kernel
 
 
