@@ -31,7 +31,7 @@ the H200, 512 x 512 products of random bf16: 3.2e-6 relative at K 3072, 1.9e-5 a
 longer than MAX_CHAIN of K: split-K shortens the weight gradients' chains, and a product
 that still has a longer one folds its mma accumulators into float32 ones by plain addition
 every FOLD_STEPS slabs; except that with a wgmma tile a float32 out (the LM head's dX,
-K = V) is zeroed and summed by split-K too, which keeps the wide tile (folding needs a
+K = V) is zeroed and summed by split-K too, which keeps a full tile (folding needs a
 second set of accumulators, and so a tile of half the width).
 
 The wgmma kernel (a WgmmaTile; docs/gemm-bf16.md), the default on Hopper: Hopper's
@@ -240,9 +240,9 @@ def default_tile(M, N, K, accumulate=False, wgmma=False, bf16_out=False):
 def splits_written(K, accumulate, bf16_out, tile, max_chain=MAX_CHAIN):
     """Whether a product that writes its float32 out with a wgmma tile and a K longer than
     one chain zeroes out and accumulates split-K's sums into it instead of folding,
-    keeping the wide tile: on the H200 the LM head's dX at andrea-120m (16384 x 768,
-    K 50304) takes 2.13 ms so, 2.83 with the folding tile (docs/gemm-bf16.md, tuning log
-    row 11)."""
+    keeping a full tile: on the H200 the LM head's dX at andrea-120m (16384 x 768,
+    K 50304) took 2.13 ms so with the wide tile, 2.83 with the folding one (docs/gemm-bf16.md,
+    tuning log row 11), and 2.08 with the tall one (row 13)."""
     return (isinstance(tile, WgmmaTile) and not accumulate and not bf16_out
             and K > max_chain)
 

@@ -87,7 +87,7 @@ def gemm_candidates(M, N, K, accumulate, bf16_out):
              MmaTile(128, 128, 32, 64, 64, 3, 2),
              MmaTile(128, 64, 32, 64, 32, 4, 2), MmaTile(128, 256, 32, 64, 64, 2),
              MmaTile(256, 128, 32, 64, 64, 2), MmaTile(64, 64, 32, 32, 32, 4, 4),
-             gemm_bf16.WIDE_TILE, gemm_bf16.FOLD_TILE]
+             gemm_bf16.WIDE_TILE, gemm_bf16.FOLD_TILE, gemm_bf16.TALL_TILE]
     default = gemm_bf16.default_tile(M, N, K, accumulate, gemm_bf16.wgmma_available(),
                                      bf16_out)
     # the default again, as a candidate: with no split given, or with its own split
