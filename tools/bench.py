@@ -8,6 +8,7 @@ Seven sections:
   gemm     every GEMM of an andrea-120m and an andrea-12m training step on the bf16 tensor
            cores (kernels/gemm_bf16.py), in TFLOP/s beside torch.mm in bf16 (cuBLAS);
            --gemm-sweep also times every tile and split-K candidate and reports the best;
+           --gemm-captured times microgpt's launches in a CUDA graph, as the step runs;
   attention  flash attention on the tensor cores (kernels/flash_attention.py), forward and
            forward + backward, beside SDPA in bf16 (causal) at andrea-120m, andrea-12m and
            head_dim 72 shapes; --attention-sweep also times the tile candidates;
@@ -53,6 +54,27 @@ def cuda_time(fn, reps, warmup=2):
     stop.record()
     stop.synchronize()
     return cuda.event_elapsed_time(start, stop) / reps
+
+
+def captured_time(fn, reps, ops, launches=20):
+    """Milliseconds a launch of fn(stream) takes inside a CUDA graph, as a captured step
+    runs it: `launches` of them captured in one graph on the backend's stream, the fastest
+    of reps replays. fn runs once eagerly first (it compiles there, and makes its tensor
+    maps, which the captured launches then find)."""
+    from numba import cuda
+
+    fn(ops.stream)
+    ops.synchronize()
+    graph = ops.capture(lambda: [fn(ops.stream) for _ in range(launches)])
+    best = float("inf")
+    for _ in range(reps):
+        start, stop = cuda.event(timing=True), cuda.event(timing=True)
+        start.record(ops.stream)
+        graph.replay()
+        stop.record(ops.stream)
+        stop.synchronize()
+        best = min(best, cuda.event_elapsed_time(start, stop) / launches)
+    return best
 
 
 def torch_time(fn, reps, warmup=2):
@@ -101,12 +123,21 @@ def gemm_candidates(M, N, K, accumulate, bf16_out):
     return out
 
 
-def bench_gemm(reps, sweep):
+def bench_gemm(reps, sweep, captured=False):
+    """captured: time microgpt's launches inside a CUDA graph (captured_time) rather than
+    eagerly: at andrea-12m's sizes an eager launch costs the host more than the product
+    takes the GPU. torch.mm is timed eagerly either way."""
     import ml_dtypes
     import torch
     from numba import cuda
+    from microgpt.cuda_backend import CudaBackend
     from microgpt.kernels import gemm_bf16
 
+    if captured:
+        ops = CudaBackend()
+        timed = lambda fn: captured_time(fn, reps, ops)
+    else:
+        timed = lambda fn: cuda_time(lambda: fn(0), reps)
     rng = np.random.default_rng(0)
     rows = []
     for config, B, T, C, V in GEMM_CONFIGS:
@@ -122,8 +153,8 @@ def bench_gemm(reps, sweep):
             timings = []
             for tile, split in (gemm_candidates(M, N, K, accumulate, bf16_out) if sweep
                                 else [(None, None)]):
-                ms = cuda_time(lambda: gemm_bf16.matmul_bf16(
-                    out, da, db, ta, tb, accumulate, tile=tile, split_k=split), reps)
+                ms = timed(lambda stream: gemm_bf16.matmul_bf16(
+                    out, da, db, ta, tb, accumulate, tile=tile, split_k=split, stream=stream))
                 timings.append((ms, tile, split))
             ta_t = torch.from_numpy(a).cuda().bfloat16()
             tb_t = torch.from_numpy(b).cuda().bfloat16()
@@ -988,6 +1019,9 @@ def main(argv=None):
                         help="tokens generated the full-window way (default: 20)")
     parser.add_argument("--gemm-sweep", action="store_true",
                         help="time every tile and split-K candidate of each GEMM")
+    parser.add_argument("--gemm-captured", action="store_true",
+                        help="time microgpt's GEMM launches captured in a CUDA graph, 20 a "
+                             "replay, as the step runs them (torch.mm stays eager)")
     parser.add_argument("--attention-sweep", action="store_true",
                         help="time the tile candidates of each flash attention pass")
     parser.add_argument("--no-torch-compile", action="store_true",
@@ -1009,7 +1043,8 @@ def main(argv=None):
     if not cuda_available():
         print("bench.py: no CUDA GPU found; the benchmarks need one (and PyTorch)", file=sys.stderr)
         return 2
-    gemm = bench_gemm(args.reps, args.gemm_sweep) if args.only in (None, "gemm") else []
+    gemm = (bench_gemm(args.reps, args.gemm_sweep, args.gemm_captured)
+            if args.only in (None, "gemm") else [])
     attention = (bench_flash_attention(args.reps, args.attention_sweep)
                  if args.only in (None, "attention") else [])
     kernels = bench_kernels(args.reps) if args.only in (None, "kernels") else []
