@@ -82,7 +82,10 @@ SMS = 132     # streaming multiprocessors of an H200: split-K aims to give each 
 GROUP = 8     # tiles of out down a column that consecutive blocks take (block_tile)
 MAX_CHAIN = 4096   # K summed by the tensor cores' truncating accumulation, at most
 FOLD_STEPS = 4     # slabs between folds of the mma accumulators, when folding
-TALL_K = 2048      # the K from which a float32 out takes TALL_TILE on Hopper (default_tile)
+TALL_K = 2048      # the K from which a float32 out may take TALL_TILE on Hopper (default_tile)
+# a TALL_TILE block's time over a WIDE_TILE block's on a long K: 1.38-1.47 over four
+# andrea-120m products on the H200 (ms a wave of each, docs/gemm-bf16.md, row 13)
+TALL_COST = 1.42
 
 
 class MmaTile(NamedTuple):
@@ -220,21 +223,32 @@ def default_tile(M, N, K, accumulate=False, wgmma=False, bf16_out=False):
     one to fold.
 
     On Hopper a float32 out (written, accumulated or split) of K at least TALL_K takes the
-    tall tile, where it makes at least a quarter of a wave of tiles: fewer would be split
-    further, and the adds of the extra splits cost more than the tile saves. On the H200
+    tall tile where its waves of blocks, each TALL_COST times a wide block's time, take
+    no longer than the wide tile's waves (each tile with its own split). On the H200
     (docs/gemm-bf16.md, tuning log row 13) it took the LM head's dX and dW 2.206 -> 2.080
     and 2.138 -> 1.967 ms, the MLP's dW 0.127 -> 0.119, and lost where K is 768 (the LM
-    head forward 2.264 -> 2.422) and on W_O's dW (768 x 768: 12 tiles, 11 splits)."""
+    head forward 2.264 -> 2.422: the fill and the epilogue weigh more there) and on W_O's
+    dW (768 x 768: 12 tall tiles split 11 ways fill one wave, as 18 wide ones in 7 do)."""
     folds = K > MAX_CHAIN and not accumulate
     if wgmma:
         if folds and bf16_out:
             return FOLD_TILE
-        tall = ceil_div(M, TALL_TILE.rows) * ceil_div(N, TALL_TILE.cols) >= SMS // 4
-        return TALL_TILE if not bf16_out and K >= TALL_K and tall else WIDE_TILE
+        if bf16_out or K < TALL_K:
+            return WIDE_TILE
+        split = accumulate or folds        # (a float32 out of a long K is split too)
+        tall, wide = (waves(M, N, K, tile, split) for tile in (TALL_TILE, WIDE_TILE))
+        return TALL_TILE if TALL_COST * tall <= wide else WIDE_TILE
     if folds:
         return LEAN_TILE
     tiles = ceil_div(M, LARGE_TILE.rows) * ceil_div(N, LARGE_TILE.cols)
     return LARGE_TILE if K >= 768 and (tiles >= 4 * SMS or K >= 8192) else SMALL_TILE
+
+
+def waves(M, N, K, tile, split):
+    """Waves of one block an SM that a product's blocks take with a wgmma tile, split-K's
+    default split or none."""
+    blocks = ceil_div(M, tile.rows) * ceil_div(N, tile.cols)
+    return ceil_div(blocks * (default_split_k(M, N, K, tile) if split else 1), SMS)
 
 
 def splits_written(K, accumulate, bf16_out, tile, max_chain=MAX_CHAIN):

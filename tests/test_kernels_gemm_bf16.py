@@ -201,11 +201,11 @@ def test_default_tile_and_split():
     (768, 768, gemm_bf16.WIDE_TILE, 7)])
 def test_weight_gradients_fill_their_last_wave(M, N, tile, split):
     """andrea-120m's weight gradients on Hopper (K 16384: at least 4 splits keep each chain
-    within MAX_CHAIN): the tall tile where it makes a quarter of a wave of tiles, and the
-    fewest splits from the least on whose last wave of blocks is at least 7/8 full: the
-    MLP's 48 tiles 5 (4 would leave 1.45 waves), QKV's 36 7, the LM head's 786 fill 23.8
-    waves at 4 already. W_O's 768 x 768 would be 12 tall tiles: the wide tile's 18 in 7
-    splits fill one wave."""
+    within MAX_CHAIN): the tall tile where its waves, at TALL_COST a block, take no longer
+    than the wide tile's, and the fewest splits from the least on whose last wave of
+    blocks is at least 7/8 full: the MLP's 48 tall tiles 5 (4 would leave 1.45 waves),
+    QKV's 36 7, the LM head's 786 fill 23.8 waves at 4 already. W_O's 768 x 768 would be
+    12 tall tiles in 11 splits, one wave: the wide tile's 18 in 7 fill one too."""
     assert gemm_bf16.default_tile(M, N, 16384, True, True) == tile
     assert gemm_bf16.default_split_k(M, N, 16384, tile) == split
     blocks = -(-M // tile.rows) * -(-N // tile.cols) * split
@@ -221,6 +221,10 @@ def test_hopper_takes_the_wgmma_tiles():
                                   bf16_out=True) == gemm_bf16.WIDE_TILE
     # a K too long for one chain: a float32 out is split (below), a bf16 one folded
     assert gemm_bf16.default_tile(16384, 768, 50304, wgmma=True) == gemm_bf16.TALL_TILE
+    # andrea-12m's LM head dX and dW: the tall tile's blocks (172; 44 tiles x 6 splits)
+    # take two waves, as the wide tile's (256 each) do, each block 1.42x as long: wide
+    assert gemm_bf16.default_tile(16384, 384, 4096, wgmma=True) == gemm_bf16.WIDE_TILE
+    assert gemm_bf16.default_tile(4096, 384, 16384, True, True) == gemm_bf16.WIDE_TILE
     assert gemm_bf16.default_tile(16384, 768, 50304, wgmma=True,
                                   bf16_out=True) == gemm_bf16.FOLD_TILE
 
