@@ -38,8 +38,9 @@ STEP_PRODUCTS = (gemm_bf16.step_products(16, 1024, 768, 50304)
 if REAL_SHAPES:
     SIZES = st.tuples(st.integers(1, 16384), st.integers(1, 3072), st.integers(1, 3072))
     TILES = st.sampled_from([None, gemm_bf16.WIDE_TILE, gemm_bf16.FOLD_TILE,
-                             gemm_bf16.TALL_TILE, WgmmaTile(64, 64, 32, 4, 1), gemm_bf16.LARGE_TILE,
-                             gemm_bf16.SMALL_TILE, MmaTile(64, 128, 32, 32, 64, 3)])
+                             gemm_bf16.TALL_TILE, WgmmaTile(64, 64, 32, 4, 1),
+                             gemm_bf16.LARGE_TILE, gemm_bf16.SMALL_TILE,
+                             MmaTile(64, 128, 32, 32, 64, 3)])
 else:
     # one or two warps (mma.sync) or warpgroups (wgmma) per block, so a few slabs per
     # dimension and several K steps (the pipeline's buffers reused) stay within the
