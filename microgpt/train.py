@@ -222,11 +222,13 @@ class RunDirectory:
     given the same --out cannot overwrite each other's checkpoints. With fresh_name, out is
     the default runs/DATE-TIME that a run started in the same second also picks: this run
     then takes runs/DATE-TIME-2 (-3, ...). A directory the run created and left empty (it
-    stopped before its first checkpoint) is removed on the way out."""
+    stopped before its first checkpoint) is removed on the way out, and so are the parents
+    it created for it (the default's runs/) where they are left empty."""
 
     def __init__(self, out, own_run, fresh_name):
         self.out, self.own_run, self.fresh_name = out, own_run, fresh_name
         self.created, self.fd = False, None
+        self.made_parents = []      # nearest first
 
     def __enter__(self):
         try:
@@ -253,6 +255,7 @@ class RunDirectory:
         base = self.out
         for n in range(2, 10_000):
             try:
+                self.made_parents = [p for p in self.out.parents if not p.exists()]
                 self.out.parent.mkdir(parents=True, exist_ok=True)
                 os.mkdir(self.out)
                 self.created = True
@@ -271,6 +274,8 @@ class RunDirectory:
                 if not (self.out / LATEST).exists():    # no run to continue: no metrics
                     (self.out / METRICS).unlink(missing_ok=True)
                 os.rmdir(self.out)    # only succeeds on an empty directory
+                for parent in self.made_parents:
+                    os.rmdir(parent)
 
 
 # ----------------------------------------------------------------------------------

@@ -283,11 +283,11 @@ def test_bad_input(case, tiny, tmp_path, capsys):
     if case == "cuda on the cpu" and (cuda_available() or "NUMBA_ENABLE_CUDASIM" in os.environ):
         pytest.skip("cuda runs here (a GPU or the simulator); see test_cuda_without_a_gpu")
     make, message = BAD_INPUTS[case]
-    out = tmp_path / "run"
+    out = tmp_path / "runs" / "run"     # a parent to create too, as the default runs/DATE
     status, stdout, err = run_main([*tiny, "--steps", 2, "--out", out, *make(tmp_path)], capsys)
     assert status == 2
     assert err.count("\n") == 1 and err.startswith("microgpt.train: error: ") and message in err
-    assert not out.exists()
+    assert not out.parent.exists(), "nothing left on disk, not even an empty runs/"
 
 
 @pytest.mark.skipif(cuda_available(), reason="a GPU is here: --device cuda trains")
