@@ -253,9 +253,11 @@ class RunDirectory:
 
     def _create(self):
         base = self.out
+        # the renamed directories share base's parents: which of them this run makes is
+        # known before the first try (a later try would find them made, by this run)
+        self.made_parents = [p for p in base.parents if not p.exists()]
         for n in range(2, 10_000):
             try:
-                self.made_parents = [p for p in self.out.parents if not p.exists()]
                 self.out.parent.mkdir(parents=True, exist_ok=True)
                 os.mkdir(self.out)
                 self.created = True

@@ -430,7 +430,8 @@ def test_tensor_maps_live_as_long_as_their_matrices():
     assert len(mine) == 1, "the maps of one allocation's views are kept together"
     for rows in range(16, 216):      # each matrix freed as the next is made
         tensor_map(cuda.device_array((rows, 32), np.float32), *BOX)
-    assert set(tiles._tensor_maps) - before == mine, "a freed matrix's maps are kept"
+    assert set(tiles._tensor_maps) - before == mine, (
+        "a live matrix's maps were dropped, or a freed one's kept")
     del matrix, views, maps
     assert not set(tiles._tensor_maps) & mine, "a freed matrix's maps are kept"
     if not ON_GPU:
