@@ -200,7 +200,9 @@ PTX_SIGNATURES = [
         (True, True, True),      # every flag flipped at once
     ]
 ] + [(_matmul_kernel(False, False, False, tile), (_MATRIX,) * 3)
-       for tile in (MEDIUM_TILE, SMALL_TILE)]
+       for tile in (MEDIUM_TILE, SMALL_TILE)] + [
+    # the LM head's dW in row ranges: a of some of dlogits' columns
+    (_matmul_kernel(True, False, True, LARGE_TILE), (_MATRIX, float32[:, :], _MATRIX))]
 
 
 # ----------------------------------------------------------------------------------
@@ -210,9 +212,10 @@ def matmul(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, *,
            tile=None, stream=0):
     """out (M, N) = op(a) @ op(b), op transposing when asked; += when accumulate.
 
-    a is (M, K), or (K, M) when transpose_a; b is (K, N), or (N, K) when transpose_b.
-    tile (a GemmTile) overrides the shape-based default. bf16 operands (uint16 arrays) go
-    to the tensor cores, gemm_bf16.matmul_bf16 with its own defaults: the mixed-precision
+    a is (M, K), or (K, M) when transpose_a; b is (K, N), or (N, K) when transpose_b; each
+    a matrix or a view of some of a wider one's columns. tile (a GemmTile) overrides the
+    shape-based default. bf16 operands (uint16 arrays) go to the tensor cores,
+    gemm_bf16.matmul_bf16 with its own defaults: the mixed-precision
     step calls the same op."""
     if a.dtype == np.uint16 or b.dtype == np.uint16:
         if tile is not None:
@@ -226,8 +229,10 @@ def matmul(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, *,
     M, N = out.shape
     K = a.shape[0] if transpose_a else a.shape[1]
     check_array("out", out, (M, N))
-    check_array("a", a, (K, M) if transpose_a else (M, K))
-    check_array("b", b, (N, K) if transpose_b else (K, N))
+    # the kernel reads a and b by numba's indexing, through their strides: a view (the LM
+    # head's dW in row ranges reads some of dlogits' columns) compiles a kernel for it
+    check_array("a", a, (K, M) if transpose_a else (M, K), strided=True)
+    check_array("b", b, (N, K) if transpose_b else (K, N), strided=True)
     tile = default_tile(M, N) if tile is None else GemmTile(*tile)
     check_tile(tile)
     if M == 0 or N == 0:

@@ -56,7 +56,8 @@ import numpy as np
 from numba import cuda, float32, int32, types, uint16, uint32, uint64
 
 from microgpt.kernels import elementwise
-from microgpt.kernels.common import SIMULATOR, ceil_div, check_array, fill_zero
+from microgpt.kernels.common import (SIMULATOR, ceil_div, check_array, device_address,
+                                     fill_zero)
 from microgpt.kernels.mma import (CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, bulk_commit,
                                   bulk_wait, cp_async_commit, cp_async_wait_group,
                                   fence_barrier_init, fence_proxy_async, fence_tensor_map,
@@ -357,14 +358,17 @@ def _matmul_bf16_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile)
 
     @cuda.jit(device=True, inline=True)
     def copy_slab(a_smem, b_smem, a, b, stage, k0, m0, n0):
+        # an operand's rows lie strides[0] apart: its own width, or more for a view of
+        # some of a wider matrix's columns (the launcher's `pitched`)
+        a_pitch, b_pitch = a.strides[0] // 2, b.strides[0] // 2
         if transpose_a:
-            copy_a(a_smem, stage * a_size, a, k0, m0, a.shape[1])
+            copy_a(a_smem, stage * a_size, a, k0, m0, a_pitch)
         else:
-            copy_a(a_smem, stage * a_size, a, m0, k0, a.shape[1])
+            copy_a(a_smem, stage * a_size, a, m0, k0, a_pitch)
         if transpose_b:
-            copy_b(b_smem, stage * b_size, b, n0, k0, b.shape[1])
+            copy_b(b_smem, stage * b_size, b, n0, k0, b_pitch)
         else:
-            copy_b(b_smem, stage * b_size, b, k0, n0, b.shape[1])
+            copy_b(b_smem, stage * b_size, b, k0, n0, b_pitch)
 
     store = _storer(epilogue)
     block_tile = _block_tiler(BM, BN)
@@ -691,12 +695,15 @@ def _wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
     return matmul_wgmma_kernel
 
 
-def _signature(epilogue, tile):
+def _signature(epilogue, tile, a_layout="C", b_layout="C"):
+    """The argument types of a launch: out and pre C-contiguous, a and b of their layouts
+    ("C", or "A" for a view of some of a wider matrix's columns)."""
     bf16 = types.uint16[:, ::1]
     out = bf16 if epilogue in BF16_OUT else types.float32[:, ::1]
+    a, b = (types.Array(types.uint16, 2, layout) for layout in (a_layout, b_layout))
     if isinstance(tile, WgmmaTile):     # pre, then the four tensor maps
-        return (out, out, bf16, bf16) + (types.uint64[::1],) * 4 + (types.int32,)
-    return (out, bf16, bf16, types.int32)
+        return (out, out, a, b) + (types.uint64[::1],) * 4 + (types.int32,)
+    return (out, a, b, types.int32)
 
 
 def _kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
@@ -727,6 +734,9 @@ PTX_SIGNATURES = [
         (True, True, "accumulate", True, True, LEAN_TILE),
         (False, False, "float32", False, False, SMALL_TILE),
     ]
+] + [   # a of a view of some of a wider matrix's columns: the LM head's dW in row ranges
+    (_kernel(True, False, "atomic", True, False, tile), _signature("atomic", tile, "A"))
+    for tile in (TALL_TILE, SMALL_TILE)
 ]
 
 
@@ -762,7 +772,9 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
     """out (M, N) = op(a) @ op(b), op transposing when asked; += when accumulate.
 
     a is (M, K), or (K, M) when transpose_a; b is (K, N), or (N, K) when transpose_b; both
-    bf16 in uint16 device arrays. out is float32, or bf16 (uint16, written only).
+    bf16 in uint16 device arrays, each a matrix of its own or a view of some of a wider
+    one's columns (its rows then lie further apart). out is float32, or bf16 (uint16,
+    written only), C-contiguous.
     gelu="forward": pre (M, N) = op(a) @ op(b) and out = gelu(pre); gelu="backward":
     out = (op(a) @ op(b)) * gelu'(pre); out and pre bf16 (the MLP's GELU, see EPILOGUES: in
     the wgmma kernel's epilogue, so a wgmma tile, given or the default, and K > 0).
@@ -780,8 +792,13 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
         raise ValueError("out: a bf16 output is written, never accumulated into "
                          "(accumulate into a float32 array)")
     check_array("out", out, (M, N), np.uint16 if out_bf16 else np.float32)
-    check_array("a", a, (K, M) if transpose_a else (M, K), np.uint16)
-    check_array("b", b, (N, K) if transpose_b else (K, N), np.uint16)
+    check_array("a", a, (K, M) if transpose_a else (M, K), np.uint16, strided=True)
+    check_array("b", b, (N, K) if transpose_b else (K, N), np.uint16, strided=True)
+    for name, arr in (("a", a), ("b", b)):
+        if arr.size and arr.strides[1] != 2:
+            raise ValueError(f"{name}: a row's elements must be adjacent (a matrix, or a view "
+                             f"of some of a wider one's columns), got strides "
+                             f"{tuple(arr.strides)}")
     if gelu not in (None, "forward", "backward"):
         raise ValueError(f"gelu={gelu!r}: must be None, 'forward' or 'backward'")
     if gelu is not None:
@@ -826,9 +843,11 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
     epilogue = ("gelu" if gelu == "forward" else "gelu_backward" if gelu == "backward"
                 else "atomic" if split_k > 1 else "accumulate" if accumulate
                 else "bf16" if out_bf16 else "float32")
-    aligned = all(arr.shape[1] % CHUNK == 0 for arr in (a, b))
+    aligned = all(arr.shape[1] % CHUNK == 0 and arr.strides[0] % 16 == 0
+                  and device_address(arr) % 16 == 0 for arr in (a, b))
     fold = steps_per_split * tile.depth > max_chain
     kernel = _kernel(bool(transpose_a), bool(transpose_b), epilogue, aligned, fold, tile)
+    layouts = ["C" if arr.is_c_contiguous() else "A" for arr in (a, b)]
     # an int32, as _signature says: the launch then runs the overload compiled for it
     # (a Python int would compile another, for int64, without the shared-memory opt-in)
     steps_per_split = np.int32(steps_per_split)
@@ -839,7 +858,7 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
         out_map, pre_map = (tensor_map(arr, 64, min(cols, 64 if out_bf16 else 32))
                             for arr in (out, pre))
         grid = (GROUP * split_k, ceil_div(N, cols), ceil_div(M, GROUP * rows))
-        _allow_dynamic_shared(kernel, _signature(epilogue, tile), tile.shared_bytes)
+        _allow_dynamic_shared(kernel, _signature(epilogue, tile, *layouts), tile.shared_bytes)
         kernel[grid, tile.threads, stream, tile.shared_bytes](
             out, pre, a, b, a_map, b_map, out_map, pre_map, steps_per_split)
     else:

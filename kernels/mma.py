@@ -699,11 +699,12 @@ else:
         matrix it was made for. The hardware copies that matrix whatever the launch passes
         beside the map, so a map of any other fails here."""
         cols, rows = int(tensor_map[0]), int(tensor_map[1])
-        described = tuple(int(word) for word in tensor_map[2:5])
-        if described != (device_address(matrix), *matrix.shape):
+        described = tuple(int(word) for word in tensor_map[2:6])
+        if described != (device_address(matrix), *matrix.shape, matrix.strides[0]):
             raise AssertionError(f"a tensor map of the matrix at {described[0]:#x} "
-                                 f"{described[1:]} used to copy the one at "
-                                 f"{device_address(matrix):#x} {tuple(matrix.shape)}")
+                                 f"{described[1:3]}, rows {described[3]} bytes apart, used "
+                                 f"to copy the one at {device_address(matrix):#x} "
+                                 f"{tuple(matrix.shape)}, rows {matrix.strides[0]} apart")
         chunk = 16 // matrix.dtype.itemsize
         rows_per_line, phases = swizzle(cols // chunk)
         r, c = np.arange(rows)[:, None], np.arange(cols)[None, :]

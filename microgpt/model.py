@@ -150,6 +150,18 @@ class Buffers:
                 yield s.name, value
 
 
+# the launches of the tied head's dW in a data-parallel step (enqueue_backward)
+HEAD_DW_PARTS = 4
+
+
+def row_ranges(n, parts, multiple=8):
+    """[lo, hi) ranges that tile range(n) in about `parts` equal parts, each bound but the
+    last a multiple of `multiple` (8 bf16 columns: a view of dlogits' columns starts on a
+    16-byte boundary, as the bulk tensor copies need); empty ones left out."""
+    bounds = [round(n * k / parts / multiple) * multiple for k in range(parts)] + [n]
+    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+
+
 def rows(x):
     """(B, T, X) -> (B*T, X), a view: matmuls and LayerNorm see token rows."""
     return x.reshape(x.shape[0] * x.shape[1], x.shape[2])
@@ -254,8 +266,7 @@ class GPT:
         dlogits = rows(a.logits)                                                 # in place
         ops.crossentropy_forward_backward(a.losses, dlogits, a.batch[1].reshape(a.losses.size),
                                           1.0 / a.losses.size)
-        ops.matmul(rows(a.dln), dlogits, w["wte"])
-        ops.matmul(g["wte"], dlogits, rows(a.ln_f), transpose_a=True, accumulate=True)
+        ops.matmul(rows(a.dln), dlogits, w["wte"])      # the head's dW comes last, below
         ops.fill_zero(a.dresid)
         ops.layernorm_backward(rows(a.dresid), g["ln_f.weight"], g["ln_f.bias"], rows(a.dln),
                                rows(a.resid[-1]), p["ln_f.weight"], a.ln_f_mean, a.ln_f_rstd,
@@ -291,8 +302,16 @@ class GPT:
                                    a.ln_1_mean[i], a.ln_1_rstd[i], dinp_copy=copy)
             sync.ready(*self.layout.block_matrices(i))
         ops.encoder_backward(g["wte"], g["wpe"], a.dresid, a.batch[0])
-        sync.ready(*self.layout.embeddings)     # wte: the LM head's product, then this scatter
+        sync.ready(*self.layout.rows("wpe"))
         sync.ready(*self.layout.norms)
+        # the tied head's dW, the other writer of wte's gradient, after the scatter: in row
+        # ranges of wte, each handed over as it ends, so that a data-parallel step has
+        # only the last range's all-reduce left after its backward (a world of one takes
+        # the product in one launch)
+        for lo, hi in row_ranges(cfg.vocab_size, 1 if sync is LOCAL else HEAD_DW_PARTS):
+            ops.matmul(g["wte"][lo:hi], dlogits[:, lo:hi], rows(a.ln_f), transpose_a=True,
+                       accumulate=True)
+            sync.ready(*self.layout.rows("wte", lo, hi))
         sync.finish()
 
     # the public calls: one pass each, on host or backend arrays ----------------------

@@ -49,9 +49,9 @@ class ParamLayout:
 
     Matrices come first, so the decayed parameters are the prefix [0, n_decay) and one
     AdamW launch (one norm) covers everything. The matrices keep the table's order (wte,
-    wpe, then each block's four), so one block's matrices are one range, and so are the
-    embeddings and all the norms: the ranges the backward hands to the data-parallel
-    all-reduce as they become final (block_matrices, embeddings, norms)."""
+    wpe, then each block's four), so one block's matrices are one range, and so are all
+    the norms: the ranges the backward hands to the data-parallel all-reduce as they
+    become final (block_matrices, rows of wte and wpe, norms)."""
 
     def __init__(self, cfg):
         self.specs = param_specs(cfg)
@@ -68,10 +68,13 @@ class ParamLayout:
         return self._span([s.name for s in self.specs
                            if s.decay and s.name.startswith(f"h.{i}.")])
 
-    @property
-    def embeddings(self):
-        """(lo, hi): the range of wte and wpe."""
-        return self._span(["wte", "wpe"])
+    def rows(self, name, first=0, last=None):
+        """(lo, hi): the range of rows [first, last) of the named parameter (all of them by
+        default): a matrix's rows are contiguous in the flat buffer."""
+        spec = next(s for s in self.specs if s.name == name)
+        row = spec.size // spec.shape[0]
+        last = spec.shape[0] if last is None else last
+        return self.offsets[name] + first * row, self.offsets[name] + last * row
 
     @property
     def norms(self):

@@ -318,3 +318,45 @@ def test_bf16_needs_the_cuda_backend():
             precision="bf16")
     with pytest.raises(ValueError, match="precision must be one of fp32, bf16, got 'fp16'"):
         GPT(get_config("microgpt", vocab_size=16), backend="cuda", precision="fp16")
+
+
+class RangesOnly:
+    """A data-parallel world's gradient sync that exchanges nothing: the ranges it is
+    handed, kept."""
+
+    def __init__(self):
+        self.ranges = []
+
+    def ready(self, lo, hi):
+        self.ranges.append((lo, hi))
+
+    def finish(self):
+        pass
+
+
+# bf16 on a GPU only: two passes of the tensor-core twins take ~4 minutes in the simulator
+# (its pitched GEMM views are tests/test_kernels_gemm_bf16.py's there)
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=pytest.mark.skipif(
+    not ON_GPU, reason="the simulator's bf16 passes are too slow for CI"))])
+def test_a_data_parallel_backward_takes_the_head_in_parts(precision):
+    """Under a data-parallel world's sync the backward runs the tied head's dW in row ranges
+    of wte (model.row_ranges), each product reading a view of some of dlogits' columns:
+    the gradient (a sync that exchanges nothing) against a world of one's, which takes
+    the product in one launch; wte announced in more than one range. The two differ only
+    in the order of float32 sums (split-K's, by the tile each range's shape takes)."""
+    name, overrides, B, T = BF16_CASES[0] if precision == "bf16" else CASES[0]
+    cfg = get_config(name, **overrides, **({} if ON_GPU else {"n_layer": 1}))
+    rng = np.random.default_rng(11)
+    tokens, targets = (rng.integers(0, cfg.vocab_size, (B, T)) for _ in range(2))
+    model = GPT(cfg, backend="cuda", seed=3, precision=precision)
+    if precision == "fp32":       # (bf16's buffers are the Step's: none to poison here)
+        poison_activations(model, B, T)
+    model.forward_backward(tokens, targets)
+    whole = model.layout.views(model.backend.to_host(model.grads_flat))
+    sync = RangesOnly()
+    model.forward_backward(tokens, targets, sync=sync)
+    parts = model.layout.views(model.backend.to_host(model.grads_flat))
+    wte = model.layout.rows("wte")
+    assert sum(wte[0] <= lo < wte[1] for lo, _ in sync.ranges) > 1
+    for n in whole:
+        assert rel_error(parts[n], whole[n]) < TOL_F32_MODEL, n

@@ -48,25 +48,38 @@ GELU_WIDTHS = st.sampled_from([384, 768]) if REAL_SHAPES else st.integers(1, 8)
 SMALL_SIM_TILE = GemmTile(4, 4, 4, 1, 1)      # 16 simulated threads
 
 
-def check_matmul(M, N, K, transpose_a, transpose_b, accumulate, tile, seed):
+def check_matmul(M, N, K, transpose_a, transpose_b, accumulate, tile, seed, views=False):
+    """views: a and b are views of some of wider matrices' columns (every other one, from
+    a drawn first), the values beside them drawn too."""
     rng = np.random.default_rng(seed)
-    a = randn(rng, *((K, M) if transpose_a else (M, K)))
-    b = randn(rng, *((N, K) if transpose_b else (K, N)))
+    a, d_a = operand(rng, *((K, M) if transpose_a else (M, K)), views)
+    b, d_b = operand(rng, *((N, K) if transpose_b else (K, N)), views)
     out0 = randn(rng, M, N) if accumulate else poisoned((M, N))
     out = cuda.to_device(out0)
-    gemm.matmul(out, cuda.to_device(a), cuda.to_device(b), transpose_a, transpose_b,
-                accumulate, tile=tile)
+    gemm.matmul(out, d_a, d_b, transpose_a, transpose_b, accumulate, tile=tile)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     expected = (a64.T if transpose_a else a64) @ (b64.T if transpose_b else b64)
     if accumulate:
         expected += out0
     assert_close(out.copy_to_host(), expected, TOL_F32_OP,
-                 f"matmul {M}x{N}x{K} ta={transpose_a} tb={transpose_b} acc={accumulate} {tile}")
+                 f"matmul {M}x{N}x{K} ta={transpose_a} tb={transpose_b} acc={accumulate} {tile}"
+                 f" views={views}")
 
 
-@given(product=PRODUCTS, tile=TILES, seed=SEEDS)
-def test_matmul_matches_reference(product, tile, seed):
-    check_matmul(*product, tile, seed)
+def operand(rng, rows, cols, view):
+    """A float32 operand and its device array: a matrix of its own, or a view of every
+    other column of a wider one from column `first` on."""
+    if not view:
+        values = randn(rng, rows, cols)
+        return values, cuda.to_device(values)
+    first = int(rng.integers(0, 3))
+    wide = randn(rng, rows, first + 2 * cols + int(rng.integers(0, 3)))
+    return wide[:, first:first + 2 * cols:2], cuda.to_device(wide)[:, first:first + 2 * cols:2]
+
+
+@given(product=PRODUCTS, tile=TILES, views=st.booleans(), seed=SEEDS)
+def test_matmul_matches_reference(product, tile, views, seed):
+    check_matmul(*product, tile, seed, views)
 
 
 @pytest.mark.skipif(not REAL_SHAPES, reason="the model's products need a GPU and real shapes")
@@ -218,8 +231,8 @@ def test_matmul_rejects_bad_arguments():
         gemm.matmul(out, cuda.to_device(np.ones((4, 3), np.float64)), w)
     with pytest.raises(TypeError, match="expected a device array"):
         gemm.matmul(out, np.ones((4, 3), np.float32), w)
-    with pytest.raises(ValueError, match="a: expected a C-contiguous array"):
-        gemm.matmul(out, cuda.to_device(np.ones((4, 6), np.float32))[:, ::2], w)
+    with pytest.raises(ValueError, match="out: expected a C-contiguous array"):
+        gemm.matmul(cuda.to_device(np.ones((4, 10), np.float32))[:, ::2], x, w)
     with pytest.raises(ValueError, match="thread_rows"):
         gemm.matmul(out, x, w, tile=GemmTile(8, 8, 4, 3, 2))
     with pytest.raises(ValueError, match="more than 1024"):

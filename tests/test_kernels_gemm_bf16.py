@@ -57,13 +57,15 @@ SEEDS = st.integers(0, 2**32 - 1)
 
 
 def check_matmul_bf16(M, N, K, transpose_a, transpose_b, epilogue, tile, seed, split_k,
-                      max_chain=gemm_bf16.MAX_CHAIN):
+                      max_chain=gemm_bf16.MAX_CHAIN, pitched=False):
     """epilogue: "float32" or "bf16" (out written), "accumulate" or "split_k" (a float32
     out added to); split_k None takes the launcher's default; a short max_chain makes the
-    kernel fold its accumulators."""
+    kernel fold its accumulators. pitched: a and b are views of some of wider matrices'
+    columns (drawn values beside them, which must not be read), starting on a 16-byte
+    boundary where the sizes are multiples of 8, anywhere otherwise."""
     rng = np.random.default_rng(seed)
-    a, a64 = bf16(randn(rng, *((K, M) if transpose_a else (M, K))))
-    b, b64 = bf16(randn(rng, *((N, K) if transpose_b else (K, N))))
+    a, a64, d_a = operand(rng, *((K, M) if transpose_a else (M, K)), pitched)
+    b, b64, d_b = operand(rng, *((N, K) if transpose_b else (K, N)), pitched)
     expected = (a64.T if transpose_a else a64) @ (b64.T if transpose_b else b64)
     accumulate = epilogue in ("accumulate", "split_k")
     if epilogue == "bf16":
@@ -73,26 +75,40 @@ def check_matmul_bf16(M, N, K, transpose_a, transpose_b, epilogue, tile, seed, s
         out = cuda.to_device(out0)
         if accumulate:
             expected += out0
-    gemm_bf16.matmul_bf16(out, cuda.to_device(a), cuda.to_device(b), transpose_a,
-                          transpose_b, accumulate, tile=tile, split_k=split_k,
-                          max_chain=max_chain)
+    gemm_bf16.matmul_bf16(out, d_a, d_b, transpose_a, transpose_b, accumulate, tile=tile,
+                          split_k=split_k, max_chain=max_chain)
     got = out.copy_to_host()
     if epilogue == "bf16":
         got = from_bf16(got)
     assert_close(got, expected, TOL_BF16_OUT if epilogue == "bf16" else TOL_F32_OP,
                  f"matmul_bf16 {M}x{N}x{K} ta={transpose_a} tb={transpose_b} {epilogue} "
-                 f"{tile} split_k={split_k} max_chain={max_chain}")
+                 f"{tile} split_k={split_k} max_chain={max_chain} pitched={pitched}")
+
+
+def operand(rng, rows, cols, pitched):
+    """A bf16 operand (bits, float64 values) and its device array: a matrix of its own, or
+    (pitched) a view of columns [left, left + cols) of a wider one."""
+    if not pitched:
+        bits, values = bf16(randn(rng, rows, cols))
+        return bits, values, cuda.to_device(bits)
+    # a view of aligned columns keeps its rows 16-byte aligned: whole chunks beside it
+    chunk = 8 if cols % 8 == 0 else 1
+    left, right = (chunk * int(rng.integers(1, 3)) for _ in range(2))
+    bits, values = bf16(randn(rng, rows, left + cols + right))
+    view = cuda.to_device(bits)[:, left:left + cols]
+    return bits[:, left:left + cols], values[:, left:left + cols], view
 
 
 @given(sizes=SIZES, aligned=ALIGNED, transpose_a=st.booleans(), transpose_b=st.booleans(),
-       epilogue=st.sampled_from(EPILOGUES), tile=TILES, fold=st.booleans(), seed=SEEDS)
+       epilogue=st.sampled_from(EPILOGUES), tile=TILES, fold=st.booleans(),
+       pitched=st.booleans(), seed=SEEDS)
 def test_matmul_bf16_matches_reference(sizes, aligned, transpose_a, transpose_b, epilogue,
-                                       tile, fold, seed):
+                                       tile, fold, pitched, seed):
     if aligned or isinstance(tile, WgmmaTile):    # (the bulk tensor copies need it)
         sizes = tuple(max(8, s // 8 * 8) for s in sizes)
     check_matmul_bf16(*sizes, transpose_a, transpose_b, epilogue, tile, seed,
                       split_k={"accumulate": 1, "split_k": 2}.get(epilogue),
-                      max_chain=16 if fold else gemm_bf16.MAX_CHAIN)
+                      max_chain=16 if fold else gemm_bf16.MAX_CHAIN, pitched=pitched)
 
 
 def check_matmul_gelu(M, N, K, backward, tile, seed):
@@ -164,6 +180,17 @@ def test_step_products(product):
         check_matmul_gelu(M, N, K, epilogue == "gelu_backward", None, seed=5)
     else:
         check_matmul_bf16(M, N, K, ta, tb, epilogue, None, seed=5, split_k=None)
+
+
+@pytest.mark.skipif(not REAL_SHAPES, reason="the model's products need a GPU and real shapes")
+def test_a_part_of_the_lm_head_dw():
+    """A data-parallel step's LM head dW runs in row ranges of wte (model.row_ranges), each
+    reading a view of some of dlogits' columns: one such range of andrea-120m's."""
+    from microgpt.model import HEAD_DW_PARTS, row_ranges
+
+    lo, hi = row_ranges(50304, HEAD_DW_PARTS)[1]
+    check_matmul_bf16(hi - lo, 768, 16384, True, False, "accumulate", None, seed=5,
+                      split_k=None, pitched=True)
 
 
 @pytest.mark.parametrize("tile", [gemm_bf16.WIDE_TILE, gemm_bf16.FOLD_TILE, gemm_bf16.TALL_TILE,
@@ -280,6 +307,8 @@ def test_matmul_bf16_rejects_bad_arguments():
                           ((256, 256, 64, 4, 4), "shared memory")]:
         with pytest.raises(ValueError, match=message):
             gemm_bf16.matmul_bf16(out, x, w, tile=WgmmaTile(*tile))
+    with pytest.raises(ValueError, match="a row's elements must be adjacent"):
+        gemm_bf16.matmul_bf16(out, dev(4, 32)[:, ::2], w)
     # rows of 5 float32 (20 bytes): not whole 16-byte chunks, which a tensor map needs
     with pytest.raises(ValueError, match="bulk tensor copies"):
         gemm_bf16.matmul_bf16(out, x, dev(16, 5), tile=WgmmaTile(64, 16, 16, 3, 1))

@@ -379,15 +379,21 @@ def tma_kernel(bf16, add):
     return kernel
 
 
-@given(seed=SEEDS)
+@given(seed=SEEDS, pitched=st.booleans())
 @pytest.mark.parametrize("dtype, add", [(np.uint16, False), (np.float32, False),
                                         (np.float32, True)])
-def test_bulk_tensor_copies_round_trip(seed, dtype, add):
+def test_bulk_tensor_copies_round_trip(seed, pitched, dtype, add):
+    """pitched: src and dst are views of some of a wider matrix's columns (their rows lie
+    further apart than their widths), which the maps' row pitches describe; the columns
+    beside them must come through untouched."""
     rng = np.random.default_rng(seed)
-    src = (bf16_bits(rng, 40, 48)[0] if dtype == np.uint16
-           else rng.standard_normal((40, 48)).astype(np.float32))
-    dst0 = (rng.standard_normal((24, 40)).astype(np.float32) if add
-            else poisoned((24, 40), dtype))
+    chunk = 16 // np.dtype(dtype).itemsize
+    left, right = (chunk * int(rng.integers(1, 3)), chunk) if pitched else (0, 0)
+    src_full = (bf16_bits(rng, 40, left + 48 + right)[0] if dtype == np.uint16
+                else rng.standard_normal((40, left + 48 + right)).astype(np.float32))
+    dst_full = (rng.standard_normal((24, left + 40 + right)).astype(np.float32) if add
+                else poisoned((24, left + 40 + right), dtype))
+    src, dst0 = src_full[:, left:left + 48], dst_full[:, left:left + 40]
     src_at = (int(rng.integers(0, 40)), 8 * int(rng.integers(0, 6)))   # row, col (16 B)
     dst_at = (int(rng.integers(0, 24)), 8 * int(rng.integers(0, 5)))
     box = np.zeros(BOX, dtype)
@@ -397,11 +403,18 @@ def test_bulk_tensor_copies_round_trip(seed, dtype, add):
     view = expected[dst_at[0]: dst_at[0] + BOX[0], dst_at[1]: dst_at[1] + BOX[1]]
     clipped = box[:view.shape[0], :view.shape[1]]
     view[...] = view + clipped if add else clipped
-    d_src, dst = cuda.to_device(src), cuda.to_device(dst0)
+    d_src_full, d_dst_full = cuda.to_device(src_full), cuda.to_device(dst_full)
+    d_src, dst = d_src_full[:, left:left + 48], d_dst_full[:, left:left + 40]
     tma_kernel(dtype == np.uint16, add)[1, 64, 0, 1024 + BOX[0] * BOX[1] * 4](
         dst, d_src, tensor_map(d_src, *BOX), tensor_map(dst, *BOX),
         np.array(src_at, np.int32), np.array(dst_at, np.int32))
-    got = dst.copy_to_host()
+    got_full = d_dst_full.copy_to_host()
+    beside = np.ones(got_full.shape[1], bool)
+    beside[left:left + 40] = False
+    np.testing.assert_array_equal(np.ascontiguousarray(got_full[:, beside]).view(np.uint8),
+                                  np.ascontiguousarray(dst_full[:, beside]).view(np.uint8),
+                                  err_msg="a column beside the view was written")
+    got = got_full[:, left:left + 40]
     if add:
         assert_close(got, expected, 1e-7, "tma_add_2d")
     else:
@@ -418,21 +431,26 @@ def test_tensor_maps_live_as_long_as_their_matrices():
     rng = np.random.default_rng(5)
     before = set(tiles._tensor_maps)
     matrix = cuda.to_device(rng.standard_normal((48, 32)).astype(np.float32))
-    views = [matrix, matrix, matrix, matrix.reshape(32, 48), matrix[16:]]
-    boxes = [BOX, BOX, (8, 32), BOX, BOX]
+    views = [matrix, matrix, matrix, matrix.reshape(32, 48), matrix[16:], matrix[:, :28],
+             matrix.reshape(96, 16)[::2, :12]]
+    boxes = [BOX, BOX, (8, 32), BOX, BOX, BOX, BOX]
     maps = [tensor_map(view, *box) for view, box in zip(views, boxes)]
     assert maps[1] is maps[0]
-    assert len({id(m) for m in maps}) == 4, "one map per start, shape and box"
+    assert len({id(m) for m in maps}) == 6, "one map per start, shape, row pitch and box"
     if not ON_GPU:
-        assert [[int(word) for word in m[:5]] for m in maps] == [
-            [box[1], box[0], view.ctypes.data, *view.shape] for view, box in zip(views, boxes)]
+        assert [[int(word) for word in m[:6]] for m in maps] == [
+            [box[1], box[0], view.ctypes.data, *view.shape, view.strides[0]]
+            for view, box in zip(views, boxes)]
+    for unfit in (matrix[:, ::2], matrix.reshape(-1)[:1530].reshape(102, 15)):
+        with pytest.raises(ValueError, match="a tensor map describes one whose rows"):
+            tensor_map(unfit, *BOX)
     mine = set(tiles._tensor_maps) - before
     assert len(mine) == 1, "the maps of one allocation's views are kept together"
     for rows in range(16, 216):      # each matrix freed as the next is made
         tensor_map(cuda.device_array((rows, 32), np.float32), *BOX)
     assert set(tiles._tensor_maps) - before == mine, (
         "a live matrix's maps were dropped, or a freed one's kept")
-    del matrix, views, maps
+    del matrix, views, maps, unfit
     assert not set(tiles._tensor_maps) & mine, "a freed matrix's maps are kept"
     if not ON_GPU:
         src, dst = (cuda.to_device(rng.standard_normal((48, 32)).astype(np.float32))
