@@ -743,24 +743,27 @@ PTX_SIGNATURES = [
 _opted_in = set()
 
 
-def _allow_dynamic_shared(kernel, signature, size):
+def _allow_dynamic_shared(kernel, epilogue, tile, layouts):
     """More than 48 KiB of dynamic shared memory needs the driver's opt-in attribute on the
     compiled kernel, which numba-cuda has no API for: set it through the driver bindings,
-    once per kernel and device, on the kernel (context-independent, what numba-cuda
-    launches) and on its function in this context (what the launch resolves it to)."""
+    once per overload (the layouts of a and b: a view compiles one of its own) and device,
+    on the kernel (context-independent, what numba-cuda launches) and on its function in
+    this context (what the launch resolves it to)."""
+    size = tile.shared_bytes
     if SIMULATOR or size <= SHARED_LIMIT:
         return
     from numba.cuda.cudadrv.driver import binding, driver
 
     device = cuda.get_current_device().id
-    if (id(kernel), device) not in _opted_in:     # (looking up the overload costs more
-        compiled = kernel.compile(signature)        # than a launch: once only)
+    key = (id(kernel), layouts, device)
+    if key not in _opted_in:           # (looking up the overload costs more than a launch:
+        compiled = kernel.compile(_signature(epilogue, tile, *layouts))       # once only)
         attribute = (binding.CUfunction_attribute
                      .CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
         handle = compiled._codelibrary.get_cufunc().handle
         driver.cuKernelSetAttribute(attribute, size, handle, device)
         driver.cuFuncSetAttribute(driver.cuKernelGetFunction(handle), attribute, size)
-        _opted_in.add((id(kernel), device))
+        _opted_in.add(key)
 
 
 # ----------------------------------------------------------------------------------
@@ -847,7 +850,7 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
                   and device_address(arr) % 16 == 0 for arr in (a, b))
     fold = steps_per_split * tile.depth > max_chain
     kernel = _kernel(bool(transpose_a), bool(transpose_b), epilogue, aligned, fold, tile)
-    layouts = ["C" if arr.is_c_contiguous() else "A" for arr in (a, b)]
+    layouts = tuple("C" if arr.is_c_contiguous() else "A" for arr in (a, b))
     # an int32, as _signature says: the launch then runs the overload compiled for it
     # (a Python int would compile another, for int64, without the shared-memory opt-in)
     steps_per_split = np.int32(steps_per_split)
@@ -858,7 +861,7 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
         out_map, pre_map = (tensor_map(arr, 64, min(cols, 64 if out_bf16 else 32))
                             for arr in (out, pre))
         grid = (GROUP * split_k, ceil_div(N, cols), ceil_div(M, GROUP * rows))
-        _allow_dynamic_shared(kernel, _signature(epilogue, tile, *layouts), tile.shared_bytes)
+        _allow_dynamic_shared(kernel, epilogue, tile, layouts)
         kernel[grid, tile.threads, stream, tile.shared_bytes](
             out, pre, a, b, a_map, b_map, out_map, pre_map, steps_per_split)
     else:

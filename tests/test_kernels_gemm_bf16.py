@@ -17,8 +17,8 @@ Tolerances, derived:
 """
 import numpy as np
 import pytest
-from helpers import (REAL_SHAPES, TOL_BF16_OUT, TOL_F32_OP, assert_close, bf16, from_bf16,
-                     poisoned, randn)
+from helpers import (ON_GPU, REAL_SHAPES, TOL_BF16_OUT, TOL_F32_OP, assert_close, bf16,
+                     from_bf16, poisoned, randn)
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from numba import cuda
@@ -191,6 +191,18 @@ def test_a_part_of_the_lm_head_dw():
     lo, hi = row_ranges(50304, HEAD_DW_PARTS)[1]
     check_matmul_bf16(hi - lo, 768, 16384, True, False, "accumulate", None, seed=5,
                       split_k=None, pitched=True)
+
+
+def test_a_kernel_takes_a_matrix_then_a_view():
+    """The same product with a a matrix of its own and then a view of some of a wider
+    one's columns: one kernel, two overloads (a view compiles its own), each of which needs
+    the driver's opt-in for its shared memory on a GPU (the view's launch was refused when
+    the opt-in was kept per kernel)."""
+    tile = gemm_bf16.WIDE_TILE if ON_GPU else WgmmaTile(64, 16, 16, 3, 1)
+    M, N, K = (2 * tile.rows, 2 * tile.cols, 4 * tile.depth) if ON_GPU else (64, 16, 48)
+    for pitched in (False, True):
+        check_matmul_bf16(M, N, K, True, False, "split_k", tile, seed=8, split_k=2,
+                          pitched=pitched)
 
 
 @pytest.mark.parametrize("tile", [gemm_bf16.WIDE_TILE, gemm_bf16.FOLD_TILE, gemm_bf16.TALL_TILE,
