@@ -16,6 +16,8 @@ An empty axis that a result is normalised over (LayerNorm's C, cross-entropy's V
 attention's head_dim D) has no result and raises ValueError (``check_not_empty``).
 """
 
+import weakref
+
 import numpy as np
 from numba import config, cuda
 
@@ -50,6 +52,34 @@ def device_address(arr):
     if SIMULATOR:
         return arr.ctypes.data
     return arr.device_ctypes_pointer.value or 0
+
+
+# id(allocation) -> {key: object}: what kept_with made for the arrays of each allocation
+# alive (an entry goes when its allocation is collected, before the id can be reused)
+_kept = {}
+
+
+def _allocation(arr):
+    """The object that owns arr's memory and frees it when it goes: numba's allocation
+    (a view's is its base's); in the simulator, the NumPy array that owns the data."""
+    if SIMULATOR:
+        data = getattr(arr, "_ary", arr)
+        return data if data.base is None else data.base
+    return arr.gpu_data.owner
+
+
+def kept_with(arr, key, make):
+    """make(), called once per key for arr's allocation and kept as long as that memory
+    lives, neither less nor more: what a launch made for an array and a captured graph
+    holds the address of (a tensor map, a reduction's scratch)."""
+    owner = _allocation(arr)
+    if id(owner) not in _kept:
+        _kept[id(owner)] = {}
+        weakref.finalize(owner, _kept.pop, id(owner))
+    kept = _kept[id(owner)]
+    if key not in kept:
+        kept[key] = make()
+    return kept[key]
 
 
 def fill_zero(arr, stream=0):

@@ -6,20 +6,25 @@ reads them every log interval instead of every step.
 NumPy twins: ``numpy.sum``, ``microgpt.reference.global_norm`` squared, and
 ``NumpyBackend.record_step``.
 
-Two launches: one thread zeroes the (1,) output, then a grid of at most MAX_BLOCKS blocks
-strides over the array, each thread accumulating its float32 partial sum, each block
-reducing its threads' partials (kernels.common.block_sum) and adding the block's total to
-the output with one atomic. MAX_BLOCKS blocks are enough to keep every SM of an H200
-streaming while keeping the atomics (and their rounding) few. The simulator, which pays
-~1 ms per simulated thread, takes two (a 15,000-parameter model's gradient norm was 30
-blocks, 20 s): the stride a GPU takes over andrea-120m's gradient, and still two atomics.
+Two launches: a grid of at most MAX_BLOCKS blocks strides over the array, each thread
+accumulating its float32 partial sum, each block reducing its threads' partials
+(kernels.common.block_sum) and writing the block's total to a scratch slot of its own;
+then one block sums the slots. Every step of it has a fixed order, so the same array gives
+the same bits every time: the gradient norm scales every rank's update of a data-parallel
+step, and with the blocks' totals added by atomics (in the order they finished) the ranks'
+norms, and so their parameters, drifted apart by a rounding now and then. The scratch is
+kept with the output's allocation (common.kept_with), which a captured step's launches
+hold. MAX_BLOCKS blocks keep every SM of an H200 streaming. The simulator, which pays ~1 ms
+per simulated thread, takes two (a 15,000-parameter model's gradient norm was 30 blocks,
+20 s): the stride a GPU takes over andrea-120m's gradient.
 """
 import math
 
+import numpy as np
 from numba import boolean, cuda, float32, int32
 
 from microgpt.kernels.common import (REDUCE_SCRATCH, SIMULATOR, WARP, block_sum, ceil_div,
-                                     check_array, check_block_size)
+                                     check_array, check_block_size, kept_with)
 
 BLOCK = 512
 MAX_BLOCKS = 2 if SIMULATOR else 1024
@@ -29,13 +34,8 @@ MAX_BLOCKS = 2 if SIMULATOR else 1024
 # kernels
 
 @cuda.jit
-def _zero_kernel(out):
-    out[0] = float32(0.0)
-
-
-@cuda.jit
-def _sum_kernel(out, x, square):
-    # out (1,) += sum of x (n,), or of its squares; out must start at 0
+def _block_sums_kernel(totals, x, square):
+    # totals[b] = block b's share of the sum of x (n,), or of its squares
     scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
     partial = float32(0.0)
     for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
@@ -43,7 +43,19 @@ def _sum_kernel(out, x, square):
         partial += value * value if square else value
     block_total = block_sum(partial, scratch)
     if cuda.threadIdx.x == 0:
-        cuda.atomic.add(out, 0, block_total)
+        totals[cuda.blockIdx.x] = block_total
+
+
+@cuda.jit
+def _total_kernel(out, totals):
+    # one block: out (1,) = the sum of totals (blocks,)
+    scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
+    partial = float32(0.0)
+    for i in range(cuda.threadIdx.x, totals.size, cuda.blockDim.x):
+        partial += totals[i]
+    total = block_sum(partial, scratch)
+    if cuda.threadIdx.x == 0:
+        out[0] = total
 
 
 @cuda.jit
@@ -63,8 +75,8 @@ def _record_step_kernel(log, losses, norm_squared, hparams):
 
 
 PTX_SIGNATURES = [
-    (_zero_kernel, (float32[::1],)),
-    (_sum_kernel, (float32[::1], float32[::1], boolean)),
+    (_block_sums_kernel, (float32[::1], float32[::1], boolean)),
+    (_total_kernel, (float32[::1], float32[::1])),
     (_record_step_kernel, (float32[:, ::1], float32[::1], float32[::1], float32[::1])),
 ]
 
@@ -81,8 +93,9 @@ def _launch_sum(out, x, square, stream, block, max_blocks):
     if max_blocks < 1:
         raise ValueError(f"max_blocks must be at least 1, got {max_blocks}")
     grid = max(1, min(ceil_div(x.size, block), max_blocks))
-    _zero_kernel[1, 1, stream](out)
-    _sum_kernel[grid, block, stream](out, x, square)
+    totals = kept_with(out, ("block totals", grid), lambda: cuda.device_array(grid, np.float32))
+    _block_sums_kernel[grid, block, stream](totals, x, square)
+    _total_kernel[1, block, stream](out, totals)
 
 
 def sum_to(out, x, *, stream=0, block=BLOCK, max_blocks=MAX_BLOCKS):

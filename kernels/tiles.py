@@ -23,12 +23,11 @@ wgmma operand as it stands; `wgmma_operand` gives its descriptor's constant fiel
 bulk tensor copy engine writes the same swizzle when it copies a box of a matrix in
 (`tensor_map` describes the matrix and the box to it), and reads it when it copies one out.
 """
-import weakref
 
 import numpy as np
 from numba import cuda, int32, int64, uint16, uint32, uint64
 
-from microgpt.kernels.common import SIMULATOR, device_address
+from microgpt.kernels.common import SIMULATOR, device_address, kept_with
 from microgpt.kernels.mma import (CHUNK, MMA_K, cp_async_16, ldmatrix_x4, ldmatrix_x4_trans,
                                   shared_address, swizzle)
 
@@ -96,31 +95,6 @@ def tma_ready(matrix):
         SIMULATOR or matrix.__cuda_array_interface__["data"][0] % 16 == 0)
 
 
-# id(allocation) -> {(address, rows, cols, itemsize, box rows, box cols): map}. A captured
-# step's launches hold their maps' addresses, so a map lives as long as its matrix's
-# allocation, neither less nor more (the entry goes when the allocation is collected,
-# before its id can be reused): the cache holds the maps of the live matrices alone, and
-# an address that a new allocation reuses finds none of the old one's.
-_tensor_maps = {}
-
-
-def _allocation(matrix):
-    """The object that owns matrix's memory and frees it when it goes: numba's allocation
-    (a view's is its base's); in the simulator, the NumPy array that owns the data."""
-    if SIMULATOR:
-        data = getattr(matrix, "_ary", matrix)
-        return data if data.base is None else data.base
-    return matrix.gpu_data.owner
-
-
-def _maps_of(matrix):
-    owner = _allocation(matrix)
-    if id(owner) not in _tensor_maps:
-        _tensor_maps[id(owner)] = {}
-        weakref.finalize(owner, _tensor_maps.pop, id(owner))
-    return _tensor_maps[id(owner)]
-
-
 def tensor_map(matrix, box_rows, box_cols):
     """The tensor map with which the bulk tensor copies move box_rows x box_cols boxes
     between the row-major matrix (bf16 as uint16, or float32; tma_ready: a view of some
@@ -138,12 +112,12 @@ def tensor_map(matrix, box_rows, box_cols):
                          f"{tuple(matrix.strides)}; a tensor map describes one whose rows' "
                          "elements are adjacent and whose rows start 16-byte aligned")
     R, C = matrix.shape
+    # a captured step's launches hold their maps' addresses: a map lives as long as its
+    # matrix's allocation (common.kept_with), and an address that a new allocation reuses
+    # finds none of the old one's
     key = (device_address(matrix), R, C, matrix.strides[0], matrix.dtype.itemsize, box_rows,
            box_cols)
-    maps = _maps_of(matrix)
-    if key not in maps:
-        maps[key] = _encode(*key)
-    return maps[key]
+    return kept_with(matrix, key, lambda: _encode(*key))
 
 
 def _encode(address, R, C, pitch, size, box_rows, box_cols):

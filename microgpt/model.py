@@ -150,8 +150,9 @@ class Buffers:
                 yield s.name, value
 
 
-# the launches of the tied head's dW in a data-parallel step (enqueue_backward)
-HEAD_DW_PARTS = 4
+# the launches of the tied head's dW in a data-parallel step (enqueue_backward): 8 ran
+# faster than 4 and 16 on two H200s (docs/gpu.md)
+HEAD_DW_PARTS = 8
 
 
 def row_ranges(n, parts, multiple=8):

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numba import cuda, float32, int32, uint16, uint32, uint64
 
-from microgpt.kernels import tiles
+from microgpt.kernels import common
 from microgpt.kernels.mma import (CHUNK, SHARED_ALIGN, bits_to_float32, bulk_commit,
                                   bulk_wait, cp_async_4, cp_async_16, cp_async_commit,
                                   cp_async_wait_group, exp2_ftz, fence_barrier_init,
@@ -429,7 +429,7 @@ def test_tensor_maps_live_as_long_as_their_matrices():
     the cache holds those of the live ones alone. In the simulator a map also says which
     matrix it describes, and a copy through the map of another matrix is refused."""
     rng = np.random.default_rng(5)
-    before = set(tiles._tensor_maps)
+    before = set(common._kept)
     matrix = cuda.to_device(rng.standard_normal((48, 32)).astype(np.float32))
     views = [matrix, matrix, matrix, matrix.reshape(32, 48), matrix[16:], matrix[:, :28],
              matrix.reshape(96, 16)[::2, :12]]
@@ -444,14 +444,14 @@ def test_tensor_maps_live_as_long_as_their_matrices():
     for unfit in (matrix[:, ::2], matrix.reshape(-1)[:1530].reshape(102, 15)):
         with pytest.raises(ValueError, match="a tensor map describes one whose rows"):
             tensor_map(unfit, *BOX)
-    mine = set(tiles._tensor_maps) - before
+    mine = set(common._kept) - before
     assert len(mine) == 1, "the maps of one allocation's views are kept together"
     for rows in range(16, 216):      # each matrix freed as the next is made
         tensor_map(cuda.device_array((rows, 32), np.float32), *BOX)
-    assert set(tiles._tensor_maps) - before == mine, (
+    assert set(common._kept) - before == mine, (
         "a live matrix's maps were dropped, or a freed one's kept")
     del matrix, views, maps, unfit
-    assert not set(tiles._tensor_maps) & mine, "a freed matrix's maps are kept"
+    assert not set(common._kept) & mine, "a freed matrix's maps are kept"
     if not ON_GPU:
         src, dst = (cuda.to_device(rng.standard_normal((48, 32)).astype(np.float32))
                     for _ in range(2))

@@ -200,6 +200,20 @@ def test_default_blocks():
                 bf16_copy=True)
 
 
+@given(n=LENGTHS, max_blocks=MAX_BLOCKS, seed=SEEDS)
+def test_a_sum_is_the_same_bits_every_time(n, max_blocks, seed):
+    """The blocks' totals are summed in a fixed order, never by atomics in the order the
+    blocks finish: a data-parallel world's ranks scale their updates by the gradient norm
+    each computes, and must get the same bits (tests/test_distributed.py)."""
+    x = cuda.to_device(randn(np.random.default_rng(seed), n))
+    out = cuda.to_device(poisoned(1))
+    sums = set()
+    for _ in range(10 if REAL_SHAPES else 2):
+        reductions.sum_squares_to(out, x, block=32, max_blocks=max_blocks)
+        sums.add(out.copy_to_host().tobytes())
+    assert len(sums) == 1
+
+
 def test_a_sum_over_nothing_is_zero():
     """The empty-input rule (kernels/common.py): the identity is written over the poison."""
     empty = cuda.to_device(np.ones(0, np.float32))
