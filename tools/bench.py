@@ -174,14 +174,17 @@ def bench_gemm(reps, sweep, captured=False):
     return rows
 
 
-def gemm_report(rows, sweep):
+def gemm_report(rows, sweep, captured=False):
     lines = ["## bf16 GEMMs of a training step (tensor cores) against torch.mm bf16 (cuBLAS)",
              "",
              "Forward and dX products write what the model's bf16 step writes (bf16 where a "
              "matmul or attention reads it next, float32 into the residual stream and its "
              "gradient; the MLP's GELU epilogues left out: a plain bf16 product); dW products "
              "accumulate into float32 (split-K by default where the output has few tiles); "
-             "torch.mm writes bf16 in every row.",
+             "torch.mm writes bf16 in every row. "
+             + ("microgpt's launches are timed captured in a CUDA graph, 20 a replay, the "
+                "best replay; torch.mm's eagerly (CUDA events around its launches)."
+                if captured else "Both are timed eagerly (CUDA events around the launches)."),
              "",
              "| config | product | M x N x K | microgpt ms | TFLOP/s | torch ms | TFLOP/s | "
              "ratio |" + (" best TFLOP/s | best tile, split |" if sweep else ""),
@@ -926,7 +929,8 @@ def versions(device="cuda"):
 
 
 def write_report(path, gemm, kernels, steps, command, sweep=False, attention=(),
-                 attention_sweep=False, fused=(), generation=(), device="cuda"):
+                 attention_sweep=False, fused=(), generation=(), device="cuda",
+                 gemm_captured=False):
     lines = [
         f"# Benchmark results ({datetime.date.today().isoformat()})",
         "",
@@ -938,7 +942,7 @@ def write_report(path, gemm, kernels, steps, command, sweep=False, attention=(),
         "",
     ]
     if gemm:
-        lines += gemm_report(gemm, sweep)
+        lines += gemm_report(gemm, sweep, gemm_captured)
     if attention:
         lines += attention_report(attention, attention_sweep)
     if fused:
@@ -1054,7 +1058,7 @@ def main(argv=None):
     generation = (bench_generate("cuda", args.gen_tokens, args.gen_before_tokens)
                   if args.only in (None, "generate") else [])
     write_report(args.out, gemm, kernels, steps, command, args.gemm_sweep, attention,
-                 args.attention_sweep, fused, generation)
+                 args.attention_sweep, fused, generation, gemm_captured=args.gemm_captured)
     return 0
 
 
