@@ -9,7 +9,7 @@ NumPy twins: ``numpy.sum``, ``microgpt.reference.global_norm`` squared, and
 Two launches: a grid of at most MAX_BLOCKS blocks strides over the array, each thread
 accumulating its float32 partial sum, each block reducing its threads' partials
 (kernels.common.block_sum) and writing the block's total to a scratch slot of its own;
-then one block sums the slots. Every step of it has a fixed order, so the same array gives
+then the same kernel, one block of it, sums the slots. Every step of it has a fixed order, so the same array gives
 the same bits every time: the gradient norm scales every rank's update of a data-parallel
 step, and with the blocks' totals added by atomics (in the order they finished) the ranks'
 norms, and so their parameters, drifted apart by a rounding now and then. The scratch is
@@ -47,18 +47,6 @@ def _block_sums_kernel(totals, x, square):
 
 
 @cuda.jit
-def _total_kernel(out, totals):
-    # one block: out (1,) = the sum of totals (blocks,)
-    scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
-    partial = float32(0.0)
-    for i in range(cuda.threadIdx.x, totals.size, cuda.blockDim.x):
-        partial += totals[i]
-    total = block_sum(partial, scratch)
-    if cuda.threadIdx.x == 0:
-        out[0] = total
-
-
-@cuda.jit
 def _record_step_kernel(log, losses, norm_squared, hparams):
     # one block: row (step - 1) % rows of log (rows, 3) = the mean of losses (n,), the
     # gradient norm sqrt(norm_squared[0]) and the learning rate hparams[1]
@@ -76,7 +64,6 @@ def _record_step_kernel(log, losses, norm_squared, hparams):
 
 PTX_SIGNATURES = [
     (_block_sums_kernel, (float32[::1], float32[::1], boolean)),
-    (_total_kernel, (float32[::1], float32[::1])),
     (_record_step_kernel, (float32[:, ::1], float32[::1], float32[::1], float32[::1])),
 ]
 
@@ -95,7 +82,7 @@ def _launch_sum(out, x, square, stream, block, max_blocks):
     grid = max(1, min(ceil_div(x.size, block), max_blocks))
     totals = kept_with(out, ("block totals", grid), lambda: cuda.device_array(grid, np.float32))
     _block_sums_kernel[grid, block, stream](totals, x, square)
-    _total_kernel[1, block, stream](out, totals)
+    _block_sums_kernel[1, block, stream](out, totals, False)     # one block: the total
 
 
 def sum_to(out, x, *, stream=0, block=BLOCK, max_blocks=MAX_BLOCKS):
