@@ -109,6 +109,7 @@ def compile_all(part=0, parts=1):
             else:
                 record["local_memory"] = ".local" in ptx
                 record["float64"] = re.search(r"\.f64\b", ptx) is not None
+                record["atomics"] = re.search(r"\b(atom|red)\.", ptx) is not None
                 (record["assembly_error"], record["stack_bytes"],
                  record["wgmma_serialized"]) = assemble(ptx)
             records.append(record)
@@ -175,6 +176,20 @@ def test_kernels_use_registers_and_float32_only(records):
         if "kernel" in r and "error" not in r:
             assert not r["local_memory"], f"{r['module']}.{r['kernel']} uses local memory"
             assert not r["float64"], f"{r['module']}.{r['kernel']} computes in float64"
+
+
+# the kernels between a data-parallel step's gradient average and its update: the gradient
+# norm and AdamW. Every rank runs them on the same bits, and must get the same bits back,
+# or the ranks' parameters drift apart (docs/gpu.md); atomics add in the order the blocks
+# happen to finish
+SAME_BITS_EVERY_TIME = {"reductions", "adamw"}
+
+
+def test_the_update_kernels_use_no_atomics(records):
+    kernels = [r for r in records if r.get("module") in SAME_BITS_EVERY_TIME and "kernel" in r]
+    assert {r["module"] for r in kernels} == SAME_BITS_EVERY_TIME
+    assert [f"{r['module']}.{r['kernel']}" for r in kernels
+            if "error" not in r and r["atomics"]] == []
 
 
 if __name__ == "__main__":
