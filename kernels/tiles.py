@@ -137,8 +137,9 @@ def _encode(address, R, C, pitch, size, box_rows, box_cols):
         cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
     if status != cu.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuTensorMapEncodeTiled failed ({status.name}) for a "
-                           f"{R} x {C} matrix (rows {pitch} bytes apart) in boxes of {box_rows} x {box_cols}")
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed ({status.name}) for a {R} x {C} "
+                           f"matrix (rows {pitch} bytes apart) in boxes of {box_rows} x "
+                           f"{box_cols}")
     return cuda.to_device(np.array([int(word) for word in encoded.opaque], np.uint64))
 
 

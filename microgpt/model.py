@@ -159,7 +159,7 @@ def row_ranges(n, parts, multiple=8):
     """[lo, hi) ranges that tile range(n) in about `parts` equal parts, each bound but the
     last a multiple of `multiple` (8 bf16 columns: a view of dlogits' columns starts on a
     16-byte boundary, as the bulk tensor copies need); empty ones left out."""
-    bounds = [round(n * k / parts / multiple) * multiple for k in range(parts)] + [n]
+    bounds = [min(n, round(n * k / parts / multiple) * multiple) for k in range(parts)] + [n]
     return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
 
 

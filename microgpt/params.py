@@ -74,6 +74,8 @@ class ParamLayout:
         spec = next(s for s in self.specs if s.name == name)
         row = spec.size // spec.shape[0]
         last = spec.shape[0] if last is None else last
+        if not 0 <= first <= last <= spec.shape[0]:
+            raise ValueError(f"rows [{first}, {last}) of {name}, which has {spec.shape[0]}")
         return self.offsets[name] + first * row, self.offsets[name] + last * row
 
     @property

@@ -4,11 +4,12 @@ import math
 import numpy as np
 import pytest
 from helpers import assert_close
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from microgpt import GPT, reference as ref
 from microgpt.config import GPTConfig, get_config
+from microgpt.model import row_ranges
 from microgpt.optim import AdamW, AdamWConfig, lr_at
 
 CPU = settings(settings.get_profile("cpu"))
@@ -168,3 +169,18 @@ def test_any_config_runs_and_its_grads_mirror_the_state_dict(cfg, data, seed):
     for name, grad in grads.items():
         assert grad.shape == state[name].shape, name
         assert np.all(np.isfinite(grad)), name
+
+
+@example(n=14, parts=8)      # a bound rounded up past n: the last range overran wte's rows
+@given(n=st.integers(1, 60000), parts=st.integers(1, 20))
+def test_row_ranges_tile_the_rows(n, parts):
+    """The ranges the data-parallel backward takes the tied head's dW in: they tile [0, n)
+    in order, at most `parts` of them, none empty, every bound but n a multiple of 8 (a
+    view of dlogits' columns then starts 16-byte aligned), and about equal (a bound is
+    within 4 rows of n k / parts)."""
+    ranges = row_ranges(n, parts)
+    assert 1 <= len(ranges) <= parts
+    assert ranges[0][0] == 0 and ranges[-1][1] == n
+    assert all(lo < hi for lo, hi in ranges)
+    assert all(a[1] == b[0] and a[1] % 8 == 0 for a, b in zip(ranges, ranges[1:]))
+    assert all(hi - lo <= n / parts + 8 for lo, hi in ranges)
