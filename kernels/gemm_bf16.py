@@ -359,7 +359,7 @@ def _matmul_bf16_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile)
     @cuda.jit(device=True, inline=True)
     def copy_slab(a_smem, b_smem, a, b, stage, k0, m0, n0):
         # an operand's rows lie strides[0] apart: its own width, or more for a view of
-        # some of a wider matrix's columns (the launcher's `pitched`)
+        # some of a wider matrix's columns (matmul_bf16 takes both)
         a_pitch, b_pitch = a.strides[0] // 2, b.strides[0] // 2
         if transpose_a:
             copy_a(a_smem, stage * a_size, a, k0, m0, a_pitch)

@@ -37,7 +37,7 @@ def poison(backend, buffers):
 
 def poison_activations(model, B, T):
     """Allocate the model's own (B, T) buffers and poison them."""
-    model._acts = Buffers(model.backend, activation_specs(model.config, B, T))
+    model._acts = Buffers(model.backend, activation_specs(model.config, B, T, model.precision))
     poison(model.backend, model._acts)
 
 
@@ -345,12 +345,11 @@ def test_a_data_parallel_backward_takes_the_head_in_parts(precision):
     the product in one launch; wte announced in more than one range. The two differ only
     in the order of float32 sums (split-K's, by the tile each range's shape takes)."""
     name, overrides, B, T = BF16_CASES[0] if precision == "bf16" else CASES[0]
-    cfg = get_config(name, **overrides, **({} if ON_GPU else {"n_layer": 1}))
+    cfg = get_config(name, **{**overrides, **({} if ON_GPU else {"n_layer": 1})})
     rng = np.random.default_rng(11)
     tokens, targets = (rng.integers(0, cfg.vocab_size, (B, T)) for _ in range(2))
     model = GPT(cfg, backend="cuda", seed=3, precision=precision)
-    if precision == "fp32":       # (bf16's buffers are the Step's: none to poison here)
-        poison_activations(model, B, T)
+    poison_activations(model, B, T)
     model.forward_backward(tokens, targets)
     whole = model.layout.views(model.backend.to_host(model.grads_flat))
     sync = RangesOnly()
