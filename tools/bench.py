@@ -56,7 +56,10 @@ def cuda_time(fn, reps, warmup=2):
     return cuda.event_elapsed_time(start, stop) / reps
 
 
-def captured_time(fn, reps, ops, launches=20):
+CAPTURED_LAUNCHES = 20     # of one GEMM in a graph, for captured_time
+
+
+def captured_time(fn, reps, ops, launches=CAPTURED_LAUNCHES):
     """Milliseconds a launch of fn(stream) takes inside a CUDA graph, as a captured step
     runs it: `launches` of them captured in one graph on the backend's stream, the fastest
     of reps replays. fn runs once eagerly first (it compiles there, and makes its tensor
@@ -182,8 +185,9 @@ def gemm_report(rows, sweep, captured=False):
              "gradient; the MLP's GELU epilogues left out: a plain bf16 product); dW products "
              "accumulate into float32 (split-K by default where the output has few tiles); "
              "torch.mm writes bf16 in every row. "
-             + ("microgpt's launches are timed captured in a CUDA graph, 20 a replay, the "
-                "best replay; torch.mm's eagerly (CUDA events around its launches)."
+             + (f"microgpt's launches are timed captured in a CUDA graph, "
+                f"{CAPTURED_LAUNCHES} a replay, the best replay; torch.mm's eagerly (CUDA "
+                "events around its launches)."
                 if captured else "Both are timed eagerly (CUDA events around the launches)."),
              "",
              "| config | product | M x N x K | microgpt ms | TFLOP/s | torch ms | TFLOP/s | "
@@ -1024,8 +1028,9 @@ def main(argv=None):
     parser.add_argument("--gemm-sweep", action="store_true",
                         help="time every tile and split-K candidate of each GEMM")
     parser.add_argument("--gemm-captured", action="store_true",
-                        help="time microgpt's GEMM launches captured in a CUDA graph, 20 a "
-                             "replay, as the step runs them (torch.mm stays eager)")
+                        help=f"time microgpt's GEMM launches captured in a CUDA graph, "
+                             f"{CAPTURED_LAUNCHES} a replay, as the step runs them (torch.mm "
+                             "stays eager)")
     parser.add_argument("--attention-sweep", action="store_true",
                         help="time the tile candidates of each flash attention pass")
     parser.add_argument("--no-torch-compile", action="store_true",
