@@ -58,8 +58,8 @@ def test_every_op_has_a_kernel_test(op):
 
 def test_every_op_has_a_bench_row():
     """tools/bench.py times each op of an andrea-120m step: ops.<name>(...) in its kernels
-    section."""
-    tree = ast.parse((ROOT / "tools" / "bench.py").read_text())
+    section (tools/benchmarks/kernels.py)."""
+    tree = ast.parse((ROOT / "tools" / "benchmarks" / "kernels.py").read_text())
     bench = next(f for f in ast.walk(tree)
                  if isinstance(f, ast.FunctionDef) and f.name == "bench_kernels")
     called = {node.func.attr for node in ast.walk(bench)

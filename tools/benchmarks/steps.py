@@ -1,0 +1,139 @@
+"""Whole training steps (forward, backward, AdamW): microgpt against the PyTorch GPT of
+the same architecture."""
+
+import time
+
+import numpy as np
+from torch_gpt import torch_gpt
+
+
+def bench_steps(reps, compile_torch=True, fp32=True):
+    import torch
+    from numba import cuda
+    from microgpt import GPT, get_config
+    from microgpt.optim import AdamW, AdamWConfig
+    from microgpt.step import Step
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    out = []
+    for name, B, T in (("andrea-12m", 64, 256), ("andrea-120m", 16, 1024)):
+        cfg = get_config(name)
+        rng = np.random.default_rng(0)
+        idx = rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
+        targets = rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
+
+        row = {}
+        runs = ([("fp32", True)] if fp32 else []) + [("bf16", False), ("bf16", True)]
+        for precision, graph in runs:
+            free_before, total = cuda.current_context().get_memory_info()
+            model = GPT(cfg, backend="cuda", precision=precision)
+            step = Step(model, AdamW(model, AdamWConfig(total_steps=10**6)), B, T, graph=graph)
+            for _ in range(2):          # compile; then capture
+                step.run(idx, targets)
+            step.metrics()
+            # the host's cost of a step, the device idle: what a graph saves
+            host = []
+            for _ in range(min(reps, 5)):
+                model.backend.synchronize()
+                t0 = time.perf_counter()
+                step.run(idx, targets)
+                host.append(time.perf_counter() - t0)
+            step.metrics()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                step.run(idx, targets)
+            step.metrics()              # the one read back, which waits for the device
+            ours_s = (time.perf_counter() - t0) / reps
+            free_after, _ = cuda.current_context().get_memory_info()
+            label = f"ours_{precision}_{'graph' if graph else 'eager'}"
+            row[label + "_tok_s"] = B * T / ours_s
+            row[label + "_host_ms"] = 1e3 * float(np.median(host))
+            row[f"ours_{precision}_gib"] = (free_before - free_after) / 2**30
+            model = step = None         # free the device memory before the next runs
+        row.update(config=name, B=B, T=T)
+        t_idx, t_targets = (
+            torch.from_numpy(idx).long().cuda(),
+            torch.from_numpy(targets).long().cuda(),
+        )
+        torch_runs = ([("torch_fp32", False, False)] if fp32 else []) + [
+            ("torch_bf16", True, False)]
+        if compile_torch:
+            torch_runs.append(("torch_compile", True, True))
+        for label, autocast, compiled in torch_runs:
+            tmodel = torch_gpt(cfg)
+            forward = torch.compile(tmodel) if compiled else tmodel
+            topt = torch.optim.AdamW(tmodel.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=True)
+            torch.cuda.reset_peak_memory_stats()
+
+            def torch_step():
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+                    loss = forward(t_idx, t_targets)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(tmodel.parameters(), 1.0)
+                topt.step()
+                topt.zero_grad(set_to_none=True)
+                return loss.item()
+
+            try:
+                for _ in range(3 if compiled else 1):     # compiled: its warm-up recompiles
+                    torch_step()
+            except Exception as e:      # torch.compile needs a toolchain the machine may lack
+                print(f"   {label} did not run: {type(e).__name__}: {e}"[:300], flush=True)
+                row[label + "_tok_s"] = row[label + "_gib"] = None
+                continue
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                torch_step()
+            torch.cuda.synchronize()
+            row[label + "_tok_s"] = B * T * reps / (time.perf_counter() - t0)
+            row[label + "_gib"] = torch.cuda.max_memory_allocated() / 2**30
+            tmodel = forward = topt = None
+            torch.cuda.empty_cache()
+        out.append(row)
+        print("  ", row, flush=True)
+    return out
+
+
+def steps_report(rows):
+    def cell(value, fmt):
+        return "n/a" if value is None else format(value, fmt)
+    lines = [
+        "## Whole training step (forward + backward + AdamW)",
+        "",
+        "tokens/s (peak device memory, GiB). microgpt's step is microgpt.step.Step replayed "
+        "as one CUDA graph; PyTorch's is the same architecture in float32 (TF32 off), "
+        "bf16 autocast (eager), and bf16 autocast under torch.compile, each with fused "
+        "AdamW and gradient clipping.",
+        "",
+        "| config | B x T | microgpt fp32 | microgpt bf16 | PyTorch fp32 | PyTorch bf16 | "
+        "torch.compile bf16 | bf16 / PyTorch bf16 | bf16 / torch.compile |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        cells = [r["config"], f"{r['B']} x {r['T']}"]
+        for tok_s, gib in (("ours_fp32_graph_tok_s", "ours_fp32_gib"),
+                           ("ours_bf16_graph_tok_s", "ours_bf16_gib"),
+                           ("torch_fp32_tok_s", "torch_fp32_gib"),
+                           ("torch_bf16_tok_s", "torch_bf16_gib"),
+                           ("torch_compile_tok_s", "torch_compile_gib")):
+            cells.append(f"{cell(r.get(tok_s), ',.0f')} ({cell(r.get(gib), '.1f')})")
+        ours = r["ours_bf16_graph_tok_s"]
+        for ref in ("torch_bf16_tok_s", "torch_compile_tok_s"):
+            cells.append(cell(r.get(ref) and ours / r[ref], ".2f"))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "microgpt's bf16 step launched op by op (eager) and replayed as one CUDA graph; "
+        "host ms: the Python side of one step with the device idle.",
+        "",
+        "| config | eager tok/s | eager host ms | graph tok/s | graph host ms |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['config']} | {r['ours_bf16_eager_tok_s']:,.0f} | "
+                     f"{r['ours_bf16_eager_host_ms']:.2f} | "
+                     f"{r['ours_bf16_graph_tok_s']:,.0f} | "
+                     f"{r['ours_bf16_graph_host_ms']:.2f} |")
+    return lines + [""]

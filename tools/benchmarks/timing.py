@@ -1,0 +1,54 @@
+"""Timers the sections share: CUDA events around eager launches, the replays of a
+captured graph, and torch's events for the PyTorch side."""
+
+def cuda_time(fn, reps, warmup=2):
+    """Mean milliseconds of fn() over reps, by CUDA events on the default stream."""
+    from numba import cuda
+
+    for _ in range(warmup):
+        fn()
+    start, stop = cuda.event(timing=True), cuda.event(timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    stop.record()
+    stop.synchronize()
+    return cuda.event_elapsed_time(start, stop) / reps
+
+
+CAPTURED_LAUNCHES = 20     # of one GEMM in a graph, for captured_time
+
+
+def captured_time(fn, reps, ops, launches=CAPTURED_LAUNCHES):
+    """Milliseconds a launch of fn(stream) takes inside a CUDA graph, as a captured step
+    runs it: `launches` of them captured in one graph on the backend's stream, the fastest
+    of reps replays. fn runs once eagerly first (it compiles there, and makes its tensor
+    maps, which the captured launches then find)."""
+    from numba import cuda
+
+    fn(ops.stream)
+    ops.synchronize()
+    graph = ops.capture(lambda: [fn(ops.stream) for _ in range(launches)])
+    best = float("inf")
+    for _ in range(reps):
+        start, stop = cuda.event(timing=True), cuda.event(timing=True)
+        start.record(ops.stream)
+        graph.replay()
+        stop.record(ops.stream)
+        stop.synchronize()
+        best = min(best, cuda.event_elapsed_time(start, stop) / launches)
+    return best
+
+
+def torch_time(fn, reps, warmup=2):
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) / reps
