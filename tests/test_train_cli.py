@@ -18,11 +18,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import microgpt.run
 from microgpt import GPT, metrics, sample, train
 from microgpt.backend import NumpyBackend, cuda_available
 from microgpt.checkpoint import LATEST, OPTIMIZER_FILE, load_checkpoint
 from microgpt.data import write_shard
+from microgpt.progress import Progress
+from microgpt.run import model_config
 from microgpt.step import Step
+from microgpt.train_args import DEFAULT_BPE_VOCAB, parse_args, resolve_args
 
 WORDS = ["def", "return", "self", "import", "class", "for", "in", "range", "print", "if",
          "else", "None", "True", "(", ")", ":", "=", "+", "0", "1", "\n", "    "]
@@ -202,9 +206,9 @@ def test_resume_may_extend_the_run(tiny, tmp_path, capsys):
 def test_default_run_configuration():
     """No arguments: the microgpt family at CPU size on the standard library, BPE at 1024
     tokens, and the schedule docs/training.md measured."""
-    args = train.resolve_args(train.parse_args([]), None)
+    args = resolve_args(parse_args([]), None)
     assert args.config is None and args.data is None and args.tokenizer is None
-    config = train.model_config(args, train.DEFAULT_BPE_VOCAB)
+    config = model_config(args, DEFAULT_BPE_VOCAB)
     assert (config.n_layer, config.d_model, config.n_head, config.context,
             config.vocab_size) == (1, 128, 4, 128, 1024)
     assert (args.steps, args.batch_size, args.lr, args.warmup) == (1200, 16, 3e-3, 60)
@@ -237,7 +241,7 @@ def test_default_precision_is_bf16_where_there_are_tensor_cores():
         choose_precision("bf16", gpu, wide)
     with pytest.raises(UserError, match="--precision bf16 needs the cuda backend"):
         choose_precision("bf16", NumpyBackend(), narrow)
-    assert train.parse_args([]).precision is None
+    assert parse_args([]).precision is None
 
 
 def write(path, content):
@@ -372,7 +376,7 @@ def test_progress_draws_a_live_line_on_a_terminal(monkeypatch, capsys):
             pass
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
-    progress = train.Progress(total_steps=10)
+    progress = Progress(total_steps=10)
     progress.step(3, 2.5, 0.25)
     assert terminal.written.startswith("\rstep 3/10 | loss 2.5000") and "eta 2s" in terminal.written
     progress.log_step(3, 2.5, None, 1e-3, 0.5, tokens_per_step=1000)
@@ -497,7 +501,7 @@ def test_a_locked_run_directory_is_refused(tiny, tmp_path, capsys):
 def test_the_default_run_name_does_not_collide(tiny, tmp_path, capsys, monkeypatch):
     """Two runs started in the same second: the second takes runs/NAME-2."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(train, "default_out", lambda: Path("runs") / "20261129-230000")
+    monkeypatch.setattr(microgpt.run, "default_out", lambda: Path("runs") / "20261129-230000")
     busy = tmp_path / "runs" / "20261129-230000"
     busy.mkdir(parents=True)
     fd = os.open(busy, os.O_RDONLY)

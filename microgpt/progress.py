@@ -1,0 +1,87 @@
+"""What a run shows while it trains (the log lines, the live line between them) and how it
+is stopped (Ctrl-C or SIGTERM: after the current step, with a checkpoint)."""
+import signal
+import sys
+import threading
+
+import numpy as np
+
+from microgpt.cli import Terminated
+
+
+class StopRequest:
+    """Ctrl-C or SIGTERM (what timeout, Slurm and Kubernetes send) during training asks the
+    loop to stop after the current step, so the checkpoint it saves is a consistent one; a
+    second signal quits at once. signum: the signal that asked, or None."""
+    NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
+
+    def __enter__(self):
+        self.signum = None
+        self._previous = {}
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._handle) for s in self.NAMES}
+        return self
+
+    @property
+    def requested(self):
+        return self.signum is not None
+
+    def _handle(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt if signum == signal.SIGINT else Terminated
+        self.signum = signum
+        name = self.NAMES[signum]
+        print(f"\n{name}: stopping after this step to save a checkpoint "
+              f"({name} again quits without saving)", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc):
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+
+
+class Progress:
+    """Log lines on stdout; on a terminal, also a live line on stderr between them. A
+    silent one (the data-parallel ranks but the first) only keeps the step times. With
+    metrics (a MetricsLog) every log line is also a record there; utilisation (a
+    metrics.Utilisation) adds the MFU."""
+
+    def __init__(self, total_steps, silent=False, metrics=None, utilisation=None):
+        self.total = total_steps
+        self.silent = silent
+        self.metrics, self.utilisation = metrics, utilisation
+        self.live = sys.stderr.isatty() and not silent
+        self.step_times = []          # seconds per step since the last log line
+
+    def step(self, step, loss, seconds):
+        self.step_times.append(seconds)
+        if self.live:
+            eta = (self.total - step) * seconds
+            sys.stderr.write(f"\rstep {step}/{self.total} | loss {loss:.4f} | "
+                             f"{seconds * 1e3:.0f} ms/step | eta {format_duration(eta)}  ")
+            sys.stderr.flush()
+
+    def log(self, line):
+        if self.silent:
+            return
+        if self.live:
+            sys.stderr.write("\r\033[K")
+        print(line, flush=True)
+
+    def log_step(self, step, loss, val, lr, norm, tokens_per_step):
+        seconds = float(np.mean(self.step_times))
+        self.step_times = []
+        val_text = f" | val {val:.4f}" if val is not None else ""
+        tokens_per_s = tokens_per_step / seconds
+        mfu = self.utilisation.mfu(tokens_per_s) if self.utilisation else None
+        mfu_text = f" | mfu {mfu:.1%}" if mfu is not None else ""
+        self.log(f"step {step:>{len(str(self.total))}}/{self.total} | loss {loss:.4f}{val_text} | "
+                 f"lr {lr:.2e} | norm {norm:.4f} | {seconds * 1e3:.0f} ms/step | "
+                 f"{tokens_per_s:,.0f} tok/s{mfu_text}")
+        if self.metrics:
+            self.metrics.write(step=step, loss=loss, val_loss=val, lr=lr, grad_norm=norm,
+                               tokens_per_s=round(tokens_per_s, 1), mfu=mfu)
+
+
+def format_duration(seconds):
+    minutes, seconds = divmod(int(round(seconds)), 60)
+    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"

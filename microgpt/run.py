@@ -1,0 +1,213 @@
+"""Setting up a run: every input checked, then the model, optimizer, data and step built
+(or restored from a checkpoint) into a Run, everything the training loop touches."""
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from microgpt.checkpoint import load_checkpoint
+from microgpt.cli import choose_precision
+from microgpt.config import CONFIGS, get_config
+from microgpt.data import (BatchLoader, default_cache_dir, load_tokens, shard_paths,
+                           tokens_signature, unigram_entropy)
+from microgpt.errors import UserError
+from microgpt.memory import check_memory
+from microgpt.model import GPT
+from microgpt.optim import AdamW, AdamWConfig
+from microgpt.ranks import check_ranks_agree, on_every_rank
+from microgpt.run_dir import RunDirectory, check_output_dir, default_out
+from microgpt.step import Step
+from microgpt.tokenizer import BPETokenizer, ByteTokenizer, TokenIds
+from microgpt.train_args import CPU_DEFAULT_MODEL, DEFAULT_BPE_VOCAB, TrainArgs, resolve_args
+
+
+def planned_tokenizer(args, shards):
+    """--tokenizer -> a tokenizer object, or None for "train BPE on the corpus"."""
+    if args.tokenizer == "bytes":
+        return ByteTokenizer()
+    if args.tokenizer in (None, "bpe"):
+        if shards and args.tokenizer == "bpe":
+            raise UserError("--tokenizer bpe trains on text, but --data holds token shards; pass "
+                            "the tokenizer.json they were made with, or no --tokenizer")
+        return None
+    path = Path(args.tokenizer)
+    if not path.is_file():
+        raise UserError(f"--tokenizer {args.tokenizer} is not bpe, bytes or a tokenizer.json file")
+    return BPETokenizer.from_file(path)
+
+
+def model_config(args, vocab_size):
+    """The GPTConfig the arguments describe, with vocab_size where neither --vocab-size nor
+    the named config fixes one."""
+    name = args.config or "microgpt"
+    overrides = dict(CPU_DEFAULT_MODEL) if args.config is None else {}
+    overrides.update({k: getattr(args, k) for k in ("n_layer", "d_model", "n_head", "context",
+                                                     "vocab_size") if getattr(args, k) is not None})
+    overrides.setdefault("vocab_size", CONFIGS.get(name, {}).get("vocab_size") or vocab_size)
+    return get_config(name, **overrides)
+
+
+@dataclass
+class Run:
+    """A run ready to train: everything the loop touches."""
+    args: TrainArgs
+    out: Path
+    model: object
+    optimizer: AdamW
+    tokenizer: object
+    loader: BatchLoader
+    val_batches: list       # [(inputs, targets)], int32 (B, T) each
+    entropy: float
+    step: int               # optimizer steps taken
+    history: dict           # "train": [loss per step], "val": [[step, loss], ...]
+    world: object           # distributed.SingleProcess, or this rank's data-parallel world
+    data_signature: str     # data.tokens_signature of the tokens, kept in every checkpoint
+    train_step: Step        # the device buffers of a step, and its captured graph
+
+    @property
+    def rows(self):
+        """This rank's rows of every (global) batch."""
+        local = self.args.batch_size // self.world.world_size
+        return slice(self.world.rank * local, (self.world.rank + 1) * local)
+
+    @property
+    def lead(self):
+        """Rank 0 logs, samples and writes checkpoints; the others only train."""
+        return self.world.rank == 0
+
+
+def setup(ns, world, backend, resources):
+    """Check every input, then load or build everything the loop needs -> Run. The run
+    directory's lock is entered into resources (a contextlib.ExitStack) and held to the end.
+    Under mpirun the ranks fail together (on_every_rank) and check that they agree."""
+    ckpt, args = on_every_rank(world, lambda: resume_args(ns))
+    check_ranks_agree(world, "arguments", dataclasses.asdict(args))
+    start = ckpt.state["step"] if ckpt else 0
+    out = on_every_rank(world, lambda: claim_output(ns, ckpt, args, world, resources))
+    cache_dir = ns.cache_dir or default_cache_dir()
+
+    def load():
+        try:
+            data, config = load_data(args, ckpt, cache_dir, world, backend, ns.precision)
+        finally:
+            if world.rank == 0:
+                world.barrier()
+        return data, config, tokens_signature(data)
+    if world.rank != 0:       # rank 0 trains the tokenizer and fills the cache; the rest read it
+        world.barrier()
+    data, config, signature = on_every_rank(world, load)
+    check_ranks_agree(world, "data", signature)
+    saved_signature = ckpt.state.get("data_signature") if ckpt else None
+    if saved_signature is not None and saved_signature != signature:
+        raise UserError(f"the data changed since the checkpoint was written ({data.source} "
+                        "holds other tokens now); resume with the data the run trained on, or "
+                        "start a new run")
+    tokenizer = data.tokenizer
+
+    T = config.context
+    loader = BatchLoader(data.train, args.batch_size, T, config.vocab_size, args.seed)
+    val_batches = BatchLoader(data.val, args.batch_size, T, config.vocab_size, args.seed,
+                              split="validation").fixed_batches(args.eval_batches)
+    model = GPT(config, backend=backend, seed=args.seed,
+                precision=choose_precision(ns.precision, backend, config))
+    optimizer = AdamW(model, AdamWConfig(lr=args.lr, warmup_steps=args.warmup,
+                                         total_steps=args.steps))
+    entropy = unigram_entropy(data.train, config.vocab_size)
+    train_step = Step(model, optimizer, args.batch_size // world.world_size, T,
+                      sync=world.gradient_sync(model),
+                      graph=os.environ.get("MICROGPT_GRAPH", "1") != "0")
+    run = Run(args, out, model, optimizer, tokenizer, loader, val_batches, entropy, start,
+              {"train": [], "val": []}, world, signature, train_step)
+    if ckpt:
+        restore(run, ckpt)
+    if not run.lead:
+        return run
+    if world.world_size > 1:
+        print(f"data parallel: {world.world_size} ranks, {args.batch_size // world.world_size} "
+              "sequences each per step")
+    print(f"model: {describe(config)}, {model.layout.size:,} parameters, on "
+          f"{model.backend.name} in {model.precision}")
+    print(f"data: {data.source}, {sum(map(len, data.train)):,} train and "
+          f"{sum(map(len, data.val)):,} val tokens ({tokenizer.kind} tokenizer, "
+          f"{tokenizer.vocab_size} tokens); unigram entropy {entropy:.3f} nats/token")
+    print(f"run: {args.steps} steps of {args.batch_size} x {T} tokens, lr {args.lr:g} "
+          f"(warmup {args.warmup}, cosine to {args.lr * optimizer.cfg.min_lr_ratio:g}), "
+          f"out {out}", flush=True)
+    return run
+
+
+def resume_args(ns):
+    """-> (the checkpoint to resume or None, TrainArgs)."""
+    ckpt = load_checkpoint(ns.resume) if ns.resume else None
+    return ckpt, resolve_args(ns, ckpt.state.get("args", {}) if ckpt else None)
+
+
+def claim_output(ns, ckpt, args, world, resources):
+    """Check what the step counts allow, then take the run directory (rank 0) -> its path."""
+    if args.batch_size % world.world_size:
+        raise UserError(f"--batch-size {args.batch_size} (the global batch) must divide among "
+                        f"{world.world_size} ranks; pass a multiple of {world.world_size}")
+    start = ckpt.state["step"] if ckpt else 0
+    if start >= args.steps:
+        raise UserError(f"the checkpoint is at step {start} of --steps {args.steps}: nothing "
+                        "left to train; pass a larger --steps to go on")
+    if args.warmup > args.steps:
+        raise UserError(f"--warmup {args.warmup} is longer than the run (--steps {args.steps}); "
+                        "pass a --warmup below --steps (default: 5% of --steps)")
+    if ns.stop_at is not None and not start < ns.stop_at <= args.steps:
+        raise UserError(f"--stop-at {ns.stop_at} must lie after step {start} and at most "
+                        f"--steps {args.steps}")
+    own_run = ckpt.path.parent if ckpt else None
+    out = Path(ns.out) if ns.out else (own_run or default_out())
+    fresh_name = not ns.out and not ckpt
+    check_output_dir(out, own_run, fresh_name)
+    if world.rank == 0:
+        out = resources.enter_context(RunDirectory(out, own_run, fresh_name))
+    return out
+
+
+def load_data(args, ckpt, cache_dir, world, backend, requested_precision):
+    """-> (TokenData whose tokenizer is set, GPTConfig). The config, and the memory it needs,
+    are checked before the slow part (training a tokenizer, tokenizing); its vocabulary can
+    come from the tokenizer."""
+    if ckpt:
+        tokenizer, config = ckpt.tokenizer, ckpt.config
+    else:
+        shards = args.data is not None and bool(shard_paths(Path(args.data)))
+        tokenizer = planned_tokenizer(args, shards)
+        config = model_config(args, tokenizer.vocab_size if tokenizer else DEFAULT_BPE_VOCAB)
+    check_memory(config, args, world, backend,
+                 choose_precision(requested_precision, backend, config))
+    data = load_tokens(args.data, tokenizer, config.vocab_size, cache_dir)
+    data.tokenizer = data.tokenizer or TokenIds(config.vocab_size)
+    if not ckpt:
+        config = model_config(args, data.tokenizer.vocab_size)
+    if config.vocab_size < data.tokenizer.vocab_size:
+        raise UserError(f"the tokenizer has {data.tokenizer.vocab_size} tokens but the model's "
+                        f"vocabulary is {config.vocab_size}; pass --vocab-size "
+                        f"{data.tokenizer.vocab_size} or more")
+    return data, config
+
+
+def restore(run, ckpt):
+    """Put the checkpoint's parameters, moments, loader RNG and history into run."""
+    run.model.load_state_dict(ckpt.params)
+    try:
+        run.optimizer.load_state_dict(ckpt.moments, ckpt.state["optimizer"])
+        run.loader.load_state_dict(ckpt.state["loader"])
+        history = ckpt.state["history"]
+        run.history = {"train": [float(x) for x in history["train"]],
+                       "val": [[int(s), float(x)] for s, x in history["val"]]}
+    except (KeyError, TypeError, ValueError) as err:
+        raise UserError(f"checkpoint {ckpt.path}: state.json is damaged ({err!r}); it cannot "
+                        "be resumed, use another checkpoint") from None
+    if len(run.history["train"]) != run.step:
+        raise UserError(f"checkpoint {ckpt.path}: state.json is damaged (a loss history of "
+                        f"{len(run.history['train'])} steps at step {run.step}); it cannot be "
+                        "resumed, use another checkpoint")
+    if run.lead:
+        print(f"resuming {ckpt.path} at step {run.step}")
+
+
+def describe(config):
+    return ", ".join(f"{f.name} {getattr(config, f.name)}" for f in dataclasses.fields(config))
