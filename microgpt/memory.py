@@ -6,25 +6,29 @@ from microgpt.params import ParamLayout
 from microgpt.step import step_specs
 
 
-def check_memory(config, args, world, backend, precision):
-    """Refuse, in one line, a run that cannot fit: what it needs at least (parameters,
-    gradients and AdamW moments, in bf16 the copy of the matrices, the activations of one
-    batch, the validation batches) against the memory available to this rank."""
-    rows = args.batch_size // world.world_size
-    T = config.context
-    step_bytes = sum(math.prod(b.shape) * (b.per_layer or 1) * (2 if b.dtype == "uint16" else 4)
-                     for b in step_specs(config, rows, T, precision) if b.same_as is None)
+def required_bytes(config, rows, precision, eval_batches):
+    """What a rank's run of `rows` sequences a step needs at least: the parameters, their
+    gradients and AdamW moments (float32), in bf16 the matrices' copy, the buffers of a
+    step as allocated (views and shared scratch once), and the validation batches."""
     layout = ParamLayout(config)
-    need = (4 * 4 * layout.size + (2 * layout.n_decay if precision == "bf16" else 0)
-            + step_bytes + 8 * args.eval_batches * rows * T)
-    n_params = layout.size
+    T = config.context
+    return (4 * 4 * layout.size + (2 * layout.n_decay if precision == "bf16" else 0)
+            + sum(spec.nbytes for spec in step_specs(config, rows, T, precision))
+            + 8 * eval_batches * rows * T)
+
+
+def check_memory(config, args, world, backend, precision):
+    """Refuse a run whose required_bytes exceed the memory available to this rank."""
+    rows = args.batch_size // world.world_size
+    need = required_bytes(config, rows, precision, args.eval_batches)
     where, available = available_memory(backend)
     if available is not None and need > available:
         gib = 2 ** 30
-        raise UserError(f"the run needs at least {need / gib:,.1f} GiB ({n_params:,} parameters, "
-                        f"batches of {rows:,} x {T} tokens) but {where} has "
-                        f"{available / gib:,.1f} GiB available; pass a smaller --batch-size, "
-                        "--eval-batches, --context or model")
+        raise UserError(f"the run needs at least {need / gib:,.1f} GiB "
+                        f"({ParamLayout(config).size:,} parameters, batches of {rows:,} x "
+                        f"{config.context} tokens) but {where} has {available / gib:,.1f} GiB "
+                        "available; pass a smaller --batch-size, --eval-batches, --context "
+                        "or model")
 
 
 def available_memory(backend):

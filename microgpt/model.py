@@ -10,6 +10,7 @@ activation table and GPT.weights say which arrays); the ops pick their kernels b
 and attention reads its heads where the fused QKV GEMM wrote them, so the split and merge
 copies run in fp32 alone (activation_specs).
 """
+import math
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -38,6 +39,20 @@ class BufferSpec:
     reused: bool = False    # per_layer: one buffer in every place of the list (scratch)
     heads_of: tuple = None  # not a buffer of its own: (name, part), the (B, H, T, D) view
                             # of that part of that buffer's fused rows (per layer alike)
+
+    @property
+    def allocations(self):
+        """How many arrays of its own the spec allocates: none for another name or a view,
+        one for scratch that every place of the list shares, else one per place."""
+        if self.same_as is not None or self.heads_of is not None:
+            return 0
+        return 1 if self.reused else self.per_layer or 1
+
+    @property
+    def nbytes(self):
+        """The device memory the spec allocates (the backend's float type is float32)."""
+        itemsize = np.dtype(self.dtype).itemsize if self.dtype else 4
+        return self.allocations * math.prod(self.shape) * itemsize
 
 
 def activation_specs(cfg, B, T, precision="fp32"):
@@ -115,10 +130,9 @@ class Buffers:
     def __init__(self, backend, specs):
         self.specs = specs
         for s in specs:
-            if s.same_as is None and s.heads_of is None:
-                count = 1 if s.reused else s.per_layer or 1
+            if s.allocations:
                 bufs = [backend.zeros(s.shape, s.dtype and np.dtype(s.dtype))
-                        for _ in range(count)]
+                        for _ in range(s.allocations)]
                 setattr(self, s.name, bufs * s.per_layer if s.reused else
                         bufs if s.per_layer else bufs[0])
         reused = {s.name for s in specs if s.reused}

@@ -8,9 +8,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from microgpt import GPT, reference as ref
+from microgpt.backend import get_backend
 from microgpt.config import GPTConfig, get_config
-from microgpt.model import row_ranges
+from microgpt.model import Buffers, row_ranges
 from microgpt.optim import AdamW, AdamWConfig, lr_at
+from microgpt.step import step_specs
 
 CPU = settings(settings.get_profile("cpu"))
 TOL_FD = 1e-6        # float64 backward vs central differences, per parameter tensor
@@ -184,3 +186,26 @@ def test_row_ranges_tile_the_rows(n, parts):
     assert all(lo < hi for lo, hi in ranges)
     assert all(a[1] == b[0] and a[1] % 8 == 0 for a, b in zip(ranges, ranges[1:]))
     assert all(hi - lo <= n / parts + 8 for lo, hi in ranges)
+
+
+def owned_arrays(buffers):
+    """The arrays that own their memory among a Buffers' attributes, each once."""
+    found = {}
+    for value in vars(buffers).values():
+        for array in value if isinstance(value, list) else [value]:
+            if isinstance(array, np.ndarray) and array.base is None:
+                found[id(array)] = array
+    return list(found.values())
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_specs_bytes_are_what_the_buffers_allocate(precision):
+    """BufferSpec.nbytes, which the trainer's memory check sums, counts what Buffers
+    allocates: a view (the bf16 heads) or another name (same_as) nothing, scratch shared
+    by every layer once. (The old sum counted both per layer: 9.47 GiB for the buffers of
+    andrea-120m's bf16 step of 16 sequences, which allocates 7.03.)"""
+    cfg = GPTConfig(n_layer=3, d_model=8, n_head=2, context=6, vocab_size=11)
+    specs = step_specs(cfg, 2, 5, precision)
+    allocated = owned_arrays(Buffers(get_backend("numpy"), specs))
+    assert sum(a.nbytes for a in allocated) == sum(s.nbytes for s in specs)
+    assert len(allocated) == sum(s.allocations for s in specs)
