@@ -360,11 +360,29 @@ class BatchLoader:
         starts = np.linspace(0, self.window_end[-1] - 1, n_batches * self.B).astype(np.int64)
         return [self._windows_at(chunk) for chunk in starts.reshape(n_batches, self.B)]
 
+    def whole_split(self):
+        """Every token of the split scored once: the windows of T+1 tokens that tile each
+        shard (a window's last token is the next one's first), in batches of B rows, the
+        last batch holding the windows left over (fewer rows). A shard's tail shorter than
+        a window is not scored. What --eval-batches 0 evaluates."""
+        starts = np.concatenate([np.arange(0, windows, self.T) + end - windows
+                                 for windows, end in zip(self.windows, self.window_end)])
+        return [self._windows_at(starts[i:i + self.B]) for i in range(0, len(starts), self.B)]
+
     def state_dict(self):
         return {"rng": self.rng.bit_generator.state}
 
     def load_state_dict(self, state):
         self.rng.bit_generator.state = state["rng"]
+
+
+def mean_loss(batches, evaluate):
+    """The mean loss per token over batches of (inputs, targets), evaluate(inputs, targets)
+    giving one batch's mean: each batch weighs by its rows (whole_split's last one has
+    fewer)."""
+    rows = [len(inputs) for inputs, _ in batches]
+    total = sum(float(evaluate(x, y)) * n for (x, y), n in zip(batches, rows))
+    return total / sum(rows)
 
 
 def unigram_entropy(shards, vocab_size):

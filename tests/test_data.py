@@ -267,6 +267,48 @@ def test_fixed_batches_are_fixed_and_spread():
     assert starts[0] == 0 and starts[-1] == 1000 - 11       # the first and last window
 
 
+@CPU
+@given(lengths=st.lists(st.integers(0, 120), min_size=1, max_size=4), B=st.integers(1, 5),
+       T=st.integers(1, 12), seed=st.integers(0, 2**32))
+def test_whole_split_scores_every_token_once(lengths, B, T, seed):
+    """Each shard's tokens 1 .. n*T are the targets, in order, once each (n = (len - 1) // T,
+    the windows that fit); the inputs are the targets shifted back by one."""
+    rng = np.random.default_rng(seed)
+    shards = [rng.integers(0, 1000, n).astype(np.uint16) for n in lengths]
+    if all(n <= T for n in lengths):
+        return      # the loader refuses the split (test_batches_are_windows_of_the_data)
+    batches = BatchLoader(shards, B, T, 1000, seed).whole_split()
+    assert all(len(x) == B for x, _ in batches[:-1]) and 0 < len(batches[-1][0]) <= B
+    targets = np.concatenate([y for _, y in batches]).ravel()
+    inputs = np.concatenate([x for x, _ in batches]).ravel()
+    expected = [s[1:1 + (len(s) - 1) // T * T] for s in shards if len(s) > T]
+    np.testing.assert_array_equal(targets, np.concatenate(expected))
+    np.testing.assert_array_equal(inputs, np.concatenate(
+        [s[:(len(s) - 1) // T * T] for s in shards if len(s) > T]))
+
+
+def test_whole_split_mean_loss_is_the_mean_over_its_tokens():
+    """mean_loss over whole_split's batches (the last one short) through the model's
+    evaluate, against the mean of every window's per-token losses computed directly from
+    the reference's logits in float64."""
+    from microgpt import GPT, get_config
+    from microgpt import reference as ref
+
+    rng = np.random.default_rng()
+    cfg = get_config("microgpt", vocab_size=50)
+    shards = [rng.integers(0, 50, n).astype(np.uint16) for n in (200, 90)]
+    batches = BatchLoader(shards, 4, 16, 50, seed=0).whole_split()
+    assert len(batches[-1][0]) < 4          # 12 + 5 windows: a short last batch
+    model = GPT(cfg, backend="numpy", seed=int(rng.integers(1000)))
+    got = data.mean_loss(batches, model.evaluate)
+    model64 = GPT(cfg, backend="numpy", dtype=np.float64)
+    model64.load_state_dict(model.state_dict())
+    losses = [ref.crossentropy_forward(model64.forward(x).reshape(-1, 50), y.ravel())[0]
+              for x, y in batches]
+    direct = np.concatenate(losses).mean()
+    assert abs(got - direct) <= 1e-5 * direct
+
+
 def test_token_beyond_the_vocabulary():
     loader = BatchLoader([np.full(100, 600, np.uint16)], 2, 8, 512, seed=0)
     with pytest.raises(UserError, match="token id 600.*--vocab-size 601"):

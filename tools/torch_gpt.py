@@ -1,5 +1,6 @@
 """The PyTorch reference GPT: the architecture of microgpt's model (pre-LN, bias-free
-linears, tied head) in torch.nn, for the whole-step benchmark (tools/benchmarks/steps.py)."""
+linears, tied head) in torch.nn, for the whole-step benchmark (tools/benchmarks/steps.py)
+and the convergence comparison (tools/converge.py)."""
 
 
 def torch_gpt(cfg, device="cuda"):

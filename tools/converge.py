@@ -1,0 +1,550 @@
+#!/usr/bin/env python3
+"""Does microgpt learn as well as PyTorch? Both trainers on the same run, scored alike.
+
+    python tools/converge.py --config andrea-12m --steps 1000 --batch-size 64 --lr 1e-3 \\
+        --seeds 0 1 2 --out docs/convergence/andrea-12m-h200
+    python tools/converge.py --device cpu --config microgpt --tokenizer bytes \\
+        --steps 50 --batch-size 8 --seeds 0 1 --out /tmp/converge-cpu
+
+For each seed, microgpt's training step (microgpt.step.Step, as python -m microgpt.train
+runs it) and the PyTorch reference trainer (tools/torch_gpt.py: the same architecture)
+train from the same initial parameters (microgpt's init, copied into the PyTorch model
+and checked bit for bit), on the same batches in the same order (microgpt.data's
+BatchLoader, the trainer's seed), with the same schedule (warmup, then cosine to 0.1x),
+AdamW (beta 0.9/0.95, eps 1e-8, weight decay 0.1 on the matrices, the embeddings
+included, as microgpt decays them) and global-norm clip at 1.0. On a GPU microgpt runs in
+--precision (bf16 by default) and PyTorch in bf16 autocast under torch.compile with fused
+AdamW (float32, TF32 off, for --precision fp32); on the CPU, microgpt's NumPy backend
+against PyTorch on the CPU, both float32.
+
+One float32 evaluator scores both: microgpt's fp32 model on the same device, loaded with
+each trainer's parameters. Every --eval-every steps it scores --curve-windows windows of
+the validation split (the curve, its time not counted); at the end, the final parameters
+on the whole validation split (every token once, BatchLoader.whole_split).
+
+Wall time is the number a user feels: from the trainer's start (its framework's import,
+the model's construction, kernel compilation or torch.compile) to each step. A seed after
+the first finds the kernels compiled; its start-up is counted as the first seed's.
+"Time to PyTorch's loss": when microgpt's curve first reaches the final curve loss of
+PyTorch's run of the same seed (interpolated between evaluations).
+
+Writes OUT.md (the table, the machine, the versions and the command), OUT.png (training
+loss against steps and against wall time, mean and spread over seeds, and the evaluator's
+curve) and OUT.json (every number, to redraw or compare).
+"""
+import argparse
+import datetime
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+T0 = time.perf_counter()
+import microgpt  # noqa: E402  (timed: the import is part of microgpt's start-up)
+from microgpt import GPT, get_config  # noqa: E402
+from microgpt.cli import make_backend  # noqa: E402
+from microgpt.config import CONFIGS, ConfigError  # noqa: E402
+from microgpt.data import BatchLoader, default_cache_dir, load_tokens, mean_loss  # noqa: E402
+from microgpt.errors import UserError  # noqa: E402
+from microgpt.optim import AdamW, AdamWConfig, lr_at  # noqa: E402
+from microgpt.step import Step  # noqa: E402
+from microgpt.tokenizer import ByteTokenizer, BPETokenizer  # noqa: E402
+
+MICROGPT_IMPORT_S = time.perf_counter() - T0
+PROG = "converge.py"
+BPE_VOCAB = 4096        # a BPE tokenizer's size where neither the config nor --vocab-size fix it
+
+
+# ----------------------------------------------------------------------------------
+# the parameters in both layouts
+
+# torch.nn.Linear holds W^T (out, in); microgpt multiplies from the right by W (in, out)
+TRANSPOSED = ("attn.w_qkv", "attn.w_o", "mlp.w_fc", "mlp.w_proj")
+TORCH_NAMES = {"attn.w_qkv": "w_qkv.weight", "attn.w_o": "w_o.weight",
+               "mlp.w_fc": "w_fc.weight", "mlp.w_proj": "w_proj.weight",
+               "ln_1.weight": "ln_1.weight", "ln_1.bias": "ln_1.bias",
+               "ln_2.weight": "ln_2.weight", "ln_2.bias": "ln_2.bias"}
+
+
+def torch_name(name):
+    """microgpt's parameter name -> the PyTorch model's (wte.weight, h.0.w_qkv.weight, ...)."""
+    if name in ("wte", "wpe"):
+        return name + ".weight"
+    if name.startswith("h."):
+        _, layer, rest = name.split(".", 2)
+        return f"h.{layer}.{TORCH_NAMES[rest]}"
+    return name
+
+
+def to_torch_state(state):
+    """microgpt's state_dict -> the PyTorch model's, as host float32 arrays."""
+    return {torch_name(name): np.ascontiguousarray(value.T if name.endswith(TRANSPOSED)
+                                                   else value)
+            for name, value in state.items()}
+
+
+def from_torch_model(tmodel, names):
+    """The PyTorch model's parameters -> microgpt's state_dict (host float32 arrays)."""
+    theirs = {k: v.detach().float().cpu().numpy() for k, v in tmodel.state_dict().items()}
+    return {name: np.ascontiguousarray(theirs[torch_name(name)].T if name.endswith(TRANSPOSED)
+                                       else theirs[torch_name(name)])
+            for name in names}
+
+
+def load_into_torch(tmodel, state):
+    """Copy microgpt's state_dict into the PyTorch model, then check it reads back bit for
+    bit (a transposed or misnamed tensor would fail here, not as a worse loss)."""
+    import torch
+
+    with torch.no_grad():
+        for name, value in to_torch_state(state).items():
+            tmodel.get_parameter(name).copy_(torch.from_numpy(value))
+    check_holds(tmodel, state)
+
+
+def check_holds(tmodel, state):
+    """The PyTorch model's parameters are state's, bit for bit."""
+    back = from_torch_model(tmodel, state)
+    for name, value in state.items():
+        if not np.array_equal(back[name].view(np.uint32), value.view(np.uint32)):
+            raise AssertionError(f"{name}: the PyTorch model does not hold microgpt's "
+                                 "parameters")
+
+
+# ----------------------------------------------------------------------------------
+# the two trainers
+
+
+class Clock:
+    """Seconds of a trainer's own work: paused while the evaluator runs."""
+
+    def __init__(self, start_s):
+        self.paused, self.t0 = 0.0, time.perf_counter() - start_s
+
+    def now(self):
+        return time.perf_counter() - self.t0 - self.paused
+
+    def pause(self):
+        return _Pause(self)
+
+
+class _Pause:
+    def __init__(self, clock):
+        self.clock = clock
+
+    def __enter__(self):
+        self.t = time.perf_counter()
+
+    def __exit__(self, *exc):
+        self.clock.paused += time.perf_counter() - self.t
+
+
+def train_microgpt(run, seed, evaluator, start_s):
+    """-> record of one seed: the training loss of every step, with the wall time at each
+    log point, the evaluator's curve and the final whole-split loss."""
+    clock = Clock(start_s)
+    model = GPT(run.config, backend=run.backend, seed=seed, precision=run.precision)
+    with clock.pause():
+        init = model.state_dict()       # what the PyTorch trainer starts from
+    optimizer = AdamW(model, run.adamw)
+    step = Step(model, optimizer, run.B, run.config.context)
+    loader = run.loader(seed)
+    record = Record("microgpt", seed)
+    for n in range(1, run.steps + 1):
+        step.run(*loader.next_batch())
+        if not run.reads_at(n):
+            continue
+        losses = step.metrics()["loss"]         # waits for the device
+        record.log(n, clock.now(), losses)
+        if run.evaluates_at(n):
+            with clock.pause():
+                record.curve.append((n, clock.now(), evaluator.curve(model.state_dict())))
+    record.final = evaluator.whole(model.state_dict())
+    return record, init
+
+
+def train_torch(run, seed, evaluator, start_s, init):
+    import torch
+    from torch_gpt import torch_gpt
+
+    clock = Clock(start_s)
+    device = "cuda" if run.backend.name == "cuda" else "cpu"
+    tmodel = torch_gpt(run.config, device)
+    load_into_torch(tmodel, init)
+    forward = torch.compile(tmodel) if run.torch_compile else tmodel
+    decay = [p for p in tmodel.parameters() if p.dim() == 2]
+    no_decay = [p for p in tmodel.parameters() if p.dim() != 2]
+    cfg = run.adamw
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=device == "cuda")
+    bf16 = run.precision == "bf16"
+    loader = run.loader(seed)
+    record = Record("pytorch", seed)
+    pending = []
+    for n in range(1, run.steps + 1):
+        inputs, targets = (torch.from_numpy(a).long().to(device) for a in loader.next_batch())
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(n - 1, cfg)
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+            loss = forward(inputs, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(tmodel.parameters(), cfg.max_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        pending.append(loss.detach())
+        if not run.reads_at(n):
+            continue
+        record.log(n, clock.now(), torch.stack(pending).float().cpu().numpy())   # waits
+        pending = []
+        if run.evaluates_at(n):
+            with clock.pause():
+                state = from_torch_model(tmodel, init)
+                record.curve.append((n, clock.now(), evaluator.curve(state)))
+    record.final = evaluator.whole(from_torch_model(tmodel, init))
+    return record
+
+
+class Record:
+    def __init__(self, trainer, seed):
+        self.trainer, self.seed = trainer, seed
+        self.losses, self.times = [], []     # per step; times at log points only
+        self.curve = []                       # (step, wall s, evaluator's curve loss)
+        self.final = None
+
+    def log(self, step, now, losses):
+        self.losses += [float(x) for x in losses]
+        self.times.append((step, now))
+
+    def as_dict(self):
+        return dict(trainer=self.trainer, seed=self.seed, losses=self.losses,
+                    times=self.times, curve=self.curve, final=self.final)
+
+
+class Evaluator:
+    """One float32 model on the run's device that scores either trainer's parameters."""
+
+    def __init__(self, run, val):
+        self.model = GPT(run.config, backend=run.backend, precision="fp32")
+        loader = BatchLoader(val, run.B, run.config.context, run.config.vocab_size, 0,
+                             split="validation")
+        self.batches = loader.whole_split()
+        windows = np.concatenate([x for x, _ in self.batches])
+        targets = np.concatenate([y for _, y in self.batches])
+        # the curve's windows: spread over the split, in batches of B
+        pick = np.linspace(0, len(windows) - 1, min(run.curve_windows, len(windows))).astype(int)
+        self.curve_batches = [(windows[pick[i:i + run.B]], targets[pick[i:i + run.B]])
+                              for i in range(0, len(pick), run.B)]
+        self.windows = len(windows)
+
+    def _score(self, state, batches):
+        self.model.load_state_dict(state)
+        return mean_loss(batches, self.model.evaluate)
+
+    def curve(self, state):
+        return self._score(state, self.curve_batches)
+
+    def whole(self, state):
+        return self._score(state, self.batches)
+
+
+# ----------------------------------------------------------------------------------
+# the run
+
+
+class Run:
+    """What both trainers share: the model, the data, the schedule, the device."""
+
+    def __init__(self, args):
+        self.backend = make_backend(args.device)
+        cuda = self.backend.name == "cuda"
+        tokenizer = (None if args.tokenizer in (None, "bpe") else ByteTokenizer()
+                     if args.tokenizer == "bytes"
+                     else BPETokenizer.from_file(Path(args.tokenizer)))
+        vocab = args.vocab_size or CONFIGS[args.config]["vocab_size"]
+        data = load_tokens(args.data, tokenizer, vocab or BPE_VOCAB,
+                           args.cache_dir or default_cache_dir())
+        vocab = vocab or data.tokenizer.vocab_size
+        overrides = {k: getattr(args, k) for k in ("n_layer", "d_model", "n_head", "context")}
+        self.config = get_config(args.config, vocab_size=vocab, **overrides)
+        self.data, self.source = data, data.source
+        self.precision = args.precision or ("bf16" if cuda else "fp32")
+        if self.precision == "bf16" and not cuda:
+            raise UserError("--precision bf16 needs --device cuda; on the CPU both trainers "
+                            "run float32")
+        self.torch_compile = cuda and not args.no_torch_compile
+        self.B, self.steps, self.seeds = args.batch_size, args.steps, args.seeds
+        self.log_every, self.eval_every = args.log_every, args.eval_every
+        self.curve_windows = args.curve_windows
+        warmup = args.warmup if args.warmup is not None else max(1, args.steps // 20)
+        self.adamw = AdamWConfig(lr=args.lr, warmup_steps=warmup, total_steps=args.steps)
+
+    def evaluates_at(self, n):
+        """The evaluator's curve gets a point after step n."""
+        return n == self.steps or bool(self.eval_every) and n % self.eval_every == 0
+
+    def reads_at(self, n):
+        """The trainer reads its losses back (and the clock) after step n."""
+        return n % self.log_every == 0 or self.evaluates_at(n)
+
+    def loader(self, seed):
+        return BatchLoader(self.data.train, self.B, self.config.context,
+                           self.config.vocab_size, seed)
+
+
+def run_seeds(run, torch_import_s):
+    """Both trainers for every seed, microgpt first; -> [Record], start-up seconds."""
+    import torch
+
+    if run.backend.name == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    evaluator = Evaluator(run, run.data.val)
+    records = []
+    for i, seed in enumerate(run.seeds):
+        first = i == 0
+        mg, init = train_microgpt(run, seed, evaluator, MICROGPT_IMPORT_S if first else 0.0)
+        pt = train_torch(run, seed, evaluator, torch_import_s if first else 0.0, init)
+        for r in (mg, pt):
+            print(f"  seed {seed} {r.trainer:8s} final whole-split val {r.final:.4f}  "
+                  f"train {r.losses[-1]:.4f}  {r.times[-1][1]:.1f} s", flush=True)
+        records += [mg, pt]
+    return records, dict(microgpt_import_s=MICROGPT_IMPORT_S, torch_import_s=torch_import_s,
+                         windows=evaluator.windows)
+
+
+# ----------------------------------------------------------------------------------
+# the report
+
+
+def time_to(curve, target):
+    """Wall seconds at which an evaluator curve [(step, s, loss)] first reaches target,
+    interpolated between its points; None if it never does."""
+    prev = (0, 0.0, math.inf)
+    for point in curve:
+        if point[2] <= target:
+            if not math.isfinite(prev[2]):
+                return point[1]
+            f = (prev[2] - target) / (prev[2] - point[2])
+            return prev[1] + f * (point[1] - prev[1])
+        prev = point
+    return None
+
+
+def summary(records):
+    """Per trainer: finals, walls, time to PyTorch's final curve loss, per seed."""
+    by = {t: [r for r in records if r.trainer == t] for t in ("microgpt", "pytorch")}
+    out = {}
+    for trainer, rs in by.items():
+        reach = []
+        for r in rs:
+            target = next(p for p in by["pytorch"] if p.seed == r.seed).curve[-1][2]
+            reach.append(time_to(r.curve, target))
+        out[trainer] = dict(final=[r.final for r in rs], wall=[r.times[-1][1] for r in rs],
+                            reach=reach, seeds=[r.seed for r in rs])
+    return out
+
+
+def mean_spread(values):
+    v = np.asarray(values, np.float64)
+    return v.mean(), (v.std(ddof=1) if len(v) > 1 else 0.0)
+
+
+def report(run, records, extra, command, out):
+    s = summary(records)
+    mg, pt = s["microgpt"], s["pytorch"]
+    mg_mean, pt_mean = np.mean(mg["final"]), np.mean(pt["final"])
+    c = run.config
+    lines = [
+        f"# Convergence: microgpt against PyTorch ({datetime.date.today().isoformat()})", "",
+        f"Machine: {versions(run.backend)}; {platform.node()}", "",
+        f"Command: `{command}`", "",
+        f"Model: n_layer {c.n_layer}, d_model {c.d_model}, n_head {c.n_head}, context "
+        f"{c.context}, vocab {c.vocab_size}. Data: {run.source}. {run.steps} steps of "
+        f"{run.B} x {c.context} tokens, lr {run.adamw.lr:g} (warmup {run.adamw.warmup_steps}, "
+        f"cosine to {run.adamw.min_lr_ratio:g}x), seeds {', '.join(map(str, run.seeds))}. "
+        f"microgpt in {run.precision}; PyTorch "
+        + ("in bf16 autocast" if run.precision == "bf16" else "in float32 (TF32 off)")
+        + (" under torch.compile" if run.torch_compile else "") + ".", "",
+        f"Final loss: the float32 evaluator on the whole validation split ({extra['windows']} "
+        f"windows of {c.context}). Wall: the trainer's start (its import "
+        f"{extra['microgpt_import_s']:.1f} s for microgpt, {extra['torch_import_s']:.1f} s for "
+        "torch, counted in the first seed) to its last step; evaluations not counted. To "
+        "PyTorch's loss: when microgpt's evaluator curve first reached the final curve loss "
+        "of PyTorch's run of the same seed.", "",
+        "| seed | microgpt val | PyTorch val | microgpt / PyTorch | microgpt wall s | "
+        "PyTorch wall s | microgpt to PyTorch's loss, s | that / PyTorch wall |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for i, seed in enumerate(mg["seeds"]):
+        reach = mg["reach"][i]
+        reach_text = (f"{reach:.1f} | {reach / pt['wall'][i]:.2f}" if reach is not None
+                      else "not reached | ")
+        lines.append(f"| {seed} | {mg['final'][i]:.4f} | {pt['final'][i]:.4f} | "
+                     f"{mg['final'][i] / pt['final'][i]:.4f} | {mg['wall'][i]:.1f} | "
+                     f"{pt['wall'][i]:.1f} | {reach_text} |")
+    (mm, ms), (pm, ps) = mean_spread(mg["final"]), mean_spread(pt["final"])
+    lines += ["", f"Mean over seeds: microgpt {mm:.4f} ± {ms:.4f}, PyTorch {pm:.4f} ± {ps:.4f} "
+              f"(sample standard deviation): microgpt {100 * (mg_mean / pt_mean - 1):+.2f}%.",
+              ""]
+    diffs = agreement(records)
+    if diffs:
+        lines += ["The training losses on the same batches, |microgpt - PyTorch| / PyTorch, the "
+                  "largest over seeds: " + ", ".join(f"step {k} {v:.2e}" for k, v in diffs) + ".",
+                  ""]
+    out.with_suffix(".md").write_text("\n".join(lines))
+    out.with_suffix(".json").write_text(json.dumps(dict(
+        command=command, config=c.__dict__, steps=run.steps, batch_size=run.B,
+        precision=run.precision, torch_compile=run.torch_compile, **extra,
+        records=[r.as_dict() for r in records]), indent=1))
+    plot(records, out.with_suffix(".png"), f"n_layer {c.n_layer}, d_model {c.d_model}, "
+         f"{run.steps} steps of {run.B} x {c.context}, {len(run.seeds)} seeds")
+    print("\n".join(lines))
+    print(f"wrote {out.with_suffix('.md')}, .png, .json")
+
+
+def agreement(records):
+    """[(step, largest relative difference of the two trainers' training loss)] at a few
+    steps: how long the trajectories stay together before rounding makes them drift."""
+    out = []
+    steps = len(records[0].losses)
+    for k in sorted({1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, steps} & set(range(1, steps + 1))):
+        worst = 0.0
+        for seed in {r.seed for r in records}:
+            mg, pt = (next(r for r in records if r.seed == seed and r.trainer == t)
+                      for t in ("microgpt", "pytorch"))
+            worst = max(worst, abs(mg.losses[k - 1] - pt.losses[k - 1]) / pt.losses[k - 1])
+        out.append((k, worst))
+    return out
+
+
+def smooth(x, width):
+    x = np.asarray(x, np.float64)
+    if width <= 1 or len(x) < width:
+        return x
+    kernel = np.ones(width) / width
+    return np.concatenate([np.cumsum(x[:width - 1]) / np.arange(1, width),
+                           np.convolve(x, kernel, mode="valid")])
+
+
+def plot(records, path, title):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(13, 4.2))
+    axes = fig.subplots(1, 3)
+    styles = {"microgpt": ("tab:blue", "-"), "pytorch": ("tab:orange", "--")}
+    for trainer, (color, style) in styles.items():
+        rs = [r for r in records if r.trainer == trainer]
+        width = max(1, len(rs[0].losses) // 50)
+        curves = np.array([smooth(r.losses, width) for r in rs])
+        steps = np.arange(1, curves.shape[1] + 1)
+        # wall time at every step, interpolated between the log points
+        walls = np.array([np.interp(steps, *zip(*([(0, 0.0)] + r.times))) for r in rs])
+        mean, lo, hi = curves.mean(0), curves.min(0), curves.max(0)
+        for ax, x in ((axes[0], steps), (axes[1], walls.mean(0))):
+            ax.plot(x, mean, color=color, linestyle=style, label=f"{trainer} (mean of {len(rs)})")
+            ax.fill_between(x, lo, hi, color=color, alpha=0.25, linewidth=0)
+        cs = np.array([[p[2] for p in r.curve] for r in rs])
+        cx = [p[0] for p in rs[0].curve]
+        axes[2].errorbar(cx, cs.mean(0), yerr=[cs.mean(0) - cs.min(0), cs.max(0) - cs.mean(0)],
+                         color=color, linestyle=style, marker="o", ms=3, capsize=2,
+                         label=trainer)
+    axes[0].set(xlabel="step", ylabel="training loss (smoothed), nats/token", title=title)
+    axes[1].set(xlabel="wall seconds (start-up included)", ylabel="training loss (smoothed)",
+                title="against wall time")
+    axes[2].set(xlabel="step", ylabel="validation loss (float32 evaluator)",
+                title="the evaluator's curve (range over seeds)")
+    for ax in axes:
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def versions(backend):
+    import numba
+    import torch
+
+    text = (f"python {platform.python_version()}, numpy {np.__version__}, numba "
+            f"{numba.__version__}, torch {torch.__version__}, microgpt {microgpt.__version__}")
+    if backend.name != "cuda":
+        return f"CPU {platform.machine()}; {text}"
+    from numba import cuda
+    name = cuda.get_current_device().name
+    return f"GPU {name.decode() if isinstance(name, bytes) else name}; {text}"
+
+
+# ----------------------------------------------------------------------------------
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", default="andrea-12m", choices=list(CONFIGS))
+    for field in ("n_layer", "d_model", "n_head", "context", "vocab_size"):
+        p.add_argument("--" + field.replace("_", "-"), type=int, metavar="N",
+                       help=f"override the config's {field}")
+    p.add_argument("--data", help="as the trainer's --data (default: the Python standard library)")
+    p.add_argument("--tokenizer", help="bpe, bytes or a tokenizer.json (default: bpe at the "
+                   "vocabulary size, 4096 unless --vocab-size)")
+    p.add_argument("--cache-dir", help="the trainer's token cache (default: its default)")
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    p.add_argument("--precision", choices=["bf16", "fp32"],
+                   help="microgpt's; PyTorch's follows (default: bf16 on cuda, fp32 on cpu)")
+    p.add_argument("--no-torch-compile", action="store_true",
+                   help="PyTorch eager on the GPU (default: torch.compile)")
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup", type=int, help="default: 5%% of --steps, as the trainer's")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--log-every", type=int, default=10,
+                   help="steps between the wall-clock readings (each waits for the device)")
+    p.add_argument("--eval-every", type=int, default=100,
+                   help="steps between the evaluator's curve points; 0: at the end only")
+    p.add_argument("--curve-windows", type=int, default=64,
+                   help="validation windows of a curve point (default: 64)")
+    p.add_argument("--out", required=True, help="writes OUT.md, OUT.png and OUT.json")
+    args = p.parse_args(argv)
+    for name in ("steps", "batch_size", "log_every", "curve_windows"):
+        if getattr(args, name) <= 0:
+            p.error(f"--{name.replace('_', '-')} must be positive")
+    if args.log_every > 1024:
+        p.error("--log-every must be at most 1024 (microgpt's step log holds 1024 steps)")
+    if args.warmup is not None and not 0 <= args.warmup <= args.steps:
+        p.error("--warmup must lie in [0, --steps]")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    out = Path(args.out)
+    if not out.parent.is_dir():
+        print(f"{PROG}: --out {args.out}: the directory {out.parent} does not exist; create "
+              "it or pass another --out", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print(f"{PROG}: PyTorch is not installed; install it (pip install \".[bench]\") to "
+              "compare against it", file=sys.stderr)
+        return 2
+    torch_import_s = time.perf_counter() - t0
+    try:
+        run = Run(args)
+    except (UserError, ConfigError) as err:
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return 2
+    command = "python tools/converge.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    records, extra = run_seeds(run, torch_import_s)
+    report(run, records, extra, command, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
