@@ -1,0 +1,293 @@
+"""The disk cache of compiled kernels (kernels/cache.py), on a machine without a GPU.
+
+numba-cuda compiles to PTX and nvJitLink to a cubin without a GPU, so everything but the
+driver's module load runs here: the key, the store, the dispatcher's load path and
+invalidation. Runs of a small package of kernels in fresh processes (this file run as a
+script, without the simulator that conftest turns on for the test process) play the
+trainer's runs one after another on one cache directory: the first compiles and stores,
+the second loads every kernel, and after an edit of a helper the kernels that import it
+compile afresh while the others still load. The fallbacks (a directory that cannot be
+written, a full disk, a damaged entry, sources edited while a run was going) print one
+line each and compile."""
+import errno
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from microgpt.kernels import cache
+
+HELPER = """
+from numba import cuda
+
+
+@cuda.jit(device=True)
+def scale(x):
+    return x * 2.0
+"""
+OPS = """
+import functools
+
+from numba import cuda, float32
+
+from microgpt.kernels.cache import jit
+
+from .helper import scale
+
+SIG = (float32[::1], float32[::1])
+
+
+@jit
+def scaled(out, a):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = scale(a[i])
+
+
+@functools.cache
+def shifted(c):
+    @jit
+    def shifted_kernel(out, a):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = a[i] + c
+    return shifted_kernel
+
+
+KERNELS = {"scaled": (scaled, SIG), "shifted 1": (shifted(1.0), SIG),
+           "shifted 3": (shifted(3.0), SIG)}
+"""
+OTHER = """
+from numba import cuda, float32
+
+from microgpt.kernels.cache import jit
+
+SIG = (float32[::1], float32[::1])
+
+
+def copy(out, a):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a[i]
+
+
+KERNELS = {"copied": (jit(copy), SIG), "bounded": (jit(launch_bounds=(64, 1))(copy), SIG)}
+"""
+CC = (9, 0, "a")
+
+
+def run_kernels(package, directory):
+    """One run: compile (or load) every kernel of the package -> {name: record}, and the
+    run's stderr. A fresh process without the simulator (this file as a script)."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run([sys.executable, __file__, str(package), str(directory)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1]), done.stderr
+
+
+def write_package(root):
+    package = root / "kpkg"
+    package.mkdir()
+    for name, text in (("__init__", ""), ("helper", HELPER), ("ops", OPS), ("other", OTHER)):
+        (package / f"{name}.py").write_text(text)
+    return root
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The runs on one cache: first, second, after an edit of the helper (with a damaged
+    entry of a kernel that does not use it), and on a directory that cannot be written
+    (each run a process of its own: ~2 s, most of it numba's import)."""
+    root = write_package(tmp_path_factory.mktemp("kernels"))
+    directory = root / "cache"
+    first, first_err = run_kernels(root, directory)
+    second, second_err = run_kernels(root, directory)
+    helper = root / "kpkg" / "helper.py"
+    helper.write_text(helper.read_text().replace("x * 2.0", "x * 3.0"))
+    damaged = directory / first["copied"]["entry"]
+    damaged.write_bytes(b"not a kernel")
+    edited, edited_err = run_kernels(root, directory)
+    blocked = root / "a file"
+    blocked.write_text("in the way of the cache directory")
+    unwritable, unwritable_err = run_kernels(root, blocked / "cache")
+    return dict(first=first, second=second, edited=edited, unwritable=unwritable,
+                errors=dict(first=first_err, second=second_err, edited=edited_err,
+                            unwritable=unwritable_err),
+                directory=directory, root=root)
+
+
+def test_a_second_run_loads_every_kernel_the_first_compiled(runs):
+    first, second = runs["first"], runs["second"]
+    assert {r["how"] for r in first.values()} == {"compiled"}
+    assert {r["how"] for r in second.values()} == {"cache"}
+    for name in first:
+        assert second[name]["cubin"] == first[name]["cubin"], name
+        assert second[name]["ptx"] == first[name]["ptx"], name
+    assert runs["errors"]["first"] == runs["errors"]["second"] == ""
+    entries = {p.name for p in runs["directory"].iterdir()}
+    # the first run's, and the edited run's of the three kernels that read the helper
+    assert entries == ({r["entry"] for r in first.values()}
+                       | {r["entry"] for r in runs["edited"].values()})
+    assert len(entries) == len(first) + 3
+
+
+def test_every_specialization_is_an_entry_of_its_own(runs):
+    first = runs["first"]
+    # a factory's constants and the launch bounds are in the code, and in the key
+    assert len({r["entry"] for r in first.values()}) == len(first)
+    assert first["shifted 1"]["ptx"] != first["shifted 3"]["ptx"]
+    assert first["copied"]["ptx"] != first["bounded"]["ptx"]
+
+
+def test_editing_a_helper_compiles_the_kernels_that_import_it_afresh(runs):
+    first, edited = runs["first"], runs["edited"]
+    for name in ("scaled", "shifted 1", "shifted 3"):        # ops imports the helper
+        assert edited[name]["how"] == "compiled", name
+        assert edited[name]["entry"] != first[name]["entry"], name
+    assert edited["scaled"]["ptx"] != first["scaled"]["ptx"]   # 3.0, not the stale 2.0
+    assert edited["shifted 1"]["ptx"] == first["shifted 1"]["ptx"]
+    assert edited["bounded"]["how"] == "cache"                 # other does not import it
+
+
+def test_a_damaged_entry_is_compiled_again_and_replaced(runs):
+    assert runs["edited"]["copied"]["how"] == "compiled"
+    assert runs["edited"]["copied"]["cubin"] == runs["first"]["copied"]["cubin"]
+    lines = runs["errors"]["edited"].splitlines()
+    assert len(lines) == 1 and "ignoring" in lines[0] and "compiling it again" in lines[0]
+    entry = runs["directory"] / runs["first"]["copied"]["entry"]
+    assert entry.read_bytes() != b"not a kernel"
+
+
+def test_a_directory_that_cannot_be_written_compiles_and_says_so_once(runs):
+    records = runs["unwritable"]
+    assert {r["how"] for r in records.values()} == {"compiled"}
+    for name in ("copied", "bounded"):      # the same code: only the storing failed
+        assert records[name]["cubin"] == runs["first"][name]["cubin"]
+    lines = runs["errors"]["unwritable"].splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("kernel cache: cannot write to ") and "without storing" in lines[0]
+
+
+def test_a_full_disk_leaves_no_partial_entry_and_says_so_once(tmp_path, monkeypatch, capsys):
+    def no_space(path, data):
+        with open(path, "wb") as f:         # what a full disk does: a part, then ENOSPC
+            f.write(data[:3])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    monkeypatch.setattr(Path, "write_bytes", no_space)
+    monkeypatch.setattr(cache, "_settings", cache._Settings(directory=tmp_path))
+    kernel = types.SimpleNamespace(_reduce_states=lambda: {"cubin": b"x" * 100})
+    for name in ("a", "b"):
+        cache.write_entry(tmp_path / f"{name}{cache.SUFFIX}", kernel)
+        assert not cache._settings.writable     # the next kernels are not even tried
+    assert list(tmp_path.iterdir()) == []
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "No space left on device" in lines[0]
+
+
+# ----------------------------------------------------------------------------------
+# the key, in this process (no compilation)
+
+SCALE = 2.0
+
+
+def _kernel_like(c):
+    def kernel(out, a):
+        out[0] = a[0] * SCALE + c
+    return kernel
+
+
+def test_the_description_covers_closures_globals_and_called_code():
+    described = cache.describe(_kernel_like(1.0))
+    assert cache.describe(_kernel_like(1.0)) == described        # no ids or addresses
+    assert cache.describe(_kernel_like(2.0)) != described        # a factory's constant
+    globals()["SCALE"] = 3.0
+    try:
+        assert cache.describe(_kernel_like(1.0)) != described    # a global it names
+    finally:
+        globals()["SCALE"] = 2.0
+
+    def calls(helper):
+        def kernel(out):
+            out[0] = helper(1.0)
+        return kernel
+    assert (cache.describe(calls(lambda x: x + 1)) != cache.describe(calls(lambda x: x + 2)))
+
+
+def test_what_cannot_be_described_is_not_cached():
+    lock = __import__("threading").Lock()
+    with pytest.raises(cache.Uncacheable):
+        cache.describe((lambda: lock)())
+    with pytest.raises(cache.Uncacheable):
+        cache.describe(_kernel_like(lock))
+
+
+def test_the_sources_are_those_the_module_imports_transitively():
+    import microgpt.kernels.layernorm  # noqa: F401
+
+    modules = cache._module_closure("microgpt.kernels.layernorm")
+    assert {"microgpt.kernels.layernorm", "microgpt.kernels.common",
+            "microgpt.kernels.precision", "microgpt.kernels.mma",
+            "microgpt.reference"} <= set(modules)
+    assert "microgpt.train" not in modules and "microgpt.model" not in modules
+
+
+def test_a_source_edited_after_its_import_is_not_cached(tmp_path, monkeypatch):
+    module = tmp_path / "edited_after_import.py"
+    module.write_text("X = 1\n")
+    os.utime(module, (time.time() - 60, time.time() - 60))    # from before this session
+    monkeypatch.syspath_prepend(str(tmp_path))
+    __import__("edited_after_import")
+    assert cache.sources_digest("edited_after_import")
+    cache.sources_digest.cache_clear()
+    os.utime(module, (time.time() + 60, time.time() + 60))
+    with pytest.raises(cache.Uncacheable, match="changed after it was imported"):
+        cache.sources_digest("edited_after_import")
+    cache.sources_digest.cache_clear()
+
+
+# ----------------------------------------------------------------------------------
+# one run, in a process without the simulator
+
+def _compile_without_a_gpu():
+    """Let numba-cuda compile and link for CC with no device: what a context would tell it
+    (the compute capability), and bind() making the cubin instead of loading it."""
+    from numba.cuda import codegen, dispatcher
+
+    dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=CC)
+    codegen.CUDACodeLibrary._ensure_cc = lambda self, cc: cc or CC
+    dispatcher._Kernel.bind = lambda self: self._codelibrary.get_cubin()
+    cache.device_target = lambda: (CC, "runtime", "nvvm")
+
+
+def _main(package, directory):
+    import importlib
+
+    _compile_without_a_gpu()
+    sys.path.insert(0, package)
+    how = {}
+    cache.use(directory, report=lambda name, done, seconds: how.update({name: done}))
+    records = {}
+    for module in ("kpkg.ops", "kpkg.other"):
+        for name, (kernel, sig) in importlib.import_module(module).KERNELS.items():
+            how.clear()
+            compiled = kernel.compile(sig)
+            library = compiled._codelibrary
+            cubin = library.get_cubin()         # cuda.core's ObjectCode
+            entry = cache.entry_path(directory, kernel, cache.describe(kernel), sig,
+                                     cache.device_target()).name
+            records[name] = {"how": how[kernel.py_func.__name__], "entry": entry,
+                             "ptx": hashlib.sha256(library.get_asm_str().encode()).hexdigest(),
+                             "cubin": hashlib.sha256(bytes(cubin.code)).hexdigest()}
+    print(json.dumps(records))
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1], Path(sys.argv[2]))
