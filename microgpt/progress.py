@@ -3,6 +3,7 @@ is stopped (Ctrl-C or SIGTERM: after the current step, with a checkpoint)."""
 import signal
 import sys
 import threading
+import time
 
 import numpy as np
 
@@ -80,6 +81,45 @@ class Progress:
         if self.metrics:
             self.metrics.write(step=step, loss=loss, val_loss=val, lr=lr, grad_norm=norm,
                                tokens_per_s=round(tokens_per_s, 1), mfu=mfu)
+
+
+class KernelProgress:
+    """What the first step waits for: its kernels, each compiled or loaded from the disk
+    cache (microgpt.kernels.cache calls this as each is ready). On a terminal a live line
+    names the kernel; in a log, a line every LOG_EVERY seconds while kernels keep coming."""
+    LOG_EVERY = 10.0
+
+    def __init__(self, directory, silent=False):
+        self.directory, self.silent = directory, silent
+        self.counts = {"compiled": 0, "cache": 0}
+        self.live = sys.stderr.isatty() and not silent
+        self.started = self._logged = time.perf_counter()
+
+    def __call__(self, name, how, seconds):
+        self.counts[how] += 1
+        if self.silent:
+            return
+        if self.live:
+            sys.stderr.write(f"\r\033[Kkernels: {self._tally()} | {name}")
+            sys.stderr.flush()
+        elif time.perf_counter() - self._logged > self.LOG_EVERY:
+            self._logged = time.perf_counter()
+            print(f"kernels: {self._tally()} so far, {format_duration(self.elapsed)}", flush=True)
+
+    @property
+    def elapsed(self):
+        return time.perf_counter() - self.started
+
+    def _tally(self):
+        return (f"{sum(self.counts.values())} ready ({self.counts['compiled']} compiled, "
+                f"{self.counts['cache']} from the cache)")
+
+    def summary(self):
+        """The line after the first step: how many kernels, how made, in how long."""
+        if self.live:
+            sys.stderr.write("\r\033[K")
+        return (f"kernels: {self._tally()} in {self.elapsed:.1f} s; the cache is "
+                f"{self.directory}")
 
 
 def format_duration(seconds):

@@ -14,6 +14,7 @@ from microgpt.errors import UserError
 from microgpt.memory import check_memory
 from microgpt.model import GPT
 from microgpt.optim import AdamW, AdamWConfig
+from microgpt.progress import KernelProgress
 from microgpt.ranks import check_ranks_agree, on_every_rank
 from microgpt.run_dir import RunDirectory, check_output_dir, default_out
 from microgpt.step import Step
@@ -63,6 +64,7 @@ class Run:
     world: object           # distributed.SingleProcess, or this rank's data-parallel world
     data_signature: str     # data.tokens_signature of the tokens, kept in every checkpoint
     train_step: Step        # the device buffers of a step, and its captured graph
+    kernels: KernelProgress | None      # cuda: the kernels compiled or loaded, as they come
 
     @property
     def rows(self):
@@ -85,6 +87,12 @@ def setup(ns, world, backend, resources):
     start = ckpt.state["step"] if ckpt else 0
     out = on_every_rank(world, lambda: claim_output(ns, ckpt, args, world, resources))
     cache_dir = ns.cache_dir or default_cache_dir()
+    kernels = None
+    if backend.name == "cuda":
+        from microgpt.kernels import cache as kernel_cache    # numba only where it compiles
+
+        kernels = KernelProgress(Path(cache_dir) / "kernels", silent=world.rank != 0)
+        kernel_cache.use(kernels.directory, report=kernels)
 
     def load():
         try:
@@ -117,7 +125,7 @@ def setup(ns, world, backend, resources):
                       sync=world.gradient_sync(model),
                       graph=os.environ.get("MICROGPT_GRAPH", "1") != "0")
     run = Run(args, out, model, optimizer, tokenizer, loader, val_batches, entropy, start,
-              {"train": [], "val": []}, world, signature, train_step)
+              {"train": [], "val": []}, world, signature, train_step, kernels)
     if ckpt:
         restore(run, ckpt)
     if not run.lead:

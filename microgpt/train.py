@@ -56,8 +56,10 @@ def train(run, stop_at):
         progress.log(f"mfu: {utilisation.flops_per_token / 1e9:.2f} GFLOP per token over the "
                      f"{model.precision} peak of {world.world_size} x {utilisation.device}, "
                      f"{utilisation.peak / world.world_size / 1e12:g} TFLOP/s each")
-    if run.lead and model.backend.name == "cuda":
-        progress.log("compiling kernels ...")
+    kernels_told = not run.lead
+    if run.lead and run.kernels:
+        progress.log(f"kernels: compiling, or loading from the cache in {run.kernels.directory} "
+                     "...")
     read_at = time.perf_counter()
     # overflow on the way to a divergence is reported once, by healthy(), not op by op
     with StopRequest() as stop, np.errstate(all="ignore"):
@@ -93,6 +95,9 @@ def train(run, stop_at):
             if due_eval:
                 val = evaluate(run)
                 run.history["val"].append([run.step, val])
+            if run.kernels and not kernels_told:    # the first read back: they are ready
+                kernels_told = True
+                progress.log(run.kernels.summary())
             if due_log or val is not None:
                 progress.log_step(run.step, loss, val, lr, norm, tokens_per_step)
             if due_sample:

@@ -78,8 +78,8 @@ def parse_args(argv):
                    "files, or llm.c .bin token shards (default: the Python standard library)")
     g.add_argument("--tokenizer", metavar="KIND", help="bpe (train byte-level BPE at the "
                    "vocab size), bytes (vocab 256) or a tokenizer.json (default: bpe for text)")
-    g.add_argument("--cache-dir", metavar="DIR", help="where tokenizers and token shards are "
-                   f"cached (default: $MICROGPT_CACHE_DIR or {default_cache_dir()})")
+    g.add_argument("--cache-dir", metavar="DIR", help="where tokenizers, token shards and "
+                   f"compiled kernels are cached (default: $MICROGPT_CACHE_DIR or {default_cache_dir()})")
     g = p.add_argument_group("training")
     g.add_argument("--device", choices=DEVICES, default="auto",
                    help="cpu runs NumPy, cuda the GPU kernels; auto takes a GPU if there is one")

@@ -253,6 +253,20 @@ def test_a_source_edited_after_its_import_is_not_cached(tmp_path, monkeypatch):
     cache.sources_digest.cache_clear()
 
 
+def test_the_trainer_counts_the_kernels_as_they_come(monkeypatch, capsys, tmp_path):
+    from microgpt.progress import KernelProgress
+
+    kernels = KernelProgress(tmp_path / "kernels")
+    monkeypatch.setattr(KernelProgress, "LOG_EVERY", -1.0)      # a log, not a terminal
+    kernels("layernorm_forward_kernel", "compiled", 1.5)
+    kernels("adamw_kernel", "cache", 0.01)
+    assert capsys.readouterr().out.splitlines() == [
+        "kernels: 1 ready (1 compiled, 0 from the cache) so far, 0s",
+        "kernels: 2 ready (1 compiled, 1 from the cache) so far, 0s"]
+    assert kernels.summary().startswith("kernels: 2 ready (1 compiled, 1 from the cache) in ")
+    assert kernels.summary().endswith(f"the cache is {tmp_path / 'kernels'}")
+
+
 # ----------------------------------------------------------------------------------
 # one run, in a process without the simulator
 

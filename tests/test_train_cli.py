@@ -596,14 +596,18 @@ def test_numba_performance_advice_stays_out_of_the_log(tiny, tmp_path, capsys, m
 
 
 def test_cuda_says_it_compiles_before_the_first_step(tiny, tmp_path, capsys, monkeypatch):
-    """The first cuda step compiles every kernel (seconds): the log says so first. The
-    numpy backend stands in for cuda, whose steps the simulator runs too slowly."""
+    """The first cuda step compiles every kernel (seconds) or loads it from the disk cache:
+    the log says so first, and how many of each before the first step's line. The numpy
+    backend stands in for cuda, whose steps the simulator runs too slowly."""
     monkeypatch.setattr(NumpyBackend, "name", "cuda")
     status, out, _ = run_main([*tiny, "--steps", 2, "--out", tmp_path / "run"], capsys)
     lines = out.splitlines()
     assert status == 0
-    assert lines.index("compiling kernels ...") < min(
-        i for i, line in enumerate(lines) if line.startswith("step "))
+    first_step = min(i for i, line in enumerate(lines) if line.startswith("step "))
+    told = [i for i, line in enumerate(lines) if line.startswith("kernels: ")]
+    assert len(told) == 2 and told[1] < first_step
+    assert lines[told[0]].startswith("kernels: compiling, or loading from the cache in ")
+    assert "ready (0 compiled, 0 from the cache) in " in lines[told[1]]
 
 
 # ----------------------------------------------------------------------------------
