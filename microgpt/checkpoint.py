@@ -58,13 +58,15 @@ class Checkpoint:
     tokenizer: object
 
 
-def save_checkpoint(run_dir, model, optimizer, tokenizer, state):
-    """Write a checkpoint of model, optimizer and state (a JSON-able dict holding at least
-    "step") into run_dir and point `latest` at it; -> its path."""
+def save_checkpoint(run_dir, model, optimizer_state, tokenizer, state):
+    """Write a checkpoint of model, the optimizer's state (the (moments, meta) of its
+    state_dict(), which under ZeRO-1 every rank calls and rank 0 receives whole) and state
+    (a JSON-able dict holding at least "step") into run_dir and point `latest` at it;
+    -> its path."""
     run_dir = Path(run_dir)
     name = f"{PREFIX}{state['step']:06d}"
     params = model.state_dict()
-    moments, optimizer_meta = optimizer.state_dict()
+    moments, optimizer_meta = optimizer_state
     if not all(np.isfinite(t).all() for t in [*params.values(), *moments.values()]):
         raise UserError(f"the parameters at step {state['step']} hold NaN or infinity: training "
                         f"diverged, no checkpoint written; start again with a smaller --lr")

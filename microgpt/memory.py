@@ -6,21 +6,25 @@ from microgpt.params import ParamLayout
 from microgpt.step import step_specs
 
 
-def required_bytes(config, rows, precision, eval_batches):
+def required_bytes(config, rows, precision, eval_batches, moment_shards=1):
     """What a rank's run of `rows` sequences a step needs at least: the parameters, their
-    gradients and AdamW moments (float32), in bf16 the matrices' copy, the buffers of a
-    step as allocated (views and shared scratch once), and the validation batches."""
+    gradients and AdamW moments (float32; under ZeRO-1 the moments of one of
+    moment_shards shards), in bf16 the matrices' copy, the buffers of a step as allocated
+    (views and shared scratch once), and the validation batches."""
     layout = ParamLayout(config)
     T = config.context
-    return (4 * 4 * layout.size + (2 * layout.n_decay if precision == "bf16" else 0)
+    moments = 2 * 4 * -(-layout.size // moment_shards)
+    return (2 * 4 * layout.size + moments + (2 * layout.n_decay if precision == "bf16" else 0)
             + sum(spec.nbytes for spec in step_specs(config, rows, T, precision))
             + 8 * eval_batches * rows * T)
 
 
-def check_memory(config, args, world, backend, precision):
-    """Refuse a run whose required_bytes exceed the memory available to this rank."""
+def check_memory(config, args, world, backend, precision, zero=False):
+    """Refuse a run whose required_bytes exceed the memory available to this rank (zero:
+    the moments sharded over the ranks)."""
     rows = args.batch_size // world.world_size
-    need = required_bytes(config, rows, precision, args.eval_batches)
+    need = required_bytes(config, rows, precision, args.eval_batches,
+                          world.world_size if zero else 1)
     where, available = available_memory(backend)
     if available is not None and need > available:
         gib = 2 ** 30

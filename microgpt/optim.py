@@ -32,13 +32,18 @@ class AdamW:
     """Moments live beside the parameters, on the model's backend, as flat buffers; so do
     the squared gradient norm and the hyper-parameters of the next update (ops.HPARAMS),
     which the device advances itself: update() enqueues a whole optimizer step without
-    a value from the host, and the same launches replay in a captured step."""
+    a value from the host, and the same launches replay in a captured step.
 
-    def __init__(self, model, cfg):
+    span (lo, hi) is the range of the flat buffers it updates and keeps moments for: all
+    of them, or a ZeRO-1 rank's shard (microgpt.zero.ShardedAdamW, which adds the
+    collectives around the same launches)."""
+
+    def __init__(self, model, cfg, span=None):
         self.model, self.cfg = model, cfg
+        self.span = span or (0, model.layout.size)
         ops = model.backend
-        self.m = ops.zeros((model.layout.size,))
-        self.v = ops.zeros((model.layout.size,))
+        self.m = ops.zeros((self.span[1] - self.span[0],))
+        self.v = ops.zeros((self.span[1] - self.span[0],))
         self.norm_squared = ops.zeros((1,))
         self.hparams = ops.zeros((len(HPARAMS),))
         self.step_count = 0        # steps taken; the next update is number step_count + 1
@@ -67,24 +72,36 @@ class AdamW:
 
     def _update(self):
         ops, model, cfg = self.model.backend, self.model, self.cfg
-        ops.global_norm_squared(self.norm_squared, model.grads_flat)
-        ops.adamw_update(model.params_flat, model.grads_flat, self.m, self.v,
+        lo, hi = self.span
+        grads = model.grads_flat[lo:hi]
+        self._norm_squared(grads)
+        # the span's first n_decay elements are matrices (the layout's decayed prefix)
+        n_decay = min(max(model.layout.n_decay - lo, 0), hi - lo)
+        ops.adamw_update(model.params_flat[lo:hi], grads, self.m, self.v,
                          self.norm_squared, self.hparams, weight_decay=cfg.weight_decay,
-                         n_decay=model.layout.n_decay, max_norm=cfg.max_norm,
+                         n_decay=n_decay, max_norm=cfg.max_norm,
                          beta1=cfg.beta1, beta2=cfg.beta2, eps=cfg.eps,
-                         param_bf16=model.matrices_flat)
+                         param_bf16=None if model.matrices_flat is None
+                         else model.matrices_flat[lo:lo + n_decay])
+
+    def _norm_squared(self, grads):
+        """self.norm_squared = the squared norm of the whole gradient (grads: the span's)."""
+        self.model.backend.global_norm_squared(self.norm_squared, grads)
 
     def state_dict(self):
         ops = self.model.backend
         return {"m": ops.to_host(self.m), "v": ops.to_host(self.v)}, {"step": self.step_count}
 
     def load_state_dict(self, moments, meta):
+        """moments: the whole m and v, as state_dict gives them (of a run at any world
+        size, with ZeRO-1 or without): the optimizer keeps its span of them."""
         ops = self.model.backend
+        lo, hi = self.span
         for name in ("m", "v"):
             if moments[name].shape != (self.model.layout.size,):
                 raise ValueError(f"optimizer moment {name} has shape {moments[name].shape}, "
                                  f"the model has {self.model.layout.size} parameters")
-            ops.copy(getattr(self, name), ops.to_device(moments[name]))
+            ops.copy(getattr(self, name), ops.to_device(moments[name][lo:hi]))
         self.step_count = int(meta["step"])
         # the schedule continues from the restored step
         ops.copy(self.hparams, ops.to_device(np.array([self.step_count, 0.0, 0.0, 0.0])))

@@ -19,6 +19,7 @@ from microgpt.ranks import check_ranks_agree, on_every_rank
 from microgpt.run_dir import RunDirectory, check_output_dir, default_out
 from microgpt.step import Step
 from microgpt.tokenizer import BPETokenizer, ByteTokenizer, TokenIds
+from microgpt.zero import ShardedAdamW
 from microgpt.train_args import CPU_DEFAULT_MODEL, DEFAULT_BPE_VOCAB, TrainArgs, resolve_args
 
 
@@ -83,7 +84,8 @@ def setup(ns, world, backend, resources):
     directory's lock is entered into resources (a contextlib.ExitStack) and held to the end.
     Under mpirun the ranks fail together (on_every_rank) and check that they agree."""
     ckpt, args = on_every_rank(world, lambda: resume_args(ns))
-    check_ranks_agree(world, "arguments", dataclasses.asdict(args))
+    # --zero too: ranks that shard and ranks that do not would wait in other collectives
+    check_ranks_agree(world, "arguments", {**dataclasses.asdict(args), "zero": ns.zero})
     start = ckpt.state["step"] if ckpt else 0
     out = on_every_rank(world, lambda: claim_output(ns, ckpt, args, world, resources))
     cache_dir = ns.cache_dir or default_cache_dir()
@@ -96,7 +98,8 @@ def setup(ns, world, backend, resources):
 
     def load():
         try:
-            data, config = load_data(args, ckpt, cache_dir, world, backend, ns.precision)
+            data, config = load_data(args, ckpt, cache_dir, world, backend, ns.precision,
+                                     sharded(ns, world))
         finally:
             if world.rank == 0:
                 world.barrier()
@@ -118,11 +121,14 @@ def setup(ns, world, backend, resources):
                               split="validation").fixed_batches(args.eval_batches)
     model = GPT(config, backend=backend, seed=args.seed,
                 precision=choose_precision(ns.precision, backend, config))
-    optimizer = AdamW(model, AdamWConfig(lr=args.lr, warmup_steps=args.warmup,
-                                         total_steps=args.steps))
+    adamw = AdamWConfig(lr=args.lr, warmup_steps=args.warmup, total_steps=args.steps)
+    if sharded(ns, world):
+        optimizer = ShardedAdamW(model, adamw, world)
+        sync = optimizer.sync
+    else:
+        optimizer, sync = AdamW(model, adamw), world.gradient_sync(model)
     entropy = unigram_entropy(data.train, config.vocab_size)
-    train_step = Step(model, optimizer, args.batch_size // world.world_size, T,
-                      sync=world.gradient_sync(model),
+    train_step = Step(model, optimizer, args.batch_size // world.world_size, T, sync=sync,
                       graph=os.environ.get("MICROGPT_GRAPH", "1") != "0")
     run = Run(args, out, model, optimizer, tokenizer, loader, val_batches, entropy, start,
               {"train": [], "val": []}, world, signature, train_step, kernels)
@@ -131,8 +137,10 @@ def setup(ns, world, backend, resources):
     if not run.lead:
         return run
     if world.world_size > 1:
-        print(f"data parallel: {world.world_size} ranks, {args.batch_size // world.world_size} "
-              "sequences each per step")
+        hosts = f"{world.hosts} host{'s' if world.hosts > 1 else ''}"
+        print(f"data parallel: {world.world_size} ranks on {hosts}, "
+              f"{args.batch_size // world.world_size} sequences each per step"
+              + (", AdamW's moments sharded (ZeRO-1)" if sharded(ns, world) else ""))
     print(f"model: {describe(config)}, {model.layout.size:,} parameters, on "
           f"{model.backend.name} in {model.precision}")
     print(f"data: {data.source}, {sum(map(len, data.train)):,} train and "
@@ -142,6 +150,11 @@ def setup(ns, world, backend, resources):
           f"(warmup {args.warmup}, cosine to {args.lr * optimizer.cfg.min_lr_ratio:g}), "
           f"out {out}", flush=True)
     return run
+
+
+def sharded(ns, world):
+    """Whether the run shards the optimizer (--zero 1 with more than one rank)."""
+    return ns.zero == 1 and world.world_size > 1
 
 
 def resume_args(ns):
@@ -174,7 +187,7 @@ def claim_output(ns, ckpt, args, world, resources):
     return out
 
 
-def load_data(args, ckpt, cache_dir, world, backend, requested_precision):
+def load_data(args, ckpt, cache_dir, world, backend, requested_precision, zero):
     """-> (TokenData whose tokenizer is set, GPTConfig). The config, and the memory it needs,
     are checked before the slow part (training a tokenizer, tokenizing); its vocabulary can
     come from the tokenizer."""
@@ -185,7 +198,7 @@ def load_data(args, ckpt, cache_dir, world, backend, requested_precision):
         tokenizer = planned_tokenizer(args, shards)
         config = model_config(args, tokenizer.vocab_size if tokenizer else DEFAULT_BPE_VOCAB)
     check_memory(config, args, world, backend,
-                 choose_precision(requested_precision, backend, config))
+                 choose_precision(requested_precision, backend, config), zero)
     data = load_tokens(args.data, tokenizer, config.vocab_size, cache_dir)
     data.tokenizer = data.tokenizer or TokenIds(config.vocab_size)
     if not ckpt:

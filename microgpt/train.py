@@ -156,15 +156,18 @@ def save(run, progress, val):
         val = run.world.mean(run.train_step.evaluate(x[run.rows], y[run.rows]))
     if not healthy(val, run.model.config):
         return f"the parameters after step {run.step} have a loss of {val:.4g}"
-    on_every_rank(run.world, lambda: write_checkpoint(run, progress) if run.lead else None)
+    # on every rank: under ZeRO-1 each sends its shard of the moments to rank 0
+    optimizer_state = run.optimizer.state_dict()
+    on_every_rank(run.world, lambda: write_checkpoint(run, progress, optimizer_state)
+                  if run.lead else None)
     return None
 
 
-def write_checkpoint(run, progress):
+def write_checkpoint(run, progress, optimizer_state):
     state = {"step": run.step, "loader": run.loader.state_dict(),
              "args": dataclasses.asdict(run.args), "history": run.history,
              "data_signature": run.data_signature}
-    path = save_checkpoint(run.out, run.model, run.optimizer, run.tokenizer, state)
+    path = save_checkpoint(run.out, run.model, optimizer_state, run.tokenizer, state)
     metrics = run.out / METRICS
     records = read_metrics(metrics) if metrics.exists() else []
     write_output(run, path, "loss.png", lambda tmp: plot_losses(records, run.entropy, tmp))

@@ -87,6 +87,9 @@ def parse_args(argv):
                    help="bf16: the GEMMs and attention on the tensor cores with bf16 operands, "
                    "float32 master weights, moments and statistics (cuda only); fp32: float32 "
                    "throughout (default: bf16 on a GPU with bf16 tensor cores, else fp32)")
+    g.add_argument("--zero", type=int, choices=(0, 1), default=0,
+                   help="under mpirun, 1 shards AdamW's moments over the ranks (ZeRO-1), "
+                   "each rank keeping and updating its shard; the same steps as 0 (default: 0)")
     g.add_argument("--steps", type=positive_int, metavar="N",
                    help="optimizer steps in all" + by_default("steps"))
     g.add_argument("--batch-size", type=positive_int, metavar="B",

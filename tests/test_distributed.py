@@ -1,8 +1,11 @@
-"""Data parallelism: 2 MPI ranks against one process with the same global batch (on the
-CPU; on two GPUs in the gpu profile), and the ranges the backward hands to the all-reduce."""
+"""Data parallelism, plain and ZeRO-1: 2 MPI ranks against one process with the same global
+batch (on the CPU; on two GPUs in the gpu profile), through the library and the trainer, on
+one host and as if on two; checkpoints resumed at another world size; the ranges the
+backward hands to the all-reduce, and the shards of ZeRO-1."""
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +16,10 @@ from helpers import ON_GPU, TOL_F32_MODEL, rel_error
 
 import dp_worker
 from microgpt import GPT, distributed, get_config
+from microgpt.memory import required_bytes
 from microgpt.model import HEAD_DW_PARTS, row_ranges
+from microgpt.params import ParamLayout
+from microgpt.zero import ALIGN, Shards
 
 TESTS = Path(__file__).parent
 # a rank still running after this long dumps its threads' stacks and exits (dp_worker.py);
@@ -36,20 +42,24 @@ def gpus():
     return len(cuda.gpus) if ON_GPU else 0
 
 
+@pytest.mark.parametrize("zero", [0, 1], ids=["all-reduce", "zero-1"])
 @pytest.mark.parametrize("backend", [
     "numpy",
     pytest.param("cuda", marks=pytest.mark.skipif(
         gpus() < 2, reason="NCCL between two ranks needs two GPUs (MICROGPT_TEST_DEVICE=gpu)"))])
-def test_two_ranks_match_one_process(tmp_path, backend):
-    """Three steps through Step with the world's gradient sync; on cuda the first is eager,
-    the second captured with its NCCL calls, the third replayed. The ranks hold identical
-    parameters, those of one process on the numpy backend with the same global batch: to
-    1e-5 on numpy (the sum's order differs), to the whole-model float32 tolerance on cuda
-    (the kernels' rounding too; one numpy process spares a third compile of the kernels)."""
+def test_two_ranks_match_one_process(tmp_path, backend, zero):
+    """Three steps through Step with the world's gradient sync (zero 1: ZeRO-1's sharded
+    one and ShardedAdamW); on cuda the first is eager, the second captured with its NCCL
+    calls, the third replayed. The ranks hold identical parameters, those of one process
+    on the numpy backend with the same global batch, and rank 0 the whole moments and the
+    gradient norms of that process (under ZeRO-1 the moments gathered from the shards, the
+    norm added from theirs): to 1e-5 on numpy (the sum's order
+    differs), to the whole-model float32 tolerance on cuda (the kernels' rounding too; one
+    numpy process spares a third compile of the kernels)."""
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
     subprocess.run([mpiexec(), "-n", "2", sys.executable, str(TESTS / "dp_worker.py"),
-                    str(tmp_path), backend, str(WORKER_SECONDS)],
+                    str(tmp_path), backend, str(WORKER_SECONDS), str(zero)],
                    check=True, env=env, timeout=WORKER_SECONDS + 60)
     single = tmp_path / "single"
     single.mkdir()
@@ -62,6 +72,10 @@ def test_two_ranks_match_one_process(tmp_path, backend):
         np.testing.assert_array_equal(rank0[name], rank1[name], err_msg=f"ranks differ on {name}")
         assert rel_error(rank0[name], one[name]) < tolerance, name
         assert not np.array_equal(one[name], 0)
+    state, one_state = np.load(tmp_path / "optimizer.npz"), np.load(single / "optimizer.npz")
+    for name in ("m", "v", "grad_norm"):
+        assert rel_error(state[name], one_state[name]) < tolerance, name
+        assert np.count_nonzero(one_state[name]) > one_state[name].size // 2, name
 
 
 def test_single_process_outside_mpirun(monkeypatch):
@@ -90,29 +104,95 @@ def text(folder):
     return path
 
 
-def test_mpirun_trainer_matches_one_process(tmp_path):
-    """`mpirun -n 2 python -m microgpt.train` logs the same losses and writes the same
-    parameters (rank 0's checkpoint) as one process with the same global batch."""
+def trainer_flags(folder):
+    return ["--steps", "4", "--batch-size", "4", "--eval-every", "2", "--log-every", "1",
+            "--sample-every", "0", "--cache-dir", str(folder / "cache")]
+
+
+def logged_losses(log):
+    """{step: the loss as logged} of a trainer's output."""
+    lines = [line.split("|")[:2] for line in log.splitlines() if line.startswith("step ")]
+    return {int(step.split()[1].split("/")[0]): loss for step, loss in lines}
+
+
+def assert_same_run(folder, one):
+    """The run in folder/run ended where the one process's did: its checkpoint's parameters
+    and moments those of one's to 1e-5 (the sums' order differs)."""
     from safetensors.numpy import load_file
+    for file in ("model.safetensors", "optimizer.safetensors"):
+        ours = load_file(str(folder / "run" / "ckpt-000004" / file))
+        theirs = load_file(str(one.folder / "run" / "ckpt-000004" / file))
+        assert ours.keys() == theirs.keys()
+        for name in theirs:
+            assert rel_error(ours[name], theirs[name]) < 1e-5, (file, name)
 
-    flags = ["--steps", "4", "--batch-size", "4", "--eval-every", "2", "--log-every", "1",
-             "--sample-every", "0", "--cache-dir", str(tmp_path / "cache")]
-    data = text(tmp_path)
-    single = subprocess.run(train_command(data, *flags, "--out", str(tmp_path / "one")),
-                            capture_output=True, text=True, timeout=300, check=True)
-    parallel = subprocess.run([mpiexec(), "-n", "2", *train_command(
-                                  data, *flags, "--out", str(tmp_path / "two"))],
+
+class Trained:
+    def __init__(self, folder, log):
+        self.folder, self.log = folder, log
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    """The trainer in one process, 4 steps: what every data-parallel run must equal."""
+    folder = tmp_path_factory.mktemp("one")
+    run = subprocess.run(train_command(text(folder), *trainer_flags(folder), "--out",
+                                       str(folder / "run")),
+                         capture_output=True, text=True, timeout=300, check=True)
+    assert sorted(logged_losses(run.stdout)) == [1, 2, 3, 4]
+    return Trained(folder, run.stdout)
+
+
+def two_hosts(folder):
+    """mpiexec's flags that start 2 ranks as if on two hosts, one each: a host file naming
+    this machine twice, by two names (Hydra, the mpich wheel's mpiexec, then gives each
+    rank a host of its own: local rank 0 on both), started without ssh."""
+    version = subprocess.run([mpiexec(), "--version"], capture_output=True, text=True).stdout
+    if "HYDRA" not in version:
+        pytest.skip("the two-host launch is written for Hydra's mpiexec (the mpich wheel of "
+                    "the test extra); this mpiexec is another")
+    hosts = folder / "hosts"
+    hosts.write_text(f"localhost:1\n{socket.gethostname()}:1\n")
+    return ["-launcher", "fork", "-f", str(hosts)]
+
+
+@pytest.mark.parametrize("zero, multi_host", [(0, False), (1, True)],
+                         ids=["all-reduce, one host", "zero-1, two hosts"])
+def test_mpirun_trainer_matches_one_process(tmp_path, one_process, zero, multi_host):
+    """`mpirun -n 2 python -m microgpt.train` logs the same losses and writes the same
+    checkpoint (rank 0's: the parameters, and under --zero 1 the moments gathered from the
+    shards) as one process with the same global batch; on one host, and on two (a
+    multi-host launch, each rank the first of its host)."""
+    launch = two_hosts(tmp_path) if multi_host else []
+    parallel = subprocess.run([mpiexec(), *launch, "-n", "2", *train_command(
+                                  text(tmp_path), *trainer_flags(tmp_path), "--zero", str(zero),
+                                  "--out", str(tmp_path / "run"))],
                               capture_output=True, text=True, timeout=300, check=True)
-    assert "data parallel: 2 ranks, 2 sequences each" in parallel.stdout
+    hosts = "2 hosts" if multi_host else "1 host"
+    assert f"data parallel: 2 ranks on {hosts}, 2 sequences each per step" in parallel.stdout
+    assert ("(ZeRO-1)" in parallel.stdout) == bool(zero)
+    assert logged_losses(parallel.stdout) == logged_losses(one_process.log)
+    assert_same_run(tmp_path, one_process)
 
-    def losses(log):
-        return [line.split("|")[1] for line in log.splitlines() if line.startswith("step ")]
 
-    assert losses(parallel.stdout) == losses(single.stdout) and len(losses(single.stdout)) == 4
-    one = load_file(str(tmp_path / "one" / "ckpt-000004" / "model.safetensors"))
-    two = load_file(str(tmp_path / "two" / "ckpt-000004" / "model.safetensors"))
-    for name in one:
-        assert rel_error(two[name], one[name]) < 1e-5, name
+@pytest.mark.parametrize("first, then", [(2, 1), (1, 2)], ids=["2 ranks to 1", "1 to 2 ranks"])
+def test_a_checkpoint_resumes_at_another_world_size(tmp_path, one_process, first, then):
+    """A run stopped at step 2 by one world (2 ranks with --zero 1, or one process) and
+    resumed by the other ends as the one process's uninterrupted run: the same losses
+    logged for steps 3 and 4, the same parameters and moments. The checkpoint holds the
+    whole moments whichever wrote it, and each rank of the resumed run takes its shard."""
+    def launch(ranks, *flags):
+        mpi = [mpiexec(), "-n", str(ranks)] if ranks > 1 else []
+        zero = ["--zero", "1"] if ranks > 1 else []
+        return subprocess.run([*mpi, *train_command(text(tmp_path), *flags), *zero],
+                              capture_output=True, text=True, timeout=300, check=True)
+    out = tmp_path / "run"
+    launch(first, *trainer_flags(tmp_path), "--stop-at", "2", "--out", str(out))
+    resumed = launch(then, "--resume", str(out))
+    assert f"resuming {out / 'ckpt-000002'} at step 2" in resumed.stdout
+    want = logged_losses(one_process.log)
+    assert logged_losses(resumed.stdout) == {step: want[step] for step in (3, 4)}
+    assert_same_run(tmp_path, one_process)
 
 
 def test_batch_must_divide_among_ranks(tmp_path):
@@ -162,3 +242,29 @@ def test_backward_announces_every_gradient_once_when_final():
                                       err_msg=f"range [{lo}, {hi}) changed after it was ready")
     for name, grad in model.grads.items():
         assert np.count_nonzero(grad) > grad.size // 2, name
+
+
+@pytest.mark.parametrize("n, world_size", [(7520, 2), (7520, 3), (100, 8), (64, 2), (1, 4)])
+def test_shards_tile_the_buffer_aligned_and_cut_ranges_by_owner(n, world_size):
+    """Every element has one owner; the bounds but n are multiples of ALIGN, and the
+    shards are as even as that allows; a range's pieces are cut where the shards meet."""
+    shards = [Shards(n, world_size, r) for r in range(world_size)]
+    spans = [s.span() for s in shards]
+    assert spans[0][0] == 0 and spans[-1][1] == n
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+    assert all(lo % ALIGN == 0 or lo == n for lo, _ in spans)
+    assert max(hi - lo for lo, hi in spans) <= -(-n // world_size) + ALIGN
+    rng = np.random.default_rng(n + world_size)
+    for lo, hi in sorted(rng.integers(0, n + 1, (20, 2)).tolist()):
+        pieces = shards[0].owners(lo, min(hi + 1, n))
+        covered = [i for _, a, b in pieces for i in range(a, b)]
+        assert covered == list(range(lo, min(hi + 1, n)))
+        for root, a, b in pieces:
+            assert spans[root][0] <= a < b <= spans[root][1]
+
+
+def test_zero_1_needs_a_world_size_th_of_the_moments():
+    cfg = get_config("andrea-12m")
+    plain, sharded = (required_bytes(cfg, 4, "fp32", 1, shards) for shards in (1, 8))
+    size = ParamLayout(cfg).size
+    assert plain - sharded == 8 * size - 8 * -(-size // 8)

@@ -42,7 +42,8 @@ def trained_looking_model(cfg, seed=0):
 
 def checkpoint(tmp_path, tokenizer, cfg=CFG):
     model = trained_looking_model(cfg)
-    save_checkpoint(tmp_path / "run", model, AdamW(model, AdamWConfig()), tokenizer, {"step": 3})
+    save_checkpoint(tmp_path / "run", model, AdamW(model, AdamWConfig()).state_dict(), tokenizer,
+                    {"step": 3})
     return model, tmp_path / "run"
 
 
