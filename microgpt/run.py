@@ -58,7 +58,8 @@ class Run:
     optimizer: AdamW
     tokenizer: object
     loader: BatchLoader
-    val_batches: list       # [(inputs, targets)], int32 (B, T) each
+    val_batches: list       # [(inputs, targets)], int32 (B, T) each (the whole split's last
+                            # may have fewer rows)
     entropy: float
     step: int               # optimizer steps taken
     history: dict           # "train": [loss per step], "val": [[step, loss], ...]
@@ -117,8 +118,10 @@ def setup(ns, world, backend, resources):
 
     T = config.context
     loader = BatchLoader(data.train, args.batch_size, T, config.vocab_size, args.seed)
-    val_batches = BatchLoader(data.val, args.batch_size, T, config.vocab_size, args.seed,
-                              split="validation").fixed_batches(args.eval_batches)
+    val_loader = BatchLoader(data.val, args.batch_size, T, config.vocab_size, args.seed,
+                             split="validation")
+    val_batches = (val_loader.fixed_batches(args.eval_batches) if args.eval_batches
+                   else val_loader.whole_split())
     model = GPT(config, backend=backend, seed=args.seed,
                 precision=choose_precision(ns.precision, backend, config))
     adamw = AdamWConfig(lr=args.lr, warmup_steps=args.warmup, total_steps=args.steps)

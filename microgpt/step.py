@@ -79,10 +79,18 @@ class Step:
         self.unread += 1
 
     def evaluate(self, tokens, targets):
-        """The mean loss of a batch (no backward, no update) -> a float, read back."""
+        """The mean loss of a batch (no backward, no update) -> a float, read back. A batch
+        of fewer rows than the step's (the whole validation split's last) runs padded with
+        copies of its first row, which are not scored: the step's buffers and graph serve
+        it, and no second set of activations is allocated."""
+        rows = len(tokens)
+        if 0 < rows < self.shape[0]:
+            pad = np.repeat(np.asarray(tokens)[:1], self.shape[0] - rows, axis=0), \
+                np.repeat(np.asarray(targets)[:1], self.shape[0] - rows, axis=0)
+            tokens, targets = np.concatenate([tokens, pad[0]]), np.concatenate([targets, pad[1]])
         self.load(tokens, targets)
         self._replay(("forward", "loss"))
-        return self.backend.mean(self.buffers.losses)
+        return self.backend.mean(self.buffers.losses[:rows * self.shape[1]])
 
     def load(self, tokens, targets):
         """Token ids and targets into the batch buffer: one copy to the device."""

@@ -23,6 +23,7 @@ from microgpt.checkpoint import LATEST, atomic_file, find_checkpoint, save_check
 from microgpt.cli import (EXIT_INTERRUPTED, EXIT_USER_ERROR, backend_for, exit_status,
                           make_backend, run_cli)
 from microgpt.config import ConfigError
+from microgpt.data import mean_loss
 from microgpt.errors import BackendError, UserError
 from microgpt.metrics import METRICS, MetricsLog, Utilisation, plot_losses, read_metrics
 from microgpt.progress import Progress, StopRequest, format_duration
@@ -141,19 +142,22 @@ def diverged(run, what):
     return EXIT_DIVERGED
 
 
-def evaluate(run):
-    """Mean loss over the fixed validation batches, each rank taking its rows."""
-    local = np.mean([run.train_step.evaluate(x[run.rows], y[run.rows])
-                     for x, y in run.val_batches])
-    return run.world.mean(float(local))
+def evaluate(run, batches=None):
+    """Mean loss per token over the validation batches (or batches), each rank taking its
+    rows: of the whole split's short last batch, the ones it has, maybe none. The world's
+    mean of the ranks' sums over its mean of their rows is the mean over all rows."""
+    mine = [(x[run.rows], y[run.rows]) for x, y in (batches or run.val_batches)]
+    mine = [(x, y) for x, y in mine if len(x)]
+    rows = sum(len(x) for x, _ in mine)
+    total = mean_loss(mine, run.train_step.evaluate) * rows if rows else 0.0
+    return run.world.mean(total) / run.world.mean(float(rows))
 
 
 def save(run, progress, val):
     """Checkpoint the parameters the last step left, if their loss is healthy (val, else the
     loss on the first validation batch) -> None, or what kept them from being written."""
     if val is None:
-        x, y = run.val_batches[0]
-        val = run.world.mean(run.train_step.evaluate(x[run.rows], y[run.rows]))
+        val = evaluate(run, run.val_batches[:1])
     if not healthy(val, run.model.config):
         return f"the parameters after step {run.step} have a loss of {val:.4g}"
     # on every rank: under ZeRO-1 each sends its shard of the moments to rank 0

@@ -58,7 +58,8 @@ UNSET = {"config": "the default: microgpt with " + ", ".join(
              f"{k} {v}" for k, v in CPU_DEFAULT_MODEL.items()),
          "data": "the default: the Python standard library",
          "tokenizer": "the default: bpe for text"}
-NON_NEGATIVE = ("warmup", "seed", "eval_every", "sample_every", "checkpoint_every")
+NON_NEGATIVE = ("warmup", "seed", "eval_every", "eval_batches", "sample_every",
+                "checkpoint_every")
 
 
 def parse_args(argv):
@@ -107,8 +108,9 @@ def parse_args(argv):
                    "directory's latest one; the run's settings come from the checkpoint")
     g.add_argument("--eval-every", type=non_negative(int), metavar="N", help="validation loss "
                    "every N steps, 0 for only at the end" + by_default("eval_every"))
-    g.add_argument("--eval-batches", type=positive_int, metavar="N",
-                   help="batches in the validation set" + by_default("eval_batches"))
+    g.add_argument("--eval-batches", type=non_negative(int), metavar="N",
+                   help="batches in the validation set, 0 for the whole split (every token "
+                   "once)" + by_default("eval_batches"))
     g.add_argument("--sample-every", type=non_negative(int), metavar="N",
                    help="print a sample every N steps, 0 for never" + by_default("sample_every"))
     g.add_argument("--checkpoint-every", type=non_negative(int), metavar="N", help="checkpoint "

@@ -76,6 +76,19 @@ def test_evaluate_is_the_model_loss_and_changes_nothing():
     assert step.optimizer.step_count == 0
 
 
+def test_evaluate_scores_a_short_batch_on_its_own_rows():
+    """A batch of fewer rows than the step's (the whole validation split's last) gets the
+    model's loss on those rows alone: the rows that pad it to the step's shape are not
+    scored (with 2 rows, a scored copy of the first would weigh it twice)."""
+    model = GPT(CFG, seed=6)
+    step = Step(model, AdamW(model, OPT), 3, 8)
+    tokens, targets = batches(1, seed=4)[0]
+    step.evaluate(*batches(1, seed=5)[0])
+    for rows in (2, 1):
+        assert step.evaluate(tokens[:rows], targets[:rows]) == pytest.approx(
+            model.evaluate(tokens[:rows], targets[:rows]), rel=1e-6)
+
+
 @pytest.mark.parametrize("tokens,targets,message", [
     (np.zeros((2, 8), int), np.zeros((3, 8), int), r"tokens: expected shape \(3, 8\)"),
     (np.zeros((3, 8), int), np.zeros((3, 7), int), r"targets: expected shape \(3, 8\)"),

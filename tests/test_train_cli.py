@@ -101,6 +101,32 @@ def test_train_then_sample_in_fresh_processes(tiny, tmp_path):
     assert again.stdout == sampled.stdout                    # a seed fixes the sample
 
 
+def test_eval_batches_0_scores_the_whole_validation_split(tiny, corpus, cache, tmp_path,
+                                                          capsys):
+    """--eval-batches 0: the validation loss is the mean over every token of the split, here
+    computed directly, window by window in float64 from the checkpoint's parameters, with a
+    batch size that leaves the last batch short."""
+    from microgpt import reference as ref
+    from microgpt.data import load_tokens
+
+    val = load_tokens(str(corpus), None, DEFAULT_BPE_VOCAB, cache).val
+    T = model_config(resolve_args(parse_args(tiny), None), DEFAULT_BPE_VOCAB).context
+    windows = [(s[k:k + T], s[k + 1:k + T + 1]) for s in val
+               for k in range(0, (len(s) - 1) // T * T, T)]
+    B = next(b for b in (4, 3, 5, 7) if len(windows) % b)
+    out = tmp_path / "run"
+    status, _, err = run_main([*tiny, "--batch-size", B, "--eval-batches", 0, "--steps", 2,
+                               "--out", out], capsys)
+    assert status == 0, err
+    ckpt = load_checkpoint(out)
+    model = GPT(ckpt.config, dtype=np.float64)
+    model.load_state_dict(ckpt.params)
+    losses = [ref.crossentropy_forward(model.forward(x[None].astype(np.int32))[0],
+                                       y.astype(np.int64))[0] for x, y in windows]
+    direct = np.concatenate(losses).mean()
+    assert abs(history(out)["val"][-1][1] - direct) <= 1e-5 * direct
+
+
 def test_resume_is_bit_identical(tiny, tmp_path, capsys):
     schedule = ["--steps", "6", "--eval-every", "2", "--lr", "1e-2", "--warmup", "2"]
     straight, split = tmp_path / "straight", tmp_path / "split"
