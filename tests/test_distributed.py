@@ -5,7 +5,6 @@ backward hands to the all-reduce, and the shards of ZeRO-1."""
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -78,6 +77,21 @@ def test_two_ranks_match_one_process(tmp_path, backend, zero):
         assert np.count_nonzero(one_state[name]) > one_state[name].size // 2, name
 
 
+def test_zero_1_nccl_collectives_in_the_simulator(tmp_path):
+    """The cuda backend's ZeRO-1 collectives (NCCLWorld's sharded sync: the backward's
+    ranges reduced to their owners, the norm's total, the parameters' and the bf16 copy's
+    gather), 3 ranks as if on three hosts, in the CUDA simulator with NCCL's calls done by
+    their twin over MPI (tests/nccl_twin.py): each rank checks its buffers against what
+    NCCL leaves there (tests/nccl_worker.py)."""
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1",
+           "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([mpiexec(), *separate_hosts(tmp_path, 3), "-n", "3", sys.executable,
+                          str(TESTS / "nccl_worker.py")],
+                         capture_output=True, text=True, env=env, timeout=WORKER_SECONDS)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.count("every collective as NCCL's") == 3
+
+
 def test_single_process_outside_mpirun(monkeypatch):
     for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"):
         monkeypatch.delenv(var, raising=False)
@@ -143,16 +157,18 @@ def one_process(tmp_path_factory):
     return Trained(folder, run.stdout)
 
 
-def two_hosts(folder):
-    """mpiexec's flags that start 2 ranks as if on two hosts, one each: a host file naming
-    this machine twice, by two names (Hydra, the mpich wheel's mpiexec, then gives each
-    rank a host of its own: local rank 0 on both), started without ssh."""
+def separate_hosts(folder, ranks):
+    """mpiexec's flags that start `ranks` ranks (at most 3) as if each were on a host of its
+    own: a host file naming this machine by other names, one slot each (Hydra, the mpich
+    wheel's mpiexec, then takes each for a host: local rank 0 on every one), started
+    without ssh."""
     version = subprocess.run([mpiexec(), "--version"], capture_output=True, text=True).stdout
     if "HYDRA" not in version:
-        pytest.skip("the two-host launch is written for Hydra's mpiexec (the mpich wheel of "
-                    "the test extra); this mpiexec is another")
+        pytest.skip("the multi-host launch is written for Hydra's mpiexec (the mpich wheel "
+                    "of the test extra); this mpiexec is another")
     hosts = folder / "hosts"
-    hosts.write_text(f"localhost:1\n{socket.gethostname()}:1\n")
+    hosts.write_text("".join(f"{name}:1\n" for name in
+                             ("localhost", "127.0.0.1", "127.0.0.2")[:ranks]))
     return ["-launcher", "fork", "-f", str(hosts)]
 
 
@@ -163,7 +179,7 @@ def test_mpirun_trainer_matches_one_process(tmp_path, one_process, zero, multi_h
     checkpoint (rank 0's: the parameters, and under --zero 1 the moments gathered from the
     shards) as one process with the same global batch; on one host, and on two (a
     multi-host launch, each rank the first of its host)."""
-    launch = two_hosts(tmp_path) if multi_host else []
+    launch = separate_hosts(tmp_path, 2) if multi_host else []
     parallel = subprocess.run([mpiexec(), *launch, "-n", "2", *train_command(
                                   text(tmp_path), *trainer_flags(tmp_path), "--zero", str(zero),
                                   "--out", str(tmp_path / "run"))],
