@@ -26,9 +26,9 @@ import math
 import numpy as np
 from numba import cuda, float32, int64, uint16
 
-from microgpt.kernels import reductions
-from microgpt.kernels.common import SIMULATOR, ceil_div, check_array, check_block_size
-from microgpt.kernels.mma import to_bf16
+from . import reductions
+from .common import SIMULATOR, ceil_div, check_array, check_block_size
+from .atoms import to_bf16
 
 if SIMULATOR:
     _cos = math.cos

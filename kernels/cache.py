@@ -2,10 +2,10 @@
 
 numba-cuda's own cache (``cache=True``) keys a kernel on its bytecode, its closure's values
 and the timestamp of its own file: a kernel whose helper in another module changed (a
-block reduction in common, an atom in mma) would load stale machine code. This cache keys
+block reduction in common, an atom in atoms) would load stale machine code. This cache keys
 each compilation on
 - the source of the kernel's module and of every module of its package that it imports,
-  transitively (common, mma, precision, reference's constants, ...): any edit there, and
+  transitively (common, atoms, precision, reference's constants, ...): any edit there, and
   every kernel that could read it compiles afresh;
 - the kernel itself, deeply: its bytecode and constants, what its closure holds (a
   factory's compile-time constants, the device functions it calls) and the globals it

@@ -19,10 +19,10 @@ attention's head_dim D) has no result and raises ValueError (``check_not_empty``
 import weakref
 
 import numpy as np
-from numba import config, cuda
+from numba import cuda
 
-SIMULATOR = bool(config.ENABLE_CUDASIM)
-WARP = 32
+from .device import SIMULATOR, WARP
+
 # shared scratch a block reduction needs: one slot per warp, or one per thread in the twin
 REDUCE_SCRATCH = 1024 if SIMULATOR else WARP
 

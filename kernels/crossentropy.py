@@ -48,12 +48,10 @@ import math
 import numpy as np
 from numba import cuda, float32, int32, uint16
 
-from microgpt.kernels.common import (REDUCE_SCRATCH, WARP, block_max, block_sum,
-                                     check_array, check_block_size, check_not_empty,
-                                     row_block)
-from microgpt.kernels.precision import (GROUP, check_activation, exp_approx, group_loader,
-                                        group_storer, group_width, load_float32,
-                                        store_float32)
+from .atoms import load_float32, store_float32
+from .common import (REDUCE_SCRATCH, WARP, block_max, block_sum, check_array,
+                     check_block_size, check_not_empty, row_block)
+from .precision import GROUP, check_activation, exp_approx, group_loader, group_storer, group_width
 
 ONE = np.float32(1.0)
 ZERO = np.float32(0.0)

@@ -24,10 +24,9 @@ import functools
 import numpy as np
 from numba import cuda, float32, uint16
 
-from microgpt.kernels.common import ceil_div, check_array, check_block_size
-from microgpt.kernels.mma import rcp_approx
-from microgpt.kernels.precision import (GROUP, check_activation, exp_approx, group_loader,
-                                        group_storer, group_width)
+from .atoms import rcp_approx
+from .common import ceil_div, check_array, check_block_size
+from .precision import GROUP, check_activation, exp_approx, group_loader, group_storer, group_width
 from microgpt.reference import GELU_SCALE as _GELU_SCALE
 
 GELU_SCALE = np.float32(_GELU_SCALE)          # sqrt(2 / pi)

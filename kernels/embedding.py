@@ -12,7 +12,7 @@ Consecutive threads take consecutive c, so every read and every atomic is coales
 import numpy as np
 from numba import cuda, float32, int32
 
-from microgpt.kernels.common import ceil_div, check_array, check_block_size
+from .common import ceil_div, check_array, check_block_size
 
 BLOCK = 256
 

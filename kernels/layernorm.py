@@ -47,10 +47,10 @@ import math
 import numpy as np
 from numba import cuda, float32, int64, uint16
 
-from microgpt.kernels.common import (REDUCE_SCRATCH, WARP, ceil_div, check_array,
-                                     check_block_size, check_not_empty, row_block, warp_sum)
-from microgpt.kernels.precision import (GROUP, check_activation, group_loader, group_storer,
-                                        group_width, store_float32)
+from .atoms import store_float32
+from .common import (REDUCE_SCRATCH, WARP, ceil_div, check_array, check_block_size,
+                     check_not_empty, row_block, warp_sum)
+from .precision import GROUP, check_activation, group_loader, group_storer, group_width
 from microgpt.reference import LN_EPS as _LN_EPS
 
 LN_EPS = np.float32(_LN_EPS)

@@ -23,8 +23,8 @@ import math
 import numpy as np
 from numba import boolean, cuda, float32, int32
 
-from microgpt.kernels.common import (REDUCE_SCRATCH, SIMULATOR, WARP, block_sum, ceil_div,
-                                     check_array, check_block_size, kept_with)
+from .common import (REDUCE_SCRATCH, SIMULATOR, WARP, block_sum, ceil_div, check_array,
+                     check_block_size, kept_with)
 
 BLOCK = 512
 MAX_BLOCKS = 2 if SIMULATOR else 1024

@@ -14,7 +14,8 @@ from numba import cuda
 from numba.cuda.cudadrv import devicearray
 
 from microgpt.errors import BackendError
-from microgpt.kernels import common, flash_attention, reductions
+from microgpt.kernels import common, reductions
+from microgpt.kernels.attention import flash
 from microgpt.kernels.common import SIMULATOR
 from microgpt.ops import OPS
 
@@ -46,7 +47,7 @@ class CudaBackend:
     @staticmethod
     def bf16_fits(head_dim):
         """Whether the bf16 kernels take heads this wide (flash attention's tiles fit)."""
-        return flash_attention.fits(head_dim)
+        return flash.fits(head_dim)
 
     # memory ------------------------------------------------------------------------
     def zeros(self, shape, dtype=None):

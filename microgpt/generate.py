@@ -1,7 +1,7 @@
 """Generation with a KV cache: the prompt in one pass (the prefill), then one position a step.
 
 Each layer keeps the keys and values of the positions seen so far on the model's backend
-(``kv_cache_write``, ``attention_cached_forward``: kernels/kv_cache.py on the GPU), so a
+(``kv_cache_write``, ``attention_cached_forward``: kernels/attention/kv_cache.py on the GPU), so a
 step runs the model over one new position, and only the last position's logits, V floats,
 come back to the host, where temperature and top-k pick the token (a 200 KB copy for
 andrea-120m's 50304 logits: a device-side top-k would save microseconds per token).

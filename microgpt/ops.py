@@ -18,10 +18,10 @@ OPS = {
     "matmul": "gemm",
     "matmul_gelu_forward": "gemm",
     "matmul_gelu_backward": "gemm",
-    "split_heads_forward": "heads",
-    "split_heads_backward": "heads",
-    "merge_heads_forward": "heads",
-    "merge_heads_backward": "heads",
+    "split_heads_forward": "attention.heads",
+    "split_heads_backward": "attention.heads",
+    "merge_heads_forward": "attention.heads",
+    "merge_heads_backward": "attention.heads",
     "attention_forward": "attention",
     "attention_backward": "attention",
     "residual_forward": "elementwise",
@@ -34,8 +34,8 @@ OPS = {
     "adamw_update": "adamw",
     "record_step": "reductions",
     # generation with a KV cache (microgpt.generate)
-    "kv_cache_write": "kv_cache",
-    "attention_cached_forward": "kv_cache",
+    "kv_cache_write": "attention.kv_cache",
+    "attention_cached_forward": "attention.kv_cache",
 }
 
 MEMORY = ("zeros", "to_device", "to_host", "copy", "fill_zero", "synchronize", "mean",

@@ -234,7 +234,7 @@ def test_the_sources_are_those_the_module_imports_transitively():
 
     modules = cache._module_closure("microgpt.kernels.layernorm")
     assert {"microgpt.kernels.layernorm", "microgpt.kernels.common",
-            "microgpt.kernels.precision", "microgpt.kernels.mma",
+            "microgpt.kernels.precision", "microgpt.kernels.atoms",
             "microgpt.reference"} <= set(modules)
     assert "microgpt.train" not in modules and "microgpt.model" not in modules
 

@@ -1,6 +1,6 @@
 """The attention pipeline's kernels against the float64 reference: split / merge heads
-(kernels/heads.py), causal attention (kernels/attention.py), and the five steps composed,
-QKV GEMM -> split -> attention -> merge -> W_O GEMM, forward and backward."""
+(kernels/attention/heads.py), causal attention (kernels/attention/), and the five steps
+composed, QKV GEMM -> split -> attention -> merge -> W_O GEMM, forward and backward."""
 import functools
 
 import ml_dtypes
@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from numba import cuda
 
 from microgpt import reference as ref
-from microgpt.kernels import attention, gemm, heads
+from microgpt.kernels import attention, gemm
+from microgpt.kernels.attention import fp32, heads
+from microgpt.kernels.gemm.fp32 import GemmTile
 from microgpt.kernels.common import ceil_div
 
 SEEDS = st.integers(0, 2**32 - 1)
@@ -22,7 +24,7 @@ SEEDS = st.integers(0, 2**32 - 1)
 # score scale 1/sqrt(D) a power of two (see WIDE_SPREAD). Cheap enough for both profiles,
 # and on a GPU these are the shapes whose out-of-range indexing the simulator catches.
 MULTI_TILE_SHAPES = st.tuples(st.just(1), st.just(1),
-                              st.integers(attention.MAX_TILE + 1, attention.MAX_TILE + 8),
+                              st.integers(fp32.MAX_TILE + 1, fp32.MAX_TILE + 8),
                               st.sampled_from([1, 4, 16]))
 MULTI_TILE_BLOCKS = st.sampled_from([None, 8, 16])
 # q and k drawn as integers of this spread: the scores then spread over hundreds, so an
@@ -52,13 +54,13 @@ if REAL_SHAPES:
     PIPELINE_BLOCKS = dict(gemm_tile=None, copy_block=None, attention_block=None)
 else:
     HEAD_SHAPES = SIM_HEAD_SHAPES
-    ATTENTION_BLOCKS = st.sampled_from([None, 1, 4, 8, 16, attention.ROWS])
+    ATTENTION_BLOCKS = st.sampled_from([None, 1, 4, 8, 16, fp32.ROWS])
     BLOCKS_PER_HEAD = st.sampled_from([None, 1, 2, 3])
     COPY_BLOCKS = st.sampled_from([None, 8, 32])
     PIPELINE_SHAPES = st.tuples(st.integers(1, 2), st.integers(1, 2), st.integers(1, 8),
                                 st.integers(1, 8))
     # few idle simulated threads: the default blocks (256 threads) cost seconds here
-    PIPELINE_BLOCKS = dict(gemm_tile=gemm.GemmTile(16, 16, 8, 4, 4), copy_block=16,
+    PIPELINE_BLOCKS = dict(gemm_tile=GemmTile(16, 16, 8, 4, 4), copy_block=16,
                            attention_block=8)
 
 
@@ -291,20 +293,20 @@ def test_attention_stages_several_tiles(shape, block, blocks_per_head, seed):
 def test_attention_geometry():
     """Tiles fit the shared memory; the grid carries every (batch, head), and a head's row
     tiles go on the grid only while (B * H) blocks alone would leave the GPU idle."""
-    for shared in (attention._forward_shared, attention._dq_shared, attention._dkdv_shared):
+    for shared in (fp32._forward_shared, fp32._dq_shared, fp32._dkdv_shared):
         for D in (4, 64, 72, 128):
-            rows, tile, grid_x = attention._geometry(shared, D, 1024, 16 * 12, None, None)
+            rows, tile, grid_x = fp32._geometry(shared, D, 1024, 16 * 12, None, None)
             fixed, per_row = shared(D, rows)
-            assert 1 <= tile <= attention.MAX_TILE
-            assert fixed + tile * per_row <= attention.SHARED_FLOATS
+            assert 1 <= tile <= fp32.MAX_TILE
+            assert fixed + tile * per_row <= fp32.SHARED_FLOATS
             assert grid_x == ceil_div(1024, rows)     # 192 heads: every tile on the grid
-        assert attention._geometry(shared, 64, 1024, attention.FULL_GRID_HEADS, None, None)[2] == 1
-        assert attention._geometry(shared, 64, 100, 1, 32, 99)[2] == 4
-        assert attention._geometry(shared, 16, 8, 1, None, None)[0] == 32
+        assert fp32._geometry(shared, 64, 1024, fp32.FULL_GRID_HEADS, None, None)[2] == 1
+        assert fp32._geometry(shared, 64, 100, 1, 32, 99)[2] == 4
+        assert fp32._geometry(shared, 16, 8, 1, None, None)[0] == 32
 
 
-@pytest.mark.parametrize("shared", [attention._forward_shared, attention._dq_shared,
-                                    attention._dkdv_shared])
+@pytest.mark.parametrize("shared", [fp32._forward_shared, fp32._dq_shared,
+                                    fp32._dkdv_shared])
 @pytest.mark.parametrize("D", [1, 4, 16, 32, 64, 72, 128, 200])
 @pytest.mark.parametrize("block", [None, 32, 64])
 def test_attention_tiles_fit_48_kib(shared, D, block):
@@ -312,16 +314,16 @@ def test_attention_tiles_fit_48_kib(shared, D, block):
     gets without an opt-in, written here as a number (not the module's constant, which
     would pass a miscounted budget): one more staged row would not fit."""
     try:
-        rows, tile, _ = attention._geometry(shared, D, 1024, 1, block, None)
+        rows, tile, _ = fp32._geometry(shared, D, 1024, 1, block, None)
     except ValueError as error:            # not even one row fits at this block size
         assert "does not fit" in str(error)
         fixed, per_row = shared(D, block)
         assert (fixed + per_row) * 4 > 49152
         return
     fixed, per_row = shared(D, rows)
-    assert 1 <= tile <= attention.MAX_TILE
+    assert 1 <= tile <= fp32.MAX_TILE
     assert (fixed + tile * per_row) * 4 <= 49152
-    assert tile == attention.MAX_TILE or (fixed + (tile + 1) * per_row) * 4 > 49152
+    assert tile == fp32.MAX_TILE or (fixed + (tile + 1) * per_row) * 4 > 49152
 
 
 HEADS_ARGS = dict(q=(1, 2, 3, 4), k=(1, 2, 3, 4), v=(1, 2, 3, 4), out=(1, 2, 3, 4),

@@ -1,4 +1,4 @@
-"""Flash attention on the tensor cores (kernels/flash_attention.py) against the float64
+"""Flash attention on the tensor cores (kernels/attention/flash.py) against the float64
 reference (microgpt.reference.attention_forward / backward) on the same bf16-rounded q, k,
 v and dout (and, in the backward, the same bf16 out the kernels read): T not a multiple of
 the tiles, T = 1, one head, head_dims that are not a multiple of 16 (padded inside the
@@ -39,8 +39,8 @@ from numba import cuda
 
 from microgpt import reference as ref
 from microgpt.cuda_backend import CudaBackend
-from microgpt.kernels import flash_attention as fa
-from microgpt.kernels.flash_attention import FlashTile
+from microgpt.kernels.attention import flash as fa
+from microgpt.kernels.attention.flash import FlashTile
 
 TOL_OUT = 2.0**-7
 TOL_GRAD = 3 * 2.0**-8

@@ -1,4 +1,4 @@
-"""The GEMM kernel (kernels/gemm.py) against a float64 matmul: every transpose and
+"""The GEMM kernel (kernels/gemm/) against a float64 matmul: every transpose and
 accumulate combination, edge tiles, tile overrides, and the model's real shapes on a GPU."""
 import numpy as np
 import pytest
@@ -10,7 +10,8 @@ from numba import cuda
 
 from microgpt import reference as ref
 from microgpt.kernels import gemm
-from microgpt.kernels.gemm import GemmTile
+from microgpt.kernels.gemm import fp32
+from microgpt.kernels.gemm.fp32 import GemmTile
 
 # (M, N, K, transpose_a, transpose_b, accumulate) as the model calls it, andrea-120m
 # (B*T = 16384 token rows, C = 768, V = 50304)
@@ -156,16 +157,16 @@ def test_fused_gelu_products(rows, width, seed):
     check_gelu_products("bf16", True, rows, width, seed)
 
 
-@pytest.mark.parametrize("tile", [gemm.LARGE_TILE, gemm.MEDIUM_TILE, gemm.SMALL_TILE])
+@pytest.mark.parametrize("tile", [fp32.LARGE_TILE, fp32.MEDIUM_TILE, fp32.SMALL_TILE])
 def test_default_tiles(tile):
     """The tiles the GPU runs by default, once each in the simulator too (odd edges)."""
     check_matmul(tile.rows + 3, tile.cols - 5, 11, True, False, True, tile, seed=7)
 
 
 def test_default_tile_fills_the_gpu():
-    assert gemm.default_tile(16384, 2304) == gemm.LARGE_TILE
-    assert gemm.default_tile(768, 2304) == gemm.MEDIUM_TILE
-    assert gemm.default_tile(768, 768) == gemm.SMALL_TILE
+    assert fp32.default_tile(16384, 2304) == fp32.LARGE_TILE
+    assert fp32.default_tile(768, 2304) == fp32.MEDIUM_TILE
+    assert fp32.default_tile(768, 768) == fp32.SMALL_TILE
 
 
 def test_a_tile_of_1024_threads():

@@ -1,6 +1,6 @@
-"""The bf16 tensor-core GEMM (kernels/gemm_bf16.py) against a float64 matmul of the same
-bf16-rounded operands: every transpose and epilogue, ragged edges, unaligned rows,
-split-K, several tiles; and every product of an andrea-120m and andrea-12m step on a GPU.
+"""The bf16 tensor-core GEMM (kernels/gemm/: bf16.py and the kernels it routes to)
+against a float64 matmul of the same bf16-rounded operands: every transpose and epilogue,
+ragged edges, unaligned rows, split-K, several tiles; and every product of an andrea-120m and andrea-12m step on a GPU.
 
 Tolerances, derived:
 - float32 out: the products of bf16 values are exact in float32, so what remains is
@@ -24,22 +24,25 @@ from hypothesis import strategies as st
 from numba import cuda
 
 from microgpt import reference as ref
-from microgpt.kernels import gemm, gemm_bf16
-from microgpt.kernels.gemm_bf16 import MmaTile, WgmmaTile
+from microgpt.gemms import step_products
+from microgpt.kernels import device, gemm
+from microgpt.kernels.gemm import bf16 as gemm_bf16
+from microgpt.kernels.gemm import fp32, tuning
+from microgpt.kernels.gemm.tiles import BF16_OUT, FOLD_STEPS, GROUP, MmaTile, WgmmaTile
 
 EPILOGUES = ["float32", "bf16", "accumulate", "split_k"]
 TOL_GELU_BACKWARD = 2.0**-7 + 3 * TOL_F32_OP
 
 
 # the products of a training step: andrea-120m (B 16, T 1024) and andrea-12m (B 64, T 256)
-STEP_PRODUCTS = (gemm_bf16.step_products(16, 1024, 768, 50304)
-                 + gemm_bf16.step_products(64, 256, 384, 4096))
+STEP_PRODUCTS = (step_products(16, 1024, 768, 50304)
+                 + step_products(64, 256, 384, 4096))
 
 if REAL_SHAPES:
     SIZES = st.tuples(st.integers(1, 16384), st.integers(1, 3072), st.integers(1, 3072))
-    TILES = st.sampled_from([None, gemm_bf16.WIDE_TILE, gemm_bf16.FOLD_TILE,
-                             gemm_bf16.TALL_TILE, WgmmaTile(64, 64, 32, 4, 1),
-                             gemm_bf16.LARGE_TILE, gemm_bf16.SMALL_TILE,
+    TILES = st.sampled_from([None, tuning.WIDE_TILE, tuning.FOLD_TILE,
+                             tuning.TALL_TILE, WgmmaTile(64, 64, 32, 4, 1),
+                             tuning.LARGE_TILE, tuning.SMALL_TILE,
                              MmaTile(64, 128, 32, 32, 64, 3)])
 else:
     # one or two warps (mma.sync) or warpgroups (wgmma) per block, so a few slabs per
@@ -57,7 +60,7 @@ SEEDS = st.integers(0, 2**32 - 1)
 
 
 def check_matmul_bf16(M, N, K, transpose_a, transpose_b, epilogue, tile, seed, split_k,
-                      max_chain=gemm_bf16.MAX_CHAIN, pitched=False):
+                      max_chain=tuning.MAX_CHAIN, pitched=False):
     """epilogue: "float32" or "bf16" (out written), "accumulate" or "split_k" (a float32
     out added to); split_k None takes the launcher's default; a short max_chain makes the
     kernel fold its accumulators. pitched: a and b are views of some of wider matrices'
@@ -108,7 +111,7 @@ def test_matmul_bf16_matches_reference(sizes, aligned, transpose_a, transpose_b,
         sizes = tuple(max(8, s // 8 * 8) for s in sizes)
     check_matmul_bf16(*sizes, transpose_a, transpose_b, epilogue, tile, seed,
                       split_k={"accumulate": 1, "split_k": 2}.get(epilogue),
-                      max_chain=16 if fold else gemm_bf16.MAX_CHAIN, pitched=pitched)
+                      max_chain=16 if fold else tuning.MAX_CHAIN, pitched=pitched)
 
 
 def check_matmul_gelu(M, N, K, backward, tile, seed):
@@ -137,7 +140,7 @@ def check_matmul_gelu(M, N, K, backward, tile, seed):
 @given(sizes=SIZES, aligned=ALIGNED, backward=st.booleans(), tile=TILES, seed=SEEDS)
 def test_gelu_epilogues_match_reference(sizes, aligned, backward, tile, seed):
     # the GELU epilogues are the wgmma kernel's (an mma.sync tile is refused: below)
-    assume(isinstance(tile, WgmmaTile) or tile is None and gemm_bf16.wgmma_available())
+    assume(isinstance(tile, WgmmaTile) or tile is None and tuning.wgmma_available())
     if aligned or tile is None or isinstance(tile, WgmmaTile):   # (unaligned: refused)
         sizes = tuple(max(8, s // 8 * 8) for s in sizes)
     check_matmul_gelu(*sizes, backward, tile, seed)
@@ -159,14 +162,14 @@ def test_step_products_write_what_the_model_writes():
     cfg = get_config("andrea-12m")
     B, T = 4, 32
     specs = {spec.name: spec for spec in activation_specs(cfg, B, T, precision="bf16")}
-    products = gemm_bf16.step_products(B, T, cfg.d_model, cfg.vocab_size)
+    products = step_products(B, T, cfg.d_model, cfg.vocab_size)
     assert {name for name, *_ in products} - set(WRITTEN) == {
         f"{layer} dW" for layer in ("QKV", "W_O", "MLP up", "MLP down", "LM head")}
     for name, M, N, _, _, _, epilogue in products:
         if name in WRITTEN:
             spec = specs[WRITTEN[name]]
             assert (B * T, spec.shape[-1]) == (M, N), name
-            bf16_out = epilogue in gemm_bf16.BF16_OUT
+            bf16_out = epilogue in BF16_OUT
             assert (spec.dtype == "uint16") == bf16_out, (name, spec.dtype, epilogue)
 
 
@@ -198,16 +201,16 @@ def test_a_kernel_takes_a_matrix_then_a_view():
     one's columns: one kernel, two overloads (a view compiles its own), each of which needs
     the driver's opt-in for its shared memory on a GPU (the view's launch was refused when
     the opt-in was kept per kernel)."""
-    tile = gemm_bf16.WIDE_TILE if ON_GPU else WgmmaTile(64, 16, 16, 3, 1)
+    tile = tuning.WIDE_TILE if ON_GPU else WgmmaTile(64, 16, 16, 3, 1)
     M, N, K = (2 * tile.rows, 2 * tile.cols, 4 * tile.depth) if ON_GPU else (64, 16, 48)
     for pitched in (False, True):
         check_matmul_bf16(M, N, K, True, False, "split_k", tile, seed=8, split_k=2,
                           pitched=pitched)
 
 
-@pytest.mark.parametrize("tile", [gemm_bf16.WIDE_TILE, gemm_bf16.FOLD_TILE, gemm_bf16.TALL_TILE,
-                                  gemm_bf16.LARGE_TILE, gemm_bf16.SMALL_TILE,
-                                  gemm_bf16.LEAN_TILE])
+@pytest.mark.parametrize("tile", [tuning.WIDE_TILE, tuning.FOLD_TILE, tuning.TALL_TILE,
+                                  tuning.LARGE_TILE, tuning.SMALL_TILE,
+                                  tuning.LEAN_TILE])
 def test_named_tiles_compile_and_run(tile):
     """The tiles the GPU runs by default (wgmma) and the mma.sync kernel's named ones, once
     each in the simulator too: one block (~30 s of simulation for the large ones), ragged
@@ -218,27 +221,27 @@ def test_named_tiles_compile_and_run(tile):
 
 
 def test_default_tile_and_split():
-    assert gemm_bf16.default_tile(16384, 2304, 768) == gemm_bf16.LARGE_TILE
-    assert gemm_bf16.default_tile(16384, 1152, 384) == gemm_bf16.SMALL_TILE     # short K
-    assert gemm_bf16.default_tile(16384, 384, 1536) == gemm_bf16.SMALL_TILE     # few tiles
-    assert gemm_bf16.default_tile(768, 768, 16384, True) == gemm_bf16.LARGE_TILE  # split K
-    assert gemm_bf16.default_tile(16384, 768, 50304) == gemm_bf16.LEAN_TILE     # folded K
+    assert tuning.default_tile(16384, 2304, 768) == tuning.LARGE_TILE
+    assert tuning.default_tile(16384, 1152, 384) == tuning.SMALL_TILE     # short K
+    assert tuning.default_tile(16384, 384, 1536) == tuning.SMALL_TILE     # few tiles
+    assert tuning.default_tile(768, 768, 16384, True) == tuning.LARGE_TILE  # split K
+    assert tuning.default_tile(16384, 768, 50304) == tuning.LEAN_TILE     # folded K
     # a weight gradient: few output tiles, a long K -> split until every SM has a block
-    tile = gemm_bf16.default_tile(768, 768, 16384, True)
+    tile = tuning.default_tile(768, 768, 16384, True)
     tiles = (768 // tile.rows) ** 2
-    assert gemm_bf16.default_split_k(768, 768, 16384, tile) * tiles >= 4 * gemm_bf16.SMS
+    assert tuning.default_split_k(768, 768, 16384, tile) * tiles >= 4 * device.SMS
     # a wgmma tile takes a whole SM: as many blocks as fill the SMs in one wave
-    tile = gemm_bf16.WIDE_TILE
+    tile = tuning.WIDE_TILE
     tiles = (768 // tile.rows) * (768 // tile.cols)
-    split = gemm_bf16.default_split_k(768, 768, 16384, tile)
-    assert split * tiles <= gemm_bf16.SMS < (split + 1) * tiles
-    assert gemm_bf16.default_split_k(16384, 2304, 768, gemm_bf16.LARGE_TILE) == 1
+    split = tuning.default_split_k(768, 768, 16384, tile)
+    assert split * tiles <= device.SMS < (split + 1) * tiles
+    assert tuning.default_split_k(16384, 2304, 768, tuning.LARGE_TILE) == 1
 
 
 @pytest.mark.parametrize("M, N, tile, split", [
-    (768, 3072, gemm_bf16.TALL_TILE, 5), (3072, 768, gemm_bf16.TALL_TILE, 5),
-    (768, 2304, gemm_bf16.TALL_TILE, 7), (50304, 768, gemm_bf16.TALL_TILE, 4),
-    (768, 768, gemm_bf16.WIDE_TILE, 7)])
+    (768, 3072, tuning.TALL_TILE, 5), (3072, 768, tuning.TALL_TILE, 5),
+    (768, 2304, tuning.TALL_TILE, 7), (50304, 768, tuning.TALL_TILE, 4),
+    (768, 768, tuning.WIDE_TILE, 7)])
 def test_weight_gradients_fill_their_last_wave(M, N, tile, split):
     """andrea-120m's weight gradients on Hopper (K 16384: at least 4 splits keep each chain
     within MAX_CHAIN): the tall tile where its waves, at TALL_COST a block, take no longer
@@ -246,27 +249,27 @@ def test_weight_gradients_fill_their_last_wave(M, N, tile, split):
     blocks is at least 7/8 full: the MLP's 48 tall tiles 5 (4 would leave 1.45 waves),
     QKV's 36 7, the LM head's 786 fill 23.8 waves at 4 already. W_O's 768 x 768 would be
     12 tall tiles in 11 splits, one wave: the wide tile's 18 in 7 fill one too."""
-    assert gemm_bf16.default_tile(M, N, 16384, True, True) == tile
-    assert gemm_bf16.default_split_k(M, N, 16384, tile) == split
+    assert tuning.default_tile(M, N, 16384, True, True) == tile
+    assert tuning.default_split_k(M, N, 16384, tile) == split
     blocks = -(-M // tile.rows) * -(-N // tile.cols) * split
-    assert 8 * blocks >= 7 * gemm_bf16.SMS * -(-blocks // gemm_bf16.SMS)
+    assert 8 * blocks >= 7 * device.SMS * -(-blocks // device.SMS)
 
 
 def test_hopper_takes_the_wgmma_tiles():
-    assert gemm_bf16.default_tile(16384, 2304, 768, wgmma=True) == gemm_bf16.WIDE_TILE
-    assert gemm_bf16.default_tile(768, 768, 16384, True, True) == gemm_bf16.WIDE_TILE
+    assert tuning.default_tile(16384, 2304, 768, wgmma=True) == tuning.WIDE_TILE
+    assert tuning.default_tile(768, 768, 16384, True, True) == tuning.WIDE_TILE
     # a long K into a float32 out: the tall tile (a bf16 out of K 3072 stays wide)
-    assert gemm_bf16.default_tile(16384, 768, 3072, wgmma=True) == gemm_bf16.TALL_TILE
-    assert gemm_bf16.default_tile(16384, 768, 3072, wgmma=True,
-                                  bf16_out=True) == gemm_bf16.WIDE_TILE
+    assert tuning.default_tile(16384, 768, 3072, wgmma=True) == tuning.TALL_TILE
+    assert tuning.default_tile(16384, 768, 3072, wgmma=True,
+                                  bf16_out=True) == tuning.WIDE_TILE
     # a K too long for one chain: a float32 out is split (below), a bf16 one folded
-    assert gemm_bf16.default_tile(16384, 768, 50304, wgmma=True) == gemm_bf16.TALL_TILE
+    assert tuning.default_tile(16384, 768, 50304, wgmma=True) == tuning.TALL_TILE
     # andrea-12m's LM head dX and dW: the tall tile's blocks (172; 44 tiles x 6 splits)
     # take two waves, as the wide tile's (256 each) do, each block 1.42x as long: wide
-    assert gemm_bf16.default_tile(16384, 384, 4096, wgmma=True) == gemm_bf16.WIDE_TILE
-    assert gemm_bf16.default_tile(4096, 384, 16384, True, True) == gemm_bf16.WIDE_TILE
-    assert gemm_bf16.default_tile(16384, 768, 50304, wgmma=True,
-                                  bf16_out=True) == gemm_bf16.FOLD_TILE
+    assert tuning.default_tile(16384, 384, 4096, wgmma=True) == tuning.WIDE_TILE
+    assert tuning.default_tile(4096, 384, 16384, True, True) == tuning.WIDE_TILE
+    assert tuning.default_tile(16384, 768, 50304, wgmma=True,
+                                  bf16_out=True) == tuning.FOLD_TILE
 
 
 @pytest.mark.parametrize("transpose_b", [False, True])
@@ -362,7 +365,7 @@ def test_block_order_covers_every_tile(tile):
     """More rows of tiles than one group of the block order (block_tile, and the wgmma
     kernel's grid), with a ragged last group, so every branch of its mapping writes its
     tile exactly once."""
-    check_matmul_bf16((gemm_bf16.GROUP + 2) * tile.rows + 3, tile.cols + 8, 16, False,
+    check_matmul_bf16((GROUP + 2) * tile.rows + 3, tile.cols + 8, 16, False,
                       False, "float32", tile, seed=3, split_k=None)
 
 
@@ -374,7 +377,7 @@ def test_folds_repeat_over_a_long_k(transpose_a, transpose_b, tile):
     """Enough slabs for two folds and a ragged last one (the Hypothesis sizes fold once);
     ragged rows where the bulk tensor copies allow them (the wgmma tile)."""
     M, N, ragged = (16, 16, 8) if isinstance(tile, WgmmaTile) else (13, 11, 5)
-    K = (2 * gemm_bf16.FOLD_STEPS + 1) * tile.depth + ragged
+    K = (2 * FOLD_STEPS + 1) * tile.depth + ragged
     check_matmul_bf16(M, N, K, transpose_a, transpose_b, "bf16", tile, seed=4,
                       split_k=None, max_chain=tile.depth)
 
@@ -398,4 +401,4 @@ def test_the_matmul_op_sends_bf16_operands_here(monkeypatch):
     assert calls == [((via_op, a, b, False, False, False), {"stream": 0})]
     assert_close(via_op.copy_to_host(), a64 @ b64, TOL_F32_OP, "the matmul op on bf16 operands")
     with pytest.raises(ValueError, match="a GemmTile is the float32 kernel's"):
-        gemm.matmul(via_op, a, b, tile=gemm.default_tile(20, 24))
+        gemm.matmul(via_op, a, b, tile=fp32.default_tile(20, 24))

@@ -1,4 +1,4 @@
-"""The KV cache kernels against the float64 reference (kernels/kv_cache.py)."""
+"""The KV cache kernels against the float64 reference (kernels/attention/kv_cache.py)."""
 import numpy as np
 import pytest
 from helpers import ON_GPU, TOL_F32_OP, assert_close, poisoned, randn
@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from numba import cuda
 
 from microgpt import reference as ref
-from microgpt.kernels import kv_cache
+from microgpt.kernels.attention import kv_cache
 
 SEEDS = st.integers(0, 2**32 - 1)
 if ON_GPU:      # andrea-120m's decoding (12 heads of 64, 1024 positions), and the small sizes

@@ -1,9 +1,11 @@
-"""The tensor-core atoms (kernels/mma.py) against NumPy, one tiny kernel per atom.
+"""The tensor-core atoms (kernels/atoms/) against NumPy, one tiny kernel per atom.
 
 The same tests run the simulator twins (CI) and the PTX instructions (the GPU profile), so
 passing both says the twins compute what the hardware does, fragment layouts included.
 """
+import ast
 import functools
+import pathlib
 
 import ml_dtypes
 import numpy as np
@@ -13,21 +15,47 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numba import cuda, float32, int32, uint16, uint32, uint64
 
-from microgpt.kernels import common
-from microgpt.kernels.mma import (CHUNK, SHARED_ALIGN, bits_to_float32, bulk_commit,
-                                  bulk_wait, cp_async_4, cp_async_16, cp_async_commit,
-                                  cp_async_wait_group, exp2_ftz, fence_barrier_init,
-                                  fence_proxy_async, fence_tensor_map, ldmatrix_x4,
-                                  ldmatrix_x4_trans, mbarrier_arrive_expect_tx,
-                                  mbarrier_init, mbarrier_try_wait, mma_bf16_16816,
-                                  pack_bf16x2, rcp_approx, shared_address, shuffle_xor,
-                                  tma_add_2d, tma_load_2d, tma_store_2d, to_bf16,
-                                  warpgroup_commit, warpgroup_fence, warpgroup_wait,
-                                  wgmma_bf16)
-from microgpt.kernels.tiles import tensor_map
+from microgpt.kernels import atoms, common
+from microgpt.kernels.atoms import (bits_to_float32, bulk_commit, bulk_wait, cp_async_4,
+                                    cp_async_16, cp_async_commit, cp_async_wait_group,
+                                    exp2_ftz, fence_barrier_init, fence_proxy_async,
+                                    fence_tensor_map, ldmatrix_x4, ldmatrix_x4_trans,
+                                    mbarrier_arrive_expect_tx, mbarrier_init,
+                                    mbarrier_try_wait, mma_bf16_16816, pack_bf16x2,
+                                    rcp_approx, shared_address, shuffle_xor, tma_add_2d,
+                                    tma_load_2d, tma_store_2d, to_bf16, warpgroup_commit,
+                                    warpgroup_fence, warpgroup_wait, wgmma_bf16)
+from microgpt.kernels.device import CHUNK, SHARED_ALIGN
+from microgpt.kernels.layouts.tensor_maps import tensor_map
 
 SEEDS = st.integers(0, 2**32 - 1)
 wait_all = cp_async_wait_group(0)
+ATOMS = pathlib.Path(__file__).resolve().parents[1] / "kernels" / "atoms"
+
+
+def public_definitions(path):
+    """The public names an atoms module defines at its top level, read from its source:
+    atoms.gpu cannot be imported where the simulator runs."""
+    defined = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                for name in target.elts if isinstance(target, ast.Tuple) else [target]:
+                    if isinstance(name, ast.Name):
+                        defined.add(name.id)
+    return {name for name in defined if not name.startswith("_")}
+
+
+def test_the_simulator_twins_are_the_atoms():
+    """atoms.gpu and atoms.simulator each define every atom of the package's list and
+    nothing else public: a twin missing, or an atom left out of the list, fails here
+    rather than on the other machine."""
+    assert len(set(atoms.ATOMS)) == len(atoms.ATOMS)
+    for twin in ("gpu.py", "simulator.py"):
+        assert public_definitions(ATOMS / twin) == set(atoms.ATOMS), twin
+    assert all(callable(getattr(atoms, name)) for name in atoms.ATOMS)
 
 
 def bf16_bits(rng, *shape):
@@ -423,11 +451,12 @@ def test_bulk_tensor_copies_round_trip(seed, pitched, dtype, add):
 
 
 def test_tensor_maps_live_as_long_as_their_matrices():
-    """tiles.tensor_map's cache: a matrix and a box give the same map on every call (the one
-    a captured step's launches hold); another box, shape or start on the same memory gives
-    another; the maps go with their matrix's memory, so however many matrices come and go
-    the cache holds those of the live ones alone. In the simulator a map also says which
-    matrix it describes, and a copy through the map of another matrix is refused."""
+    """layouts.tensor_maps.tensor_map's cache: a matrix and a box give the same map on every
+    call (the one a captured step's launches hold); another box, shape or start on the
+    same memory gives another; the maps go with their matrix's memory, so however many
+    matrices come and go the cache holds those of the live ones alone. In the simulator a
+    map also says which matrix it describes, and a copy through the map of another matrix
+    is refused."""
     rng = np.random.default_rng(5)
     before = set(common._kept)
     matrix = cuda.to_device(rng.standard_normal((48, 32)).astype(np.float32))

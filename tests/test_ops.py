@@ -5,6 +5,7 @@ import ast
 import importlib
 import inspect
 import pathlib
+import pkgutil
 import subprocess
 import sys
 
@@ -42,15 +43,20 @@ def test_the_ops_take_the_same_arguments_on_both_backends(op):
 
 
 def test_every_kernel_module_of_the_op_set_is_compile_checked():
-    for module in set(OPS.values()):
-        assert importlib.import_module(f"microgpt.kernels.{module}").PTX_SIGNATURES, module
+    """The op's module lists its kernels, or, for an op family's package (a router), its
+    modules do."""
+    for name in set(OPS.values()):
+        module = importlib.import_module(f"microgpt.kernels.{name}")
+        modules = [module] + [importlib.import_module(f"{module.__name__}.{info.name}")
+                              for info in pkgutil.iter_modules(getattr(module, "__path__", []))]
+        assert any(getattr(m, "PTX_SIGNATURES", None) for m in modules), name
 
 
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_every_op_has_a_kernel_test(op):
     """The launcher is called in tests/test_kernels_<module>.py (the AdamW and reduction
     modules in test_kernels_optim.py, the heads' in test_kernels_attention.py)."""
-    module = OPS[op]
+    module = OPS[op].rsplit(".", 1)[-1]
     name = {"adamw": "optim", "reductions": "optim", "heads": "attention"}.get(module, module)
     source = (ROOT / "tests" / f"test_kernels_{name}.py").read_text()
     assert f"{module}.{op}(" in source
@@ -68,26 +74,45 @@ def test_every_op_has_a_bench_row():
     assert set(OPS) - called == set()
 
 
-def module_imports(path, package):
-    """Modules of `package` that a file imports (at any depth of the file)."""
+def module_imports(path, name, package):
+    """Modules of `package` that the file of module `name` imports (at any depth of the
+    file; relative imports resolved: ``from ..atoms import x`` in kernels/gemm/wgmma.py is
+    microgpt.kernels.atoms and microgpt.kernels.atoms.x)."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(package):
-            names.add(node.module)
-            names.update(f"{node.module}.{a.name}" for a in node.names)
+        if isinstance(node, ast.ImportFrom):
+            module = node.module
+            if node.level:
+                here = name if path.stem == "__init__" else name.rsplit(".", 1)[0]
+                base = here.rsplit(".", node.level - 1)[0] if node.level > 1 else here
+                module = f"{base}.{node.module}" if node.module else base
+            if module.startswith(package):
+                if node.module:      # (from . import x: the module x, not the package)
+                    names.add(module)
+                names.update(f"{module}.{a.name}" for a in node.names)
         elif isinstance(node, ast.Import):
             names.update(a.name for a in node.names if a.name.startswith(package))
     return names
 
 
+def kernel_modules():
+    """{module name: file} of every module of microgpt.kernels, packages included."""
+    files = {}
+    for path in (ROOT / "kernels").rglob("*.py"):
+        parts = path.relative_to(ROOT / "kernels").with_suffix("").parts
+        parts = parts[:-1] if parts[-1] == "__init__" else parts
+        files[".".join(("microgpt", "kernels") + parts)] = path
+    return files
+
+
 def test_the_package_has_no_import_cycle():
     """Every import inside microgpt/ (lazy ones in functions included) as a graph over its
-    modules: no cycle."""
+    modules: no cycle. (A package's own __init__ importing its modules is no cycle: Python
+    runs it first; a module importing its package's __init__ back would be.)"""
     files = {f"microgpt.{p.stem}": p for p in (ROOT / "microgpt").glob("*.py")
              if p.stem != "__init__"}
-    files.update({f"microgpt.kernels.{p.stem}": p for p in (ROOT / "kernels").glob("*.py")
-                  if p.stem != "__init__"})
-    graph = {name: module_imports(path, "microgpt") & files.keys()
+    files.update(kernel_modules())
+    graph = {name: module_imports(path, name, "microgpt") & files.keys() - {name}
              for name, path in files.items()}
 
     def visit(name, path):
@@ -100,7 +125,7 @@ def test_the_package_has_no_import_cycle():
 
 
 def test_importing_the_kernels_does_not_load_the_model():
-    code = ("import sys, microgpt.kernels.gemm, microgpt.kernels.flash_attention; "
+    code = ("import sys, microgpt.kernels.gemm, microgpt.kernels.attention; "
             "print(sorted(m for m in sys.modules if m.startswith('microgpt')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env={"NUMBA_ENABLE_CUDASIM": "1", "PATH": ""}).stdout

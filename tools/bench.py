@@ -6,10 +6,10 @@
 
 Seven sections:
   gemm     every GEMM of an andrea-120m and an andrea-12m training step on the bf16 tensor
-           cores (kernels/gemm_bf16.py), in TFLOP/s beside torch.mm in bf16 (cuBLAS);
+           cores (kernels/gemm/), in TFLOP/s beside torch.mm in bf16 (cuBLAS);
            --gemm-sweep also times every tile and split-K candidate and reports the best;
            --gemm-captured times microgpt's launches in a CUDA graph, as the step runs;
-  attention  flash attention on the tensor cores (kernels/flash_attention.py), forward and
+  attention  flash attention on the tensor cores (kernels/attention/flash.py), forward and
            forward + backward, beside SDPA in bf16 (causal) at andrea-120m, andrea-12m and
            head_dim 72 shapes; --attention-sweep also times the tile candidates;
   kernels  every backend op at andrea-120m shapes (B 16, T 1024, C 768, 12 heads of 64,

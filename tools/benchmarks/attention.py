@@ -12,8 +12,8 @@ def attention_candidates(D):
     """(forward tiles, (dq tile, dk/dv tile) pairs) the sweep times, defaults first; each
     backward pass varied alone (the two are timed together). Beside the tile shapes: 32
     rows per warp, launch bounds for 2-4 blocks per SM, and three stages."""
-    from microgpt.kernels import flash_attention as fa
-    from microgpt.kernels.flash_attention import FlashTile as F
+    from microgpt.kernels.attention import flash as fa
+    from microgpt.kernels.attention.flash import FlashTile as F
 
     def usable(tiles, kind):
         kept = []
@@ -73,7 +73,7 @@ def time_flash_attention(host, reps, sweep):
     """Our forward, backward and both, in ms; with sweep the best tiles of each."""
     import ml_dtypes
     from numba import cuda
-    from microgpt.kernels import flash_attention as fa
+    from microgpt.kernels.attention import flash as fa
 
     shape = host[0].shape
     q, k, v, dout = (cuda.to_device(x.astype(ml_dtypes.bfloat16).view(np.uint16))
@@ -113,7 +113,7 @@ def time_sdpa(host, reps):
 
 
 def time_fp32_attention(host, reps):
-    """The float32 kernels (kernels/attention.py): forward, and forward + backward."""
+    """The float32 kernels (kernels/attention/fp32.py): forward, and forward + backward."""
     from numba import cuda
     from microgpt.kernels import attention
 
@@ -156,7 +156,7 @@ def bench_flash_attention(reps, sweep):
 def attention_report(rows, sweep):
     lines = ["## Flash attention (bf16, tensor cores) against SDPA bf16, causal",
              "",
-             "microgpt: kernels/flash_attention.py with its default tiles; fwd+bwd = forward, "
+             "microgpt: kernels/attention/flash.py with its default tiles; fwd+bwd = forward, "
              "then the dq and dk/dv passes. TFLOP/s count the causal half (fwd 4BHT²D/2, "
              "bwd 2.5x). Ratios are microgpt / SDPA time (targets: fwd <= 1.3, fwd+bwd <= 1.5).",
              "",

@@ -12,7 +12,8 @@ def bench_fused(reps, shape=(16, 1024, 768, 50304), n_params=124_392_960):
     the same launch in float32 (in the unfused column)."""
     from numba import cuda
 
-    from microgpt.kernels import adamw, crossentropy, elementwise, gemm, heads, layernorm
+    from microgpt.kernels import adamw, crossentropy, elementwise, gemm, layernorm
+    from microgpt.kernels.attention import heads
 
     import ml_dtypes
 

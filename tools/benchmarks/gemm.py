@@ -12,18 +12,17 @@ def gemm_candidates(M, N, K, accumulate, bf16_out):
     takes on this GPU, and its split). Accumulating products try 5 and 7 splits beside the
     powers of two: a number of work items that fills its last wave of SMs better (the MLP
     weight gradients' 72 tiles split 4 ways make 288 items, 2.2 waves of 132)."""
-    from microgpt.kernels import gemm_bf16
-    from microgpt.kernels.gemm_bf16 import MmaTile
+    from microgpt.kernels.gemm import tuning
+    from microgpt.kernels.gemm.tiles import MmaTile
 
-    tiles = [gemm_bf16.LARGE_TILE, gemm_bf16.SMALL_TILE, MmaTile(128, 128, 32, 64, 32, 3, 2),
+    tiles = [tuning.LARGE_TILE, tuning.SMALL_TILE, MmaTile(128, 128, 32, 64, 32, 3, 2),
              MmaTile(128, 128, 32, 64, 64, 3, 2),
              MmaTile(128, 64, 32, 64, 32, 4, 2), MmaTile(128, 256, 32, 64, 64, 2),
              MmaTile(256, 128, 32, 64, 64, 2), MmaTile(64, 64, 32, 32, 32, 4, 4),
-             gemm_bf16.WIDE_TILE, gemm_bf16.FOLD_TILE, gemm_bf16.TALL_TILE]
-    default = gemm_bf16.default_tile(M, N, K, accumulate, gemm_bf16.wgmma_available(),
-                                     bf16_out)
+             tuning.WIDE_TILE, tuning.FOLD_TILE, tuning.TALL_TILE]
+    default = tuning.default_tile(M, N, K, accumulate, tuning.wgmma_available(), bf16_out)
     # the default again, as a candidate: with no split given, or with its own split
-    same = {(default, None), (default, gemm_bf16.default_split_k(M, N, K, default)
+    same = {(default, None), (default, tuning.default_split_k(M, N, K, default)
                                        if accumulate else None)}
     out = [(default, None)]
     for tile in tiles:
@@ -41,7 +40,8 @@ def bench_gemm(reps, sweep, captured=False):
     import torch
     from numba import cuda
     from microgpt.cuda_backend import CudaBackend
-    from microgpt.kernels import gemm_bf16
+    from microgpt.gemms import step_products
+    from microgpt.kernels.gemm import bf16 as gemm_bf16
 
     if captured:
         ops = CudaBackend()
@@ -51,7 +51,7 @@ def bench_gemm(reps, sweep, captured=False):
     rng = np.random.default_rng(0)
     rows = []
     for config, B, T, C, V in GEMM_CONFIGS:
-        for name, M, N, K, ta, tb, epilogue in gemm_bf16.step_products(B, T, C, V):
+        for name, M, N, K, ta, tb, epilogue in step_products(B, T, C, V):
             accumulate = epilogue == "accumulate"
             a = rng.standard_normal((K, M) if ta else (M, K), np.float32)
             b = rng.standard_normal((N, K) if tb else (K, N), np.float32)

@@ -34,8 +34,9 @@ import functools
 import numpy as np
 from numba import cuda, float32, uint16, uint64
 
-from microgpt.kernels.common import ceil_div, check_block_size, device_address, row_block
-from microgpt.kernels.precision import check_activation, copy_element
+from ..atoms import copy_element
+from ..common import ceil_div, check_block_size, device_address, row_block
+from ..precision import check_activation
 
 BLOCK = 256
 

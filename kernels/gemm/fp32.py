@@ -1,7 +1,7 @@
-"""GEMM: out (M, N) = op(a) @ op(b), the one kernel family behind every matmul of the model.
+"""The float32 GEMM on the CUDA cores: out (M, N) = op(a) @ op(b), the ``--precision fp32``
+path of every matmul of the model (``gemm.matmul`` routes float32 operands here).
 
-NumPy twins: ``microgpt.reference.matmul_forward`` / ``matmul_backward`` (and
-``NumpyBackend.matmul``, whose signature ``matmul`` mirrors). One kernel body serves the
+NumPy twins: ``microgpt.reference.matmul_forward`` / ``matmul_backward``. One kernel body serves the
 fused QKV projection (X @ W_qkv, one launch for all heads), W_O and the MLP, their
 backward products (dX = dY @ W^T, dW += X^T @ dY) and the tied LM head (x @ wte^T,
 dlogits @ wte, dwte += dlogits^T @ x). Whether a or b is transposed and whether out is
@@ -21,11 +21,10 @@ writes past M or N are skipped, so any shape works. Accumulation is float32.
 import functools
 from typing import NamedTuple
 
-import numpy as np
 from numba import cuda, float32, uint64
 
-from microgpt.kernels import elementwise, gemm_bf16
-from microgpt.kernels.common import ceil_div, check_array
+from ..common import ceil_div, check_array
+from ..device import SMS
 
 
 class GemmTile(NamedTuple):
@@ -48,8 +47,8 @@ LARGE_TILE = GemmTile(128, 128, 8, 8, 8)
 # too small to fill the GPU with large tiles (the weight gradients, small models)
 MEDIUM_TILE = GemmTile(64, 64, 8, 4, 4)
 SMALL_TILE = GemmTile(32, 32, 8, 4, 4)
-# the GPU is full once the grid has about two blocks per SM (132 SMs on an H200)
-FULL_GRID_BLOCKS = 264
+# the GPU is full once the grid has about two blocks per SM
+FULL_GRID_BLOCKS = 2 * SMS
 # padding of a k-major shared slab's rows: a warp's store of a k-contiguous operand spans
 # depth slab rows, which a row length of 4 mod 32 puts in distinct banks (depth 8)
 SLAB_PAD = 4
@@ -210,19 +209,11 @@ PTX_SIGNATURES = [
 
 def matmul(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, *,
            tile=None, stream=0):
-    """out (M, N) = op(a) @ op(b), op transposing when asked; += when accumulate.
+    """out (M, N) = op(a) @ op(b) in float32, op transposing when asked; += when accumulate.
 
     a is (M, K), or (K, M) when transpose_a; b is (K, N), or (N, K) when transpose_b; each
     a matrix or a view of some of a wider one's columns. tile (a GemmTile) overrides the
-    shape-based default. bf16 operands (uint16 arrays) go to the tensor cores,
-    gemm_bf16.matmul_bf16 with its own defaults: the mixed-precision
-    step calls the same op."""
-    if a.dtype == np.uint16 or b.dtype == np.uint16:
-        if tile is not None:
-            raise ValueError("tile: a GemmTile is the float32 kernel's; bf16 operands take "
-                             "gemm_bf16's tiles (call gemm_bf16.matmul_bf16 to choose one)")
-        return gemm_bf16.matmul_bf16(out, a, b, transpose_a, transpose_b, accumulate,
-                                     stream=stream)
+    shape-based default."""
     for name, arr in (("out", out), ("a", a), ("b", b)):
         if len(arr.shape) != 2:
             raise ValueError(f"{name}: expected a 2-D matrix, got shape {tuple(arr.shape)}")
@@ -240,46 +231,3 @@ def matmul(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, *,
     kernel = _matmul_kernel(bool(transpose_a), bool(transpose_b), bool(accumulate), tile)
     grid = (ceil_div(N, tile.cols), ceil_div(M, tile.rows))
     kernel[grid, tile.threads, stream](out, a, b)
-
-
-# Whether the bf16 MLP GEMMs compute GELU in their epilogues (gemm_bf16's "gelu" and
-# "gelu_backward") rather than the GEMM then a GELU kernel. Measured on the H200 at
-# andrea-120m, each product captured in a CUDA graph and in the step's profile
-# (docs/gemm-bf16.md, tuning log row 7; tools/bench.py --only fused times both): the fused
-# products are slower, 0.230 against 0.190 ms forward and 0.244 against 0.228 backward,
-# because the wgmma kernel's epilogue does not overlap the next tile's products (8 warps
-# an SM wait on GELU's exponentials), while the GELU kernels run at the memory's rate. So
-# not by default: a persistent GEMM that overlaps its epilogues would turn this around.
-GELU_IN_EPILOGUE = False
-
-
-def _gelu_in_epilogue(fused, a, *matrices):
-    """Whether GELU goes into the GEMM's epilogue: asked for (fused; by default
-    GELU_IN_EPILOGUE), and a product the wgmma kernel runs (bf16 on sm_90a, matrices the
-    bulk copies take, a K to multiply over: a is the (M, K) operand)."""
-    return ((GELU_IN_EPILOGUE if fused is None else fused) and a.dtype == np.uint16
-            and a.shape[1] > 0 and gemm_bf16.wgmma_takes(a, *matrices))
-
-
-def matmul_gelu_forward(out, pre, a, b, *, fused=None, stream=0):
-    """The MLP's up projection and its GELU: pre (M, N) = a @ b, out = gelu(pre) (the
-    backward reads pre). fused (default GELU_IN_EPILOGUE), where the wgmma kernel runs the
-    product: one GEMM whose epilogue writes both (gemm_bf16); otherwise the GEMM, then
-    ``elementwise.gelu_forward``."""
-    if _gelu_in_epilogue(fused, a, b, out, pre):
-        return gemm_bf16.matmul_bf16(out, a, b, gelu="forward", pre=pre, stream=stream)
-    matmul(pre, a, b, stream=stream)
-    elementwise.gelu_forward(out, pre, stream=stream)
-
-
-def matmul_gelu_backward(dpre, dout, b, pre, *, fused=None, stream=0):
-    """The gradient through the MLP's down projection and its GELU: dpre (M, N) =
-    (dout @ b^T) * gelu'(pre), b (N, K) the down projection's weight. fused (default
-    GELU_IN_EPILOGUE), where the wgmma kernel runs the product: one GEMM whose epilogue
-    reads pre (gemm_bf16); otherwise the GEMM into dpre, then ``elementwise.gelu_backward``
-    in place."""
-    if _gelu_in_epilogue(fused, dout, b, dpre, pre):
-        return gemm_bf16.matmul_bf16(dpre, dout, b, transpose_b=True, gelu="backward",
-                                     pre=pre, stream=stream)
-    matmul(dpre, dout, b, transpose_b=True, stream=stream)
-    elementwise.gelu_backward(dpre, dpre, pre, stream=stream)

@@ -57,14 +57,12 @@ from typing import NamedTuple
 import numpy as np
 from numba import cuda, float32, int32, int64, types, uint16, uint32
 
-from microgpt.kernels.common import SIMULATOR, ceil_div, check_array, device_address
-from microgpt.kernels.mma import (CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, bits_to_float32,
-                                  cp_async_4, cp_async_commit, cp_async_wait_group, exp2_ftz,
-                                  mma_bf16_16816, opaque, pack_bf16x2, shuffle_xor, to_bf16)
-from microgpt.kernels.tiles import a_fragment_loader, b_fragment_loader, tile_copier
-
-# static shared memory a block may declare without the driver's opt-in attribute
-SHARED_LIMIT = 48 * 1024
+from ..atoms import (bits_to_float32, cp_async_4, cp_async_commit, cp_async_wait_group,
+                     exp2_ftz, mma_bf16_16816, opaque, pack_bf16x2, shuffle_xor, to_bf16)
+from ..common import ceil_div, check_array, device_address
+from ..device import CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, SHARED_LIMIT, SIMULATOR
+from ..layouts.fragments import a_fragment_loader, b_fragment_loader
+from ..layouts.tiles import tile_copier
 LOG2E = 1.4426950408889634
 NEG_INF = np.float32(-np.inf)
 INF = np.float32(np.inf)
@@ -156,7 +154,7 @@ def check_tile(tile, D, kind):
 def fits(D):
     """Whether the default tiles of all three passes fit head_dim D in shared memory: every
     D up to 128; past it a shared row is 256 wide and no tile does (the float32 kernels of
-    kernels/attention.py take any D)."""
+    kernels/attention/fp32.py take any D)."""
     try:
         for kind in ("forward", "dq", "dkdv"):
             check_tile(default_tile(D, kind), D, kind)

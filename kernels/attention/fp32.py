@@ -1,4 +1,5 @@
-"""Causal scaled-dot-product attention over all heads at once, forward and backward.
+"""Causal attention in float32 on the CUDA cores, over all heads at once, forward and
+backward: the ``--precision fp32`` path (``attention`` routes float32 heads here).
 
 NumPy twins: ``microgpt.reference.attention_forward`` and ``attention_backward``.
 q, k, v, out (B, H, T, D); lse (B, H, T), the natural-log logsumexp of each row of the
@@ -37,13 +38,12 @@ import math
 import numpy as np
 from numba import cuda, float32
 
-from microgpt.kernels import flash_attention
-from microgpt.kernels.common import (ceil_div, check_array, check_block_size, check_not_empty,
-                                     row_block)
+from ..common import ceil_div, check_array, check_block_size, check_not_empty, row_block
+from ..device import SHARED_LIMIT
 
 ROWS = 64                        # default rows (threads) per block
 MAX_TILE = 32                    # rows of the other side staged at a time
-SHARED_FLOATS = 48 * 1024 // 4   # static shared memory of a block, in float32s
+SHARED_FLOATS = SHARED_LIMIT // 4   # static shared memory of a block, in float32s
 # with this many (batch, head) pairs one block each already fills an H200 (132 SMs, ~8
 # resident blocks each); below it, every row tile gets its own block
 FULL_GRID_HEADS = 1024
@@ -332,20 +332,10 @@ def _check_heads(rows3, **heads):
     return first.shape
 
 
-def _no_geometry(block, blocks_per_head):
-    if block is not None or blocks_per_head is not None:
-        raise ValueError("block and blocks_per_head set the float32 kernels' geometry; bf16 "
-                         "heads take flash attention's tiles")
-
-
 def attention_forward(out, lse, q, k, v, *, block=None, blocks_per_head=None, stream=0):
-    """out (B, H, T, D) = causal softmax(q k^T / sqrt(D)) v per (batch, head); lse (B, H, T)
-    = each row's logsumexp of the scaled scores. block: query rows (threads) per block;
-    blocks_per_head: 1 for one block per (batch, head), default by shape. bf16 heads
-    (uint16 arrays) go to the tensor cores, flash_attention with its default tiles."""
-    if q.dtype == np.uint16:
-        _no_geometry(block, blocks_per_head)
-        return flash_attention.flash_attention_forward(out, lse, q, k, v, stream=stream)
+    """out (B, H, T, D) = causal softmax(q k^T / sqrt(D)) v per (batch, head), float32;
+    lse (B, H, T) = each row's logsumexp of the scaled scores. block: query rows (threads)
+    per block; blocks_per_head: 1 for one block per (batch, head), default by shape."""
     B, H, T, D = _check_heads(dict(lse=lse), q=q, k=k, v=v, out=out)
     if q.size == 0:
         return
@@ -358,12 +348,7 @@ def attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, *, block=None
     """dq, dk, dv (B, H, T, D) and delta (B, H, T) = rowsum(dout * out), overwritten, from
     dout (B, H, T, D) and the forward's q, k, v, out and lse; P is recomputed from q, k
     and lse. Two launches: dq by query rows (writing delta), then dk and dv by key rows
-    (reading it); block and blocks_per_head apply to both. bf16 heads (delta stays
-    float32) go to flash_attention with its default tiles."""
-    if q.dtype == np.uint16:
-        _no_geometry(block, blocks_per_head)
-        return flash_attention.flash_attention_backward(dq, dk, dv, delta, dout, q, k, v, out,
-                                                        lse, stream=stream)
+    (reading it); block and blocks_per_head apply to both."""
     B, H, T, D = _check_heads(dict(lse=lse, delta=delta), q=q, k=k, v=v, out=out, dout=dout,
                               dq=dq, dk=dk, dv=dv)
     if q.size == 0:

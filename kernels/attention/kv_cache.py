@@ -25,9 +25,8 @@ import math
 import numpy as np
 from numba import cuda, float32, int64
 
-from microgpt.kernels.common import (REDUCE_SCRATCH, WARP, block_max, block_sum, ceil_div,
-                                     check_array, check_block_size, check_not_empty,
-                                     row_block)
+from ..common import (REDUCE_SCRATCH, WARP, block_max, block_sum, ceil_div, check_array,
+                      check_block_size, check_not_empty, row_block)
 
 BLOCK = 256                 # kv_cache_write
 NEG_INF = np.float32(-np.inf)

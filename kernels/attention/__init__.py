@@ -1,0 +1,48 @@
+"""Causal scaled-dot-product attention over all heads at once, forward and backward, and
+the kernels around it.
+
+NumPy twins: ``microgpt.reference.attention_forward`` and ``attention_backward``.
+``attention_forward`` and ``attention_backward`` route by dtype: float32 heads to the
+CUDA cores' kernels (``attention.fp32``, the seed's block per (batch, head)), bf16 heads
+(uint16 arrays) to the tensor cores (``attention.flash``) with its default tiles.
+
+  fp32       the float32 kernels, one row per thread
+  flash      flash attention on the mma.sync tensor cores (bf16)
+  heads      the fused QKV rows split into heads, and the heads merged back
+  kv_cache   generation's cache: its write, and attention of new rows over it
+"""
+import numpy as np
+
+from . import flash, fp32
+
+
+def _no_geometry(block, blocks_per_head):
+    if block is not None or blocks_per_head is not None:
+        raise ValueError("block and blocks_per_head set the float32 kernels' geometry; bf16 "
+                         "heads take flash attention's tiles")
+
+
+def attention_forward(out, lse, q, k, v, *, block=None, blocks_per_head=None, stream=0):
+    """out (B, H, T, D) = causal softmax(q k^T / sqrt(D)) v per (batch, head); lse (B, H, T)
+    = each row's logsumexp of the scaled scores. block: query rows (threads) per block;
+    blocks_per_head: 1 for one block per (batch, head), default by shape (``fp32``'s).
+    bf16 heads (uint16 arrays) go to the tensor cores, ``flash`` with its default tiles."""
+    if q.dtype == np.uint16:
+        _no_geometry(block, blocks_per_head)
+        return flash.flash_attention_forward(out, lse, q, k, v, stream=stream)
+    fp32.attention_forward(out, lse, q, k, v, block=block, blocks_per_head=blocks_per_head,
+                           stream=stream)
+
+
+def attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, *, block=None,
+                       blocks_per_head=None, stream=0):
+    """dq, dk, dv (B, H, T, D) and delta (B, H, T) = rowsum(dout * out), overwritten, from
+    dout (B, H, T, D) and the forward's q, k, v, out and lse; P is recomputed from q, k
+    and lse. block and blocks_per_head as attention_forward's, for both of ``fp32``'s
+    launches; bf16 heads (delta stays float32) go to ``flash`` with its default tiles."""
+    if q.dtype == np.uint16:
+        _no_geometry(block, blocks_per_head)
+        return flash.flash_attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse,
+                                              stream=stream)
+    fp32.attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, block=block,
+                            blocks_per_head=blocks_per_head, stream=stream)

@@ -1,0 +1,82 @@
+"""GEMM: out (M, N) = op(a) @ op(b), the one op behind every matmul of the model.
+
+NumPy twins: ``microgpt.reference.matmul_forward`` / ``matmul_backward`` (and
+``NumpyBackend.matmul``, whose signature ``matmul`` mirrors). ``matmul`` routes by dtype:
+float32 operands to the CUDA cores' kernel (``gemm.fp32``), bf16 ones (uint16 arrays) to
+the tensor cores (``gemm.bf16``, which routes by architecture: ``gemm.wgmma`` on Hopper,
+``gemm.mma_sync`` otherwise, with the tiles and splits of ``gemm.tuning``); the
+mixed-precision step calls the same op. ``matmul_gelu_forward`` and
+``matmul_gelu_backward`` are the MLP's products with the GELU beside them.
+
+  fp32       the float32 kernel (GemmTile)
+  bf16       the tensor-core launcher, matmul_bf16: checks, tile, split-K, epilogue
+  tiles      MmaTile, WgmmaTile and their checks, the epilogues
+  tuning     the H200's policy: the named tiles, which a product takes, split-K
+  mma_sync   the mma.sync kernel (sm_80+)
+  wgmma      the wgmma kernel with bulk tensor copies (sm_90a)
+"""
+import numpy as np
+
+from .. import elementwise
+from . import bf16, fp32
+from .tuning import wgmma_takes
+
+
+def matmul(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, *,
+           tile=None, stream=0):
+    """out (M, N) = op(a) @ op(b), op transposing when asked; += when accumulate.
+
+    a is (M, K), or (K, M) when transpose_a; b is (K, N), or (N, K) when transpose_b; each
+    a matrix or a view of some of a wider one's columns. float32 operands take
+    ``fp32.matmul`` (tile, a GemmTile, overrides its shape-based default); bf16 operands
+    (uint16 arrays) go to the tensor cores, ``bf16.matmul_bf16`` with its own defaults."""
+    if a.dtype == np.uint16 or b.dtype == np.uint16:
+        if tile is not None:
+            raise ValueError("tile: a GemmTile is the float32 kernel's; bf16 operands take "
+                             "gemm.bf16's tiles (call gemm.bf16.matmul_bf16 to choose one)")
+        return bf16.matmul_bf16(out, a, b, transpose_a, transpose_b, accumulate,
+                                stream=stream)
+    fp32.matmul(out, a, b, transpose_a, transpose_b, accumulate, tile=tile, stream=stream)
+
+
+# Whether the bf16 MLP GEMMs compute GELU in their epilogues (gemm.bf16's "gelu" and
+# "gelu_backward") rather than the GEMM then a GELU kernel. Measured on the H200 at
+# andrea-120m, each product captured in a CUDA graph and in the step's profile
+# (docs/gemm-bf16.md, tuning log row 7; tools/bench.py --only fused times both): the fused
+# products are slower, 0.230 against 0.190 ms forward and 0.244 against 0.228 backward,
+# because the wgmma kernel's epilogue does not overlap the next tile's products (8 warps
+# an SM wait on GELU's exponentials), while the GELU kernels run at the memory's rate. So
+# not by default: a persistent GEMM that overlaps its epilogues would turn this around.
+GELU_IN_EPILOGUE = False
+
+
+def _gelu_in_epilogue(fused, a, *matrices):
+    """Whether GELU goes into the GEMM's epilogue: asked for (fused; by default
+    GELU_IN_EPILOGUE), and a product the wgmma kernel runs (bf16 on sm_90a, matrices the
+    bulk copies take, a K to multiply over: a is the (M, K) operand)."""
+    return ((GELU_IN_EPILOGUE if fused is None else fused) and a.dtype == np.uint16
+            and a.shape[1] > 0 and wgmma_takes(a, *matrices))
+
+
+def matmul_gelu_forward(out, pre, a, b, *, fused=None, stream=0):
+    """The MLP's up projection and its GELU: pre (M, N) = a @ b, out = gelu(pre) (the
+    backward reads pre). fused (default GELU_IN_EPILOGUE), where the wgmma kernel runs the
+    product: one GEMM whose epilogue writes both (gemm.bf16); otherwise the GEMM, then
+    ``elementwise.gelu_forward``."""
+    if _gelu_in_epilogue(fused, a, b, out, pre):
+        return bf16.matmul_bf16(out, a, b, gelu="forward", pre=pre, stream=stream)
+    matmul(pre, a, b, stream=stream)
+    elementwise.gelu_forward(out, pre, stream=stream)
+
+
+def matmul_gelu_backward(dpre, dout, b, pre, *, fused=None, stream=0):
+    """The gradient through the MLP's down projection and its GELU: dpre (M, N) =
+    (dout @ b^T) * gelu'(pre), b (N, K) the down projection's weight. fused (default
+    GELU_IN_EPILOGUE), where the wgmma kernel runs the product: one GEMM whose epilogue
+    reads pre (gemm.bf16); otherwise the GEMM into dpre, then ``elementwise.gelu_backward``
+    in place."""
+    if _gelu_in_epilogue(fused, dout, b, dpre, pre):
+        return bf16.matmul_bf16(dpre, dout, b, transpose_b=True, gelu="backward",
+                                     pre=pre, stream=stream)
+    matmul(dpre, dout, b, transpose_b=True, stream=stream)
+    elementwise.gelu_backward(dpre, dpre, pre, stream=stream)

@@ -1,0 +1,142 @@
+"""bf16 GEMM on the tensor cores: out (M, N) = op(a) @ op(b), float32 accumulation.
+
+NumPy twin: ``microgpt.reference.matmul_forward`` on the same bf16-rounded operands (the
+float32 family of ``gemm`` is the other twin, and the ``--precision fp32`` path). The
+operands are bf16 matrices held in uint16 device arrays (``ml_dtypes.bfloat16`` on the
+host, viewed as uint16). The epilogue, what happens to each float32 result, is one of
+EPILOGUES: written as float32, written as bf16 (an activation that feeds the next
+matmul), or added into a float32 out (a weight gradient; "atomic" when split-K); or the
+MLP's GELU around it (the wgmma kernel's): "gelu" writes the product (the pre-activation,
+which the backward reads) to `pre` and gelu of it to out, "gelu_backward" writes the
+product times gelu' of `pre`. These fold the two GELU kernels of ``elementwise`` into the
+GEMMs around them, a pass over the (B*T, 4C) activations fewer each way; on the H200 they
+measured slower than the GEMM and then the kernel, so the model's ops take them only when
+``gemm.GELU_IN_EPILOGUE`` is on. Transposes and the epilogue are compile-time constants of
+one kernel body.
+
+This module routes a product to a kernel: the wgmma one (``gemm.wgmma``) on Hopper with
+matrices the bulk tensor copies can move, the mma.sync one (``gemm.mma_sync``) otherwise,
+with the tile and split-K that ``gemm.tuning`` chooses, unless the call names its own.
+"""
+import numpy as np
+
+from ..common import ceil_div, check_array, device_address, fill_zero
+from ..device import CHUNK, allow_dynamic_shared
+from ..layouts.tensor_maps import tensor_map, tma_ready
+from ..layouts.tiles import PANEL
+from . import wgmma
+from .mma_sync import mma_sync_kernel
+from .tiles import GROUP, MmaTile, WgmmaTile, check_tile
+from .tuning import (MAX_CHAIN, SMALL_TILE, default_split_k, default_tile, splits_written,
+                     wgmma_takes)
+from .wgmma import wgmma_kernel
+
+
+def _kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
+    if isinstance(tile, WgmmaTile):     # the bulk tensor copy needs aligned rows
+        return wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile)
+    return mma_sync_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile)
+
+
+# ----------------------------------------------------------------------------------
+# launcher
+
+def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, *,
+                gelu=None, pre=None, tile=None, split_k=None, max_chain=MAX_CHAIN,
+                stream=0):
+    """out (M, N) = op(a) @ op(b), op transposing when asked; += when accumulate.
+
+    a is (M, K), or (K, M) when transpose_a; b is (K, N), or (N, K) when transpose_b; both
+    bf16 in uint16 device arrays, each a matrix of its own or a view of some of a wider
+    one's columns (its rows then lie further apart). out is float32, or bf16 (uint16,
+    written only), C-contiguous.
+    gelu="forward": pre (M, N) = op(a) @ op(b) and out = gelu(pre); gelu="backward":
+    out = (op(a) @ op(b)) * gelu'(pre); out and pre bf16 (the MLP's GELU, see EPILOGUES: in
+    the wgmma kernel's epilogue, so a wgmma tile, given or the default, and K > 0).
+    tile (a WgmmaTile, or an MmaTile for the mma.sync kernel) and split_k (blocks along K,
+    accumulating products only) override the shape-based defaults; max_chain (the most K
+    the tensor cores sum in one chain: a longer K is split, or folded into float32) is
+    there for the tests."""
+    for name, arr in (("out", out), ("a", a), ("b", b)):
+        if len(arr.shape) != 2:
+            raise ValueError(f"{name}: expected a 2-D matrix, got shape {tuple(arr.shape)}")
+    M, N = out.shape
+    K = a.shape[0] if transpose_a else a.shape[1]
+    out_bf16 = out.dtype == np.uint16
+    if out_bf16 and accumulate:
+        raise ValueError("out: a bf16 output is written, never accumulated into "
+                         "(accumulate into a float32 array)")
+    check_array("out", out, (M, N), np.uint16 if out_bf16 else np.float32)
+    check_array("a", a, (K, M) if transpose_a else (M, K), np.uint16, strided=True)
+    check_array("b", b, (N, K) if transpose_b else (K, N), np.uint16, strided=True)
+    for name, arr in (("a", a), ("b", b)):
+        if arr.size and arr.strides[1] != 2:
+            raise ValueError(f"{name}: a row's elements must be adjacent (a matrix, or a view "
+                             f"of some of a wider one's columns), got strides "
+                             f"{tuple(arr.strides)}")
+    if gelu not in (None, "forward", "backward"):
+        raise ValueError(f"gelu={gelu!r}: must be None, 'forward' or 'backward'")
+    if gelu is not None:
+        if not out_bf16 or accumulate:
+            raise ValueError("gelu: the GELU epilogues write a bf16 out (not float32, not "
+                             "accumulated)")
+        if pre is None:
+            raise ValueError(f"gelu={gelu!r} needs pre, the pre-activation (M, N) bf16 array")
+        check_array("pre", pre, (M, N), np.uint16)
+    elif pre is not None:
+        raise ValueError("pre: only the GELU epilogues take it (give gelu='forward' or "
+                         "'backward')")
+    pre = out if pre is None else pre       # the wgmma kernel's unread stand-in
+    if tile is None:
+        tile = default_tile(M, N, K, accumulate, wgmma_takes(out, pre, a, b), out_bf16)
+    elif not isinstance(tile, WgmmaTile):
+        tile = MmaTile(*tile)
+    check_tile(tile)
+    if isinstance(tile, WgmmaTile) and not all(map(tma_ready, (out, pre, a, b))):
+        raise ValueError(f"tile {tile}: the bulk tensor copies need matrices whose rows are "
+                         "whole 16-byte chunks (a multiple of 8 bf16 or 4 float32 columns) "
+                         "starting 16-byte aligned; give an MmaTile, or none, for these")
+    if split_k is not None and (split_k < 1 or (split_k > 1 and not accumulate)):
+        raise ValueError(f"split_k={split_k}: must be 1, or more when accumulating")
+    if M == 0 or N == 0:
+        return
+    if gelu is not None and (not isinstance(tile, WgmmaTile) or K == 0):
+        # the mma.sync kernel stores from registers in a loop that must unroll, and GELU in
+        # it kept the loop from unrolling (the accumulators went to local memory)
+        raise ValueError(f"gelu={gelu!r}: the GELU epilogues are the wgmma kernel's, for a "
+                         f"K of at least 1 (here tile {tuple(tile)}, K {K}); run the product "
+                         "and then elementwise's GELU kernel, as gemm.matmul_gelu_* do")
+    if K == 0 and isinstance(tile, WgmmaTile):
+        tile = SMALL_TILE        # nothing to pipeline: the mma.sync kernel writes the zeros
+    if split_k is None and splits_written(K, accumulate, out_bf16, tile, max_chain):
+        fill_zero(out, stream)
+        accumulate = True
+    if split_k is None:
+        split_k = default_split_k(M, N, K, tile, max_chain) if accumulate else 1
+    steps_per_split = ceil_div(ceil_div(K, tile.depth), split_k)
+    split_k = ceil_div(ceil_div(K, tile.depth), steps_per_split) if K else 1
+    epilogue = ("gelu" if gelu == "forward" else "gelu_backward" if gelu == "backward"
+                else "atomic" if split_k > 1 else "accumulate" if accumulate
+                else "bf16" if out_bf16 else "float32")
+    aligned = all(arr.shape[1] % CHUNK == 0 and arr.strides[0] % 16 == 0
+                  and device_address(arr) % 16 == 0 for arr in (a, b))
+    fold = steps_per_split * tile.depth > max_chain
+    kernel = _kernel(bool(transpose_a), bool(transpose_b), epilogue, aligned, fold, tile)
+    layouts = tuple("C" if arr.is_c_contiguous() else "A" for arr in (a, b))
+    # an int32, as the kernels' signature says: the launch then runs the overload compiled for it
+    # (a Python int would compile another, for int64, without the shared-memory opt-in)
+    steps_per_split = np.int32(steps_per_split)
+    if isinstance(tile, WgmmaTile):
+        rows, cols, depth = tile.rows, tile.cols, tile.depth
+        a_map = tensor_map(a, *((depth, min(rows, PANEL)) if transpose_a else (rows, depth)))
+        b_map = tensor_map(b, *((cols, depth) if transpose_b else (depth, min(cols, PANEL))))
+        out_map, pre_map = (tensor_map(arr, 64, min(cols, 64 if out_bf16 else 32))
+                            for arr in (out, pre))
+        grid = (GROUP * split_k, ceil_div(N, cols), ceil_div(M, GROUP * rows))
+        allow_dynamic_shared(kernel, wgmma.signature(epilogue, *layouts),
+                             tile.shared_bytes)
+        kernel[grid, tile.threads, stream, tile.shared_bytes](
+            out, pre, a, b, a_map, b_map, out_map, pre_map, steps_per_split)
+    else:
+        grid = (ceil_div(N, tile.cols), ceil_div(M, tile.rows), split_k)
+        kernel[grid, tile.threads, stream](out, a, b, steps_per_split)

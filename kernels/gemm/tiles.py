@@ -1,0 +1,105 @@
+"""The bf16 GEMM's tiles: what a block of each tensor-core kernel owns, and what it writes.
+
+An MmaTile is a block of the mma.sync kernel (``gemm.mma_sync``), a WgmmaTile one of the
+wgmma kernel (``gemm.wgmma``); check_tile holds either to what its kernel can run. The
+epilogue, what happens to each float32 result, is one of EPILOGUES (``gemm.bf16``).
+"""
+from typing import NamedTuple
+
+from ..device import (DYNAMIC_SHARED_LIMIT, MMA_K, MMA_M, SHARED_LIMIT, SWIZZLE_BYTES,
+                      WARPGROUP)
+
+EPILOGUES = ("float32", "bf16", "accumulate", "atomic", "gelu", "gelu_backward")
+BF16_OUT = ("bf16", "gelu", "gelu_backward")
+GROUP = 8     # tiles of out down a column that consecutive blocks take (block_tile)
+FOLD_STEPS = 4     # slabs between folds of the mma accumulators, when folding
+
+
+class MmaTile(NamedTuple):
+    """A block's rows x cols of out, marched over K in steps of depth through `stages`
+    shared buffers; each warp owns warp_rows x warp_cols of it. min_blocks > 1 caps the
+    registers so that many blocks fit on an SM at once (CUDA's launch bounds)."""
+    rows: int
+    cols: int
+    depth: int
+    warp_rows: int
+    warp_cols: int
+    stages: int
+    min_blocks: int = 1
+
+    @property
+    def threads(self):
+        return (self.rows // self.warp_rows) * (self.cols // self.warp_cols) * 32
+
+    @property
+    def shared_bytes(self):
+        return self.stages * (self.rows + self.cols) * self.depth * 2
+
+
+class WgmmaTile(NamedTuple):
+    """A block's rows x cols of out, in `warpgroups` of 128 threads that each own 64 rows
+    and all the columns (one wgmma m64n{cols}k16 per 16 of k), marched over K in steps of
+    depth through `stages` buffers of dynamic shared memory."""
+    rows: int
+    cols: int
+    depth: int
+    stages: int
+    warpgroups: int
+
+    @property
+    def threads(self):
+        return WARPGROUP * self.warpgroups
+
+    @property
+    def stage_elements(self):
+        """bf16 elements from one stage's start to the next: the a slab, then the b slab,
+        rounded up so that every slab starts on a swizzle pattern."""
+        return -(-(self.rows + self.cols) * self.depth // (SWIZZLE_BYTES // 2)) * (
+            SWIZZLE_BYTES // 2)
+
+    @property
+    def shared_bytes(self):
+        # the stages, or the epilogue's float32 tile where that is more; and room to align
+        # the start, which the launch does not promise beyond 16 bytes
+        return (max(self.stages * self.stage_elements * 2, 4 * self.rows * self.cols)
+                + SWIZZLE_BYTES)
+
+
+def check_wgmma_tile(tile):
+    rows, cols, depth, stages, warpgroups = tile
+    if min(tile) < 1 or rows != 64 * warpgroups:
+        raise ValueError(f"tile {tile}: rows must be 64 per warpgroup")
+    if not (cols in (16, 32) or (cols % 64 == 0 and cols <= 256)):
+        raise ValueError(f"tile {tile}: cols must be 16, 32, or a multiple of 64 up to 256 "
+                         "(the wgmma n, and whole 128-byte swizzle panels)")
+    if depth not in (16, 32, 64):
+        raise ValueError(f"tile {tile}: depth must be 16, 32 or 64 (a swizzled row)")
+    if stages < 3:
+        raise ValueError(f"tile {tile}: the pipeline needs at least 3 stages (one slab "
+                         "landing while the tensor cores work on two)")
+    if tile.threads > 1024:
+        raise ValueError(f"tile {tile}: {tile.threads} threads per block, more than 1024")
+    if tile.shared_bytes > DYNAMIC_SHARED_LIMIT:
+        raise ValueError(f"tile {tile}: {tile.shared_bytes} bytes of shared memory, more "
+                         f"than {DYNAMIC_SHARED_LIMIT}")
+
+
+def check_tile(tile):
+    if isinstance(tile, WgmmaTile):
+        return check_wgmma_tile(tile)
+    rows, cols, depth, warp_rows, warp_cols, stages, _ = tile
+    if min(tile) < 1 or rows % warp_rows or cols % warp_cols:
+        raise ValueError(f"tile {tile}: rows and cols must be positive multiples of "
+                         "warp_rows and warp_cols")
+    if warp_rows % MMA_M or warp_cols % 16 or depth % MMA_K:
+        raise ValueError(f"tile {tile}: warp_rows, warp_cols and depth must be multiples "
+                         "of 16 (the mma and ldmatrix shapes)")
+    if depth & (depth - 1):
+        raise ValueError(f"tile {tile}: depth must be a power of two (the swizzled slabs)")
+    if stages < 2:
+        raise ValueError(f"tile {tile}: the pipeline needs at least 2 stages")
+    if tile.threads > 1024:
+        raise ValueError(f"tile {tile}: {tile.threads} threads per block, more than 1024")
+    if tile.shared_bytes > SHARED_LIMIT:
+        raise ValueError(f"tile {tile}: {tile.shared_bytes} bytes of shared memory, more "
+                         f"than {SHARED_LIMIT}")

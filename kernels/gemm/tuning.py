@@ -1,0 +1,136 @@
+"""The bf16 GEMM's tuning policy for the H200: the named tiles and which a product takes,
+and how far split-K splits it.
+
+Accumulation: the tensor cores' float32 accumulation truncates where IEEE addition
+rounds, so its error grows with K in proportion rather than as a random walk (measured on
+the H200, 512 x 512 products of random bf16: 3.2e-6 relative at K 3072, 1.9e-5 at 16384,
+5.8e-5 at 50304; cuBLAS 3.2e-6, 4.4e-6, 6.9e-6). No chain of mma accumulation runs
+longer than MAX_CHAIN of K: split-K shortens the weight gradients' chains, and a product
+that still has a longer one folds its mma accumulators into float32 ones by plain addition
+every FOLD_STEPS slabs; except that with a wgmma tile a float32 out (the LM head's dX,
+K = V) is zeroed and summed by split-K too, which keeps a full tile (folding needs a
+second set of accumulators, and so a tile of half the width).
+
+Split-K: the weight gradients (dW = X^T @ dY: K = B*T is long, M x N small) leave most of
+the GPU idle with one block per output tile, so the launcher splits K over `split_k`
+blocks per tile, each adding its partial sum into out with float32 atomics (accumulating
+products only; the order of the additions then varies from run to run, by rounding).
+
+"""
+from numba import cuda
+
+from ..common import ceil_div
+from ..device import SIMULATOR, SMS
+from ..layouts.tensor_maps import tma_ready
+from .tiles import MmaTile, WgmmaTile
+
+MAX_CHAIN = 4096   # K summed by the tensor cores' truncating accumulation, at most
+TALL_K = 2048      # the K from which a float32 out may take TALL_TILE on Hopper (default_tile)
+# a TALL_TILE block's time over a WIDE_TILE block's on a long K: 1.38-1.47 over four
+# andrea-120m products on the H200 (ms a wave of each, docs/gemm-bf16.md, row 13)
+TALL_COST = 1.42
+
+
+# Chosen by the sweep of tools/bench.py --gemm-sweep on the H200 (docs/gemm-bf16.md):
+# 128 x 128 out per block in 4 warps of 64 x 64 (64 mma per slab per warp, for 16
+# fragment loads), 32-deep slabs in 3 stages: 48 KiB
+LARGE_TILE = MmaTile(128, 128, 32, 64, 64, 3)
+# 64 x 64 in 4 warps of 32 x 32: four times the blocks, for outputs too small to fill the
+# GPU with large ones, and for a short K (a block's fixed costs weigh more there)
+SMALL_TILE = MmaTile(64, 64, 32, 32, 32, 4)
+# 128 x 128 in 8 warps of 64 x 32: half the accumulators per thread of LARGE_TILE, which
+# leaves registers for a second set when a long K is folded (see MAX_CHAIN)
+LEAN_TILE = MmaTile(128, 128, 32, 64, 32, 3)
+
+
+# wgmma (sm_90a): two warpgroups of m64n256, 128 x 256 out per block (128 accumulators
+# per thread), 64-deep slabs in 4 stages: 193 KiB of shared memory, one block per SM
+WIDE_TILE = WgmmaTile(128, 256, 64, 4, 2)
+# 128 x 128: half the accumulators, which leaves registers for a second set when a long K
+# is folded into a bf16 out (see MAX_CHAIN; a float32 one is split)
+FOLD_TILE = WgmmaTile(128, 128, 64, 4, 2)
+# three warpgroups, 192 x 256 (168 registers a thread, 4 stages in 225 KiB): half as many
+# rows again per byte of b copied, for the products long enough in K that the slabs'
+# traffic, not the fill and the epilogue, sets their pace (default_tile)
+TALL_TILE = WgmmaTile(192, 256, 64, 4, 3)
+
+
+def wgmma_available():
+    """wgmma and the bulk tensor copies are sm_90a's: a device of compute capability 9.x
+    (the simulator runs their twins, but only where a test names a wgmma tile)."""
+    return not SIMULATOR and cuda.get_current_device().compute_capability[0] == 9
+
+
+def wgmma_takes(*matrices):
+    """Whether the default tile of a product of these matrices is a wgmma one: on sm_90a,
+    with matrices the bulk tensor copies can move (layouts.tensor_maps.tma_ready)."""
+    return wgmma_available() and all(map(tma_ready, matrices))
+
+
+def default_tile(M, N, K, accumulate=False, wgmma=False, bf16_out=False):
+    """With wgmma (a Hopper GPU, and matrices the bulk tensor copies can move) the wide
+    wgmma tile, or for a K too long for one chain that cannot be split (a bf16 out: a
+    float32 one is split, see splits_written) the folding one. Otherwise the mma.sync
+    tiles: the large tile for products with a K of at least 768 and either many output
+    tiles or a long K to split (the weight gradients); the small one otherwise; the lean
+    one to fold.
+
+    On Hopper a float32 out (written, accumulated or split) of K at least TALL_K takes the
+    tall tile where its waves of blocks, each TALL_COST times a wide block's time, take
+    no longer than the wide tile's waves (each tile with its own split). On the H200
+    (docs/gemm-bf16.md, tuning log row 13) it took the LM head's dX and dW 2.206 -> 2.080
+    and 2.138 -> 1.967 ms, the MLP's dW 0.127 -> 0.119, and lost where K is 768 (the LM
+    head forward 2.264 -> 2.422: the fill and the epilogue weigh more there) and on W_O's
+    dW (768 x 768: 12 tall tiles split 11 ways fill one wave, as 18 wide ones in 7 do)."""
+    folds = K > MAX_CHAIN and not accumulate
+    if wgmma:
+        if folds and bf16_out:
+            return FOLD_TILE
+        if bf16_out or K < TALL_K:
+            return WIDE_TILE
+        split = accumulate or folds        # (a float32 out of a long K is split too)
+        tall, wide = (waves(M, N, K, tile, split) for tile in (TALL_TILE, WIDE_TILE))
+        return TALL_TILE if TALL_COST * tall <= wide else WIDE_TILE
+    if folds:
+        return LEAN_TILE
+    tiles = ceil_div(M, LARGE_TILE.rows) * ceil_div(N, LARGE_TILE.cols)
+    return LARGE_TILE if K >= 768 and (tiles >= 4 * SMS or K >= 8192) else SMALL_TILE
+
+
+def waves(M, N, K, tile, split):
+    """Waves of one block an SM that a product's blocks take with a wgmma tile, split-K's
+    default split or none."""
+    blocks = ceil_div(M, tile.rows) * ceil_div(N, tile.cols)
+    return ceil_div(blocks * (default_split_k(M, N, K, tile) if split else 1), SMS)
+
+
+def splits_written(K, accumulate, bf16_out, tile, max_chain=MAX_CHAIN):
+    """Whether a product that writes its float32 out with a wgmma tile and a K longer than
+    one chain zeroes out and accumulates split-K's sums into it instead of folding,
+    keeping a full tile: on the H200 the LM head's dX at andrea-120m (16384 x 768,
+    K 50304) took 2.13 ms so with the wide tile, 2.83 with the folding one (docs/gemm-bf16.md,
+    tuning log row 11), and 2.08 with the tall one (row 13)."""
+    return (isinstance(tile, WgmmaTile) and not accumulate and not bf16_out
+            and K > max_chain)
+
+
+def default_split_k(M, N, K, tile, max_chain=MAX_CHAIN):
+    """Blocks per output tile along K, each still with at least 16 slabs to pipeline, and
+    enough that none sums more than max_chain of K. A wgmma tile takes a whole SM: as many
+    as fill the SMs in one wave without starting a second; the small mma.sync tile about
+    four per SM (what fits at once).
+
+    Where a wgmma tile's blocks take more than one wave, a last wave mostly idle costs
+    about a whole one: up to twice the splits (each block's share of K shorter) are taken
+    for a last wave at least 7/8 full. On the H200 the MLP weight gradients at andrea-120m
+    (72 tiles) took 0.1527 ms in 4 splits (288 blocks, 2.2 waves) and 0.1264 in 5 (2.7);
+    QKV's (54 tiles) 0.1007 in 4 and 0.0986 in 7 (docs/gemm-bf16.md, tuning log row 12)."""
+    tiles = ceil_div(M, tile.rows) * ceil_div(N, tile.cols)
+    steps = ceil_div(K, tile.depth)
+    fill = SMS // tiles if isinstance(tile, WgmmaTile) else ceil_div(4 * SMS, tiles)
+    split = max(1, min(fill, steps // 16), ceil_div(K, max_chain))
+    if isinstance(tile, WgmmaTile) and tiles * split > SMS:
+        for more in range(split, min(2 * split, steps // 16) + 1):
+            if 8 * tiles * more >= 7 * SMS * ceil_div(tiles * more, SMS):
+                return more
+    return split

@@ -1,0 +1,300 @@
+"""The bf16 GEMM on Hopper's warpgroup MMA (sm_90a): a WgmmaTile's kernel.
+
+The wgmma kernel (a WgmmaTile; docs/gemm-bf16.md), the default on Hopper: Hopper's
+warpgroup MMA, which reads both operands straight from the swizzled shared-memory slabs
+through matrix descriptors, fed by the bulk tensor copy engine. Each warpgroup of 128
+threads owns 64 rows and every column of the block's tile, one wgmma m64n{cols}k16 per 16
+of K, asynchronous. One thread asks the copy engine for each slab, stages - 1 steps
+ahead, and the copies complete on mbarriers that the warpgroups wait on; the epilogue
+lays the tile in shared memory and the same engine writes it out (or adds it: the
+float32 gradients, split-K included). The slabs live in dynamic shared memory (more than
+the 48 KiB a block may declare statically).
+"""
+import functools
+
+from numba import cuda, float32, int32, types, uint16, uint32, uint64
+
+from .. import elementwise
+from ..atoms import (bulk_commit, bulk_wait, fence_barrier_init, fence_proxy_async,
+                     fence_tensor_map, mbarrier_arrive, mbarrier_arrive_expect_tx,
+                     mbarrier_init, mbarrier_try_wait, named_barrier, pack_bf16x2,
+                     shared_address, tma_add_2d, tma_load_2d, tma_store_2d, warpgroup_commit,
+                     warpgroup_fence, warpgroup_wait, wgmma_bf16)
+from ..common import ceil_div
+from ..device import MMA_K, SIMULATOR, SWIZZLE_BYTES, WARPGROUP, swizzle
+from ..layouts.tiles import PANEL, descriptor, paneled, wgmma_operand
+from ..precision import unpack_bf16x2
+from .tiles import BF16_OUT, FOLD_STEPS, GROUP
+from .tuning import FOLD_TILE, TALL_TILE, WIDE_TILE
+
+
+@functools.cache
+def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
+    BM, BN, BK, STAGES, GROUPS = tile
+    threads = tile.threads
+    regs = BN // 2                                # accumulators per thread
+    # a slab is [BK][BM] (m-major) when a is (K, M), else [BM][BK]; b is [BK][BN]
+    # (n-major) when (K, N), else [BN][BK]; each in the wgmma layout (tiles.paneled), which
+    # is what the bulk tensor copy writes, one box per panel
+    a_shape = (BK, BM) if transpose_a else (BM, BK)
+    b_shape = (BN, BK) if transpose_b else (BK, BN)
+    a_index = paneled(*a_shape)
+    a_panels, b_panels = (ceil_div(shape[1], PANEL) for shape in (a_shape, b_shape))
+    a_box, b_box = (shape[0] * min(shape[1], PANEL) for shape in (a_shape, b_shape))
+    a_fields, a_step = wgmma_operand(*a_shape, k_is_row=transpose_a)
+    b_fields, b_step = wgmma_operand(*b_shape, k_is_row=not transpose_b)
+    a_size, stage_size = BM * BK, tile.stage_elements
+    slab_bytes = 2 * (BM + BN) * BK
+    # each stage's 'landed' and 'released', and each warpgroup's 'pre landed' (the GELU
+    # backward's epilogue)
+    BARRIERS = 2 * STAGES + GROUPS
+    mma = wgmma_bf16(BN, transpose_a, not transpose_b)
+    fence, wait_all, wait_one = (warpgroup_fence(regs), warpgroup_wait(0, regs),
+                                 warpgroup_wait(1, regs))
+    # the epilogue: each warpgroup lays its 64 x BN of out in shared memory as boxes of
+    # 64 x `panel` (128-byte rows at most, swizzled), which one thread then writes, or
+    # adds (float32, "accumulate" and "atomic" alike), into out by bulk tensor copies.
+    # "gelu" lays the pre-activation there, then gelu of it one tile further on, and writes
+    # both; "gelu_backward" first has the copy engine bring the tile of pre there, in the
+    # same layout, replaces it by gelu' of it and multiplies the accumulators by that
+    bf16_out = epilogue in BF16_OUT
+    beyond = BM * BN                              # the second tile of "gelu"
+    panel = min(BN, 64 if bf16_out else 32)
+    chunk = 8 if bf16_out else 4                  # elements in 16 bytes
+    js = panel // 8                               # pairs of 8 columns per box row
+    rows_per_line, phases = swizzle(panel // chunk)
+    store_box = tma_add_2d if epilogue in ("accumulate", "atomic") else tma_store_2d
+
+    @cuda.jit(device=True, inline=True)
+    def place(base, swap, h, j):
+        """Where the epilogue lays a thread's pair j of row half h (see below)."""
+        return (base + h * 8 * panel + j // js * 64 * panel
+                + (8 * (j % js) // chunk ^ swap) * chunk)
+
+    gelu_of = elementwise.gelu if epilogue == "gelu" else elementwise.gelu_derivative
+    batch = min(8, BN // 8)                       # pairs in flight in map_places
+    batch_values = 2 * batch
+
+    @cuda.jit(device=True, inline=True)
+    def map_places(pairs, to, base, swap):
+        """pairs[to + q] = gelu (or gelu') of pairs[q], at every place q of this thread's
+        pairs, `batch` pairs at a time: a batch's loads all come before its stores, which
+        the compiler may not move loads across, so its GELUs overlap each other's latency
+        (one pair at a time, the epilogue took longer than the tile's products)."""
+        x = cuda.local.array(batch_values, float32)
+        for h in range(2):
+            for j in range(0, BN // 8, batch):
+                for u in range(batch):
+                    at = place(base, swap, h, j + u) // 2
+                    x[2 * u], x[2 * u + 1] = unpack_bf16x2(pairs[at])
+                for u in range(batch):
+                    pairs[to + place(base, swap, h, j + u) // 2] = pack_bf16x2(
+                        gelu_of(x[2 * u]), gelu_of(x[2 * u + 1]))
+
+    @cuda.jit(device=True, inline=True)
+    def copy_slab(smem, a, b, a_map, b_map, bars, stage, k0, m0, n0):
+        # what the warpgroups wait for: one arrival, and the slab's bytes as they land
+        mbarrier_arrive_expect_tx(bars, stage, slab_bytes)
+        base = int32(stage * stage_size)
+        for p in range(a_panels):
+            if transpose_a:
+                tma_load_2d(smem, base + p * a_box, a, a_map, m0 + p * PANEL, k0, bars, stage)
+            else:
+                tma_load_2d(smem, base, a, a_map, k0, m0, bars, stage)
+        for p in range(b_panels):
+            if transpose_b:
+                tma_load_2d(smem, base + a_size, b, b_map, k0, n0, bars, stage)
+            else:
+                tma_load_2d(smem, base + a_size + p * b_box, b, b_map, n0 + p * PANEL, k0,
+                            bars, stage)
+
+    @cuda.jit(**({} if SIMULATOR else {"launch_bounds": (threads, 1)}))
+    def matmul_wgmma_kernel(out, pre, a, b, a_map, b_map, out_map, pre_map,
+                            steps_per_split):
+        # as matmul_bf16_kernel, but block (x, y, z) owns the tile (z * GROUP + x % GROUP,
+        # y) of out and K steps x // GROUP * steps_per_split on: consecutive blocks take
+        # GROUP tiles down a column of out (as block_tile orders them) with divisions by
+        # a constant only (a 64-bit division by a variable is a call, and a call in the
+        # kernel makes ptxas serialize every wgmma).
+        #
+        # Warpgroup w owns rows 64w.. of the tile. Slabs land by bulk tensor copies into
+        # stage step % STAGES, which thread 0 issues STAGES - 1 steps ahead, into the
+        # stage that every warpgroup has just released (barrier STAGES + stage); the
+        # copies complete on barrier `stage`, which the warpgroups wait on. (No copying
+        # warp beside them: ptxas allocates registers to a wgmma kernel's threads by the
+        # warpgroup, and would hold every thread to the registers of 128 more, as
+        # setmaxnreg, which would let a copying warpgroup give its registers to the
+        # others, is ignored in the relocatable compilation that linking the kernel takes.)
+        M, N = out.shape
+        K = a.shape[0] if transpose_a else a.shape[1]
+        m0 = (cuda.blockIdx.z * GROUP + cuda.blockIdx.x % GROUP) * BM
+        n0 = cuda.blockIdx.y * BN
+        if m0 >= M:                          # past the last group's last tile
+            return
+        group = cuda.threadIdx.x // WARPGROUP
+        first = cuda.blockIdx.x // GROUP * steps_per_split
+        steps = min((K + BK - 1) // BK - first, steps_per_split)
+
+        bars = cuda.shared.array(BARRIERS, uint64)
+        raw = cuda.shared.array(0, uint16)
+        # the stages from the first 1024-byte boundary on (the launch gives one more KiB);
+        # the epilogue's views of the same memory (dynamic shared arrays alias)
+        start = int32((SWIZZLE_BYTES - shared_address(raw, 0) % SWIZZLE_BYTES)
+                      % SWIZZLE_BYTES // 2)
+        smem = raw[start:]
+        pairs = cuda.shared.array(0, uint32)[start // 2:]
+        floats = cuda.shared.array(0, float32)[start // 2:]
+        if cuda.threadIdx.x == 0:
+            for s in range(STAGES):
+                mbarrier_init(bars, s, 1)
+                mbarrier_init(bars, STAGES + s, GROUPS)
+            for g in range(GROUPS):
+                mbarrier_init(bars, 2 * STAGES + g, 1)
+            fence_barrier_init()
+        cuda.syncthreads()
+
+        if cuda.threadIdx.x == 0:
+            fence_tensor_map(a_map)
+            fence_tensor_map(b_map)
+            for ahead in range(min(STAGES - 1, steps)):
+                copy_slab(smem, a, b, a_map, b_map, bars, ahead, (first + ahead) * BK, m0, n0)
+
+        a_at = a_index(0, 64 * group) if transpose_a else a_index(64 * group, 0)
+        acc = cuda.local.array(regs, float32)
+        total = cuda.local.array(regs, float32)     # folded sums, when folding
+        for r in range(regs):
+            acc[r] = float32(0.0)
+            total[r] = float32(0.0)
+        # every block has a step (the launcher sees to it): a loop that may run none would
+        # give ptxas a path on which the zeros above meet the wait below, and it would
+        # serialize the wgmmas for it
+        step = 0
+        while True:
+            stage = step % STAGES
+            while not mbarrier_try_wait(bars, stage, step // STAGES % 2):
+                pass                         # this step's slab has landed
+            base = stage * stage_size
+            a_desc = descriptor(smem, int32(base + a_at), a_fields)
+            b_desc = descriptor(smem, int32(base + a_size), b_fields)
+            fence(acc)
+            for kk in range(BK // MMA_K):
+                mma(smem, a_desc + uint64(kk * a_step), b_desc + uint64(kk * b_step), acc)
+            warpgroup_commit()
+            wait_one(acc)                    # this step's wgmma runs on, the last is done:
+            if step > 0 and cuda.threadIdx.x % WARPGROUP == 0:     # release its stage
+                mbarrier_arrive(bars, STAGES + (step - 1) % STAGES, 1)
+            ahead = step + STAGES - 1
+            if cuda.threadIdx.x == 0 and ahead < steps:
+                stage = ahead % STAGES       # the one released above, once all have
+                while not mbarrier_try_wait(bars, STAGES + stage, (ahead // STAGES + 1) % 2):
+                    pass
+                copy_slab(smem, a, b, a_map, b_map, bars, stage, (first + ahead) * BK, m0,
+                          n0)
+            step += 1
+            if fold and (step % FOLD_STEPS == 0 or step == steps):
+                wait_all(acc)
+                for r in range(regs):
+                    total[r] += acc[r]
+                    acc[r] = float32(0.0)
+            if step == steps:
+                break
+        wait_all(acc)
+
+        cuda.syncthreads()                   # every warpgroup is done with the stages
+        thread = cuda.threadIdx.x % WARPGROUP
+        row = m0 + 64 * group
+        if epilogue == "gelu_backward":
+            if thread == 0:
+                fence_tensor_map(pre_map)
+                mbarrier_arrive_expect_tx(bars, 2 * STAGES + group, 2 * 64 * BN)
+                for p in range(BN // panel):
+                    tma_load_2d(smem, int32(group * 64 * BN + p * 64 * panel), pre, pre_map,
+                                n0 + p * panel, row, bars, 2 * STAGES + group)
+            while not mbarrier_try_wait(bars, 2 * STAGES + group, 0):
+                pass
+        # thread t of row group g holds, for each j, the pair at columns 8j + 2t, 8j + 2t + 1
+        # of rows R and R + 8; in the swizzled box a pair's place is a constant of j
+        # XOR-ed with a constant of the thread (kept this simple so that the loop over the
+        # accumulators unrolls and they stay in registers: GELU's arithmetic is in loops of
+        # its own, over this thread's places in shared memory, which need not unroll)
+        R, t = 16 * (thread // 32) + thread % 32 // 4, thread % 4
+        swap = (2 * t // chunk) ^ (R // rows_per_line % phases)
+        base = group * 64 * BN + R * panel + 2 * t % chunk
+        if epilogue == "gelu_backward":      # gelu'(pre) in place of pre, rounded to bf16,
+            map_places(pairs, 0, base, swap)  # then the accumulators times it
+            for h in range(2):
+                for j in range(BN // 8):
+                    d_lo, d_hi = unpack_bf16x2(pairs[place(base, swap, h, j) // 2])
+                    r = 4 * j + 2 * h
+                    if fold:
+                        total[r] *= d_lo
+                        total[r + 1] *= d_hi
+                    else:
+                        acc[r] *= d_lo
+                        acc[r + 1] *= d_hi
+        for h in range(2):
+            for j in range(BN // 8):
+                at = place(base, swap, h, j)
+                r = 4 * j + 2 * h
+                lo, hi = (total[r], total[r + 1]) if fold else (acc[r], acc[r + 1])
+                if bf16_out:
+                    pairs[at // 2] = pack_bf16x2(lo, hi)
+                else:
+                    floats[at] = lo
+                    floats[at + 1] = hi
+        fence_proxy_async()                  # visible to the copies, once all have written
+        named_barrier(2 + group, WARPGROUP)
+        if epilogue == "gelu":               # pre is written while gelu of it is computed
+            if thread == 0:
+                for p in range(BN // panel):
+                    store_box(pre, pre_map, n0 + p * panel, row, smem,
+                              int32(group * 64 * BN + p * 64 * panel))
+                bulk_commit()
+            map_places(pairs, beyond // 2, base, swap)
+            fence_proxy_async()
+            named_barrier(2 + group, WARPGROUP)
+        if thread == 0:
+            for p in range(BN // panel):
+                at = int32(group * 64 * BN + p * 64 * panel)
+                col = n0 + p * panel
+                if epilogue == "gelu":
+                    store_box(out, out_map, col, row, smem, beyond + at)
+                elif bf16_out:
+                    store_box(out, out_map, col, row, smem, at)
+                else:
+                    store_box(out, out_map, col, row, floats, at)
+            bulk_commit()
+            bulk_wait()                      # the block's shared memory is read
+
+    return matmul_wgmma_kernel
+
+
+@functools.cache
+def signature(epilogue, a_layout="C", b_layout="C"):
+    """The argument types of a launch: out and pre C-contiguous, a and b of their layouts
+    ("C", or "A" for a view of some of a wider matrix's columns), the four tensor maps."""
+    out = types.uint16[:, ::1] if epilogue in BF16_OUT else types.float32[:, ::1]
+    a, b = (types.Array(types.uint16, 2, layout) for layout in (a_layout, b_layout))
+    return (out, out, a, b) + (types.uint64[::1],) * 4 + (types.int32,)
+
+
+PTX_SIGNATURES = [
+    (wgmma_kernel(ta, tb, epilogue, fold, tile), signature(epilogue, *layouts))
+    for ta, tb, epilogue, fold, tile, layouts in [
+        (False, False, "bf16", False, WIDE_TILE, ()),           # X @ W -> bf16
+        (False, True, "float32", False, WIDE_TILE, ()),         # x @ wte^T
+        (True, False, "atomic", False, WIDE_TILE, ()),          # dW += X^T @ dY, split K
+        (False, False, "atomic", False, WIDE_TILE, ()),         # dx = dlogits @ wte
+        (False, False, "bf16", True, FOLD_TILE, ()),            # the same, bf16 out
+        (True, True, "accumulate", True, FOLD_TILE, ()),        # every flag flipped
+        (False, False, "float32", False, WIDE_TILE, ()),
+        (False, False, "float32", False, TALL_TILE, ()),        # long K: MLP down
+        (False, True, "float32", False, TALL_TILE, ()),         # QKV and MLP up dX
+        (True, False, "atomic", False, TALL_TILE, ()),          # their dW
+        (False, False, "atomic", False, TALL_TILE, ()),         # the LM head's dX
+        (False, False, "gelu", False, WIDE_TILE, ()),           # the MLP's up projection
+        (False, True, "gelu_backward", False, WIDE_TILE, ()),   # and its dX
+        # a of a view of some of a wider matrix's columns: the LM head's dW in row ranges
+        (True, False, "atomic", False, TALL_TILE, ("A",)),
+    ]
+]
