@@ -220,6 +220,17 @@ def test_batch_must_divide_among_ranks(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_ranks_that_disagree_on_zero_are_refused(tmp_path):
+    """A rank that shards and one that does not would wait in different collectives."""
+    rank = train_command(text(tmp_path), "--batch-size", "2", "--out", str(tmp_path / "out"))
+    run = subprocess.run([mpiexec(), "-n", "1", *rank, "--zero", "1", ":", "-n", "1", *rank],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2
+    assert "rank 1 has other arguments than rank 0 (--zero 0 against 1)" in run.stderr
+    assert run.stderr.count("error:") == 1
+    assert not (tmp_path / "out").exists()
+
+
 class Recorder:
     """A gradient sync that keeps a copy of each range when it is announced."""
 
