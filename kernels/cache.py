@@ -29,6 +29,7 @@ import functools
 import hashlib
 import os
 import pickle
+import subprocess
 import sys
 import time
 import types
@@ -56,6 +57,8 @@ class _Settings:
 
 
 _settings = _Settings()
+_made = {}      # recipe -> the dispatcher this process made by it
+_used = {}      # entry name -> (recipe, signature, seconds compiling or None): for the manifest
 
 
 def use(directory, report=None):
@@ -76,15 +79,18 @@ def jit(fn=None, **options):
     if not SIMULATOR:
         # the dispatcher consults its _cache object (load_overload, save_overload) in
         # compile(), which every launch of a new specialization goes through
-        dispatcher._cache = DispatcherCache(dispatcher)
+        dispatcher._cache = DispatcherCache(dispatcher, _recipe(sys._getframe(1), fn))
+        if dispatcher._cache.recipe is not None:
+            _made[dispatcher._cache.recipe] = dispatcher
     return dispatcher
 
 
 class DispatcherCache:
     """The cache as one dispatcher sees it: the two calls numba-cuda's compile() makes."""
 
-    def __init__(self, dispatcher):
+    def __init__(self, dispatcher, recipe=None):
         self._dispatcher = dispatcher
+        self.recipe = recipe            # how another process makes the same kernel
         self._description = None        # described once: the code and closure are fixed
         self._started = None
 
@@ -109,6 +115,7 @@ class DispatcherCache:
         path = self._path(sig)
         kernel = read_entry(path) if path is not None else None
         if kernel is not None:
+            self._used(path, sig, None)
             _report(self._dispatcher, "cache", self._started)
         return kernel
 
@@ -117,7 +124,12 @@ class DispatcherCache:
             path = self._path(sig)
             if path is not None:
                 write_entry(path, kernel)
+                self._used(path, sig, time.perf_counter() - self._started)
         _report(self._dispatcher, "compiled", self._started)
+
+    def _used(self, path, sig, seconds):
+        if self.recipe is not None:
+            _used[path.name] = (self.recipe, sig, seconds)
 
     def flush(self):
         """numba's recompile() flushes its cache; entries here are found by key, not by
@@ -330,3 +342,157 @@ def write_entry(path, kernel):
             pass
         print(f"kernel cache: cannot write to {path.parent} ({error.strerror or error}); "
               "compiling without storing kernels in this run", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------------
+# manifests: a step's kernels, made again by other processes and compiled in parallel
+
+def _recipe(frame, fn):
+    """How a process makes the kernel that jit is making of fn in frame: ("global", module,
+    name) at a module's top level; ("factory", module, factory, arguments, qualname) inside
+    the call of a module-level function cached by functools.cache (the factories of the
+    kernel modules); else None (such a kernel is compiled by the run that needs it)."""
+    module = frame.f_globals.get("__name__")
+    code = frame.f_code
+    if code.co_name == "<module>":
+        return ("global", module, fn.__name__)
+    factory = getattr(sys.modules.get(module), code.co_name, None)
+    if getattr(getattr(factory, "__wrapped__", None), "__code__", None) is not code:
+        return None
+    names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+    try:
+        arguments = tuple((name, frame.f_locals[name]) for name in names)
+        hash(arguments)
+    except (KeyError, TypeError):
+        return None
+    return ("factory", module, code.co_name, arguments, fn.__qualname__)
+
+
+def make(recipe):
+    """The dispatcher that recipe makes in this process, or None."""
+    import importlib
+
+    if recipe in _made:
+        return _made[recipe]
+    try:
+        module = importlib.import_module(recipe[1])
+        if recipe[0] == "factory":
+            getattr(module, recipe[2])(**dict(recipe[3]))
+        else:
+            getattr(module, recipe[2], None)
+    except Exception:               # the code changed under the manifest: not made here
+        return None
+    return _made.get(recipe)
+
+
+def write_manifest(path):
+    """Record the kernels this process loaded or compiled (those made by a recipe) at
+    path, for missing(): a pickle of [(recipe, signature, entry name, seconds)]."""
+    path = Path(path)
+    old = {name: seconds for _, _, name, seconds in read_manifest(path)[1]}
+    entries = [(recipe, sig, name, seconds if seconds is not None else old.get(name))
+               for name, (recipe, sig, seconds) in _used.items()]
+    if not entries or not _settings.writable:
+        return
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        stamp = _stamp(entries)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_bytes(pickle.dumps((stamp, entries), protocol=pickle.HIGHEST_PROTOCOL))
+        os.replace(temporary, path)
+    except (OSError, Uncacheable):      # a manifest only saves time
+        try:
+            temporary.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def read_manifest(path):
+    """-> (stamp, entries) as write_manifest wrote them; (None, []) for no manifest."""
+    try:
+        return pickle.loads(Path(path).read_bytes())
+    except Exception:       # absent, damaged, or of code that is gone: no manifest
+        return None, []
+
+
+def _stamp(entries):
+    """What the entries' keys depend on beyond each kernel: while it is the same, the
+    names in a manifest are the names that the kernels would look up now."""
+    import llvmlite
+    import numba
+    import numba_cuda
+
+    modules = sorted({recipe[1] for recipe, _, _, _ in entries})
+    return (FORMAT, sys.version, numba.__version__, numba_cuda.__version__,
+            llvmlite.__version__, device_target(),
+            tuple((m, sources_digest(m)) for m in modules if m in sys.modules))
+
+
+def missing(path):
+    """The kernels that the manifest at path lists and the cache lacks (a changed source,
+    another numba), as jobs for compile_ahead, the longest to compile first. When nothing
+    is missing this costs a look at the entries the manifest names."""
+    directory = _settings.directory
+    stamp, manifest = read_manifest(path)
+    if directory is None or not manifest:
+        return []
+    try:
+        unchanged = stamp == _stamp(manifest)
+    except Uncacheable:
+        return []
+    if unchanged and all((directory / name).exists() for _, _, name, _ in manifest):
+        return []
+    jobs = []
+    for recipe, sig, _, seconds in manifest:
+        dispatcher = make(recipe)
+        if dispatcher is not None:
+            entry = dispatcher._cache._path(sig)
+            if entry is not None and not entry.exists():
+                jobs.append((seconds or 0.0, recipe, sig))
+    return [(recipe, sig) for _, recipe, sig in sorted(jobs, key=lambda job: -job[0])]
+
+
+WORKER = [sys.executable, "-c", "from microgpt.kernels import cache; cache._worker()"]
+
+
+def compile_ahead(jobs, processes, worker=WORKER):
+    """Compile jobs (from missing) into the cache in up to `processes` processes, each
+    taking every processes-th job (0: in this process), before the run asks for them.
+    worker: the command of one such process, which takes four more arguments."""
+    if processes == 0 or len(jobs) < 2:
+        _compile_jobs(jobs)
+        return
+    parts = min(processes, len(jobs))
+    job_file = _settings.directory / f".jobs.{uuid.uuid4().hex[:12]}.tmp"
+    try:
+        job_file.parent.mkdir(parents=True, exist_ok=True)
+        job_file.write_bytes(pickle.dumps(jobs, protocol=pickle.HIGHEST_PROTOCOL))
+    except OSError:
+        return              # unwritable: the run compiles what it needs, as before
+    try:
+        workers = [subprocess.Popen([*worker, str(_settings.directory), str(job_file),
+                                     str(part), str(parts)]) for part in range(parts)]
+        for worker in workers:
+            worker.wait()
+    finally:
+        job_file.unlink(missing_ok=True)
+
+
+def _compile_jobs(jobs):
+    for recipe, sig in jobs:
+        dispatcher = make(recipe)
+        if dispatcher is not None:
+            try:
+                dispatcher.compile(sig)
+            except Exception as error:      # the run that needs it will say so, if real
+                print(f"kernel cache: could not compile {recipe[-1]} ahead of the run "
+                      f"({type(error).__name__}); the run compiles it", file=sys.stderr)
+
+
+def _worker():
+    """A compile_ahead process: its last four arguments are the directory, the job file,
+    its part and the number of parts."""
+    directory, job_file, part, parts = sys.argv[-4:]
+    use(directory)
+    jobs = pickle.loads(Path(job_file).read_bytes())
+    _compile_jobs(jobs[int(part)::int(parts)])

@@ -91,6 +91,7 @@ class KernelProgress:
 
     def __init__(self, directory, silent=False):
         self.directory, self.silent = directory, silent
+        self.manifest = None        # where the kernels of this run's step are listed
         self.counts = {"compiled": 0, "cache": 0}
         self.live = sys.stderr.isatty() and not silent
         self.started = self._logged = time.perf_counter()
@@ -113,6 +114,13 @@ class KernelProgress:
     def _tally(self):
         return (f"{sum(self.counts.values())} ready ({self.counts['compiled']} compiled, "
                 f"{self.counts['cache']} from the cache)")
+
+    def record(self):
+        """List the kernels this run has used in its manifest, for a later run that finds
+        the cache without them to compile ahead (microgpt.run.compile_ahead)."""
+        if self.manifest is not None and not self.silent:
+            from microgpt.kernels import cache
+            cache.write_manifest(self.manifest)
 
     def summary(self):
         """The line after the first step: how many kernels, how made, in how long."""

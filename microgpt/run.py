@@ -1,7 +1,9 @@
 """Setting up a run: every input checked, then the model, optimizer, data and step built
 (or restored from a checkpoint) into a Run, everything the training loop touches."""
 import dataclasses
+import hashlib
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,8 +124,11 @@ def setup(ns, world, backend, resources):
                              split="validation")
     val_batches = (val_loader.fixed_batches(args.eval_batches) if args.eval_batches
                    else val_loader.whole_split())
-    model = GPT(config, backend=backend, seed=args.seed,
-                precision=choose_precision(ns.precision, backend, config))
+    precision = choose_precision(ns.precision, backend, config)
+    if kernels:
+        compile_ahead(kernels, f"{config} {precision} {args.batch_size // world.world_size} "
+                      f"x {T}", lead=world.rank == 0)
+    model = GPT(config, backend=backend, seed=args.seed, precision=precision)
     adamw = AdamWConfig(lr=args.lr, warmup_steps=args.warmup, total_steps=args.steps)
     if sharded(ns, world):
         optimizer = ShardedAdamW(model, adamw, world)
@@ -158,6 +163,26 @@ def setup(ns, world, backend, resources):
 def sharded(ns, world):
     """Whether the run shards the optimizer (--zero 1 with more than one rank)."""
     return ns.zero == 1 and world.world_size > 1
+
+
+def compile_ahead(kernels, shape, lead):
+    """Name the manifest of the kernels that a step of this shape (model, precision,
+    batch) needs, which the first run of it records; when the cache lacks some that it
+    lists (a source changed, numba was upgraded), compile them now in a process per CPU
+    rather than one by one in the first step."""
+    from microgpt.kernels import cache as kernel_cache
+
+    name = hashlib.sha256(shape.encode()).hexdigest()[:16]
+    kernels.manifest = kernels.directory / "manifests" / f"{name}.pkl"
+    jobs = kernel_cache.missing(kernels.manifest) if lead else []
+    if len(jobs) > 1:
+        processes = min(len(jobs), os.cpu_count() or 1)
+        print(f"kernels: compiling {len(jobs)} that the cache lacks, in {processes} "
+              "processes ...", flush=True)
+        started = time.perf_counter()
+        kernel_cache.compile_ahead(jobs, processes)
+        print(f"kernels: {len(jobs)} compiled ahead in {time.perf_counter() - started:.1f} s",
+              flush=True)
 
 
 def resume_args(ns):

@@ -99,6 +99,7 @@ def train(run, stop_at):
             if run.kernels and not kernels_told:    # the first read back: they are ready
                 kernels_told = True
                 progress.log(run.kernels.summary())
+                run.kernels.record()
             if due_log or val is not None:
                 progress.log_step(run.step, loss, val, lr, norm, tokens_per_step)
             if due_sample:

@@ -83,11 +83,12 @@ KERNELS = {"copied": (jit(copy), SIG), "bounded": (jit(launch_bounds=(64, 1))(co
 CC = (9, 0, "a")
 
 
-def run_kernels(package, directory):
+def run_kernels(package, directory, ahead=False):
     """One run: compile (or load) every kernel of the package -> {name: record}, and the
     run's stderr. A fresh process without the simulator (this file as a script)."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    done = subprocess.run([sys.executable, __file__, str(package), str(directory)], env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, __file__, str(package), str(directory),
+                           str(int(ahead))], env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1]), done.stderr
@@ -104,7 +105,8 @@ def write_package(root):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """The runs on one cache: first, second, after an edit of the helper (with a damaged
-    entry of a kernel that does not use it), and on a directory that cannot be written
+    entry of a kernel that does not use it), after another edit with the kernels that the
+    manifest lists and the cache lacks compiled ahead, and on a directory that cannot be written
     (each run a process of its own: ~2 s, most of it numba's import)."""
     root = write_package(tmp_path_factory.mktemp("kernels"))
     directory = root / "cache"
@@ -115,12 +117,16 @@ def runs(tmp_path_factory):
     damaged = directory / first["copied"]["entry"]
     damaged.write_bytes(b"not a kernel")
     edited, edited_err = run_kernels(root, directory)
+    helper.write_text(helper.read_text().replace("x * 3.0", "x * 4.0"))
+    ahead, ahead_err = run_kernels(root, directory, ahead=True)
+    compiled_ahead = ahead.pop("ahead")
     blocked = root / "a file"
     blocked.write_text("in the way of the cache directory")
     unwritable, unwritable_err = run_kernels(root, blocked / "cache")
-    return dict(first=first, second=second, edited=edited, unwritable=unwritable,
+    return dict(first=first, second=second, edited=edited, ahead=ahead,
+                compiled_ahead=compiled_ahead, unwritable=unwritable,
                 errors=dict(first=first_err, second=second_err, edited=edited_err,
-                            unwritable=unwritable_err),
+                            ahead=ahead_err, unwritable=unwritable_err),
                 directory=directory, root=root)
 
 
@@ -132,11 +138,12 @@ def test_a_second_run_loads_every_kernel_the_first_compiled(runs):
         assert second[name]["cubin"] == first[name]["cubin"], name
         assert second[name]["ptx"] == first[name]["ptx"], name
     assert runs["errors"]["first"] == runs["errors"]["second"] == ""
-    entries = {p.name for p in runs["directory"].iterdir()}
-    # the first run's, and the edited run's of the three kernels that read the helper
+    entries = {p.name for p in runs["directory"].iterdir()} - {"manifest"}
+    # the first run's, and the two edited runs' of the three kernels that read the helper
     assert entries == ({r["entry"] for r in first.values()}
-                       | {r["entry"] for r in runs["edited"].values()})
-    assert len(entries) == len(first) + 3
+                       | {r["entry"] for r in runs["edited"].values()}
+                       | {r["entry"] for r in runs["ahead"].values()})
+    assert len(entries) == len(first) + 3 + 3
 
 
 def test_every_specialization_is_an_entry_of_its_own(runs):
@@ -155,6 +162,15 @@ def test_editing_a_helper_compiles_the_kernels_that_import_it_afresh(runs):
     assert edited["scaled"]["ptx"] != first["scaled"]["ptx"]   # 3.0, not the stale 2.0
     assert edited["shifted 1"]["ptx"] == first["shifted 1"]["ptx"]
     assert edited["bounded"]["how"] == "cache"                 # other does not import it
+
+
+def test_the_manifest_makes_the_missing_kernels_again_and_compiles_them_ahead(runs):
+    ahead, edited = runs["ahead"], runs["edited"]
+    assert runs["compiled_ahead"] == 3      # the three that read the edited helper
+    assert {r["how"] for r in ahead.values()} == {"cache"}    # made by their recipes
+    assert ahead["scaled"]["ptx"] != edited["scaled"]["ptx"]  # x * 4.0 now
+    assert ahead["bounded"]["entry"] == edited["bounded"]["entry"]
+    assert runs["errors"]["ahead"] == ""
 
 
 def test_a_damaged_entry_is_compiled_again_and_replaced(runs):
@@ -242,7 +258,8 @@ def test_the_sources_are_those_the_module_imports_transitively():
 def test_a_source_edited_after_its_import_is_not_cached(tmp_path, monkeypatch):
     module = tmp_path / "edited_after_import.py"
     module.write_text("X = 1\n")
-    os.utime(module, (time.time() - 60, time.time() - 60))    # from before this session
+    before = cache._IMPORTED_AT - 60            # written before this process began
+    os.utime(module, (before, before))
     monkeypatch.syspath_prepend(str(tmp_path))
     __import__("edited_after_import")
     assert cache.sources_digest("edited_after_import")
@@ -281,7 +298,7 @@ def _compile_without_a_gpu():
     cache.device_target = lambda: (CC, "runtime", "nvvm")
 
 
-def _main(package, directory):
+def _main(package, directory, ahead):
     import importlib
 
     _compile_without_a_gpu()
@@ -289,6 +306,13 @@ def _main(package, directory):
     how = {}
     cache.use(directory, report=lambda name, done, seconds: how.update({name: done}))
     records = {}
+    if ahead:
+        for module in ("kpkg.ops", "kpkg.other"):
+            importlib.import_module(module)
+        jobs = cache.missing(directory / "manifest")
+        records["ahead"] = len(jobs)
+        # two processes like a trainer's, but compiling without a GPU as this one does
+        cache.compile_ahead(jobs, 2, worker=[sys.executable, __file__, "--worker", package])
     for module in ("kpkg.ops", "kpkg.other"):
         for name, (kernel, sig) in importlib.import_module(module).KERNELS.items():
             how.clear()
@@ -300,8 +324,14 @@ def _main(package, directory):
             records[name] = {"how": how[kernel.py_func.__name__], "entry": entry,
                              "ptx": hashlib.sha256(library.get_asm_str().encode()).hexdigest(),
                              "cubin": hashlib.sha256(bytes(cubin.code)).hexdigest()}
+    cache.write_manifest(directory / "manifest")
     print(json.dumps(records))
 
 
 if __name__ == "__main__":
-    _main(sys.argv[1], Path(sys.argv[2]))
+    if sys.argv[1] == "--worker":        # a compile_ahead process: package, then its four
+        _compile_without_a_gpu()
+        sys.path.insert(0, sys.argv[2])
+        cache._worker()
+    else:
+        _main(sys.argv[1], Path(sys.argv[2]), sys.argv[3] == "1")
