@@ -83,12 +83,12 @@ KERNELS = {"copied": (jit(copy), SIG), "bounded": (jit(launch_bounds=(64, 1))(co
 CC = (9, 0, "a")
 
 
-def run_kernels(package, directory, ahead=False):
+def run_kernels(package, directory, mode="plain"):
     """One run: compile (or load) every kernel of the package -> {name: record}, and the
     run's stderr. A fresh process without the simulator (this file as a script)."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    done = subprocess.run([sys.executable, __file__, str(package), str(directory),
-                           str(int(ahead))], env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, __file__, str(package), str(directory), mode],
+                          env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1]), done.stderr
@@ -110,7 +110,8 @@ def runs(tmp_path_factory):
     (each run a process of its own: ~2 s, most of it numba's import)."""
     root = write_package(tmp_path_factory.mktemp("kernels"))
     directory = root / "cache"
-    first, first_err = run_kernels(root, directory)
+    first, first_err = run_kernels(root, directory, "first")
+    listed = first.pop("listed")
     second, second_err = run_kernels(root, directory)
     helper = root / "kpkg" / "helper.py"
     helper.write_text(helper.read_text().replace("x * 2.0", "x * 3.0"))
@@ -118,12 +119,12 @@ def runs(tmp_path_factory):
     damaged.write_bytes(b"not a kernel")
     edited, edited_err = run_kernels(root, directory)
     helper.write_text(helper.read_text().replace("x * 3.0", "x * 4.0"))
-    ahead, ahead_err = run_kernels(root, directory, ahead=True)
+    ahead, ahead_err = run_kernels(root, directory, "ahead")
     compiled_ahead = ahead.pop("ahead")
     blocked = root / "a file"
     blocked.write_text("in the way of the cache directory")
     unwritable, unwritable_err = run_kernels(root, blocked / "cache")
-    return dict(first=first, second=second, edited=edited, ahead=ahead,
+    return dict(first=first, listed=listed, second=second, edited=edited, ahead=ahead,
                 compiled_ahead=compiled_ahead, unwritable=unwritable,
                 errors=dict(first=first_err, second=second_err, edited=edited_err,
                             ahead=ahead_err, unwritable=unwritable_err),
@@ -144,6 +145,14 @@ def test_a_second_run_loads_every_kernel_the_first_compiled(runs):
                        | {r["entry"] for r in runs["edited"].values()}
                        | {r["entry"] for r in runs["ahead"].values()})
     assert len(entries) == len(first) + 3 + 3
+
+
+def test_every_kernel_of_the_package_is_cached_and_can_be_keyed(runs):
+    """Every kernel that a module of microgpt.kernels lists (PTX_SIGNATURES, the kernels
+    test_compile compiles) is declared with cache.jit, and its key can be made."""
+    listed = runs["listed"]
+    assert listed["keyed"] > 50
+    assert listed["not_cached"] == [] and listed["uncacheable"] == []
 
 
 def test_every_specialization_is_an_entry_of_its_own(runs):
@@ -298,7 +307,7 @@ def _compile_without_a_gpu():
     cache.device_target = lambda: (CC, "runtime", "nvvm")
 
 
-def _main(package, directory, ahead):
+def _main(package, directory, mode):
     import importlib
 
     _compile_without_a_gpu()
@@ -306,7 +315,7 @@ def _main(package, directory, ahead):
     how = {}
     cache.use(directory, report=lambda name, done, seconds: how.update({name: done}))
     records = {}
-    if ahead:
+    if mode == "ahead":
         for module in ("kpkg.ops", "kpkg.other"):
             importlib.import_module(module)
         jobs = cache.missing(directory / "manifest")
@@ -325,7 +334,32 @@ def _main(package, directory, ahead):
                              "ptx": hashlib.sha256(library.get_asm_str().encode()).hexdigest(),
                              "cubin": hashlib.sha256(bytes(cubin.code)).hexdigest()}
     cache.write_manifest(directory / "manifest")
+    if mode == "first":
+        records["listed"] = _key_every_listed_kernel()
     print(json.dumps(records))
+
+
+def _key_every_listed_kernel():
+    import importlib
+    import pkgutil
+
+    import microgpt.kernels
+
+    listed = {"keyed": 0, "not_cached": [], "uncacheable": []}
+    for info in pkgutil.walk_packages(microgpt.kernels.__path__, "microgpt.kernels."):
+        if info.name.endswith("atoms.simulator"):       # the twins, never compiled
+            continue
+        module = importlib.import_module(info.name)
+        for kernel, sig in getattr(module, "PTX_SIGNATURES", []):
+            name = f"{info.name}.{kernel.py_func.__name__}"
+            if not isinstance(kernel._cache, cache.DispatcherCache):
+                listed["not_cached"].append(name)
+            try:
+                cache.key(kernel, cache.describe(kernel), sig, cache.device_target())
+                listed["keyed"] += 1
+            except cache.Uncacheable as error:
+                listed["uncacheable"].append(f"{name}: {error}")
+    return listed
 
 
 if __name__ == "__main__":
@@ -334,4 +368,4 @@ if __name__ == "__main__":
         sys.path.insert(0, sys.argv[2])
         cache._worker()
     else:
-        _main(sys.argv[1], Path(sys.argv[2]), sys.argv[3] == "1")
+        _main(sys.argv[1], Path(sys.argv[2]), sys.argv[3])
