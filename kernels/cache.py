@@ -310,13 +310,14 @@ def _code(code):
 
 def read_entry(path):
     """The kernel stored at path, or None (absent, or unreadable: a miss)."""
+    try:
+        data = path.read_bytes()
+    except OSError:                 # absent, or not readable: the write says why, if it fails
+        return None
     from numba.cuda.dispatcher import _Kernel
 
     try:
-        payload = pickle.loads(path.read_bytes())
-        return _Kernel._rebuild(**payload)
-    except OSError:                 # absent, or not readable: the write says why, if it fails
-        return None
+        return _Kernel._rebuild(**pickle.loads(data))
     except Exception as error:      # a damaged or foreign entry: compiled again, replaced
         print(f"kernel cache: ignoring {path} ({type(error).__name__}: {error}); compiling "
               "it again", file=sys.stderr, flush=True)
