@@ -29,6 +29,7 @@ from numba import cuda, float32, int64, uint16
 from . import reductions
 from .common import SIMULATOR, ceil_div, check_array, check_block_size
 from .atoms import to_bf16
+from .cache import jit
 
 if SIMULATOR:
     _cos = math.cos
@@ -54,7 +55,7 @@ MAX_BLOCKS = 2 if SIMULATOR else None
 # ----------------------------------------------------------------------------------
 # kernel
 
-@cuda.jit
+@jit
 def _schedule_kernel(hparams, lr, warmup_steps, total_steps, min_lr_ratio, one_minus_beta1,
                      one_minus_beta2):
     # one thread: hparams (4,) from update n to update n + 1; the rest float32 scalars.
@@ -97,7 +98,7 @@ def _adamw_kernel(write_bf16):
         if write_bf16 and i < n_decay:
             param_bf16[i] = to_bf16(p)
 
-    @cuda.jit
+    @jit
     def adamw_kernel(param, param_bf16, grad, m, v, norm_squared, hparams, beta1, beta2, eps,
                      weight_decay, n_decay, max_norm):
         # param, grad, m, v (n,); param_bf16 (n_decay,) uint16 when write_bf16 (else a

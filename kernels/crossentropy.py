@@ -49,6 +49,7 @@ import numpy as np
 from numba import cuda, float32, int32, uint16
 
 from .atoms import load_float32, store_float32
+from .cache import jit
 from .common import (REDUCE_SCRATCH, WARP, block_max, block_sum, check_array,
                      check_block_size, check_not_empty, row_block)
 from .precision import GROUP, check_activation, exp_approx, group_loader, group_storer, group_width
@@ -152,7 +153,7 @@ def _crossentropy_kernels(width):
             store_float32(dlogits, (row, target),
                           dloss * math.expm1((target_logit - shift) - log_sum))
 
-    @cuda.jit
+    @jit
     def crossentropy_forward_kernel(losses, lse, logits, targets):
         # losses (N,), lse (N,), logits (N, V) float32 or bf16, targets (N,) int32;
         # block = row
@@ -166,7 +167,7 @@ def _crossentropy_kernels(width):
             # both terms are >= 0, so the loss keeps its relative accuracy however small
             losses[row] = (row_max - target_logit) + log_sum
 
-    @cuda.jit
+    @jit
     def crossentropy_backward_kernel(dlogits, logits, lse, targets, dloss):
         # dlogits (N, V), logits (N, V) (may be the same array), each float32 or bf16,
         # lse (N,), targets (N,) int32, dloss float32; block = row
@@ -177,7 +178,7 @@ def _crossentropy_kernels(width):
         write_row_gradient(dlogits, logits, row, lse[row], ZERO, target,
                            load_float32(logits, (row, target)), dloss)
 
-    @cuda.jit
+    @jit
     def crossentropy_forward_backward_kernel(losses, logits, targets, dloss):
         # losses (N,), logits (N, V) float32 or bf16, overwritten by dlogits, targets (N,)
         # int32, dloss float32; block = row. The row is read twice (the statistics, then

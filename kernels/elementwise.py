@@ -25,6 +25,7 @@ import numpy as np
 from numba import cuda, float32, uint16
 
 from .atoms import rcp_approx
+from .cache import jit
 from .common import ceil_div, check_array, check_block_size
 from .precision import GROUP, check_activation, exp_approx, group_loader, group_storer, group_width
 from microgpt.reference import GELU_SCALE as _GELU_SCALE
@@ -48,7 +49,7 @@ GROUPS = 4
 # ----------------------------------------------------------------------------------
 # kernels; every array is a flat (n,) view
 
-@cuda.jit
+@jit
 def _residual_forward_kernel(out, a, b):
     i = cuda.grid(1)
     if i < out.size:
@@ -92,7 +93,7 @@ def _gelu_kernels(width):
         """The first element of the thread's k-th group; n (or more) past the last."""
         return (cuda.grid(1) + k * cuda.gridsize(1)) * width
 
-    @cuda.jit
+    @jit
     def gelu_forward_kernel(out, inp):
         # out, inp: float32 or bf16 each
         x = cuda.local.array(ELEMENTS, float32)
@@ -105,7 +106,7 @@ def _gelu_kernels(width):
                     x[k * width + e] = gelu(x[k * width + e])
                 store(out, group_start(k), x, k * width)
 
-    @cuda.jit
+    @jit
     def gelu_backward_kernel(dinp, dout, inp):
         # dinp, dout, inp: float32 or bf16 each; dinp may be dout itself: a thread reads
         # its dout elements before it writes them

@@ -12,6 +12,7 @@ Consecutive threads take consecutive c, so every read and every atomic is coales
 import numpy as np
 from numba import cuda, float32, int32
 
+from .cache import jit
 from .common import ceil_div, check_array, check_block_size
 
 BLOCK = 256
@@ -20,7 +21,7 @@ BLOCK = 256
 # ----------------------------------------------------------------------------------
 # kernels
 
-@cuda.jit
+@jit
 def _encoder_forward_kernel(out, idx, wte, wpe):
     # out (B, T, C), idx (B, T) int32, wte (V, C), wpe (context, C)
     B, T, C = out.shape
@@ -31,7 +32,7 @@ def _encoder_forward_kernel(out, idx, wte, wpe):
         out[b, t, c] = wte[idx[b, t], c] + wpe[t, c]
 
 
-@cuda.jit
+@jit
 def _encoder_backward_kernel(dwte, dwpe, dout, idx):
     # dwte (V, C) +=, dwpe (context, C) +=, dout (B, T, C), idx (B, T) int32
     B, T, C = dout.shape

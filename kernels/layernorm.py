@@ -48,6 +48,7 @@ import numpy as np
 from numba import cuda, float32, int64, uint16
 
 from .atoms import store_float32
+from .cache import jit
 from .common import (REDUCE_SCRATCH, WARP, ceil_div, check_array, check_block_size,
                      check_not_empty, row_block, warp_sum)
 from .precision import GROUP, check_activation, group_loader, group_storer, group_width
@@ -105,7 +106,7 @@ def _normalise_row(out, mean, rstd, row, x, row_mean, weight, bias, scratch):
         rstd[row] = row_rstd
 
 
-@cuda.jit
+@jit
 def _layernorm_forward_kernel(out, mean, rstd, inp, weight, bias):
     # out (N, C) float32 or bf16, mean (N,), rstd (N,), inp (N, C), weight (C,), bias (C,);
     # warp = row
@@ -134,7 +135,7 @@ def _residual_layernorm_forward_kernel(C, width):
     GROUPS, COLS = _lane_columns(C, width)
     load, store = group_loader(width), group_storer(width)
 
-    @cuda.jit
+    @jit
     def residual_layernorm_forward_kernel(resid, out, mean, rstd, a, b, weight, bias):
         # resid (N, C) = a + b, out (N, C) float32 or bf16 = layernorm(resid) * weight +
         # bias, mean (N,), rstd (N,), a (N, C), b (N, C), weight (C,), bias (C,); warp =
@@ -198,7 +199,7 @@ def _layernorm_backward_kernel(C, width, write_copy):
     load, store = group_loader(width), group_storer(width)
     SUMS = 2 * C
 
-    @cuda.jit
+    @jit
     def layernorm_backward_kernel(dinp, dinp_copy, dweight, dbias, dout, inp, weight, mean,
                                   rstd, rows_per_block):
         # dinp (N, C) +=, dinp_copy (N, C) bf16 (when write_copy), dweight (C,) +=,

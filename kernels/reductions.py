@@ -23,6 +23,7 @@ import math
 import numpy as np
 from numba import boolean, cuda, float32, int32
 
+from .cache import jit
 from .common import (REDUCE_SCRATCH, SIMULATOR, WARP, block_sum, ceil_div, check_array,
                      check_block_size, kept_with)
 
@@ -33,7 +34,7 @@ MAX_BLOCKS = 2 if SIMULATOR else 1024
 # ----------------------------------------------------------------------------------
 # kernels
 
-@cuda.jit
+@jit
 def _block_sums_kernel(totals, x, square):
     # totals[b] = block b's share of the sum of x (n,), or of its squares
     scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
@@ -46,7 +47,7 @@ def _block_sums_kernel(totals, x, square):
         totals[cuda.blockIdx.x] = block_total
 
 
-@cuda.jit
+@jit
 def _record_step_kernel(log, losses, norm_squared, hparams):
     # one block: row (step - 1) % rows of log (rows, 3) = the mean of losses (n,), the
     # gradient norm sqrt(norm_squared[0]) and the learning rate hparams[1]

@@ -59,6 +59,7 @@ from numba import cuda, float32, int32, int64, types, uint16, uint32
 
 from ..atoms import (bits_to_float32, cp_async_4, cp_async_commit, cp_async_wait_group,
                      exp2_ftz, mma_bf16_16816, opaque, pack_bf16x2, shuffle_xor, to_bf16)
+from ..cache import jit
 from ..common import ceil_div, check_array, device_address
 from ..device import CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, SHARED_LIMIT, SIMULATOR
 from ..layouts.fragments import a_fragment_loader, b_fragment_loader
@@ -330,10 +331,10 @@ def _constants(D, tile):
 
 
 def _jit(tile):
-    """cuda.jit with the tile's launch bounds (threads per block, min_blocks per SM): ptxas
+    """cache.jit with the tile's launch bounds (threads per block, min_blocks per SM): ptxas
     then keeps each thread within 65536 / (threads * min_blocks) registers. The simulator
     has no launch bounds."""
-    return cuda.jit if SIMULATOR else cuda.jit(launch_bounds=(tile.threads, tile.min_blocks))
+    return jit if SIMULATOR else jit(launch_bounds=(tile.threads, tile.min_blocks))
 
 
 @functools.cache

@@ -38,6 +38,7 @@ import math
 import numpy as np
 from numba import cuda, float32
 
+from ..cache import jit
 from ..common import ceil_div, check_array, check_block_size, check_not_empty, row_block
 from ..device import SHARED_LIMIT
 
@@ -133,7 +134,7 @@ def _forward_kernel(D, rows, keys):
     dot, stage_rows = _row_helpers(D)
     scale = np.float32(1.0 / math.sqrt(D))
 
-    @cuda.jit
+    @jit
     def attention_forward_kernel(out, lse, q, k, v):
         # out, q, k, v (B, H, T, D); lse (B, H, T). Block (x, h, b), thread = query row.
         h, b = cuda.blockIdx.y, cuda.blockIdx.z
@@ -196,7 +197,7 @@ def _dq_kernel(D, rows, keys):
     scale = np.float32(1.0 / math.sqrt(D))
     padded = _padded(D)
 
-    @cuda.jit
+    @jit
     def attention_backward_dq_kernel(dq, delta, dout, q, k, v, out, lse):
         # dq, dout, q, k, v, out (B, H, T, D); delta, lse (B, H, T): delta is written.
         # Thread = query row.
@@ -249,7 +250,7 @@ def _dkdv_kernel(D, rows, queries):
     scale = np.float32(1.0 / math.sqrt(D))
     padded = _padded(D)
 
-    @cuda.jit
+    @jit
     def attention_backward_dkdv_kernel(dk, dv, dout, q, k, v, lse, delta):
         # dk, dv, dout, q, k, v (B, H, T, D); lse, delta (B, H, T): delta is the dq
         # pass's. Thread = key row.

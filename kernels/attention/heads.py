@@ -35,6 +35,7 @@ import numpy as np
 from numba import cuda, float32, uint16, uint64
 
 from ..atoms import copy_element
+from ..cache import jit
 from ..common import ceil_div, check_block_size, device_address, row_block
 from ..precision import check_activation
 
@@ -52,7 +53,7 @@ def _head_copy_kernel(to_heads, H, D):
         else:
             copy_element(fused, (b, t, col), heads, (b, h, t, d))
 
-    @cuda.jit
+    @jit
     def head_copy_kernel(fused, q, k, v):
         # fused (B, T, P*C); q, k, v (B, H, T, D), of which the first P are used; each
         # float32 or bf16

@@ -25,6 +25,7 @@ import math
 import numpy as np
 from numba import cuda, float32, int64
 
+from ..cache import jit
 from ..common import (REDUCE_SCRATCH, WARP, block_max, block_sum, ceil_div, check_array,
                       check_block_size, check_not_empty, row_block)
 
@@ -36,7 +37,7 @@ ZERO = np.float32(0.0)
 # ----------------------------------------------------------------------------------
 # kernels
 
-@cuda.jit
+@jit
 def _kv_cache_write_kernel(kv_cache, qkv, start):
     # kv_cache (B, S, 2C), qkv (B, T, 3C): kv_cache[b, start + t] = qkv[b, t, C:]
     col = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
@@ -50,7 +51,7 @@ def _kv_cache_write_kernel(kv_cache, qkv, start):
 def _attention_cached_kernel(D, keys):
     scale = np.float32(1.0 / math.sqrt(D))
 
-    @cuda.jit
+    @jit
     def attention_cached_forward_kernel(out, qkv, kv_cache, start):
         # out (B, T, C), qkv (B, T, 3C), kv_cache (B, S, 2C). Block (i, h, b) = new
         # position start + i of head h; thread = a key of each tile, and output column tid.

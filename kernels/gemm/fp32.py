@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 from numba import cuda, float32, uint64
 
+from ..cache import jit
 from ..common import ceil_div, check_array
 from ..device import SMS
 
@@ -123,7 +124,7 @@ def _matmul_kernel(transpose_a, transpose_b, accumulate, tile):
     a_row, b_row = BM + SLAB_PAD, BN + SLAB_PAD
     a_slabs_size, b_slabs_size = 2 * BK * a_row, 2 * BK * b_row
 
-    @cuda.jit
+    @jit
     def matmul_kernel(out, a, b):
         # out (M, N); a (M, K), or (K, M) when transpose_a; b (K, N), or (N, K) when
         # transpose_b. Block (x, y) owns out[y*BM : (y+1)*BM, x*BN : (x+1)*BN].

@@ -16,6 +16,7 @@ import numpy as np
 from numba import cuda, float32, int32, types, uint16
 
 from ..atoms import cp_async_commit, cp_async_wait_group, mma_bf16_16816, to_bf16
+from ..cache import jit
 from ..device import MMA_K, MMA_M, MMA_N, SHARED_ALIGN, SIMULATOR
 from ..layouts.fragments import a_fragment_loader, b_fragment_loader
 from ..layouts.tiles import tile_copier
@@ -85,7 +86,7 @@ def mma_sync_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
     store = _storer(epilogue)
     block_tile = _block_tiler(BM, BN)
 
-    @cuda.jit(**({} if SIMULATOR else {"launch_bounds": (threads, MIN_BLOCKS)}))
+    @jit(**({} if SIMULATOR else {"launch_bounds": (threads, MIN_BLOCKS)}))
     def matmul_bf16_kernel(out, a, b, steps_per_split):
         # out (M, N) float32 or bf16; a (M, K) or (K, M); b (K, N) or (N, K), bf16 as
         # uint16. Block (x, y, z) owns a tile of out (block_tile) and K steps

@@ -20,6 +20,7 @@ from ..atoms import (bulk_commit, bulk_wait, fence_barrier_init, fence_proxy_asy
                      mbarrier_init, mbarrier_try_wait, named_barrier, pack_bf16x2,
                      shared_address, tma_add_2d, tma_load_2d, tma_store_2d, warpgroup_commit,
                      warpgroup_fence, warpgroup_wait, wgmma_bf16)
+from ..cache import jit
 from ..common import ceil_div
 from ..device import MMA_K, SIMULATOR, SWIZZLE_BYTES, WARPGROUP, swizzle
 from ..layouts.tiles import PANEL, descriptor, paneled, wgmma_operand
@@ -108,7 +109,7 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
                 tma_load_2d(smem, base + a_size + p * b_box, b, b_map, n0 + p * PANEL, k0,
                             bars, stage)
 
-    @cuda.jit(**({} if SIMULATOR else {"launch_bounds": (threads, 1)}))
+    @jit(**({} if SIMULATOR else {"launch_bounds": (threads, 1)}))
     def matmul_wgmma_kernel(out, pre, a, b, a_map, b_map, out_map, pre_map,
                             steps_per_split):
         # as matmul_bf16_kernel, but block (x, y, z) owns the tile (z * GROUP + x % GROUP,
