@@ -21,10 +21,10 @@ import weakref
 import numpy as np
 from numba import cuda
 
-from .device import SIMULATOR, WARP
+from .device import MAX_THREADS, SIMULATOR, WARP
 
 # shared scratch a block reduction needs: one slot per warp, or one per thread in the twin
-REDUCE_SCRATCH = 1024 if SIMULATOR else WARP
+REDUCE_SCRATCH = MAX_THREADS if SIMULATOR else WARP
 
 
 def ceil_div(a, b):
@@ -106,11 +106,12 @@ def row_block(row_length, cap):
 
 
 def check_block_size(block, multiple=1):
-    """A launcher's block-size check: at most 1024 threads, a multiple of `multiple` (WARP
-    for kernels that call block_sum / block_max, whose shuffles need whole warps)."""
-    if not (0 < block <= 1024 and block % multiple == 0):
-        raise ValueError(f"block size must be a multiple of {multiple} in [{multiple}, 1024], "
-                         f"got {block}")
+    """A launcher's block-size check: at most MAX_THREADS (1024) threads, a multiple of
+    `multiple` (WARP for kernels that call block_sum / block_max, whose shuffles need whole
+    warps)."""
+    if not (0 < block <= MAX_THREADS and block % multiple == 0):
+        raise ValueError(f"block size must be a multiple of {multiple} in [{multiple}, "
+                         f"{MAX_THREADS}], got {block}")
 
 
 # ----------------------------------------------------------------------------------

@@ -12,6 +12,8 @@ from numba import config, cuda
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 
 WARP = 32
+MAX_THREADS = 1024     # a block's
+SM_THREADS = 2048      # resident on one SM
 WARPGROUP = 128        # the four warps of a wgmma
 SMS = 132              # streaming multiprocessors of an H200
 # static shared memory a block may declare, and dynamic shared memory it may have with
@@ -37,6 +39,16 @@ def swizzle(chunks):
     eight distinct bank groups. The one definition of it: the shared tiles, the wgmma
     epilogue and the bulk copies' twins all take it from here."""
     return max(1, 8 // chunks), min(chunks, 8)
+
+
+def check_block(what, threads, shared_bytes=0, shared_limit=SHARED_LIMIT):
+    """A kernel's block (threads, bytes of shared memory) within the device's limits, or a
+    ValueError that names `what` (a tile) and the limit."""
+    if threads > MAX_THREADS:
+        raise ValueError(f"{what}: {threads} threads per block, more than {MAX_THREADS}")
+    if shared_bytes > shared_limit:
+        raise ValueError(f"{what}: {shared_bytes} bytes of shared memory, more than "
+                         f"{shared_limit}")
 
 
 _opted_in = set()

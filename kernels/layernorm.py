@@ -51,6 +51,7 @@ from .atoms import store_float32
 from .cache import jit
 from .common import (REDUCE_SCRATCH, WARP, ceil_div, check_array, check_block_size,
                      check_not_empty, row_block, warp_sum)
+from .device import MAX_THREADS, SHARED_LIMIT
 from .precision import GROUP, check_activation, group_loader, group_storer, group_width
 from microgpt.reference import LN_EPS as _LN_EPS
 
@@ -71,7 +72,7 @@ MAX_REGISTER_ROW_BLOCK = 256
 FLOAT32_BYTES = 4
 # the shared memory a block may use without the driver's opt-in (48 KiB), less the block
 # reduction's scratch (WARP floats on a GPU)
-MAX_SHARED_BYTES = 48 * 1024 - WARP * FLOAT32_BYTES
+MAX_SHARED_BYTES = SHARED_LIMIT - WARP * FLOAT32_BYTES
 
 
 # ----------------------------------------------------------------------------------
@@ -319,7 +320,7 @@ def _check_rows(inp, weight, mean, rstd, inp_name="inp"):
     return N, C
 
 
-def _block(block, rows, cap, most=1024):
+def _block(block, rows, cap, most=MAX_THREADS):
     """The launch's block: as given (whole warps, at most `most` threads), or by default a
     warp per row, up to cap threads and no more warps than rows."""
     block = row_block(rows * WARP, cap) if block is None else block

@@ -41,6 +41,7 @@ from microgpt import reference as ref
 from microgpt.cuda_backend import CudaBackend
 from microgpt.kernels.attention import flash as fa
 from microgpt.kernels.attention.flash import FlashTile
+from microgpt.kernels.device import SHARED_LIMIT
 
 TOL_OUT = 2.0**-7
 TOL_GRAD = 3 * 2.0**-8
@@ -154,7 +155,7 @@ def examples(test, tiled):
 def fits(tile, D, kind):
     """Whether a drawn tile fits the shared memory at this head_dim (a wide D takes
     smaller tiles; the launcher's refusal is tested below)."""
-    return tile is None or fa.shared_bytes(tile, D, kind) <= fa.SHARED_LIMIT
+    return tile is None or fa.shared_bytes(tile, D, kind) <= SHARED_LIMIT
 
 
 @given(shape=SHAPES, tile=TILES, seed=SEEDS, fused=st.booleans())

@@ -18,13 +18,19 @@ import numpy as np
 from numba import cuda
 
 from ..common import device_address
-from ..device import GROUP, MMA_K, MMA_M, MMA_N, WARP, swizzle
+from ..device import GROUP, MAX_THREADS, MMA_K, MMA_M, MMA_N, WARP, swizzle
 from . import ATOMS
 
 __all__ = ATOMS     # the package's list (tests/test_kernels_mma.py: each one defined)
 
-_posted = np.zeros((1024, 6), np.int64)    # what each thread of the block holds
-_posted_float = np.zeros(1024, np.float32)
+
+@cuda.jit(device=True)
+def _nothing():
+    """The twin of an atom that commits, fences or waits for copies, which the twins make
+    at once."""
+
+_posted = np.zeros((MAX_THREADS, 6), np.int64)    # what each thread of the block holds
+_posted_float = np.zeros(MAX_THREADS, np.float32)
 
 
 def _bf16_value(bits):
@@ -117,18 +123,11 @@ def rcp_approx(x):
         return np.float32(1.0) / np.float32(x)
 
 
-@cuda.jit(device=True)
-def cp_async_commit():
-    pass
-
-
-@cuda.jit(device=True)
-def _no_wait():
-    pass
+cp_async_commit = _nothing
 
 
 def cp_async_wait_group(n):
-    return _no_wait
+    return _nothing
 
 
 @cuda.jit(device=True)
@@ -223,14 +222,10 @@ def warpgroup_wait(n, regs):
     return _warpgroup_done
 
 
-@cuda.jit(device=True)
-def warpgroup_commit():
-    pass
+warpgroup_commit = _nothing
 
 
-@cuda.jit(device=True)
-def fence_proxy_async():
-    pass
+fence_proxy_async = _nothing
 
 # The mbarrier twins keep each barrier's state here, keyed by its address: (phase
 # parity, arrivals pending, arrivals expected, bytes pending). The simulator runs a
@@ -279,9 +274,7 @@ def mbarrier_try_wait(bars, index, parity):
     return done
 
 
-@cuda.jit(device=True)
-def fence_barrier_init():
-    pass
+fence_barrier_init = _nothing
 
 
 def _box(tensor_map, matrix, index):
@@ -333,14 +326,10 @@ tma_store_2d = _tma_store(False)
 tma_add_2d = _tma_store(True)
 
 
-@cuda.jit(device=True)
-def bulk_commit():
-    pass
+bulk_commit = _nothing
 
 
-@cuda.jit(device=True)
-def bulk_wait():
-    pass
+bulk_wait = _nothing
 
 _named_barriers = {}
 

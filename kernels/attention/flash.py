@@ -18,17 +18,18 @@ row tiles, which share every fragment of the other side they load), and their mm
 fragments (q, or k and v; dout too in the dq pass) stay in registers for the whole walk.
 The other side streams through shared memory `step` rows at a time, by 16-byte cp.async
 into one of `stages` buffers while the tensor cores work on another (the GEMM's pipeline,
-one barrier per step); in the dk/dv pass each step's lse and delta travel with it, by
-4-byte cp.async. Per step each warp computes its 16 x step scores on mma.sync, keeps them
-in the accumulator registers, and feeds them straight back as the A operand of the next
-product (the accumulator layout of two 16 x 8 tiles is the A fragment
-of one 16 x 16: FlashAttention-2's register trick), rounded to bf16 as the tensor cores
-take them. Softmax runs in float32 in the log2 domain (exp2 of one FFMA: the score times
-log2(e) / sqrt(D) minus the row max); the row max and sum of a 16-row slab are spread over
-the 4 lanes that hold a row, combined by two warp shuffles. Only tiles at or below the
-diagonal are walked; the one that crosses it (and the one past T) is masked element by
-element. A tile's min_blocks sets the launch bounds, which cap the registers of a thread
-so that that many blocks fit an SM (the forward's 8-warp blocks: two, at 128 registers).
+``pipelines.multistage``: one barrier per step); in the dk/dv pass each step's lse and
+delta travel with it, by 4-byte cp.async. Per step each warp computes its 16 x step scores
+on mma.sync, keeps them in the accumulator registers, and feeds them straight back as the
+A operand of the next product (the accumulator layout of two 16 x 8 tiles is the A
+fragment of one 16 x 16: FlashAttention-2's register trick), rounded to bf16 as the tensor
+cores take them. Softmax runs in float32 in the log2 domain (exp2 of one FFMA: the score
+times log2(e) / sqrt(D) minus the row max); the row max and sum of a 16-row slab are
+spread over the 4 lanes that hold a row, combined by two warp shuffles. Only tiles at or
+below the diagonal are walked; the one that crosses it (and the one past T) is masked
+element by element. A tile's min_blocks sets the launch bounds, which cap the registers of
+a thread so that that many blocks fit an SM (the forward's 8-warp blocks: two, at 128
+registers).
 
 forward   block = query tile: s = q k^T, online softmax (running max m and sum l, the
           accumulator rescaled by exp2(m_old - m_new) per step), acc += p v; writes out
@@ -57,13 +58,16 @@ from typing import NamedTuple
 import numpy as np
 from numba import cuda, float32, int32, int64, types, uint16, uint32
 
-from ..atoms import (bits_to_float32, cp_async_4, cp_async_commit, cp_async_wait_group,
-                     exp2_ftz, mma_bf16_16816, opaque, pack_bf16x2, shuffle_xor, to_bf16)
+from ..atoms import (bits_to_float32, cp_async_4, exp2_ftz, mma_bf16_16816, opaque,
+                     pack_bf16x2, shuffle_xor, to_bf16)
 from ..cache import jit
 from ..common import ceil_div, check_array, device_address
-from ..device import CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, SHARED_LIMIT, SIMULATOR
-from ..layouts.fragments import a_fragment_loader, b_fragment_loader
+from ..device import (CHUNK, MMA_K, MMA_M, MMA_N, SHARED_ALIGN, SIMULATOR, SM_THREADS,
+                      check_block)
+from ..layouts.fragments import (a_fragment_loader, accumulator_col, accumulator_row,
+                                 b_fragment_loader)
 from ..layouts.tiles import tile_copier
+from ..pipelines.multistage import multistage
 LOG2E = 1.4426950408889634
 NEG_INF = np.float32(-np.inf)
 INF = np.float32(np.inf)
@@ -110,7 +114,7 @@ def shared_bytes(tile, D, kind):
 def _shared_layout(D, tile, kind):
     """(the block's bf16 array, one stage of it) in elements: the resident tiles, then
     `stages` stages of the streamed side, each a pair of step x DS tiles. With the float32
-    statistics (stages x STATS x step) beside it, what check_tile holds to SHARED_LIMIT."""
+    statistics (stages x STATS x step) beside it, what check_tile holds to device.SHARED_LIMIT."""
     stage_size = 2 * tile.step * head_widths(D)[1]
     return RESIDENT[kind] * tile.rows * head_widths(D)[1] + tile.stages * stage_size, stage_size
 
@@ -139,17 +143,13 @@ def check_tile(tile, D, kind):
         raise ValueError(f"tile {tile}: rows and step must be positive multiples of 16")
     if warp_rows not in (MMA_M, 2 * MMA_M) or rows % warp_rows:
         raise ValueError(f"tile {tile}: warp_rows must be 16 or 32 and divide rows")
-    if not 1 <= min_blocks <= 2048 // tile.threads:
-        raise ValueError(f"tile {tile}: min_blocks must be 1 to {2048 // tile.threads} "
-                         f"(2048 threads per SM)")
+    if not 1 <= min_blocks <= SM_THREADS // tile.threads:
+        raise ValueError(f"tile {tile}: min_blocks must be 1 to {SM_THREADS // tile.threads} "
+                         f"({SM_THREADS} threads per SM)")
     if not 2 <= stages <= MAX_STAGES:
         raise ValueError(f"tile {tile}: stages must be 2 to {MAX_STAGES}")
-    if tile.threads > 1024:
-        raise ValueError(f"tile {tile}: {tile.threads} threads per block, more than 1024")
-    if shared_bytes(tile, D, kind) > SHARED_LIMIT:
-        raise ValueError(f"tile {tile} of the {kind} pass with head_dim {D}: "
-                         f"{shared_bytes(tile, D, kind)} bytes of shared memory, more than "
-                         f"{SHARED_LIMIT}")
+    check_block(f"tile {tile} of the {kind} pass with head_dim {D}", tile.threads,
+                shared_bytes(tile, D, kind))
 
 
 def fits(D):
@@ -291,7 +291,7 @@ def _parts(D, tile, keys_are_rows):
     def mask(s, row, col0, T):
         """-inf where the key lies past the query or past T; row: the thread's first row
         (the others: + 8, + 16, + 24), col0: the step's first column."""
-        col = col0 + 2 * (cuda.threadIdx.x % 4)
+        col = col0 + accumulator_col(cuda.threadIdx.x)
         for mi in range(WM):
             for j in range(NS):
                 for r in range(4):
@@ -310,7 +310,7 @@ def _writer(D, DP):
     def write_rows(dst, i, acc, mi, half, factor):
         """dst[i, :D] = row g + 8 * half of the thread's accumulators of row tile mi x
         factor, in bf16."""
-        col = 2 * (cuda.threadIdx.x % 4)
+        col = accumulator_col(cuda.threadIdx.x)
         for n in range(ND):
             c = n * MMA_N + col
             if c < D:
@@ -337,6 +337,17 @@ def _jit(tile):
     return jit if SIMULATOR else jit(launch_bounds=(tile.threads, tile.min_blocks))
 
 
+def _key_pipeline(parts, base, stage_size, tile):
+    """The forward's and dq's pipeline over the key steps: the keys and values of step it
+    into buffer `stage` of the shared tiles from `base` on (operands: smem, the head's k
+    and v, their pitch)."""
+    @cuda.jit(device=True, inline=True)
+    def copy_keys(stage, it, operands):
+        smem, kh, vh, kv = operands
+        parts.copy_pair(smem, base + stage * stage_size, kh, vh, it * tile.step, kv, kv)
+    return multistage(tile.stages, copy_keys)
+
+
 @functools.cache
 def _forward_kernel(D, tile):
     DP, DS, KD, ND, NS, WM = _constants(D, tile)
@@ -347,7 +358,7 @@ def _forward_kernel(D, tile):
     scale_log2 = np.float32(LOG2E / math.sqrt(D))
     ln2 = np.float32(math.log(2.0))
     stages = tile.stages
-    wait_oldest = cp_async_wait_group(stages - 2)
+    pipe = _key_pipeline(parts, rows * DS, stage_size, tile)
 
     @_jit(tile)
     def flash_attention_forward_kernel(out, lse, q, k, v):
@@ -358,7 +369,7 @@ def _forward_kernel(D, tile):
         q0 = (cuda.gridDim.x - 1 - cuda.blockIdx.x) * rows
         warp_row = cuda.threadIdx.x // 32 * warp_rows
         # this thread's rows: row + 16 mi + 8 half
-        row = q0 + warp_row + cuda.threadIdx.x % 32 // 4
+        row = q0 + warp_row + accumulator_row(cuda.threadIdx.x)
         kh, vh = k[b, h], v[b, h]
         kv = pitch(kh)                      # v's too (the launcher checks): one register
         smem = cuda.shared.array(smem_size, uint16, alignment=SHARED_ALIGN)
@@ -374,25 +385,15 @@ def _forward_kernel(D, tile):
             for half in range(2):
                 m[mi, half], l[mi, half] = NEG_INF, ZERO
 
-        parts.copy_own(smem, 0, q[b, h], q0, 0, pitch(q[b, h]))
-        parts.copy_pair(smem, rows * DS, kh, vh, 0, kv, kv)
-        cp_async_commit()
+        parts.copy_own(smem, 0, q[b, h], q0, 0, pitch(q[b, h]))     # lands with step 0
         steps = (min(T, q0 + rows) + step - 1) // step
-        for first_steps in range(1, stages - 1):     # a commit group per step
-            if first_steps < steps:
-                parts.copy_pair(smem, rows * DS + first_steps * stage_size, kh, vh,
-                                first_steps * step, kv, kv)
-            cp_async_commit()
+        operands = (smem, kh, vh, kv)
+        pipe.prologue(steps, operands)
         for it in range(steps):
-            wait_oldest()
-            cuda.syncthreads()          # this step's tiles have landed; the last is read
+            pipe.wait()
             if it == 0:
                 parts.fragments(qf, smem, 0, warp_row)
-            ahead = it + stages - 1
-            if ahead < steps:
-                parts.copy_pair(smem, rows * DS + ahead % stages * stage_size, kh, vh,
-                                ahead * step, kv, kv)
-            cp_async_commit()
+            pipe.refill(it, steps, operands)
             key0 = it * step
             k_base = rows * DS + it % stages * stage_size
             parts.scores(s, qf, smem, k_base)
@@ -440,7 +441,7 @@ def _dq_kernel(D, tile):
     scale_log2 = np.float32(LOG2E / math.sqrt(D))
     log2e = np.float32(LOG2E)
     stages = tile.stages
-    wait_oldest = cp_async_wait_group(stages - 2)
+    pipe = _key_pipeline(parts, 2 * rows * DS, stage_size, tile)
 
     @_jit(tile)
     def flash_attention_backward_dq_kernel(dq, delta, dout, q, k, v, out, lse):
@@ -451,7 +452,7 @@ def _dq_kernel(D, tile):
         q0 = (cuda.gridDim.x - 1 - cuda.blockIdx.x) * rows
         warp_row = cuda.threadIdx.x // 32 * warp_rows
         lane4 = cuda.threadIdx.x % 4
-        row = q0 + warp_row + cuda.threadIdx.x % 32 // 4
+        row = q0 + warp_row + accumulator_row(cuda.threadIdx.x)
         kh, vh, doh, oh = k[b, h], v[b, h], dout[b, h], out[b, h]
         kv = pitch(kh)
         smem = cuda.shared.array(smem_size, uint16, alignment=SHARED_ALIGN)
@@ -467,16 +468,11 @@ def _dq_kernel(D, tile):
                 for r in range(4):
                     acc[mi, n, r] = ZERO
 
-        parts.copy_own(smem, 0, q[b, h], q0, 0, pitch(q[b, h]))
+        parts.copy_own(smem, 0, q[b, h], q0, 0, pitch(q[b, h]))     # land with step 0
         parts.copy_own(smem, rows * DS, doh, q0, 0, pitch(doh))
-        parts.copy_pair(smem, 2 * rows * DS, kh, vh, 0, kv, kv)
-        cp_async_commit()
         steps = (min(T, q0 + rows) + step - 1) // step
-        for first_steps in range(1, stages - 1):
-            if first_steps < steps:
-                parts.copy_pair(smem, 2 * rows * DS + first_steps * stage_size, kh, vh,
-                                first_steps * step, kv, kv)
-            cp_async_commit()
+        operands = (smem, kh, vh, kv)
+        pipe.prologue(steps, operands)
         # delta of the thread's rows while the copies fly: the 4 lanes of a row split it
         for mi in range(WM):
             for half in range(2):
@@ -491,16 +487,11 @@ def _dq_kernel(D, tile):
                     delta[b, h, i] = row_delta[mi, half]
 
         for it in range(steps):
-            wait_oldest()
-            cuda.syncthreads()
+            pipe.wait()
             if it == 0:
                 parts.fragments(qf, smem, 0, warp_row)
                 parts.fragments(dof, smem, rows * DS, warp_row)
-            ahead = it + stages - 1
-            if ahead < steps:
-                parts.copy_pair(smem, 2 * rows * DS + ahead % stages * stage_size, kh, vh,
-                                ahead * step, kv, kv)
-            cp_async_commit()
+            pipe.refill(it, steps, operands)
             key0 = it * step
             k_base = 2 * rows * DS + it % stages * stage_size
             parts.scores(s, qf, smem, k_base)
@@ -537,14 +528,16 @@ def _dkdv_kernel(D, tile):
     stages, threads = tile.stages, tile.threads
     stats_size = stages * STATS["dkdv"] * step
     stats_copies = ceil_div(STATS["dkdv"] * step, threads)     # 4-byte copies a thread
-    wait_oldest = cp_async_wait_group(stages - 2)
 
     @cuda.jit(device=True, inline=True)
-    def copy_stage(smem, stats, stage, qh, doh, lse_h, delta_h, row0):
-        """The step's rows row0 on of q and dout into stage `stage` of smem, their lse and
-        delta into stats (stages x (lse, delta) x step); zeros past T, where the mask
-        zeroes p. Statistics in shared memory: loaded into registers at each step instead,
-        their global latency would fall between the scores and the exponentials."""
+    def copy_queries(stage, it, operands):
+        """The rows of query step it (of this block's) of q and dout into stage `stage` of
+        smem, their lse and delta into stats (stages x (lse, delta) x step); zeros past T,
+        where the mask zeroes p. Statistics in shared memory: loaded into registers at each
+        step instead, their global latency would fall between the scores and the
+        exponentials."""
+        smem, stats, qh, doh, lse_h, delta_h, first = operands
+        row0 = (first + it) * step
         parts.copy_pair(smem, 2 * rows * DS + stage * stage_size, qh, doh, row0, pitch(qh),
                         pitch(doh))
         T = lse_h.shape[0]
@@ -557,6 +550,8 @@ def _dkdv_kernel(D, tile):
             elif e < 2 * step:
                 cp_async_4(stats, int32(stage * 2 * step + e), delta_h, at, size)
 
+    pipe = multistage(stages, copy_queries)
+
     @_jit(tile)
     def flash_attention_backward_dkdv_kernel(dk, dv, dout, q, k, v, lse, delta):
         # dk, dv, dout, q, k, v (B, H, T, D) bf16 bits; lse, delta (B, H, T). Block
@@ -566,8 +561,8 @@ def _dkdv_kernel(D, tile):
         T = q.shape[2]
         k0 = cuda.blockIdx.x * rows
         warp_row = cuda.threadIdx.x // 32 * warp_rows
-        col = 2 * (cuda.threadIdx.x % 4)
-        row = k0 + warp_row + cuda.threadIdx.x % 32 // 4
+        col = accumulator_col(cuda.threadIdx.x)
+        row = k0 + warp_row + accumulator_row(cuda.threadIdx.x)
         qh, doh, lse_h, delta_h = q[b, h], dout[b, h], lse[b, h], delta[b, h]
         smem = cuda.shared.array(smem_size, uint16, alignment=SHARED_ALIGN)
         stats = cuda.shared.array(stats_size, float32)
@@ -588,26 +583,16 @@ def _dkdv_kernel(D, tile):
         first = k0 // step
         parts.copy_own(smem, 0, k[b, h], k0, 0, pitch(k[b, h]))
         parts.copy_own(smem, rows * DS, v[b, h], k0, 0, pitch(v[b, h]))
-        copy_stage(smem, stats, 0, qh, doh, lse_h, delta_h, first * step)
-        cp_async_commit()
         steps = (T + step - 1) // step - first
-        for first_steps in range(1, stages - 1):
-            if first_steps < steps:
-                copy_stage(smem, stats, first_steps, qh, doh, lse_h, delta_h,
-                           (first + first_steps) * step)
-            cp_async_commit()
+        operands = (smem, stats, qh, doh, lse_h, delta_h, first)
+        pipe.prologue(steps, operands)
         for it in range(steps):
             query0 = (first + it) * step
-            wait_oldest()
-            cuda.syncthreads()
+            pipe.wait()
             if it == 0:
                 parts.fragments(kf, smem, 0, warp_row)
                 parts.fragments(vf, smem, rows * DS, warp_row)
-            ahead = it + stages - 1
-            if ahead < steps:
-                copy_stage(smem, stats, ahead % stages, qh, doh, lse_h, delta_h,
-                           (first + ahead) * step)
-            cp_async_commit()
+            pipe.refill(it, steps, operands)
             stage = it % stages
             # the step's columns' lse (to the log2 domain) and delta; unsigned indices, which
             # numba does not test for negative values

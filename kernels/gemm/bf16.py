@@ -27,8 +27,7 @@ from ..layouts.tiles import PANEL
 from . import wgmma
 from .mma_sync import mma_sync_kernel
 from .tiles import GROUP, MmaTile, WgmmaTile, check_tile
-from .tuning import (MAX_CHAIN, SMALL_TILE, default_split_k, default_tile, splits_written,
-                     wgmma_takes)
+from .tuning import MAX_CHAIN, default_split_k, default_tile, splits_written, wgmma_takes
 from .wgmma import wgmma_kernel
 
 
@@ -106,8 +105,10 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
         raise ValueError(f"gelu={gelu!r}: the GELU epilogues are the wgmma kernel's, for a "
                          f"K of at least 1 (here tile {tuple(tile)}, K {K}); run the product "
                          "and then elementwise's GELU kernel, as gemm.matmul_gelu_* do")
-    if K == 0 and isinstance(tile, WgmmaTile):
-        tile = SMALL_TILE        # nothing to pipeline: the mma.sync kernel writes the zeros
+    if K == 0:          # a sum of nothing, and no step for a kernel's pipeline to start on
+        if not accumulate:
+            fill_zero(out, stream)
+        return
     if split_k is None and splits_written(K, accumulate, out_bf16, tile, max_chain):
         fill_zero(out, stream)
         accumulate = True

@@ -1,9 +1,9 @@
 """The float32 GEMM on the CUDA cores: out (M, N) = op(a) @ op(b), the ``--precision fp32``
 path of every matmul of the model (``gemm.matmul`` routes float32 operands here).
 
-NumPy twins: ``microgpt.reference.matmul_forward`` / ``matmul_backward``. One kernel body serves the
-fused QKV projection (X @ W_qkv, one launch for all heads), W_O and the MLP, their
-backward products (dX = dY @ W^T, dW += X^T @ dY) and the tied LM head (x @ wte^T,
+NumPy twins: ``microgpt.reference.matmul_forward`` / ``matmul_backward``. One kernel body
+serves the fused QKV projection (X @ W_qkv, one launch for all heads), W_O and the MLP,
+their backward products (dX = dY @ W^T, dW += X^T @ dY) and the tied LM head (x @ wte^T,
 dlogits @ wte, dwte += dlogits^T @ x). Whether a or b is transposed and whether out is
 accumulated into are compile-time constants of the kernel, chosen by a cached factory.
 
@@ -25,7 +25,7 @@ from numba import cuda, float32, uint64
 
 from ..cache import jit
 from ..common import ceil_div, check_array
-from ..device import SMS
+from ..device import SMS, check_block
 
 
 class GemmTile(NamedTuple):
@@ -62,8 +62,7 @@ def check_tile(tile):
     if min(tile) < 1 or rows % thread_rows or cols % thread_cols:
         raise ValueError(f"tile {tile}: rows and cols must be positive multiples of "
                          "thread_rows and thread_cols")
-    if tile.threads > 1024:
-        raise ValueError(f"tile {tile}: {tile.threads} threads per block, more than 1024")
+    check_block(f"tile {tile}", tile.threads)
     if (rows * depth) % tile.threads or (cols * depth) % tile.threads:
         raise ValueError(f"tile {tile}: rows * depth and cols * depth must be multiples of "
                          f"the {tile.threads} threads")

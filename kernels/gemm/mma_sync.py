@@ -1,25 +1,27 @@
 """The bf16 GEMM on the mma.sync tensor cores (sm_80 and later): an MmaTile's kernel.
 
 How a block works: it owns a rows x cols tile of out, split among warps in warp_rows x
-warp_cols pieces, each warp's accumulators in registers as a grid of 16 x 8 mma tiles.
-It marches over K in steps of `depth`. Each step's slabs of op(a) (rows x depth) and op(b)
+warp_cols pieces, each warp's accumulators in registers as a grid of 16 x 8 mma tiles. It
+marches over K in steps of `depth`. Each step's slabs of op(a) (rows x depth) and op(b)
 (depth x cols) go global -> shared by 16-byte cp.async into one of `stages` buffers, while
 the mma.sync instructions work on a slab copied stages - 1 steps earlier: the copies of a
-slab overlap the arithmetic of the ones before it. Fragments come out of the swizzled
-slabs by ldmatrix (``tiles``), one barrier per step. Operands whose rows are not a whole
-number of 16-byte chunks (a dimension not a multiple of 8) take element-wise copies
-instead of cp.async; the arithmetic is the same.
+slab overlap the arithmetic of the ones before it (``pipelines.multistage``, one barrier
+per step). Fragments come out of the swizzled slabs by ldmatrix (``layouts.fragments``).
+Operands whose rows are not a whole number of 16-byte chunks (a dimension not a multiple
+of 8) take element-wise copies instead of cp.async; the arithmetic is the same.
 """
 import functools
 
 import numpy as np
 from numba import cuda, float32, int32, types, uint16
 
-from ..atoms import cp_async_commit, cp_async_wait_group, mma_bf16_16816, to_bf16
+from ..atoms import mma_bf16_16816, to_bf16
 from ..cache import jit
 from ..device import MMA_K, MMA_M, MMA_N, SHARED_ALIGN, SIMULATOR
-from ..layouts.fragments import a_fragment_loader, b_fragment_loader
+from ..layouts.fragments import (a_fragment_loader, accumulator_col, accumulator_row,
+                                 b_fragment_loader)
 from ..layouts.tiles import tile_copier
+from ..pipelines.multistage import multistage
 from .tiles import BF16_OUT, FOLD_STEPS, GROUP
 from .tuning import LARGE_TILE, LEAN_TILE, SMALL_TILE
 
@@ -67,10 +69,12 @@ def mma_sync_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
     copy_b = tile_copier(BN if transpose_b else BK, b_cols, threads, aligned)
     locate_a, advance_a, load_a = a_fragment_loader(a_cols, transpose_a)
     locate_b, advance_b, load_b = b_fragment_loader(b_cols, transpose_b)
-    wait_stages = cp_async_wait_group(STAGES - 2)
 
     @cuda.jit(device=True, inline=True)
-    def copy_slab(a_smem, b_smem, a, b, stage, k0, m0, n0):
+    def copy_slab(stage, step, operands):
+        """The slabs of a and b of K step `step` (of this block's) into buffer `stage`."""
+        a_smem, b_smem, a, b, first, m0, n0 = operands
+        k0 = (first + step) * BK
         # an operand's rows lie strides[0] apart: its own width, or more for a view of
         # some of a wider matrix's columns (matmul_bf16 takes both)
         a_pitch, b_pitch = a.strides[0] // 2, b.strides[0] // 2
@@ -83,6 +87,7 @@ def mma_sync_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
         else:
             copy_b(b_smem, stage * b_size, b, k0, n0, b_pitch)
 
+    pipe = multistage(STAGES, copy_slab)
     store = _storer(epilogue)
     block_tile = _block_tiler(BM, BN)
 
@@ -118,17 +123,11 @@ def mma_sync_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
                     acc[i, j, r] = float32(0.0)
                     part[i, j, r] = float32(0.0)
 
-        for s in range(STAGES - 1):          # the pipeline's prologue
-            if s < steps:
-                copy_slab(a_smem, b_smem, a, b, s, (first + s) * BK, m0, n0)
-            cp_async_commit()
+        operands = (a_smem, b_smem, a, b, first, m0, n0)
+        pipe.prologue(steps, operands)
         for step in range(steps):
-            wait_stages()                    # this step's slab has landed (own copies)
-            cuda.syncthreads()               # everyone's have, and the previous is read
-            ahead = step + STAGES - 1
-            if ahead < steps:                # refill the buffer read in the previous step
-                copy_slab(a_smem, b_smem, a, b, ahead % STAGES, (first + ahead) * BK, m0, n0)
-            cp_async_commit()                # an empty group keeps the count uniform
+            pipe.wait()
+            pipe.refill(step, steps, operands)
             a_base, b_base = (step % STAGES) * a_size, (step % STAGES) * b_size
             for kk in range(0, BK, MMA_K):
                 for i in range(MT):
@@ -152,13 +151,14 @@ def mma_sync_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
                             acc[i, j, r] += part[i, j, r]
                             part[i, j, r] = float32(0.0)
 
-        lane = cuda.threadIdx.x % 32
+        row0 = m0 + wm + accumulator_row(cuda.threadIdx.x)
+        col0 = n0 + wn + accumulator_col(cuda.threadIdx.x)
         for i in range(MT):
             for half in range(2):
-                row = m0 + wm + i * MMA_M + lane // 4 + 8 * half
+                row = row0 + i * MMA_M + 8 * half
                 if row < M:
                     for j in range(NT):
-                        col = n0 + wn + j * MMA_N + 2 * (lane % 4)
+                        col = col0 + j * MMA_N
                         if col < N:
                             store(out, row, col, acc[i, j, 2 * half])
                         if col + 1 < N:

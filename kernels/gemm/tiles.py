@@ -6,8 +6,7 @@ epilogue, what happens to each float32 result, is one of EPILOGUES (``gemm.bf16`
 """
 from typing import NamedTuple
 
-from ..device import (DYNAMIC_SHARED_LIMIT, MMA_K, MMA_M, SHARED_LIMIT, SWIZZLE_BYTES,
-                      WARPGROUP)
+from ..device import DYNAMIC_SHARED_LIMIT, MMA_K, MMA_M, SWIZZLE_BYTES, WARPGROUP, check_block
 
 EPILOGUES = ("float32", "bf16", "accumulate", "atomic", "gelu", "gelu_backward")
 BF16_OUT = ("bf16", "gelu", "gelu_backward")
@@ -77,11 +76,7 @@ def check_wgmma_tile(tile):
     if stages < 3:
         raise ValueError(f"tile {tile}: the pipeline needs at least 3 stages (one slab "
                          "landing while the tensor cores work on two)")
-    if tile.threads > 1024:
-        raise ValueError(f"tile {tile}: {tile.threads} threads per block, more than 1024")
-    if tile.shared_bytes > DYNAMIC_SHARED_LIMIT:
-        raise ValueError(f"tile {tile}: {tile.shared_bytes} bytes of shared memory, more "
-                         f"than {DYNAMIC_SHARED_LIMIT}")
+    check_block(f"tile {tile}", tile.threads, tile.shared_bytes, DYNAMIC_SHARED_LIMIT)
 
 
 def check_tile(tile):
@@ -98,8 +93,4 @@ def check_tile(tile):
         raise ValueError(f"tile {tile}: depth must be a power of two (the swizzled slabs)")
     if stages < 2:
         raise ValueError(f"tile {tile}: the pipeline needs at least 2 stages")
-    if tile.threads > 1024:
-        raise ValueError(f"tile {tile}: {tile.threads} threads per block, more than 1024")
-    if tile.shared_bytes > SHARED_LIMIT:
-        raise ValueError(f"tile {tile}: {tile.shared_bytes} bytes of shared memory, more "
-                         f"than {SHARED_LIMIT}")
+    check_block(f"tile {tile}", tile.threads, tile.shared_bytes)

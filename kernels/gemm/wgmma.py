@@ -16,14 +16,16 @@ from numba import cuda, float32, int32, types, uint16, uint32, uint64
 
 from .. import elementwise
 from ..atoms import (bulk_commit, bulk_wait, fence_barrier_init, fence_proxy_async,
-                     fence_tensor_map, mbarrier_arrive, mbarrier_arrive_expect_tx,
-                     mbarrier_init, mbarrier_try_wait, named_barrier, pack_bf16x2,
-                     shared_address, tma_add_2d, tma_load_2d, tma_store_2d, warpgroup_commit,
-                     warpgroup_fence, warpgroup_wait, wgmma_bf16)
+                     fence_tensor_map, mbarrier_arrive_expect_tx, mbarrier_init,
+                     mbarrier_try_wait, named_barrier, pack_bf16x2, shared_address,
+                     tma_add_2d, tma_load_2d, tma_store_2d, warpgroup_commit, warpgroup_fence,
+                     warpgroup_wait, wgmma_bf16)
 from ..cache import jit
 from ..common import ceil_div
 from ..device import MMA_K, SIMULATOR, SWIZZLE_BYTES, WARPGROUP, swizzle
+from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
 from ..layouts.tiles import PANEL, descriptor, paneled, wgmma_operand
+from ..pipelines.tma import tma_pipeline
 from ..precision import unpack_bf16x2
 from .tiles import BF16_OUT, FOLD_STEPS, GROUP
 from .tuning import FOLD_TILE, TALL_TILE, WIDE_TILE
@@ -46,9 +48,6 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
     b_fields, b_step = wgmma_operand(*b_shape, k_is_row=not transpose_b)
     a_size, stage_size = BM * BK, tile.stage_elements
     slab_bytes = 2 * (BM + BN) * BK
-    # each stage's 'landed' and 'released', and each warpgroup's 'pre landed' (the GELU
-    # backward's epilogue)
-    BARRIERS = 2 * STAGES + GROUPS
     mma = wgmma_bf16(BN, transpose_a, not transpose_b)
     fence, wait_all, wait_one = (warpgroup_fence(regs), warpgroup_wait(0, regs),
                                  warpgroup_wait(1, regs))
@@ -93,7 +92,10 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
                         gelu_of(x[2 * u]), gelu_of(x[2 * u + 1]))
 
     @cuda.jit(device=True, inline=True)
-    def copy_slab(smem, a, b, a_map, b_map, bars, stage, k0, m0, n0):
+    def copy_slab(bars, stage, step, operands):
+        """The slabs of a and b of K step `step` (of this block's) into `stage`."""
+        smem, a, b, a_map, b_map, first, m0, n0 = operands
+        k0 = (first + step) * BK
         # what the warpgroups wait for: one arrival, and the slab's bytes as they land
         mbarrier_arrive_expect_tx(bars, stage, slab_bytes)
         base = int32(stage * stage_size)
@@ -109,6 +111,12 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
                 tma_load_2d(smem, base + a_size + p * b_box, b, b_map, n0 + p * PANEL, k0,
                             bars, stage)
 
+    # the stages' barriers, then each warpgroup's 'pre landed' (the GELU backward's
+    # epilogue)
+    pipe = tma_pipeline(STAGES, GROUPS, copy_slab)
+    PRE_LANDED = pipe.barriers
+    BARRIERS = pipe.barriers + GROUPS
+
     @jit(**({} if SIMULATOR else {"launch_bounds": (threads, 1)}))
     def matmul_wgmma_kernel(out, pre, a, b, a_map, b_map, out_map, pre_map,
                             steps_per_split):
@@ -120,8 +128,8 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
         #
         # Warpgroup w owns rows 64w.. of the tile. Slabs land by bulk tensor copies into
         # stage step % STAGES, which thread 0 issues STAGES - 1 steps ahead, into the
-        # stage that every warpgroup has just released (barrier STAGES + stage); the
-        # copies complete on barrier `stage`, which the warpgroups wait on. (No copying
+        # stage that every warpgroup has just released (pipelines.tma: thread 0 the
+        # producer, the warpgroups the consumers). (No copying
         # warp beside them: ptxas allocates registers to a wgmma kernel's threads by the
         # warpgroup, and would hold every thread to the registers of 128 more, as
         # setmaxnreg, which would let a copying warpgroup give its registers to the
@@ -146,19 +154,17 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
         pairs = cuda.shared.array(0, uint32)[start // 2:]
         floats = cuda.shared.array(0, float32)[start // 2:]
         if cuda.threadIdx.x == 0:
-            for s in range(STAGES):
-                mbarrier_init(bars, s, 1)
-                mbarrier_init(bars, STAGES + s, GROUPS)
+            pipe.init(bars)
             for g in range(GROUPS):
-                mbarrier_init(bars, 2 * STAGES + g, 1)
+                mbarrier_init(bars, PRE_LANDED + g, 1)
             fence_barrier_init()
         cuda.syncthreads()
 
+        operands = (smem, a, b, a_map, b_map, first, m0, n0)
         if cuda.threadIdx.x == 0:
             fence_tensor_map(a_map)
             fence_tensor_map(b_map)
-            for ahead in range(min(STAGES - 1, steps)):
-                copy_slab(smem, a, b, a_map, b_map, bars, ahead, (first + ahead) * BK, m0, n0)
+            pipe.prologue(bars, steps, operands)
 
         a_at = a_index(0, 64 * group) if transpose_a else a_index(64 * group, 0)
         acc = cuda.local.array(regs, float32)
@@ -171,10 +177,8 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
         # serialize the wgmmas for it
         step = 0
         while True:
-            stage = step % STAGES
-            while not mbarrier_try_wait(bars, stage, step // STAGES % 2):
-                pass                         # this step's slab has landed
-            base = stage * stage_size
+            pipe.wait(bars, step)            # this step's slab has landed
+            base = step % STAGES * stage_size
             a_desc = descriptor(smem, int32(base + a_at), a_fields)
             b_desc = descriptor(smem, int32(base + a_size), b_fields)
             fence(acc)
@@ -183,14 +187,9 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
             warpgroup_commit()
             wait_one(acc)                    # this step's wgmma runs on, the last is done:
             if step > 0 and cuda.threadIdx.x % WARPGROUP == 0:     # release its stage
-                mbarrier_arrive(bars, STAGES + (step - 1) % STAGES, 1)
-            ahead = step + STAGES - 1
-            if cuda.threadIdx.x == 0 and ahead < steps:
-                stage = ahead % STAGES       # the one released above, once all have
-                while not mbarrier_try_wait(bars, STAGES + stage, (ahead // STAGES + 1) % 2):
-                    pass
-                copy_slab(smem, a, b, a_map, b_map, bars, stage, (first + ahead) * BK, m0,
-                          n0)
+                pipe.release(bars, step - 1)
+            # thread 0: into the stage released above, once all have
+            pipe.refill(bars, step, steps, operands, cuda.threadIdx.x == 0)
             step += 1
             if fold and (step % FOLD_STEPS == 0 or step == steps):
                 wait_all(acc)
@@ -207,20 +206,20 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
         if epilogue == "gelu_backward":
             if thread == 0:
                 fence_tensor_map(pre_map)
-                mbarrier_arrive_expect_tx(bars, 2 * STAGES + group, 2 * 64 * BN)
+                mbarrier_arrive_expect_tx(bars, PRE_LANDED + group, 2 * 64 * BN)
                 for p in range(BN // panel):
                     tma_load_2d(smem, int32(group * 64 * BN + p * 64 * panel), pre, pre_map,
-                                n0 + p * panel, row, bars, 2 * STAGES + group)
-            while not mbarrier_try_wait(bars, 2 * STAGES + group, 0):
+                                n0 + p * panel, row, bars, PRE_LANDED + group)
+            while not mbarrier_try_wait(bars, PRE_LANDED + group, 0):
                 pass
-        # thread t of row group g holds, for each j, the pair at columns 8j + 2t, 8j + 2t + 1
-        # of rows R and R + 8; in the swizzled box a pair's place is a constant of j
-        # XOR-ed with a constant of the thread (kept this simple so that the loop over the
-        # accumulators unrolls and they stay in registers: GELU's arithmetic is in loops of
-        # its own, over this thread's places in shared memory, which need not unroll)
-        R, t = 16 * (thread // 32) + thread % 32 // 4, thread % 4
-        swap = (2 * t // chunk) ^ (R // rows_per_line % phases)
-        base = group * 64 * BN + R * panel + 2 * t % chunk
+        # the thread holds, for each j, the pair at columns 8j + C, 8j + C + 1 of rows R
+        # and R + 8; in the swizzled box a pair's place is a constant of j XOR-ed with a
+        # constant of the thread (kept this simple so that the loop over the accumulators
+        # unrolls and they stay in registers: GELU's arithmetic is in loops of its own,
+        # over this thread's places in shared memory, which need not unroll)
+        R, C = wgmma_accumulator_row(thread), accumulator_col(thread)
+        swap = (C // chunk) ^ (R // rows_per_line % phases)
+        base = group * 64 * BN + R * panel + C % chunk
         if epilogue == "gelu_backward":      # gelu'(pre) in place of pre, rounded to bf16,
             map_places(pairs, 0, base, swap)  # then the accumulators times it
             for h in range(2):

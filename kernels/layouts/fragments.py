@@ -1,14 +1,44 @@
-"""Fragments: which lane holds which element of an mma operand, and how it gets there.
+"""Fragments: which lane holds which element of an mma operand or accumulator, and how
+the operands get there.
 
 ldmatrix (``atoms.ldmatrix_x4``) reads the 16 x 16 blocks of an operand out of a swizzled
 tile (``layouts.tiles``) into the registers the mma instruction takes:
   an mma A operand (m x k) from a tile [m][k] ("k-major") or [k][m] ("m-major"),
   an mma B operand (k x n) from a tile [n][k] or [k][n].
+The accumulators come back in the layout the atoms' docstring gives; the maps here name
+it, for every kernel that reads or writes them by coordinates (masks, epilogues):
+  accumulator_row, accumulator_col   where c0 of a thread's 16 x 8 mma tile lies (c1 the
+                      column after it, c2 and c3 the row 8 below)
+  wgmma_accumulator_row              the row of d[4j], d[4j + 1] of a warpgroup's
+                      thread in its 64 x N wgmma accumulator (columns 8j +
+                      accumulator_col and the next; d[4j + 2], d[4j + 3] the row 8 below)
 """
 from numba import cuda
 
 from ..atoms import ldmatrix_x4, ldmatrix_x4_trans
+from ..device import WARP
 from .tiles import swizzled
+
+
+@cuda.jit(device=True, inline=True)
+def accumulator_row(thread):
+    """The row of its 16 x 8 mma accumulator tile whose c0, c1 `thread` holds (c2, c3: 8
+    rows below): the group of 4 lanes it is in."""
+    return thread % WARP // 4
+
+
+@cuda.jit(device=True, inline=True)
+def accumulator_col(thread):
+    """The column of c0 in its tile (c1: the next), of an mma accumulator or, 8 columns a
+    step, of a wgmma one."""
+    return 2 * (thread % 4)
+
+
+@cuda.jit(device=True, inline=True)
+def wgmma_accumulator_row(thread):
+    """The row of its warpgroup's 64 x N wgmma accumulator whose d[4j], d[4j + 1] `thread`
+    (of the warpgroup's 128) holds: 16 rows a warp, the mma tile's layout inside."""
+    return 16 * (thread // WARP) + accumulator_row(thread)
 
 
 def a_fragment_loader(cols, m_major):

@@ -1,12 +1,13 @@
 """Tiles in shared memory for the tensor-core kernels: their swizzled layout and the copy in.
 
 The layer between the instruction atoms (``atoms``) and the kernels built from them (the
-bf16 GEMM, flash attention); the fragments out of a tile are ``layouts.fragments``'. A tile is a rows x cols block of a row-major bf16 matrix,
-cols a multiple of 8, stored row by row in a uint16 shared array with its 16-byte chunks
-XOR-swizzled within each row: ldmatrix reads eight rows at one chunk column, and without
-the swizzle rows whose length is a multiple of 128 bytes (or of 64 or 32, two or four rows
-apart) would all hit the same four banks; with it the eight reads land in eight distinct
-16-byte bank groups, and so do cp.async's writes of a row's chunks.
+bf16 GEMM, flash attention); the fragments out of a tile are ``layouts.fragments``'. A
+tile is a rows x cols block of a row-major bf16 matrix, cols a multiple of 8, stored row
+by row in a uint16 shared array with its 16-byte chunks XOR-swizzled within each row:
+ldmatrix reads eight rows at one chunk column, and without the swizzle rows whose length
+is a multiple of 128 bytes (or of 64 or 32, two or four rows apart) would all hit the same
+four banks; with it the eight reads land in eight distinct 16-byte bank groups, and so do
+cp.async's writes of a row's chunks.
 
 Whichever way a matrix lies in global memory, its tile keeps that layout (the copies stay
 16-byte and coalesced) and the fragment loaders (``layouts.fragments``) choose ldmatrix or

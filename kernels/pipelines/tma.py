@@ -1,0 +1,87 @@
+"""The TMA + mbarrier pipeline: slabs brought into `stages` shared buffers by the bulk
+tensor copies, one producer thread issuing them stages - 1 steps ahead, consumer
+warpgroups waiting for them and releasing them (the protocol CUTLASS calls
+PipelineTmaAsync).
+
+Two mbarriers a stage, in the block's barrier array: `full` (stage s, one arrival: the
+producer's expect_tx, then the copies' bytes complete its phase) and `empty` (stages + s,
+one arrival per consumer). A barrier's phases alternate parity 0, 1, 0, ...: step n uses
+stage n % stages for the (n // stages)-th time, so it waits on `full` for the phase of
+parity (n // stages) % 2, and the producer, before filling that stage for step n again,
+waits on `empty` for the phase that the consumers completed when they released step
+n - stages: parity (n // stages + 1) % 2.
+
+    pipe = tma_pipeline(stages, consumers, fill)
+    if thread 0: pipe.init(bars); fence_barrier_init()      (then a block barrier)
+    if thread 0: pipe.prologue(bars, steps, operands)
+    for step in range(steps):
+        pipe.wait(bars, step)
+        ... the arithmetic on stage step % stages ...
+        when done with step - 1, one thread a consumer: pipe.release(bars, step - 1)
+        pipe.refill(bars, step, steps, operands, thread == 0)
+
+fill(bars, stage, step, operands) announces the slab's bytes on `full` (expect_tx) and
+issues its copies, completing on it; operands is a tuple the kernel packs. Used by the
+wgmma GEMM (``gemm.wgmma``).
+"""
+from typing import NamedTuple
+
+from numba import cuda
+
+from ..atoms import mbarrier_arrive, mbarrier_init, mbarrier_try_wait
+
+
+class TmaPipeline(NamedTuple):
+    """The device functions of one pipeline (see the module's docstring) and the number of
+    mbarriers it takes from the front of the block's barrier array."""
+    barriers: int
+    init: object
+    prologue: object
+    wait: object
+    release: object
+    refill: object
+
+
+def tma_pipeline(stages, consumers, fill):
+    """The pipeline of `stages` buffers (at least 2) that fill(bars, stage, step, operands)
+    fills, released by `consumers` arrivals."""
+    if stages < 2:
+        raise ValueError(f"a pipeline of {stages} stages: it needs at least 2")
+
+    @cuda.jit(device=True, inline=True)
+    def init(bars):
+        """The barriers' counts (one thread, before any other uses them)."""
+        for s in range(stages):
+            mbarrier_init(bars, s, 1)
+            mbarrier_init(bars, stages + s, consumers)
+
+    @cuda.jit(device=True, inline=True)
+    def prologue(bars, steps, operands):
+        """The producer's copies of steps 0 .. stages - 2 (those there are)."""
+        for ahead in range(min(stages - 1, steps)):
+            fill(bars, ahead, ahead, operands)
+
+    @cuda.jit(device=True, inline=True)
+    def wait(bars, step):
+        """Until the slab of `step` has landed."""
+        while not mbarrier_try_wait(bars, step % stages, step // stages % 2):
+            pass
+
+    @cuda.jit(device=True, inline=True)
+    def release(bars, step):
+        """One consumer is done reading the slab of `step`."""
+        mbarrier_arrive(bars, stages + step % stages, 1)
+
+    @cuda.jit(device=True, inline=True)
+    def refill(bars, step, steps, operands, producer):
+        """The copies of step + stages - 1, into the stage that step - 1 read, once every
+        consumer has released it; by the thread for which `producer` holds (one: the
+        others pass by)."""
+        ahead = step + stages - 1
+        if producer and ahead < steps:
+            stage = ahead % stages
+            while not mbarrier_try_wait(bars, stages + stage, (ahead // stages + 1) % 2):
+                pass
+            fill(bars, stage, ahead, operands)
+
+    return TmaPipeline(2 * stages, init, prologue, wait, release, refill)
