@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from microgpt.checkpoint import atomic_file
 from microgpt.errors import UserError
@@ -153,6 +152,8 @@ class MetricsLog:
 def plot_losses(records, entropy, path):
     """loss.png: train loss at every logged step, val loss where measured, the unigram
     entropy for scale."""
+    from matplotlib.figure import Figure     # 0.9 s of the trainer's start, needed at its end
+
     fig = Figure(figsize=(8, 5), tight_layout=True)
     ax = fig.add_subplot()
     draw_losses(ax, records, "C0", "")
