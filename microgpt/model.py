@@ -200,7 +200,8 @@ class GPT:
                              "attention's tiles (at most 128); use fp32, or more heads")
         self.layout = ParamLayout(config)
         ops = self.backend
-        self.params_flat = ops.to_device(init_params(config, self.layout, seed))
+        initial = init_params(config, self.layout, seed)
+        self.params_flat = ops.to_device(initial)
         self.grads_flat = ops.zeros((self.layout.size,))
         self.params = self.layout.views(self.params_flat)
         self.grads = self.layout.views(self.grads_flat)
@@ -213,7 +214,7 @@ class GPT:
             self.matrices_flat = ops.zeros((self.layout.n_decay,), np.dtype(np.uint16))
             self.weights = {**self.params,
                             **self.layout.views(self.matrices_flat, matrices_only=True)}
-            self._round_matrices()
+            self._round_matrices(initial)
         self._acts = None
 
     def check_context(self, T):
@@ -415,9 +416,12 @@ class GPT:
         if self.matrices_flat is not None:
             self._round_matrices()
 
-    def _round_matrices(self):
+    def _round_matrices(self, host=None):
         """The bf16 copy of the matrices from the float32 master weights (after init or a
-        load; every AdamW step rewrites it in its own pass)."""
-        host = self.backend.to_host(self.params_flat)[:self.layout.n_decay]
+        load; every AdamW step rewrites it in its own pass). host: those weights, where the
+        caller holds them on the host (the init: GPT-2-XL's 6 GB need not come back)."""
+        if host is None:
+            host = self.backend.to_host(self.params_flat)
+        host = host[:self.layout.n_decay]
         self.backend.copy(self.matrices_flat,
                           np.ascontiguousarray(host.astype(ml_dtypes.bfloat16).view(np.uint16)))
