@@ -7,8 +7,6 @@ NUMBA_ENABLE_CUDASIM, which numba reads when numba.cuda is first imported, so it
 here, before any test module imports it.
 """
 import os
-import sys
-import threading
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -30,49 +28,23 @@ settings.register_profile("cpu", max_examples=30, **_common)   # NumPy-only test
 settings.load_profile("gpu" if ON_GPU else "sim")
 
 
-def _lock_simulator_shared_arrays():
-    """The simulator runs each simulated thread as a Python thread, and its
-    cuda.shared.array (numba-cuda 0.30.4, simulator/kernelapi.py FakeCUDAShared.array)
-    looks the calling line up in a dict and, when absent, creates and stores the array:
-    an unlocked get-then-create. Two threads of a block that both miss before either
-    stores get different arrays, so one thread's shared writes are never seen by the
-    others and it reads uninitialised memory. A GIL switch inside that window is rare, so
-    this shows under load (tests/test_kernels_attention.py's pipeline test returned ~1e12,
-    issue 13); with a 1 ms sleep forced into the window, 19 launches in 20 of a 64-thread
-    kernel went wrong, and none with this lock.
-    Upstream fixed the same kind of race in the simulator's module swapping
-    (NVIDIA/numba-cuda PR 690); shared arrays are still unlocked there. This replacement
-    holds a lock from the lookup to the store. It keys the allocation by the caller's
-    (file, line) as the original does, read from the caller's frame instead of a
-    formatted stack (which also saves the simulator time)."""
-    import numpy as np
-    from numba.cuda import types
-    from numba.cuda.np import numpy_support
-    from numba.cuda.simulator import kernelapi
-
-    lock = threading.Lock()
-
-    def array(self, shape, dtype, alignment=None):
-        if alignment is not None:
-            raise RuntimeError("Array alignment is not supported in cudasim")
-        if isinstance(dtype, types.Type):
-            dtype = numpy_support.as_dtype(dtype)
-        if shape == 0:      # dynamic shared memory: one buffer for every such call
-            count = self._dynshared_size // dtype.itemsize
-            return np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
-        caller = sys._getframe(1)
-        key = (caller.f_code.co_filename, caller.f_lineno)
-        with lock:
-            arr = self._allocations.get(key)
-            if arr is None:
-                arr = self._allocations[key] = np.empty(shape, dtype)
-        return arr
-
-    kernelapi.FakeCUDAShared.array = array
-
-
 if not ON_GPU:
-    _lock_simulator_shared_arrays()
+    import simulator_racecheck
+    simulator_racecheck.install()
+
+# The kernel tests run under the simulator's race check (tests/simulator_racecheck.py): a
+# missing barrier between two threads' accesses of a shared element fails the test.
+# MICROGPT_RACECHECK=0 turns it off, to debug a kernel without it.
+RACE_CHECK = not ON_GPU and os.environ.get("MICROGPT_RACECHECK", "1") != "0"
+
+
+@pytest.fixture(autouse=True)
+def race_check(request):
+    if RACE_CHECK and request.path.name.startswith("test_kernels_"):
+        with simulator_racecheck.checking():
+            yield
+    else:
+        yield
 
 
 @pytest.fixture
