@@ -386,6 +386,32 @@ def test_attention_output_up_to_t_ignores_inputs_after_t(data, seed):
 
 @CPU
 @given(data=st.data(), seed=SEEDS)
+def test_cached_attention_is_the_causal_attention_at_every_cache_length(data, seed):
+    """Generation's attention (attention_cached_forward), fed one position at a time as
+    decoding feeds it, against caches of 1, 2, ... n positions, gives each position the
+    row that the training attention (split, causal attention, merge) gives it over the
+    whole sequence; so does a chunk of positions after any prefix. The cache's rows past
+    those written are NaN: attending one position too far shows, and so does masking the
+    diagonal (a chunk's first row then attends to nothing, or misses itself)."""
+    n_head, D = data.draw(st.integers(1, 3)), data.draw(st.sampled_from([1, 4, 8]))
+    B, n = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 6))
+    C = n_head * D
+    rng = np.random.default_rng(seed)
+    qkv = rng.standard_normal((B, n, 3 * C))
+    q, k, v = ref.split_heads_forward(qkv, n_head)
+    want = ref.merge_heads_forward(ref.attention_forward(q, k, v)[0])     # (B, n, C)
+    cache = np.full((B, n + 2, 2 * C), np.nan)
+    for t in range(n):
+        cache[:, t:t + 1] = ref.kv_cache_rows(qkv[:, t:t + 1])
+        got = ref.attention_cached_forward(qkv[:, t:t + 1], cache, t, n_head)
+        assert_close(got, want[:, t:t + 1], TOL_SAME, f"position {t}, {t + 1} cached")
+    start = data.draw(st.integers(0, n - 1))
+    got = ref.attention_cached_forward(qkv[:, start:], cache, start, n_head)
+    assert_close(got, want[:, start:], TOL_SAME, f"positions {start}..{n - 1} in one chunk")
+
+
+@CPU
+@given(data=st.data(), seed=SEEDS)
 def test_attention_delta_is_the_rowsum_of_dp_times_p(data, seed):
     """delta = rowsum(dout * out), what the backward op writes, is the softmax backward's
     rowsum(dP * P) with dP = dout v^T, because out = P v."""
@@ -480,7 +506,7 @@ def test_crossentropy_is_exact_at_any_spread(dtype, spread, N, V, seed):
 
 
 # ----------------------------------------------------------------------------------
-# the gradient clip and AdamW, at tiny and huge gradient norms
+# the learning-rate schedule, the gradient clip and AdamW (at tiny and huge gradient norms)
 
 @pytest.mark.parametrize("norm,max_norm,scale", [
     (1e-6, 5e-7, 0.25),              # the 1e-6 in the denominator is half of it here
@@ -494,6 +520,20 @@ def test_crossentropy_is_exact_at_any_spread(dtype, spread, N, V, seed):
 def test_clip_scale_written_out(norm, max_norm, scale):
     """PyTorch's clip_grad_norm_: max_norm / (norm + 1e-6), at most 1."""
     assert ref.clip_scale(norm, max_norm) == pytest.approx(scale, rel=TOL_SAME)
+
+
+def test_lr_schedule_written_out():
+    """lr 1.0, 4 warmup steps, 12 steps in all, to 0.1 of the peak: the warmup adds a
+    quarter of the peak per step, then the cosine runs from the peak (step 4) through a
+    quarter (6), half (8) to the floor (12), and stays there."""
+    cosine = {4: 1.0, 6: 0.1 + 0.45 * (1 + math.sqrt(0.5)), 8: 0.55, 12: 0.1, 13: 0.1,
+              1000: 0.1}
+    want = {0: 0.25, 1: 0.5, 2: 0.75, 3: 1.0, **cosine}
+    got = {step: ref.lr_schedule(step, lr=1.0, warmup_steps=4, total_steps=12,
+                                 min_lr_ratio=0.1) for step in want}
+    assert got == pytest.approx(want, rel=TOL_SAME)
+    # no warmup: the first step takes the peak
+    assert ref.lr_schedule(0, lr=3.0, warmup_steps=0, total_steps=12, min_lr_ratio=0.1) == 3.0
 
 
 @pytest.mark.parametrize("grad_size", [1e-9, 1e-8, 1.0, 1e6])
