@@ -49,7 +49,7 @@ _TID_BITS = 10                       # a block has at most 1024 threads
 _ATOMIC = 1 << _TID_BITS             # a write stamp's flag: the write was an atomic
 _SHIFT = _TID_BITS + 1               # stamp = epoch << _SHIFT | atomic flag | thread
 _TID_MASK = (1 << _TID_BITS) - 1
-_BLOCK_EPOCHS = 1 << 32              # a block's epochs start above the previous block's
+_BLOCK_EPOCHS = 1 << 24              # a block's epochs start above the previous block's
 _DYNAMIC_GRANULE = 2                 # bytes: the smallest element of dynamic shared arrays
 
 
@@ -251,6 +251,27 @@ class _Allocation:
         self.check_read(me, granules, "writes")
         self.writes[granules] = self.plain[granules] = me.own << _SHIFT | me.tid
 
+    # one granule, the kernels' usual access: the same checks in scalars (most of the
+    # check's time is here), the arrays' path when one may fail, for its message
+
+    def _written_late(self, me, granule):
+        stamp = int(self.writes[granule])
+        return ((stamp >> _SHIFT) > me.clock[stamp & _TID_MASK]
+                or stamp & _ATOMIC and self.atomics is not None)
+
+    def read_one(self, granule):
+        me = _thread()
+        if self._written_late(me, granule):
+            self.check_written(me, np.array([granule]), "reads")
+        self.reads[granule, me.tid] = me.own
+
+    def write_one(self, granule):
+        me = _thread()
+        if self._written_late(me, granule) or (self.reads[granule] > me.clock).any():
+            self.check_written(me, np.array([granule]), "writes")
+            self.check_read(me, np.array([granule]), "writes")
+        self.writes[granule] = self.plain[granule] = me.own << _SHIFT | me.tid
+
     def atomic(self, granules):
         """An atomic: ordered after the plain writes and reads, not after other atomics."""
         me = _thread()
@@ -285,6 +306,9 @@ class CheckedArray:
 
     def __getitem__(self, key):
         at = self.at[key]
+        if self.span == 1 and isinstance(at, np.integer):
+            self.allocation.read_one(at)
+            return self.data[key]
         value = self.data[key]
         if isinstance(value, np.ndarray) and np.may_share_memory(value, self.data):
             return CheckedArray(value, at, self.span, self.allocation)    # a view
@@ -294,7 +318,11 @@ class CheckedArray:
     def __setitem__(self, key, value):
         if isinstance(value, CheckedArray):
             value = value.read_all()
-        self.allocation.write(self._granules(self.at[key]))
+        at = self.at[key]
+        if self.span == 1 and isinstance(at, np.integer):
+            self.allocation.write_one(at)
+        else:
+            self.allocation.write(self._granules(at))
         self.data[key] = value
 
     def read_all(self):
