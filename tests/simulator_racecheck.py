@@ -44,7 +44,7 @@ import threading
 
 import numpy as np
 
-TWINS = "microgpt.kernels.mma"      # the module of the mbarrier and named-barrier twins
+TWINS = "microgpt.kernels.atoms.simulator"    # the mbarrier and named-barrier twins
 _TID_BITS = 10                       # a block has at most 1024 threads
 _ATOMIC = 1 << _TID_BITS             # a write stamp's flag: the write was an atomic
 _SHIFT = _TID_BITS + 1               # stamp = epoch << _SHIFT | atomic flag | thread

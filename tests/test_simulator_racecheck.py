@@ -7,8 +7,9 @@ import pytest
 from numba import cuda, float32, int32, uint16, uint32, uint64
 from simulator_racecheck import RaceError, checking
 
-from microgpt.kernels.common import REDUCE_SCRATCH, SIMULATOR, block_sum
-from microgpt.kernels.mma import mbarrier_arrive, mbarrier_init, mbarrier_try_wait
+from microgpt.kernels.atoms import mbarrier_arrive, mbarrier_init, mbarrier_try_wait
+from microgpt.kernels.common import REDUCE_SCRATCH, block_sum
+from microgpt.kernels.device import SIMULATOR
 
 pytestmark = pytest.mark.skipif(not SIMULATOR, reason="a check of the CUDA simulator")
 N = 8       # threads per block: every thread costs the simulator ~2 ms
