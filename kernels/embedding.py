@@ -3,19 +3,35 @@
 NumPy twins: ``microgpt.reference.encoder_forward`` and ``encoder_backward``.
 
 Forward: one thread per output element, out[b, t, c] = wte[idx[b, t], c] + wpe[t, c].
-Backward, fused into one launch: one thread per (t, c) walks the batch, scatter-adding
-each dout[b, t, c] into dwte[idx[b, t], c] with an atomic (the same token may appear
-anywhere in the batch, and wte also receives the tied LM head's gradient) and summing the
-batch for dwpe[t, c], which the thread owns alone, so that part needs no atomic.
-Consecutive threads take consecutive c, so every read and every atomic is coalesced.
+
+Backward, with no atomics, so that a step gives the same bits every run. The same token
+may appear anywhere in the batch, so a scatter-add of dout[b, t] into dwte[idx[b, t]] by
+float atomics summed each row in the order the threads came (two runs of one step
+differed by a rounding, and every later step with them). Instead:
+1. the N = B * T positions sorted by (token, position): each thread counts the positions
+   that sort before its own (its rank; the keys in shared-memory tiles) and writes its
+   position there. Each token's positions are then one run of the sorted order, in
+   position order;
+2. a thread per (chunk of CHUNK sorted positions, column) sums the chunk's leading
+   segment (up to its first change of token): the part of a run that began in an
+   earlier chunk, or, for a chunk inside a long run, all of it;
+3. a thread per (chunk, column) sums each run that begins in its chunk, adding the
+   leading segments of the chunks the run continues into, in order, and adds the total
+   to dwte[token, column]: one thread owns each element of dwte;
+4. a thread per (t, column) sums the batch into dwpe[t, column], which it owns alone.
+Consecutive threads take consecutive columns, so the reads of dout and the writes of
+dwte are coalesced. The sorted order and the chunks' sums are scratch kept with dwte's
+memory (common.kept_with).
 """
 import numpy as np
-from numba import cuda, float32, int32
+from numba import cuda, float32, int32, int64
 
 from .cache import jit
-from .common import ceil_div, check_array, check_block_size
+from .common import ceil_div, check_array, check_block_size, kept_with
 
 BLOCK = 256
+CHUNK = 32          # sorted positions per thread of the run sums
+SORT_TILE = 256     # keys staged in shared memory at a time by the sort
 
 
 # ----------------------------------------------------------------------------------
@@ -32,26 +48,125 @@ def _encoder_forward_kernel(out, idx, wte, wpe):
         out[b, t, c] = wte[idx[b, t], c] + wpe[t, c]
 
 
+@cuda.jit(device=True, inline=True)
+def _token(idx, p):
+    """The token at flat position p of idx (B, T)."""
+    T = idx.shape[1]
+    return idx[p // T, p % T]
+
+
 @jit
-def _encoder_backward_kernel(dwte, dwpe, dout, idx):
-    # dwte (V, C) +=, dwpe (context, C) +=, dout (B, T, C), idx (B, T) int32
+def _sort_positions_kernel(order, idx):
+    # order (N,) int32 = the flat positions of idx (B, T) sorted by (token, position):
+    # thread p writes p at its rank, the number of positions whose key sorts before its
+    # own (keys are distinct, so the ranks are a permutation)
+    keys = cuda.shared.array(SORT_TILE, int64)
+    N = order.shape[0]
+    p = cuda.grid(1)
+    key = int64(_token(idx, p)) * N + p if p < N else int64(0)
+    rank = int32(0)
+    for start in range(0, N, SORT_TILE):
+        for j in range(cuda.threadIdx.x, SORT_TILE, cuda.blockDim.x):
+            if start + j < N:
+                keys[j] = int64(_token(idx, start + j)) * N + start + j
+        cuda.syncthreads()
+        for j in range(min(SORT_TILE, N - start)):
+            if keys[j] < key:
+                rank += 1
+        cuda.syncthreads()
+    if p < N:
+        order[rank] = p
+
+
+@cuda.jit(device=True, inline=True)
+def _segment_end(order, idx, r, end):
+    """The end of the segment of sorted positions from r: the first position at or after
+    r, before end, whose token differs from r's (or end)."""
+    token = _token(idx, order[r])
+    r += 1
+    while r < end and _token(idx, order[r]) == token:
+        r += 1
+    return r
+
+
+@cuda.jit(device=True, inline=True)
+def _segment_sum(dout, order, first, end, c):
+    """The sum of dout's column c over the sorted positions [first, end), in order."""
+    T = dout.shape[1]
+    total = float32(0.0)
+    for r in range(first, end):
+        p = order[r]
+        total += dout[p // T, p % T, c]
+    return total
+
+
+@jit
+def _chunk_leads_kernel(leads, order, idx, dout, chunk):
+    # leads (chunks, C) = the sum of dout (B, T, C) over each chunk's leading segment
+    # of order (N,) int32; a thread per (chunk, column)
+    C = dout.shape[2]
+    N = order.shape[0]
+    i = cuda.grid(1)
+    if i < leads.shape[0] * C:
+        k, c = divmod(i, C)
+        first = k * chunk
+        end = _segment_end(order, idx, first, min(N, first + chunk))
+        leads[k, c] = _segment_sum(dout, order, first, end, c)
+
+
+@jit
+def _run_sums_kernel(dwte, leads, order, idx, dout, chunk):
+    # dwte (V, C) += the sum of dout (B, T, C) over each token's run of order (N,) int32,
+    # added by the thread of (the chunk the run begins in, column), leads (chunks, C)
+    # holding the parts in the chunks after
+    C = dout.shape[2]
+    N = order.shape[0]
+    i = cuda.grid(1)
+    if i < leads.shape[0] * C:
+        k, c = divmod(i, C)
+        first = k * chunk
+        chunk_end = min(N, first + chunk)
+        r = first
+        while r < chunk_end:
+            token = _token(idx, order[r])
+            segment_end = _segment_end(order, idx, r, chunk_end)
+            if r > 0 and r == first and _token(idx, order[r - 1]) == token:
+                r = segment_end         # a run from an earlier chunk: its thread adds this
+                continue
+            total = _segment_sum(dout, order, r, segment_end, c)
+            end, j = segment_end, k
+            # the run goes on into chunk j + 1 while chunk j ends in it
+            while end == min(N, (j + 1) * chunk) and end < N and \
+                    _token(idx, order[end]) == token:
+                j += 1
+                total += leads[j, c]
+                end = _segment_end(order, idx, end, min(N, (j + 1) * chunk))
+            dwte[token, c] += total
+            r = segment_end
+
+
+@jit
+def _position_sums_kernel(dwpe, dout):
+    # dwpe (context, C) += dout (B, T, C) summed over the batch; a thread per (t, c)
     B, T, C = dout.shape
     i = cuda.grid(1)
     if i < T * C:
         t, c = divmod(i, C)
         batch_sum = float32(0.0)
         for b in range(B):
-            g = dout[b, t, c]
-            batch_sum += g
-            cuda.atomic.add(dwte, (idx[b, t], c), g)
+            batch_sum += dout[b, t, c]
         dwpe[t, c] += batch_sum
 
 
 PTX_SIGNATURES = [
     (_encoder_forward_kernel, (float32[:, :, ::1], int32[:, ::1], float32[:, ::1],
                                float32[:, ::1])),
-    (_encoder_backward_kernel, (float32[:, ::1], float32[:, ::1], float32[:, :, ::1],
-                                int32[:, ::1])),
+    (_sort_positions_kernel, (int32[::1], int32[:, ::1])),
+    (_chunk_leads_kernel, (float32[:, ::1], int32[::1], int32[:, ::1], float32[:, :, ::1],
+                           int64)),
+    (_run_sums_kernel, (float32[:, ::1], float32[:, ::1], int32[::1], int32[:, ::1],
+                        float32[:, :, ::1], int64)),
+    (_position_sums_kernel, (float32[:, ::1], float32[:, :, ::1])),
 ]
 
 
@@ -86,11 +201,23 @@ def encoder_forward(out, idx, wte, wpe, *, stream=0, block=BLOCK):
     _encoder_forward_kernel[ceil_div(B * T * C, block), block, stream](out, idx, wte, wpe)
 
 
-def encoder_backward(dwte, dwpe, dout, idx, *, stream=0, block=BLOCK):
+def encoder_backward(dwte, dwpe, dout, idx, *, stream=0, block=BLOCK, chunk=CHUNK):
     """dwte (V, C) += scatter-add of dout (B, T, C) by token; dwpe[:T] += dout summed over
-    the batch. Both accumulate: zero them first for a plain gradient."""
+    the batch. Both accumulate: zero them first for a plain gradient. The same inputs give
+    the same bits every time; chunk: sorted positions per thread of the run sums."""
     check_block_size(block)
+    if chunk < 1:
+        raise ValueError(f"chunk must be at least 1, got {chunk}")
     B, T, C = _check_shapes("dout", dout, idx, dwte, dwpe, "dwte", "dwpe")
     if dout.size == 0:
         return
-    _encoder_backward_kernel[ceil_div(T * C, block), block, stream](dwte, dwpe, dout, idx)
+    N, chunks = B * T, ceil_div(B * T, chunk)
+    order = kept_with(dwte, ("encoder order", N), lambda: cuda.device_array(N, np.int32))
+    leads = kept_with(dwte, ("encoder leads", chunks, C),
+                      lambda: cuda.device_array((chunks, C), np.float32))
+    _sort_positions_kernel[ceil_div(N, block), block, stream](order, idx)
+    _chunk_leads_kernel[ceil_div(chunks * C, block), block, stream](leads, order, idx, dout,
+                                                                    chunk)
+    _run_sums_kernel[ceil_div(chunks * C, block), block, stream](dwte, leads, order, idx, dout,
+                                                                 chunk)
+    _position_sums_kernel[ceil_div(T * C, block), block, stream](dwpe, dout)

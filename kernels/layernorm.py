@@ -30,8 +30,11 @@ Backward, fused into one launch: a block owns a chunk of rows_per_block rows, it
 row each at a time. Per row a warp reads x, dout and the dinp it adds to, reduces
 sum(dxhat) and sum(dxhat * xhat), and writes dinp; a lane's columns are the same in every
 row, so it accumulates dweight and dbias for them in registers across its rows, and at
-the end the block sums its warps' (shared atomics, once per block) and adds that with one
-global atomic per column: N / rows_per_block atomics per element of dweight and dbias.
+the end the block sums its warps' (in shared memory, one warp after the other) into its
+own row of a scratch of partial sums; a second launch, a thread per column, adds the
+blocks' rows in order into dweight and dbias. No atomics: every run gives the same bits
+(the float atomics that did this took the blocks as they finished, so two runs of the
+same step differed by a rounding, and every later step with them).
 (Each warp's partials in shared memory, the version before, read and wrote them between
 the row's loads, which held the next load back.)
 
@@ -50,7 +53,7 @@ from numba import cuda, float32, int64, uint16
 from .atoms import store_float32
 from .cache import jit
 from .common import (REDUCE_SCRATCH, WARP, ceil_div, check_array, check_block_size,
-                     check_not_empty, row_block, warp_sum)
+                     check_not_empty, kept_with, row_block, warp_sum)
 from .device import MAX_THREADS, SHARED_LIMIT
 from .precision import GROUP, check_activation, group_loader, group_storer, group_width
 from microgpt.reference import LN_EPS as _LN_EPS
@@ -63,9 +66,10 @@ FORWARD_BLOCK = 256        # 8 rows at a time
 # the backward's default launch, the fastest of an H200 sweep at andrea-120m (tuning log,
 # docs/fused-kernels.md): 4 warps of 16 rows each, so that N = 16384 rows make 256
 # blocks, one wave of the 396 the SMs hold (3 each: the registers); a block's end, its
-# sums' atomics, then comes once per 64 rows (16 rows a block took 2.1x as long)
+# sums, then comes once per 64 rows (16 rows a block took 2.1x as long)
 BACKWARD_BLOCK = 128
 ROWS_PER_BLOCK = 64
+COLUMN_SUMS_BLOCK = 128
 # the kernels that hold a row in registers (C / 32 floats a lane, up to 255 registers a
 # thread) fit at most this many threads in the SM's 64K registers
 MAX_REGISTER_ROW_BLOCK = 256
@@ -201,12 +205,12 @@ def _layernorm_backward_kernel(C, width, write_copy):
     SUMS = 2 * C
 
     @jit
-    def layernorm_backward_kernel(dinp, dinp_copy, dweight, dbias, dout, inp, weight, mean,
-                                  rstd, rows_per_block):
-        # dinp (N, C) +=, dinp_copy (N, C) bf16 (when write_copy), dweight (C,) +=,
-        # dbias (C,) +=, dout (N, C) float32 or bf16, inp (N, C), weight (C,), mean (N,),
-        # rstd (N,); block = rows [blockIdx * rows_per_block, ...), a warp per row at a
-        # time, its lanes' columns in registers
+    def layernorm_backward_kernel(dinp, dinp_copy, partials, dout, inp, weight, mean, rstd,
+                                  rows_per_block):
+        # dinp (N, C) +=, dinp_copy (N, C) bf16 (when write_copy), partials (blocks, 2C) =
+        # each block's dweight [0, C) and dbias [C, 2C), dout (N, C) float32 or bf16, inp
+        # (N, C), weight (C,), mean (N,), rstd (N,); block = rows [blockIdx *
+        # rows_per_block, ...), a warp per row at a time, its lanes' columns in registers
         scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
         # the block's dweight [0, C) and dbias [C, 2C), summed from its warps' registers
         sums = cuda.shared.array(SUMS, float32)
@@ -269,20 +273,38 @@ def _layernorm_backward_kernel(C, width, write_copy):
                     if write_copy:
                         store(dinp_copy, (row, col), old, k * width)
 
-        # the warps' sums into the block's (shared atomics, a few warps per column), then
-        # the block's into dweight and dbias: one global atomic per column and block
+        # the warps' sums into the block's, one warp after the other (a fixed order, where
+        # shared atomics took the warps as they came), then the block's into its row of
+        # partials, which _column_sums_kernel adds up in block order
         cuda.syncthreads()
-        for k in range(GROUPS):
-            for e in range(width):
-                col = (lane + k * WARP) * width + e
-                if col < C:
-                    cuda.atomic.add(sums, col, dw[k * width + e])
-                    cuda.atomic.add(sums, C + col, db[k * width + e])
-        cuda.syncthreads()
-        for c in range(tid, C, n_threads):
-            cuda.atomic.add(dweight, c, sums[c])
-            cuda.atomic.add(dbias, c, sums[C + c])
+        for turn in range(n_warps):
+            if warp == turn:
+                for k in range(GROUPS):
+                    for e in range(width):
+                        col = (lane + k * WARP) * width + e
+                        if col < C:
+                            sums[col] += dw[k * width + e]
+                            sums[C + col] += db[k * width + e]
+            cuda.syncthreads()
+        for c in range(tid, SUMS, n_threads):
+            partials[cuda.blockIdx.x, c] = sums[c]
     return layernorm_backward_kernel
+
+
+@jit
+def _column_sums_kernel(dweight, dbias, partials):
+    # dweight (C,) += the column sums of partials (blocks, 2C) [:, :C], dbias (C,) += those
+    # of [:, C:]; a thread per column, adding the blocks in order: the same bits every run
+    c = cuda.grid(1)
+    C = dweight.shape[0]
+    if c < 2 * C:
+        total = float32(0.0)
+        for b in range(partials.shape[0]):
+            total += partials[b, c]
+        if c < C:
+            dweight[c] += total
+        else:
+            dbias[c - C] += total
 
 
 _ROWS, _VECTOR, _BF16_ROWS = float32[:, ::1], float32[::1], uint16[:, ::1]
@@ -298,10 +320,10 @@ PTX_SIGNATURES = [
         (_residual_layernorm_forward_kernel(C, width),
          (_ROWS, _BF16_ROWS, _VECTOR, _VECTOR, _ROWS, _ROWS, _VECTOR, _VECTOR)),
         (_layernorm_backward_kernel(C, width, False),
-         (_ROWS, _ROWS, _VECTOR, _VECTOR, _ROWS, _ROWS, _VECTOR, _VECTOR, _VECTOR, int64)),
+         (_ROWS, _ROWS, _ROWS, _ROWS, _ROWS, _VECTOR, _VECTOR, _VECTOR, int64)),
         (_layernorm_backward_kernel(C, width, True),
-         (_ROWS, _BF16_ROWS, _VECTOR, _VECTOR, _BF16_ROWS, _ROWS, _VECTOR, _VECTOR, _VECTOR,
-          int64))]]
+         (_ROWS, _BF16_ROWS, _ROWS, _BF16_ROWS, _ROWS, _VECTOR, _VECTOR, _VECTOR, int64))]
+] + [(_column_sums_kernel, (_VECTOR, _VECTOR, _ROWS))]
 
 
 # ----------------------------------------------------------------------------------
@@ -392,5 +414,12 @@ def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, *, d
     copy = dinp if dinp_copy is None else dinp_copy
     width = group_width(C, dinp, copy, dout, inp, weight)
     kernel = _layernorm_backward_kernel(C, width, dinp_copy is not None)
-    kernel[ceil_div(N, rows_per_block), block, stream](
-        dinp, copy, dweight, dbias, dout, inp, weight, mean, rstd, rows_per_block)
+    blocks = ceil_div(N, rows_per_block)
+    # kept with dweight's memory (the model's gradient buffer, which every LayerNorm's
+    # dweight views): the launches of a step run in stream order, so they share it
+    partials = kept_with(dweight, ("layernorm partials", blocks, C),
+                         lambda: cuda.device_array((blocks, 2 * C), np.float32))
+    kernel[blocks, block, stream](dinp, copy, partials, dout, inp, weight, mean, rstd,
+                                  rows_per_block)
+    _column_sums_kernel[ceil_div(2 * C, COLUMN_SUMS_BLOCK), COLUMN_SUMS_BLOCK, stream](
+        dweight, dbias, partials)

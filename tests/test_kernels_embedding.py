@@ -24,6 +24,9 @@ if REAL_SHAPES:
 else:
     SHAPES = SIM_SHAPES
     BLOCKS = st.sampled_from([32, 48])
+# sorted positions per thread of the backward's run sums: the default, and chunks small
+# enough that a token's run crosses several of them at the simulator's sizes
+CHUNKS = st.sampled_from([embedding.CHUNK, 1, 2, 3])
 SEEDS = st.integers(0, 2**32 - 1)
 
 
@@ -47,7 +50,8 @@ def check_forward(shape, extra_context, block, seed):
     assert_close(out.copy_to_host(), expected, TOL_F32_OP, "encoder forward")
 
 
-def check_backward(shape, extra_context, block, seed):
+def check_backward(shape, extra_context, block, seed, chunk=embedding.CHUNK):
+    """-> the (dwte, dwpe) the launch wrote, checked."""
     B, T, C, V = shape
     context = T + extra_context
     rng = np.random.default_rng(seed)
@@ -56,10 +60,11 @@ def check_backward(shape, extra_context, block, seed):
     dwte_start, dwpe_start = randn(rng, V, C), randn(rng, context, C)
     dwte, dwpe = cuda.to_device(dwte_start), cuda.to_device(dwpe_start)
     embedding.encoder_backward(dwte, dwpe, cuda.to_device(dout), cuda.to_device(idx),
-                               **block_option(block))
+                               chunk=chunk, **block_option(block))
     dwte_ref, dwpe_ref = ref.encoder_backward(dout.astype(np.float64), idx, V, context)
     assert_close(dwte.copy_to_host(), dwte_start + dwte_ref, TOL_F32_OP, "dwte")
     assert_close(dwpe.copy_to_host(), dwpe_start + dwpe_ref, TOL_F32_OP, "dwpe")
+    return dwte.copy_to_host(), dwpe.copy_to_host()
 
 
 def block_option(block):
@@ -71,19 +76,35 @@ def test_encoder_forward(shape, extra_context, block, seed):
     check_forward(shape, extra_context, block, seed)
 
 
-@given(shape=SHAPES, extra_context=st.integers(0, 3), block=BLOCKS, seed=SEEDS)
-def test_encoder_backward_accumulates(shape, extra_context, block, seed):
-    check_backward(shape, extra_context, block, seed)
+@given(shape=SHAPES, extra_context=st.integers(0, 3), block=BLOCKS, chunk=CHUNKS, seed=SEEDS)
+def test_encoder_backward_accumulates(shape, extra_context, block, chunk, seed):
+    check_backward(shape, extra_context, block, seed, chunk)
 
 
-def test_encoder_backward_adds_up_one_repeated_token():
-    """Every position holds the same token: its row of dwte receives the whole sum."""
+@given(seed=SEEDS)
+def test_encoder_backward_gives_the_same_bits_whatever_the_block(seed):
+    """Each element of dwte is one thread's sum in an order fixed by the data (no
+    atomics): launches with other blocks, repeated, give the same bits. (Atomics added in
+    the order the threads came, which a block size changes.) Tokens from 3, so that runs
+    cross chunks of 2."""
+    shape = (2, 6, 5, 3)
+    first = check_backward(shape, 0, 32, seed, chunk=2)
+    for block in (48, 32):
+        for got, want in zip(check_backward(shape, 0, block, seed, chunk=2), first):
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("chunk", [embedding.CHUNK, 2, 4])
+def test_encoder_backward_adds_up_one_repeated_token(chunk):
+    """Every position holds the same token: its row of dwte receives the whole sum (with
+    chunks of 2 or 4, one run through every chunk, the last one short at 4)."""
     B, T, C, V = 2, 3, 4, 3
     dout = np.random.default_rng(0).standard_normal((B, T, C)).astype(np.float32)
     idx = np.full((B, T), 1, np.int32)
     dwte = cuda.to_device(np.zeros((V, C), np.float32))
     dwpe = cuda.to_device(np.zeros((T, C), np.float32))
-    embedding.encoder_backward(dwte, dwpe, cuda.to_device(dout), cuda.to_device(idx))
+    embedding.encoder_backward(dwte, dwpe, cuda.to_device(dout), cuda.to_device(idx),
+                               chunk=chunk)
     expected = np.zeros((V, C))
     expected[1] = dout.sum(axis=(0, 1), dtype=np.float64)
     assert_close(dwte.copy_to_host(), expected, TOL_F32_OP, "dwte of one repeated token")
@@ -145,3 +166,9 @@ def test_launchers_reject_bad_arguments(backward, changes, error, message):
     else:
         with pytest.raises(error, match=message):
             embedding.encoder_forward(*args.values(), block=block)
+
+
+def test_encoder_backward_rejects_a_chunk_below_one():
+    with pytest.raises(ValueError, match="chunk must be at least 1, got 0"):
+        embedding.encoder_backward(ones(5, 3), ones(6, 3), ones(2, 4, 3),
+                                   ones(2, 4, dtype=np.int32), chunk=0)

@@ -18,7 +18,7 @@ from microgpt.ops import MEMORY, OPS
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # launcher keywords that are the CUDA backend's alone: geometry and the stream
 LAUNCH_ONLY = {"stream", "block", "tile", "rows_per_block", "max_blocks", "split_k",
-               "blocks_per_head", "fused"}
+               "blocks_per_head", "fused", "chunk"}
 
 
 def public_methods(cls):
