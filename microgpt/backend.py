@@ -180,12 +180,14 @@ def cuda_available():
     return not config.ENABLE_CUDASIM and cuda.is_available()
 
 
-def get_backend(name, dtype=np.float32):
+def get_backend(name, dtype=np.float32, deterministic=False):
+    """deterministic: the cuda backend's GEMMs take no split-K (CudaBackend); NumPy gives
+    the same bits every run anyway."""
     if name == "numpy":
         return NumpyBackend(dtype)
     if name == "cuda":
         if np.dtype(dtype) != np.float32:
             raise BackendError("the cuda backend runs float32 only")
         from microgpt.cuda_backend import CudaBackend   # imports numba.cuda: only when asked
-        return CudaBackend()
+        return CudaBackend(deterministic=deterministic)
     raise BackendError(f"unknown backend {name!r}; choose numpy or cuda")

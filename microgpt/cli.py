@@ -187,10 +187,11 @@ def backend_for(device):
     return {"cpu": "numpy", "cuda": "cuda"}[device]
 
 
-def make_backend(device):
-    """--device -> the backend to run on; one that cannot run here is a UserError."""
+def make_backend(device, deterministic=False):
+    """--device (and --deterministic) -> the backend to run on; one that cannot run here is
+    a UserError."""
     try:
-        return get_backend(backend_for(device))
+        return get_backend(backend_for(device), deterministic=deterministic)
     except BackendError as err:
         raise UserError(f"--device {device}: {err}") from None
     except ImportError as err:

@@ -8,6 +8,7 @@ from the host for the whole sequence.
 """
 import functools
 import importlib
+import inspect
 
 import numpy as np
 from numba import cuda
@@ -21,9 +22,15 @@ from microgpt.ops import OPS
 
 
 def _on_stream(launcher):
-    """A backend method that runs a kernel launcher on the backend's stream."""
+    """A backend method that runs a kernel launcher on the backend's stream; a
+    deterministic backend's GEMMs take no split-K (its blocks add their parts by float
+    atomics, in the order they finish: a rounding apart from run to run)."""
+    splits = "split_k" in inspect.signature(launcher).parameters
+
     @functools.wraps(launcher)
     def op(self, *args, **kwargs):
+        if splits and self.deterministic:
+            kwargs.setdefault("split_k", 1)
         return launcher(*args, stream=self.stream, **kwargs)
     return op
 
@@ -33,11 +40,13 @@ class CudaBackend:
     dtype = np.dtype(np.float32)
     graphs = not SIMULATOR      # the simulator runs each launch at once: nothing to capture
 
-    def __init__(self):
+    def __init__(self, deterministic=False):
+        """deterministic: the same bits for the same inputs every run (no split-K)."""
         if not cuda.is_available():
             raise BackendError("no usable CUDA GPU found; use --device cpu (or check the "
                                "NVIDIA driver with nvidia-smi)")
         self.stream = cuda.stream()
+        self.deterministic = deterministic
         # mma.sync on bf16 and cp.async, which the bf16 GEMM and flash attention use, need
         # compute capability 8.0; the simulator runs their twins, but slowly
         self.bf16_tensor_cores = (not SIMULATOR and

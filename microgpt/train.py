@@ -215,7 +215,7 @@ def run_training(argv):
             # numba's advice for small launches (the microgpt config's) is not the user's
             warnings.filterwarnings("ignore", message=r"(?s).*Grid size \d+ will likely "
                                     "result in GPU under-utilization")
-            backend = make_backend(ns.device)
+            backend = make_backend(ns.device, ns.deterministic)
             run = setup(ns, world, backend, resources)
             return train(run, ns.stop_at)
     except distributed.CollectiveError:

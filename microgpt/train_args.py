@@ -91,6 +91,10 @@ def parse_args(argv):
     g.add_argument("--zero", type=int, choices=(0, 1), default=0,
                    help="under mpirun, 1 shards AdamW's moments over the ranks (ZeRO-1), "
                    "each rank keeping and updating its shard; the same steps as 0 (default: 0)")
+    g.add_argument("--deterministic", action="store_true",
+                   help="the same bits for the same seed on one GPU: the GEMMs take no "
+                   "split-K, whose blocks add their parts by atomics (every other kernel "
+                   "gives the same bits anyway; docs/convergence.md has the cost)")
     g.add_argument("--steps", type=positive_int, metavar="N",
                    help="optimizer steps in all" + by_default("steps"))
     g.add_argument("--batch-size", type=positive_int, metavar="B",

@@ -14,6 +14,7 @@ import pytest
 from helpers import ON_GPU, REAL_SHAPES, TOL_F32_MODEL, assert_close, rel_error
 
 from microgpt import GPT, get_config
+from microgpt.cuda_backend import CudaBackend
 from microgpt.errors import BackendError
 from microgpt.model import Buffers, activation_specs
 from microgpt.ops import LOG_COLUMNS
@@ -359,3 +360,52 @@ def test_a_data_parallel_backward_takes_the_head_in_parts(precision):
     assert sum(wte[0] <= lo < wte[1] for lo, _ in sync.ranges) > 1
     for n in whole:
         assert rel_error(parts[n], whole[n]) < TOL_F32_MODEL, n
+
+
+
+# the same bits: on a GPU both precisions at andrea-12m's geometry; in the simulator, whose
+# threads rarely race, float32 on the smallest model, which the tests of the kernels
+# (a launch's bits whatever its block) and the compile check (no atomics) back up
+SAME_BITS_CASES = ([("fp32", BF16_CASES[0], 3), ("bf16", BF16_CASES[0], 3)] if REAL_SHAPES
+                   else [("fp32", BF16_CASES[0], 2)])
+
+
+@pytest.mark.parametrize("precision,case,steps", SAME_BITS_CASES)
+def test_two_runs_of_a_seed_give_the_same_bits(precision, case, steps):
+    """Two runs of a few Steps from one seed on the same batches end with the same
+    parameters and moments, bit for bit: no float atomics in the gradient (the embedding's
+    scatter and the LayerNorm weights' sums run in a fixed order; the deterministic
+    backend takes no split-K, whose blocks add their parts by atomics). On a GPU, where
+    atomics add in the order the blocks finish, this is the check that means most."""
+    name, overrides, B, T = case
+    cfg = get_config(name, **overrides)
+    rng = np.random.default_rng()
+    batches = [tuple(rng.integers(0, cfg.vocab_size, (B, T)) for _ in range(2))
+               for _ in range(steps)]
+    runs = []
+    for _ in range(2):
+        model = GPT(cfg, backend=CudaBackend(deterministic=True), seed=5, precision=precision)
+        optimizer = AdamW(model, AdamWConfig(lr=1e-2, warmup_steps=1, total_steps=steps))
+        step = Step(model, optimizer, B, T)
+        for tokens, targets in batches:
+            step.run(tokens, targets)
+        step.metrics()
+        runs.append((model.backend.to_host(model.params_flat),
+                     *optimizer.state_dict()[0].values()))
+    for first, second in zip(*runs):
+        np.testing.assert_array_equal(first.view(np.uint32), second.view(np.uint32))
+
+
+def test_a_deterministic_backend_takes_no_split_k(monkeypatch):
+    """The op hands the bf16 GEMM split_k=1 on a deterministic backend (its default, a split
+    where the output has few tiles, otherwise): recorded, not run."""
+    from microgpt.kernels.gemm import bf16
+
+    calls = []
+    monkeypatch.setattr(bf16, "matmul_bf16", lambda *args, **kwargs: calls.append(kwargs))
+    out = CudaBackend().zeros((8, 8))
+    a, b = (CudaBackend().zeros((64, 8), np.dtype(np.uint16)) for _ in range(2))
+    for deterministic in (True, False):
+        CudaBackend(deterministic=deterministic).matmul(out, a, b, transpose_a=True,
+                                                        accumulate=True)
+    assert [call["split_k"] for call in calls] == [1, None]

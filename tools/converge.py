@@ -261,7 +261,7 @@ class Run:
     """What both trainers share: the model, the data, the schedule, the device."""
 
     def __init__(self, args):
-        self.backend = make_backend(args.device)
+        self.backend = make_backend(args.device, args.deterministic)
         cuda = self.backend.name == "cuda"
         tokenizer = (None if args.tokenizer in (None, "bpe") else ByteTokenizer()
                      if args.tokenizer == "bytes"
@@ -297,8 +297,9 @@ class Run:
                            self.config.vocab_size, seed)
 
 
-def run_seeds(run, torch_import_s):
-    """Both trainers for every seed, microgpt first; -> [Record], start-up seconds."""
+def run_seeds(run, torch_import_s, seed_done):
+    """Both trainers for every seed, microgpt first, seed_done(records, extra) after each
+    (the report so far: a run cut short keeps its finished seeds)."""
     import torch
 
     if run.backend.name == "cuda":
@@ -314,8 +315,8 @@ def run_seeds(run, torch_import_s):
             print(f"  seed {seed} {r.trainer:8s} final whole-split val {r.final:.4f}  "
                   f"train {r.losses[-1]:.4f}  {r.times[-1][1]:.1f} s", flush=True)
         records += [mg, pt]
-    return records, dict(microgpt_import_s=MICROGPT_IMPORT_S, torch_import_s=torch_import_s,
-                         windows=evaluator.windows)
+        seed_done(records, dict(microgpt_import_s=MICROGPT_IMPORT_S,
+                                torch_import_s=torch_import_s, windows=evaluator.windows))
 
 
 # ----------------------------------------------------------------------------------
@@ -356,6 +357,7 @@ def mean_spread(values):
 
 
 def report(run, records, extra, command, out):
+    """OUT.md, OUT.json and OUT.png of the seeds run so far (each rewritten whole)."""
     s = summary(records)
     mg, pt = s["microgpt"], s["pytorch"]
     mg_mean, pt_mean = np.mean(mg["final"]), np.mean(pt["final"])
@@ -367,7 +369,7 @@ def report(run, records, extra, command, out):
         f"Model: n_layer {c.n_layer}, d_model {c.d_model}, n_head {c.n_head}, context "
         f"{c.context}, vocab {c.vocab_size}. Data: {run.source}. {run.steps} steps of "
         f"{run.B} x {c.context} tokens, lr {run.adamw.lr:g} (warmup {run.adamw.warmup_steps}, "
-        f"cosine to {run.adamw.min_lr_ratio:g}x), seeds {', '.join(map(str, run.seeds))}. "
+        f"cosine to {run.adamw.min_lr_ratio:g}x), seeds {', '.join(map(str, mg['seeds']))}. "
         f"microgpt in {run.precision}; PyTorch "
         + ("in bf16 autocast" if run.precision == "bf16" else "in float32 (TF32 off)")
         + (" under torch.compile" if run.torch_compile else "") + ".", "",
@@ -402,7 +404,7 @@ def report(run, records, extra, command, out):
         precision=run.precision, torch_compile=run.torch_compile, **extra,
         records=[r.as_dict() for r in records]), indent=1))
     plot(records, out.with_suffix(".png"), f"n_layer {c.n_layer}, d_model {c.d_model}, "
-         f"{run.steps} steps of {run.B} x {c.context}, {len(run.seeds)} seeds")
+         f"{run.steps} steps of {run.B} x {c.context}, {len(mg['seeds'])} seeds")
     print("\n".join(lines))
     print(f"wrote {out.with_suffix('.md')}, .png, .json")
 
@@ -495,6 +497,9 @@ def parse_args(argv):
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--precision", choices=["bf16", "fp32"],
                    help="microgpt's; PyTorch's follows (default: bf16 on cuda, fp32 on cpu)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="microgpt's GEMMs without split-K: the same bits every run, as the "
+                   "trainer's --deterministic")
     p.add_argument("--no-torch-compile", action="store_true",
                    help="PyTorch eager on the GPU (default: torch.compile)")
     p.add_argument("--steps", type=int, default=1000)
@@ -541,8 +546,8 @@ def main(argv=None):
         print(f"{PROG}: {err}", file=sys.stderr)
         return 2
     command = "python tools/converge.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    records, extra = run_seeds(run, torch_import_s)
-    report(run, records, extra, command, out)
+    run_seeds(run, torch_import_s, lambda records, extra: report(run, records, extra, command,
+                                                                  out))
     return 0
 
 

@@ -23,19 +23,23 @@ from .tuning import wgmma_takes
 
 
 def matmul(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, *,
-           tile=None, stream=0):
+           tile=None, split_k=None, stream=0):
     """out (M, N) = op(a) @ op(b), op transposing when asked; += when accumulate.
 
     a is (M, K), or (K, M) when transpose_a; b is (K, N), or (N, K) when transpose_b; each
     a matrix or a view of some of a wider one's columns. float32 operands take
-    ``fp32.matmul`` (tile, a GemmTile, overrides its shape-based default); bf16 operands
-    (uint16 arrays) go to the tensor cores, ``bf16.matmul_bf16`` with its own defaults."""
+    ``fp32.matmul`` (tile, a GemmTile, overrides its shape-based default; it never splits
+    K); bf16 operands (uint16 arrays) go to the tensor cores, ``bf16.matmul_bf16`` with
+    its own defaults, or split_k (1: no split-K, whose blocks add their parts by float
+    atomics in the order they finish, so the same bits every run)."""
     if a.dtype == np.uint16 or b.dtype == np.uint16:
         if tile is not None:
             raise ValueError("tile: a GemmTile is the float32 kernel's; bf16 operands take "
                              "gemm.bf16's tiles (call gemm.bf16.matmul_bf16 to choose one)")
         return bf16.matmul_bf16(out, a, b, transpose_a, transpose_b, accumulate,
-                                stream=stream)
+                                split_k=split_k, stream=stream)
+    if split_k not in (None, 1):
+        raise ValueError(f"split_k={split_k}: the float32 kernel does not split K")
     fp32.matmul(out, a, b, transpose_a, transpose_b, accumulate, tile=tile, stream=stream)
 
 

@@ -11,6 +11,7 @@ def bench_steps(reps, compile_torch=True, fp32=True):
     import torch
     from numba import cuda
     from microgpt import GPT, get_config
+    from microgpt.cuda_backend import CudaBackend
     from microgpt.optim import AdamW, AdamWConfig
     from microgpt.step import Step
 
@@ -24,10 +25,13 @@ def bench_steps(reps, compile_torch=True, fp32=True):
         targets = rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
 
         row = {}
-        runs = ([("fp32", True)] if fp32 else []) + [("bf16", False), ("bf16", True)]
-        for precision, graph in runs:
+        # the last: the same bits every run (no split-K), as --deterministic trains
+        runs = ([("fp32", True, False)] if fp32 else []) + [
+            ("bf16", False, False), ("bf16", True, False), ("bf16", True, True)]
+        for precision, graph, deterministic in runs:
             free_before, total = cuda.current_context().get_memory_info()
-            model = GPT(cfg, backend="cuda", precision=precision)
+            model = GPT(cfg, backend=CudaBackend(deterministic=deterministic),
+                        precision=precision)
             step = Step(model, AdamW(model, AdamWConfig(total_steps=10**6)), B, T, graph=graph)
             for _ in range(2):          # compile; then capture
                 step.run(idx, targets)
@@ -46,10 +50,12 @@ def bench_steps(reps, compile_torch=True, fp32=True):
             step.metrics()              # the one read back, which waits for the device
             ours_s = (time.perf_counter() - t0) / reps
             free_after, _ = cuda.current_context().get_memory_info()
-            label = f"ours_{precision}_{'graph' if graph else 'eager'}"
+            label = (f"ours_{precision}_{'graph' if graph else 'eager'}"
+                     + ("_deterministic" if deterministic else ""))
             row[label + "_tok_s"] = B * T / ours_s
             row[label + "_host_ms"] = 1e3 * float(np.median(host))
-            row[f"ours_{precision}_gib"] = (free_before - free_after) / 2**30
+            if not deterministic:
+                row[f"ours_{precision}_gib"] = (free_before - free_after) / 2**30
             model = step = None         # free the device memory before the next runs
         row.update(config=name, B=B, T=T)
         t_idx, t_targets = (
@@ -126,14 +132,19 @@ def steps_report(rows):
     lines += [
         "",
         "microgpt's bf16 step launched op by op (eager) and replayed as one CUDA graph; "
-        "host ms: the Python side of one step with the device idle.",
+        "host ms: the Python side of one step with the device idle. Deterministic: the "
+        "graph of the step that gives the same bits every run (--deterministic: no "
+        "split-K), and its time against the default graph's.",
         "",
-        "| config | eager tok/s | eager host ms | graph tok/s | graph host ms |",
-        "|---|---:|---:|---:|---:|",
+        "| config | eager tok/s | eager host ms | graph tok/s | graph host ms | "
+        "deterministic tok/s | deterministic step time / graph's |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
+        same_bits = r["ours_bf16_graph_deterministic_tok_s"]
         lines.append(f"| {r['config']} | {r['ours_bf16_eager_tok_s']:,.0f} | "
                      f"{r['ours_bf16_eager_host_ms']:.2f} | "
                      f"{r['ours_bf16_graph_tok_s']:,.0f} | "
-                     f"{r['ours_bf16_graph_host_ms']:.2f} |")
+                     f"{r['ours_bf16_graph_host_ms']:.2f} | {same_bits:,.0f} | "
+                     f"{r['ours_bf16_graph_tok_s'] / same_bits:.3f} |")
     return lines + [""]
