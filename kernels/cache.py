@@ -388,7 +388,7 @@ def make(recipe):
 
 def write_manifest(path):
     """Record the kernels this process loaded or compiled (those made by a recipe) at
-    path, for missing(): a pickle of [(recipe, signature, entry name, seconds)]."""
+    path, for missing(): a pickle of (stamp, [(recipe, signature, entry name, seconds)])."""
     path = Path(path)
     old = {name: seconds for _, _, name, seconds in read_manifest(path)[1]}
     entries = [(recipe, sig, name, seconds if seconds is not None else old.get(name))
@@ -401,7 +401,8 @@ def write_manifest(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary.write_bytes(pickle.dumps((stamp, entries), protocol=pickle.HIGHEST_PROTOCOL))
         os.replace(temporary, path)
-    except (OSError, Uncacheable):      # a manifest only saves time
+    except (OSError, Uncacheable, pickle.PicklingError, TypeError, AttributeError):
+        # a manifest only saves time: one that cannot be written is skipped
         try:
             temporary.unlink(missing_ok=True)
         except OSError:
@@ -411,7 +412,8 @@ def write_manifest(path):
 def read_manifest(path):
     """-> (stamp, entries) as write_manifest wrote them; (None, []) for no manifest."""
     try:
-        return pickle.loads(Path(path).read_bytes())
+        stamp, entries = pickle.loads(Path(path).read_bytes())
+        return stamp, [(recipe, sig, name, seconds) for recipe, sig, name, seconds in entries]
     except Exception:       # absent, damaged, or of code that is gone: no manifest
         return None, []
 

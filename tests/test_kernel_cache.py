@@ -219,6 +219,18 @@ def test_a_full_disk_leaves_no_partial_entry_and_says_so_once(tmp_path, monkeypa
     assert len(lines) == 1 and "No space left on device" in lines[0]
 
 
+def test_a_manifest_that_cannot_be_read_or_written_only_costs_its_time(tmp_path, monkeypatch):
+    monkeypatch.setattr(cache, "_settings", cache._Settings(directory=tmp_path))
+    monkeypatch.setattr(cache, "device_target", lambda: (CC, "runtime", "nvvm"))
+    damaged = tmp_path / "damaged.pkl"
+    damaged.write_bytes(b"not a manifest")
+    assert cache.read_manifest(damaged) == (None, []) and cache.missing(damaged) == []
+    lock = __import__("threading").Lock()       # a factory argument pickle cannot take
+    monkeypatch.setattr(cache, "_used", {"k.kernel": (("global", "tests", "k", lock), (), 1.0)})
+    cache.write_manifest(tmp_path / "manifest.pkl")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged.pkl"]
+
+
 # ----------------------------------------------------------------------------------
 # the key, in this process (no compilation)
 
