@@ -11,6 +11,16 @@ from microgpt import reference as ref
 from microgpt.errors import BackendError
 
 
+class _Done:
+    """What a NumPy backend's fetch returns: its copy has happened already."""
+
+    def synchronize(self):
+        pass
+
+
+_DONE = _Done()
+
+
 class NumpyBackend:
     name = "numpy"
     graphs = False      # nothing to capture: every op runs when called
@@ -30,6 +40,15 @@ class NumpyBackend:
 
     def copy(self, dst, src):
         dst[...] = src
+
+    def host_buffer(self, shape, dtype):
+        return np.empty(shape, dtype)
+
+    def fetch(self, host, arr):
+        """host = arr now -> an object whose synchronize() returns (CudaBackend's copy is
+        asynchronous, with an event)."""
+        host[...] = arr
+        return _DONE
 
     def fill_zero(self, arr):
         arr[...] = 0
@@ -161,14 +180,31 @@ class NumpyBackend:
         log[(int(hparams[0]) - 1) % log.shape[0]] = (
             np.mean(losses, dtype=np.float64), np.sqrt(norm_squared[0]), hparams[1])
 
-    # generation: the KV cache (microgpt.generate) ------------------------------------
-    def kv_cache_write(self, kv_cache, qkv, start):
-        """kv_cache (B, S, 2C) rows start .. start+T-1 = the K and V of qkv (B, T, 3C)."""
-        kv_cache[:, start:start + qkv.shape[1]] = ref.kv_cache_rows(qkv)
+    # generation: a decoding batch and its KV cache (microgpt.generate) ------------------
+    def decode_embedding(self, out, seq, wte, wpe):
+        """out (B, 1, C) = each sequence's token at its position (seq (B, 4): SEQ_COLUMNS)."""
+        out[...] = ref.decode_embedding(seq, wte, wpe)
 
-    def attention_cached_forward(self, out, qkv, kv_cache, start, n_head):
-        """out (B, T, C): positions start .. start+T-1 attend to the cache's 0 .. start+T-1."""
-        out[...] = ref.attention_cached_forward(qkv, kv_cache, start, n_head)
+    def kv_cache_write(self, kv_cache, qkv, slots):
+        """The prefill: cache row slots[r] of kv_cache (B, S, 2C), positions 0 .. T-1, =
+        the K and V of qkv (n, T, 3C) row r."""
+        kv_cache[...] = ref.kv_cache_write(kv_cache, qkv, slots)
+
+    def attention_decode(self, out, kv_cache, qkv, seq, n_head):
+        """out (B, 1, C): each sequence's new position against the cache's 0 .. position,
+        its key and value written there (a sequence past the cache is left as it is)."""
+        rows, kv_cache[...] = ref.attention_decode(kv_cache, qkv, seq, n_head)
+        for b, row in enumerate(rows):
+            if row is not None:
+                out[b] = row
+
+    def sample_tokens(self, seq, logits, capacity, *, vocab=None, temperature=0.0, top_k=0,
+                      top_p=1.0, seed=0, stop_id=-1):
+        """Each active sequence's next token from its logits (B, V), seq (B, 4) advanced."""
+        seq[...] = ref.sample_tokens(seq, logits, capacity,
+                                     vocab=logits.shape[1] if vocab is None else vocab,
+                                     temperature=temperature, top_k=top_k, top_p=top_p,
+                                     seed=seed, stop_id=stop_id)
 
 
 def cuda_available():

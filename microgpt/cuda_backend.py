@@ -76,6 +76,19 @@ class CudaBackend:
     def copy(self, dst, src):
         dst.copy_to_device(src, stream=self.stream)
 
+    def host_buffer(self, shape, dtype):
+        """A page-locked host array, which fetch fills without holding the host up."""
+        return cuda.pinned_array(shape, dtype)
+
+    def fetch(self, host, arr):
+        """Enqueue arr's copy into host (a host_buffer) -> an event: its synchronize()
+        returns once host holds it. The host goes on meanwhile (generation enqueues its
+        next step before it reads a step's tokens)."""
+        arr.copy_to_host(host, stream=self.stream)
+        event = cuda.event()
+        event.record(self.stream)
+        return event
+
     def fill_zero(self, arr):
         common.fill_zero(arr, self.stream)
 

@@ -1,122 +1,206 @@
-"""Generation with a KV cache: the prompt in one pass (the prefill), then one position a step.
+"""Generation: a batch of sequences decoding together against a KV cache of fixed capacity.
 
-Each layer keeps the keys and values of the positions seen so far on the model's backend
-(``kv_cache_write``, ``attention_cached_forward``: kernels/attention/kv_cache.py on the GPU), so a
-step runs the model over one new position, and only the last position's logits, V floats,
-come back to the host, where temperature and top-k pick the token (a 200 KB copy for
-andrea-120m's 50304 logits: a device-side top-k would save microseconds per token).
-The model is read through its parameters (``model.params``) and its backend's ops only.
+The model runs its own blocks (``GPT.enqueue_blocks``); generation only supplies the
+attention step and the ends. A prompt's tokens but its last run once, through the
+training kernels (the prefill: the model's forward, each block's keys and values copied
+into the cache by ``kv_cache_write``); then every step runs one position per sequence:
+``decode_embedding`` of each sequence's token at its own position, the blocks with
+``attention_decode`` (the new position against the cache, its key and value written
+there), and ``sample_tokens``, which draws each sequence's next token on the device and
+advances its state. That state (token, position, tokens left, draws: ``SEQ_COLUMNS``) is
+a (B, 4) array on the device and no launch argument depends on it, so on a GPU the step
+is captured into a CUDA graph once (as a training step is: ``backend.capture``) and
+replayed for every token; the one copy back per step is that (B, 4) array, from which
+the host streams the new tokens.
 
-Positions are absolute (learned wpe), so a window cannot shift by one position: when the
-cache is full (context positions), the newest half of the window is run again from
-position 0 and generation goes on from there. Every token is thus predicted from the
-newest context/2 to context tokens, and the re-run costs one prefill per context/2
-tokens, where re-running the full window for every token would cost a forward each.
+Capacity: a sequence's cache holds the model's context of positions (wpe has no more).
+A prompt longer than that keeps its newest context tokens. When a sequence's cache is
+full its window slides: the newest half of it (context // 2 tokens, the one drawn last
+among them) runs again from position 0, a prefill of that sequence alone, and it goes on
+from there. Every token is thus predicted from the newest context // 2 to context
+tokens, at the cost of one prefill per context // 2 tokens.
+
+The NumPy backend runs the same steps on the reference (its ops), uncaptured: both give
+the same tokens at temperature 0 on the same float32 weights.
 """
+from collections import deque
+from dataclasses import dataclass
+
 import numpy as np
 
 from microgpt.errors import UserError
+from microgpt.model import Buffers, activation_specs, rows
+from microgpt.reference import DRAWN, LEFT, NOT_FINITE, POSITION, SEQ_COLUMNS, TOKEN
+
+AHEAD = 2       # decoding steps enqueued before the host reads a step's tokens
 
 
-class KVCache:
-    """The keys and values of every layer for the window of tokens in it, and the buffers
-    of one pass over up to context new positions (batch 1).
+@dataclass(frozen=True)
+class Sampling:
+    """How a token is drawn: temperature 0 is greedy; top_k 0 and top_p 1 keep every
+    token; seed starts the counter-based generator; stop_id (or None) ends a sequence
+    (the tokenizer's end of document); vocab_limit (or None): only the first that many
+    logits are eligible (the model's vocabulary may be padded beyond the tokenizer's)."""
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 1.0
+    seed: int = 0
+    stop_id: int = None
+    vocab_limit: int = None
 
-    start(ids) runs a prompt (its newest context tokens) from position 0, append(token)
-    one more position; both return the last position's logits, a host array (V,)."""
+    def check(self, vocab_size):
+        if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
+            raise ValueError(f"sampling needs temperature >= 0, top_k >= 0 and top_p in "
+                             f"(0, 1], got {self.temperature}, {self.top_k}, {self.top_p}")
+        if self.vocab_limit is not None and not 1 <= self.vocab_limit <= vocab_size:
+            raise ValueError(f"vocab_limit must lie in [1, {vocab_size}], got "
+                             f"{self.vocab_limit}")
 
-    def __init__(self, model):
-        self.model = model
+
+class Decoder:
+    """B sequences' KV caches, state and step buffers; ``start`` loads prompts, ``step``
+    runs one position of every active sequence, ``state`` reads the state back."""
+
+    def __init__(self, model, batch, *, graph=True):
+        self.model, self.batch = model, batch
         cfg, ops = model.config, model.backend
-        S, C = cfg.context, cfg.d_model
-        self.kv = [ops.zeros((1, S, 2 * C)) for _ in range(cfg.n_layer)]   # K | V per row
-        # token rows (S, X); a pass over T positions uses the first T rows
-        self.x, self.ln, self.att, self.proj = (ops.zeros((S, C)) for _ in range(4))
-        self.qkv = ops.zeros((S, 3 * C))
-        self.fc = ops.zeros((S, 4 * C))
-        self.mean, self.rstd = ops.zeros((S,)), ops.zeros((S,))
-        self.logits = ops.zeros((1, cfg.vocab_size))
-        self.tokens = []            # the window: the ids whose keys and values are cached
+        self.ops, self.capacity = ops, cfg.context
+        low = np.dtype(np.uint16) if model.precision == "bf16" else None    # bf16 bits
+        self.kv = [ops.zeros((batch, cfg.context, 2 * cfg.d_model), low)
+                   for _ in range(cfg.n_layer)]
+        self.seq = ops.zeros((batch, len(SEQ_COLUMNS)), np.dtype(np.int32))
+        self.acts = Buffers(ops, activation_specs(cfg, batch, 1, model.precision))
+        self._prefills = {}         # (n, T) -> the buffers of a prefill of that shape
+        self.graph = graph and ops.graphs
+        self._captured, self._ran = {}, set()
 
-    def start(self, ids):
-        """Empty the cache, then run ids[-context:] from position 0."""
-        cfg = self.model.config
-        ids = [int(t) for t in ids][-cfg.context:]
-        if not ids:
-            raise ValueError("generation needs at least one token to start from")
-        if min(ids) < 0 or max(ids) >= cfg.vocab_size:
-            raise ValueError(f"token ids must lie in [0, {cfg.vocab_size})")
-        self.tokens = ids
-        return self._run(ids, 0)
+    def start(self, b, ids, left, drawn=0):
+        """Sequence b continues ids (its newest context tokens), with left tokens to draw:
+        all of ids but the last run as a prefill into b's cache, the last is the token its
+        next step runs."""
+        self.start_many([b], [ids], [left], [drawn])
 
-    def append(self, token):
-        """Run one more position; on a full window, restart from its newest half."""
-        context = self.model.config.context
-        if len(self.tokens) == context:
-            return self.start((self.tokens + [token])[-max(1, context // 2):])
-        self.tokens.append(int(token))
-        return self._run([int(token)], len(self.tokens) - 1)
+    def start_many(self, slots, prompts, left, drawn):
+        """start for several sequences at once: one prefill, their prompts padded to the
+        longest (the causal attention never reads a later position, and the padding's
+        keys lie beyond each sequence's position, which its steps overwrite)."""
+        cfg, ops = self.model.config, self.ops
+        prompts = [[int(t) for t in ids][-cfg.context:] for ids in prompts]
+        for ids in prompts:
+            if not ids:
+                raise ValueError("generation needs at least one token to start from")
+            if min(ids) < 0 or max(ids) >= cfg.vocab_size:
+                raise ValueError(f"token ids must lie in [0, {cfg.vocab_size})")
+        T = max(len(ids) for ids in prompts) - 1
+        if T > 0:
+            n = len(prompts)
+            if (n, T) not in self._prefills:
+                self._prefills[(n, T)] = Buffers(ops, activation_specs(cfg, n, T,
+                                                                       self.model.precision))
+            a = self._prefills[(n, T)]
+            ids = np.zeros((n, T), np.int32)
+            for r, prompt in enumerate(prompts):
+                ids[r, :len(prompt) - 1] = prompt[:-1]
+            ops.copy(a.batch[0], ids)
+            slots_dev = ops.to_device(np.array(slots, np.int32))
 
-    def _run(self, ids, start):
-        """The model over positions start .. start+T-1 holding ids, their keys and values
-        added to the cache -> the logits of the last one (host, (V,))."""
-        ops, p, cfg = self.model.backend, self.model.params, self.model.config
-        T = len(ids)
-        x, ln, att, proj, qkv, fc, mean, rstd = (
-            buf[:T] for buf in (self.x, self.ln, self.att, self.proj, self.qkv, self.fc,
-                                self.mean, self.rstd))
+            def store_then_attend(a, i):        # the prompt's keys and values, then the
+                ops.kv_cache_write(self.kv[i], a.qkv[i], slots_dev)     # training attention
+                self.model.enqueue_attention(a, i)
+            p = self.model.params
+            ops.encoder_forward(a.resid[0], a.batch[0], p["wte"], p["wpe"])
+            self.model.enqueue_blocks(a, attention=store_then_attend)
+        for b, ids, n_left, n_drawn in zip(slots, prompts, left, drawn):
+            ops.copy(self.seq[b], np.array([ids[-1], len(ids) - 1, n_left, n_drawn], np.int32))
 
-        def seq(rows):                              # (T, X) -> (1, T, X), a view
-            return rows.reshape(1, T, rows.shape[1])
+    def step(self, sampling):
+        """Enqueue one position of every active sequence and its draw (captured once per
+        sampling on a GPU, replayed after)."""
+        def enqueue():
+            ops, p, a = self.ops, self.model.params, self.acts
+            ops.decode_embedding(a.resid[0], self.seq, p["wte"], p["wpe"])
+            self.model.enqueue_blocks(a, attention=self._attend)
+            ops.sample_tokens(self.seq, rows(a.logits), self.capacity,
+                              vocab=sampling.vocab_limit, temperature=sampling.temperature,
+                              top_k=sampling.top_k, top_p=sampling.top_p, seed=sampling.seed,
+                              stop_id=-1 if sampling.stop_id is None else sampling.stop_id)
+        if not self.graph or sampling not in self._ran:
+            enqueue()
+            self._ran.add(sampling)
+            return
+        if sampling not in self._captured:
+            self._captured[sampling] = self.ops.capture(enqueue)
+        self._captured[sampling].replay()
 
-        idx = ops.to_device(np.array([ids], np.int32))
-        ops.encoder_forward(seq(x), idx, p["wte"], p["wpe"][start:start + T])
-        for i in range(cfg.n_layer):
-            h = f"h.{i}."
-            ops.layernorm_forward(ln, mean, rstd, x, p[h + "ln_1.weight"], p[h + "ln_1.bias"])
-            ops.matmul(qkv, ln, p[h + "attn.w_qkv"])
-            ops.kv_cache_write(self.kv[i], seq(qkv), start)
-            ops.attention_cached_forward(seq(att), seq(qkv), self.kv[i], start, cfg.n_head)
-            ops.matmul(proj, att, p[h + "attn.w_o"])
-            ops.residual_forward(x, x, proj)
-            ops.layernorm_forward(ln, mean, rstd, x, p[h + "ln_2.weight"], p[h + "ln_2.bias"])
-            ops.matmul(fc, ln, p[h + "mlp.w_fc"])
-            ops.gelu_forward(fc, fc)
-            ops.matmul(proj, fc, p[h + "mlp.w_proj"])
-            ops.residual_forward(x, x, proj)
-        last = slice(T - 1, T)                      # the LM head runs on the last row only
-        ops.layernorm_forward(ln[last], mean[last], rstd[last], x[last], p["ln_f.weight"],
-                              p["ln_f.bias"])
-        ops.matmul(self.logits, ln[last], p["wte"], transpose_b=True)    # tied head
-        return ops.to_host(self.logits)[0]
+    def _attend(self, a, i):
+        self.ops.attention_decode(a.att_merged[i], self.kv[i], a.qkv[i], self.seq,
+                                  self.model.config.n_head)
 
-
-def pick_token(logits, *, temperature, top_k, rng):
-    """One token id from logits (host, (V,)): temperature 0 is greedy, top_k 0 keeps all."""
-    logits = logits.astype(np.float64)
-    if not np.isfinite(logits).all():
-        raise UserError("the model's outputs overflow to NaN or infinity: its parameters "
-                        "come from a run that diverged; use an earlier checkpoint")
-    if temperature == 0:
-        return int(np.argmax(logits))
-    logits /= temperature
-    if 0 < top_k < logits.size:
-        logits[logits < np.partition(logits, -top_k)[-top_k]] = -np.inf
-    p = np.exp(logits - logits.max())
-    return int(rng.choice(logits.size, p=p / p.sum()))
+    def state(self):
+        """The (B, 4) state on the host (SEQ_COLUMNS): the one copy back of a step."""
+        return self.ops.to_host(self.seq)
 
 
-def generate(model, prompt_ids, n_tokens, *, temperature, top_k, rng, vocab_limit):
-    """Extend prompt_ids by n_tokens sampled tokens -> the new ids (a list of int). Only the
-    first vocab_limit logits are eligible (the model's vocabulary may be padded beyond the
-    tokenizer's)."""
-    cache = KVCache(model)
-    new = []
-    with np.errstate(all="ignore"):         # overflow is reported by pick_token, in one line
-        logits = cache.start(prompt_ids)
-        for n in range(n_tokens):
-            new.append(pick_token(logits[:vocab_limit], temperature=temperature, top_k=top_k,
-                                  rng=rng))
-            if n + 1 < n_tokens:
-                logits = cache.append(new[-1])
+def generate(model, prompts, n_tokens, sampling=Sampling(), *, on_token=None, graph=True,
+             decoder=None):
+    """Extend each prompt (a list of token ids) by up to n_tokens drawn tokens -> the new
+    ids of each (lists of int; shorter where sampling.stop_id came, which is kept). All
+    prompts decode as one batch, each at its own length; on_token(b, token), if given, is
+    called for every token as it comes. decoder: a Decoder of the model for as many
+    sequences, to reuse (its buffers and captured steps) from call to call."""
+    cfg = model.config
+    sampling.check(cfg.vocab_size)
+    if n_tokens < 1:
+        raise ValueError(f"n_tokens must be at least 1, got {n_tokens}")
+    if decoder is None:
+        decoder = Decoder(model, len(prompts), graph=graph)
+    elif decoder.model is not model or decoder.batch != len(prompts):
+        raise ValueError(f"decoder: one of this model for {len(prompts)} sequences is "
+                         f"needed, got one for {decoder.batch}")
+    B = len(prompts)
+    windows = [[int(t) for t in ids][-cfg.context:] for ids in prompts]
+    decoder.start_many(list(range(B)), windows, [n_tokens] * B, [0] * B)
+    new = [[] for _ in prompts]
+    drawn = [0] * B
+    slid_at = [None] * B        # the draw count at which a sequence's window last slid
+    hosts = [decoder.ops.host_buffer((B, len(SEQ_COLUMNS)), np.int32)
+             for _ in range(AHEAD + 1)]
+    launched = 0
+
+    def launch():
+        """Enqueue a step and its state's copy back -> (event, host buffer)."""
+        nonlocal launched
+        decoder.step(sampling)
+        host = hosts[launched % len(hosts)]
+        launched += 1
+        return decoder.ops.fetch(host, decoder.seq), host
+
+    # AHEAD steps are enqueued before a step's tokens are read, so the device always has
+    # one to run while the host streams them; a step that finds a sequence done, or
+    # waiting for its window to slide, leaves it as it is
+    pending = deque(launch() for _ in range(min(AHEAD, n_tokens)))
+    while pending:
+        event, host = pending.popleft()
+        event.synchronize()
+        state = host.copy()
+        if (state[:, LEFT] == NOT_FINITE).any():
+            raise UserError("the model's outputs overflow to NaN or infinity: its "
+                            "parameters come from a run that diverged; use an earlier "
+                            "checkpoint")
+        if any(row[LEFT] > len(pending) or (row[LEFT] > 0 and row[POSITION] == decoder.capacity)
+               for row in state):
+            pending.append(launch())
+        for b, row in enumerate(state):
+            if row[DRAWN] > drawn[b]:
+                drawn[b] = int(row[DRAWN])
+                token = int(row[TOKEN])
+                new[b].append(token)
+                windows[b].append(token)
+                if on_token is not None:
+                    on_token(b, token)
+            if (row[POSITION] == decoder.capacity and row[LEFT] > 0
+                    and slid_at[b] != drawn[b]):
+                slid_at[b] = drawn[b]
+                windows[b] = windows[b][-max(1, cfg.context // 2):]
+                decoder.start(b, windows[b], int(row[LEFT]), drawn[b])
     return new

@@ -227,18 +227,22 @@ class GPT:
         """a.batch[0] (token ids) -> a.logits, and every activation on the way. Each
         residual add is fused into the LayerNorm after it, so the norm that reads resid[i]
         (block i's ln_1, or ln_f after the last block) runs at the end of block i - 1."""
+        p = self.params
+        self.backend.encoder_forward(a.resid[0], a.batch[0], p["wte"], p["wpe"])
+        self.enqueue_blocks(a)
+
+    def enqueue_blocks(self, a, attention=None):
+        """a.resid[0] (the embedded tokens) -> a.logits: the blocks and the head.
+        attention(a, i), when given, is block i's attention in place of
+        enqueue_attention: generation's (microgpt.generate) against its KV cache."""
         ops, p, w, cfg = self.backend, self.params, self.weights, self.config
-        ops.encoder_forward(a.resid[0], a.batch[0], p["wte"], p["wpe"])
+        attention = attention or self.enqueue_attention
         out, stats, affine = self._norm_of_resid(a, 0)
         ops.layernorm_forward(out, *stats, rows(a.resid[0]), *affine)
         for i in range(cfg.n_layer):
             h = f"h.{i}."
             ops.matmul(rows(a.qkv[i]), rows(a.ln_1[i]), w[h + "attn.w_qkv"])      # fused QKV
-            if not a.heads_in_place:                                             # (B, H, T, D)
-                ops.split_heads_forward(a.q[i], a.k[i], a.v[i], a.qkv[i])
-            ops.attention_forward(a.att[i], a.att_lse[i], a.q[i], a.k[i], a.v[i])
-            if not a.heads_in_place:                                             # (B, T, C)
-                ops.merge_heads_forward(a.att_merged[i], a.att[i])
+            attention(a, i)                                     # qkv[i] -> att_merged[i]
             ops.matmul(rows(a.proj), rows(a.att_merged[i]), w[h + "attn.w_o"])
             ops.residual_layernorm_forward(
                 rows(a.mid[i]), rows(a.ln_2[i]), a.ln_2_mean[i], a.ln_2_rstd[i],
@@ -250,6 +254,16 @@ class GPT:
             ops.residual_layernorm_forward(rows(a.resid[i + 1]), out, *stats, rows(a.mid[i]),
                                            rows(a.proj), *affine)
         ops.matmul(rows(a.logits), rows(a.ln_f), w["wte"], transpose_b=True)     # tied head
+
+    def enqueue_attention(self, a, i):
+        """Block i's causal attention over the batch's own positions: a.qkv[i] ->
+        a.att_merged[i]."""
+        ops = self.backend
+        if not a.heads_in_place:                                             # (B, H, T, D)
+            ops.split_heads_forward(a.q[i], a.k[i], a.v[i], a.qkv[i])
+        ops.attention_forward(a.att[i], a.att_lse[i], a.q[i], a.k[i], a.v[i])
+        if not a.heads_in_place:                                             # (B, T, C)
+            ops.merge_heads_forward(a.att_merged[i], a.att[i])
 
     def _norm_of_resid(self, a, i):
         """The LayerNorm that reads resid[i] -> (its out rows, (mean, rstd), (weight,

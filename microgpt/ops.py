@@ -33,13 +33,15 @@ OPS = {
     "adamw_schedule": "adamw",
     "adamw_update": "adamw",
     "record_step": "reductions",
-    # generation with a KV cache (microgpt.generate)
-    "kv_cache_write": "attention.kv_cache",
-    "attention_cached_forward": "attention.kv_cache",
+    # generation: a decoding batch and its KV cache (microgpt.generate)
+    "decode_embedding": "attention.decode",
+    "kv_cache_write": "attention.decode",
+    "attention_decode": "attention.decode",
+    "sample_tokens": "sampling",
 }
 
 MEMORY = ("zeros", "to_device", "to_host", "copy", "fill_zero", "synchronize", "mean",
-          "heads_view")
+          "heads_view", "host_buffer", "fetch")
 
 # hyper-parameters of the next AdamW update, a (4,) float32 device array written by
 # adamw_schedule and read by adamw_update, so that a captured step never changes its

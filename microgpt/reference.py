@@ -269,3 +269,113 @@ def attention_cached_forward(qkv, kv_cache, start, n_head):
     scores = np.where(future, -np.inf, scores)
     p = np.exp(scores - scores.max(axis=-1, keepdims=True))
     return merge_heads_forward(p / p.sum(axis=-1, keepdims=True) @ v)
+
+
+# ----------------------------------------------------------------------------------
+# decoding: a batch of sequences at their own positions, and sampling
+#
+# A decoding batch's state is seq (B, 4) int: per sequence the token it runs next, that
+# token's position, the tokens it has left to generate and the tokens it has drawn
+# (SEQ_COLUMNS). kernels/decode.py and kernels/sampling.py are the kernels.
+
+SEQ_COLUMNS = ("token", "position", "left", "drawn")
+TOKEN, POSITION, LEFT, DRAWN = range(4)
+NOT_FINITE = -1             # left, after logits that are not finite
+
+
+def decode_embedding(seq, wte, wpe):
+    """-> x (B, 1, C): each sequence's token at its position (the last row of wpe for one
+    past the cache, whose step changes nothing)."""
+    pos = np.minimum(seq[:, POSITION], wpe.shape[0] - 1)
+    return (wte[seq[:, TOKEN]] + wpe[pos])[:, None]
+
+
+def kv_cache_write(kv_cache, qkv, slots):
+    """The prefill: -> kv_cache (B, S, 2C) with row slots[r], positions 0 .. T-1, the cache
+    rows of qkv (n, T, 3C) row r."""
+    out = kv_cache.copy()
+    out[slots, :qkv.shape[1]] = kv_cache_rows(qkv)
+    return out
+
+
+def attention_decode(kv_cache, qkv, seq, n_head):
+    """Each sequence's new position (its q, k, v in qkv (B, 1, 3C)) against the cache's
+    positions 0 .. position -> (out (B, 1, C), the cache with the new rows written). A
+    sequence whose position is past the cache gets None for out and no write."""
+    cache, out = kv_cache.copy(), [None] * len(seq)
+    for b, pos in enumerate(seq[:, POSITION]):
+        if pos < kv_cache.shape[1]:
+            cache[b, pos] = kv_cache_rows(qkv[b:b + 1])[0, 0]
+            out[b] = attention_cached_forward(qkv[b:b + 1], cache[b:b + 1], pos, n_head)[0]
+    return out, cache
+
+
+def _hash32(x):
+    """lowbias32 (C. Wellons), on uint64 arrays or scalars holding 32-bit values."""
+    x = np.uint64(x) if np.isscalar(x) else x.astype(np.uint64)
+    mask = np.uint64(0xFFFFFFFF)
+    x ^= x >> np.uint64(16)
+    x = (x * np.uint64(0x7FEB352D)) & mask
+    x ^= x >> np.uint64(15)
+    x = (x * np.uint64(0x846CA68B)) & mask
+    return x ^ (x >> np.uint64(16))
+
+
+def uniforms(seed, b, drawn, n):
+    """The draw number `drawn` of sequence b's generator: n uniforms in (0, 1), one per
+    token id, a hash of (seed, b, drawn, id) (as float32, the kernel's values)."""
+    base = _hash32(_hash32(_hash32(seed & 0xFFFFFFFF) ^ np.uint64(b)) ^ np.uint64(drawn))
+    bits = _hash32(base ^ _hash32(np.arange(n))) >> np.uint64(8)
+    return ((bits.astype(np.float32) + np.float32(0.5)) * np.float32(2.0**-24))
+
+
+def sampling_keep(x, top_k, top_p):
+    """Which of the tempered logits x (V,) a draw keeps: the top_k largest (0: all; ties
+    at the k-th kept), then the smallest set of the largest of those whose softmax sums to
+    at least top_p (ties kept)."""
+    keep = np.ones(x.shape, bool)
+    if 0 < top_k < x.size:
+        keep &= x >= np.sort(x)[-top_k]
+    if top_p < 1:
+        p = np.where(keep, np.exp(x - x.max()), 0.0)
+        order = np.argsort(-x, kind="stable")
+        cut = np.searchsorted(np.cumsum(p[order]), top_p * p.sum())
+        keep &= x >= x[order[min(cut, x.size - 1)]]
+    return keep
+
+
+def sampling_probabilities(logits, temperature, top_k=0, top_p=1.0):
+    """The distribution of one draw from logits (V,) (float64): one-hot on the first
+    largest at temperature 0, else softmax(logits / temperature) over sampling_keep."""
+    logits = np.asarray(logits, np.float64)
+    if temperature == 0:
+        return np.eye(logits.size)[np.argmax(logits)]
+    x = logits / temperature
+    p = np.where(sampling_keep(x, top_k, top_p), np.exp(x - x.max()), 0.0)
+    return p / p.sum()
+
+
+def sample_tokens(seq, logits, capacity, *, vocab, temperature, top_k, top_p, seed,
+                  stop_id):
+    """-> seq advanced by one draw per active sequence (tokens left, position below
+    capacity) from the first vocab of its logits (B, V): greedy at temperature 0, else
+    the Gumbel-max draw argmax over the kept x of x - log(-log(u)), u = uniforms(seed, b,
+    drawn), which samples sampling_probabilities."""
+    seq = seq.copy()
+    for b, (_, pos, left, drawn) in enumerate(seq):
+        if left <= 0 or pos >= capacity:
+            continue
+        row = np.asarray(logits[b, :vocab], np.float32)
+        if not np.isfinite(row).all():
+            seq[b, LEFT] = NOT_FINITE
+            continue
+        if temperature == 0:
+            token = int(np.argmax(row))
+        else:
+            x = row * (np.float32(1) / np.float32(temperature))
+            u = uniforms(seed, b, drawn, vocab).astype(np.float64)
+            score = np.where(sampling_keep(x.astype(np.float64), top_k, top_p),
+                             x - np.log(-np.log(u)), -np.inf)
+            token = int(np.argmax(score))
+        seq[b] = token, pos + 1, 0 if token == stop_id else left - 1, drawn + 1
+    return seq

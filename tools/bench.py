@@ -22,10 +22,11 @@ Seven sections:
   fused    the fused kernels of mixed precision (residual + LayerNorm, cross-entropy
            forward + backward, bf16 outputs) at andrea-120m shapes, beside the unfused
            launches they replace;
-  generate tokens/s of python -m microgpt.sample's generation (microgpt/generate.py, a KV
-           cache) for andrea-12m and andrea-120m, beside the full-window generation it
-           replaced (a forward over the whole context window per token, every logit copied
-           back); --device cpu measures it on the NumPy backend, without a GPU or torch.
+  generate tokens/s of python -m microgpt.sample's generation (microgpt/generate.py: a
+           captured decoding step, sampling on the device) for andrea-120m at batch 1 and
+           16 and andrea-12m at batch 1, and the time to the first token of a 512-token
+           prompt, beside transformers' generate when it is importable; --device cpu
+           measures it on the NumPy backend, without a GPU or torch.
 The file written holds the machine, the versions and the command. Ratios are what count:
 absolute figures move 10-30% between runs.
 
@@ -113,9 +114,7 @@ def main(argv=None):
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                         help="cpu: the generate section on the NumPy backend (default: cuda)")
     parser.add_argument("--gen-tokens", type=int, default=200,
-                        help="tokens generated with the KV cache (default: 200)")
-    parser.add_argument("--gen-before-tokens", type=int, default=20,
-                        help="tokens generated the full-window way (default: 20)")
+                        help="generate: new tokens per sequence (default: 200)")
     parser.add_argument("--gemm-sweep", action="store_true",
                         help="time every tile and split-K candidate of each GEMM")
     parser.add_argument("--gemm-captured", action="store_true",
@@ -138,7 +137,7 @@ def main(argv=None):
         if args.only != "generate":
             parser.error("--device cpu runs the generate section only: pass --only generate")
         write_report(args.out, [], [], [], command, device="cpu",
-                     generation=bench_generate("cpu", args.gen_tokens, args.gen_before_tokens))
+                     generation=bench_generate("cpu", args.gen_tokens))
         return 0
     if not cuda_available():
         print("bench.py: no CUDA GPU found; the benchmarks need one (and PyTorch)", file=sys.stderr)
@@ -151,7 +150,7 @@ def main(argv=None):
     steps = (bench_steps(max(2, args.reps // 2), not args.no_torch_compile, not args.bf16_only)
              if args.only in (None, "steps") else [])
     fused = bench_fused(args.reps) if args.only in (None, "fused") else []
-    generation = (bench_generate("cuda", args.gen_tokens, args.gen_before_tokens)
+    generation = (bench_generate("cuda", args.gen_tokens)
                   if args.only in (None, "generate") else [])
     write_report(args.out, gemm, kernels, steps, command, args.gemm_sweep, attention,
                  args.attention_sweep, fused, generation, gemm_captured=args.gemm_captured)

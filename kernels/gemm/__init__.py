@@ -18,7 +18,7 @@ mixed-precision step calls the same op. ``matmul_gelu_forward`` and
 import numpy as np
 
 from .. import elementwise
-from . import bf16, fp32
+from . import bf16, fp32, skinny
 from .tuning import wgmma_takes
 
 
@@ -31,7 +31,13 @@ def matmul(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, *,
     ``fp32.matmul`` (tile, a GemmTile, overrides its shape-based default; it never splits
     K); bf16 operands (uint16 arrays) go to the tensor cores, ``bf16.matmul_bf16`` with
     its own defaults, or split_k (1: no split-K, whose blocks add their parts by float
-    atomics in the order they finish, so the same bits every run)."""
+    atomics in the order they finish, so the same bits every run). By default (no tile,
+    split_k None or 1) a product of at most skinny.ROWS rows (a decoding step's) goes to
+    ``skinny``, which reads the weights at the memory's rate (its splits of K are added in
+    a fixed order: the same bits every run)."""
+    if tile is None and split_k in (None, 1) and skinny.takes(out, a, b, transpose_a,
+                                                                accumulate):
+        return skinny.skinny_matmul(out, a, b, transpose_b, stream=stream)
     if a.dtype == np.uint16 or b.dtype == np.uint16:
         if tile is not None:
             raise ValueError("tile: a GemmTile is the float32 kernel's; bf16 operands take "
@@ -66,7 +72,10 @@ def matmul_gelu_forward(out, pre, a, b, *, fused=None, stream=0):
     """The MLP's up projection and its GELU: pre (M, N) = a @ b, out = gelu(pre) (the
     backward reads pre). fused (default GELU_IN_EPILOGUE), where the wgmma kernel runs the
     product: one GEMM whose epilogue writes both (gemm.bf16); otherwise the GEMM, then
-    ``elementwise.gelu_forward``."""
+    ``elementwise.gelu_forward``. By default (fused None) at most skinny.ROWS rows go to
+    ``skinny``, its GELU epilogue."""
+    if fused is None and skinny.takes(out, a, b, False, False, pre):
+        return skinny.skinny_matmul(out, a, b, gelu_pre=pre, stream=stream)
     if _gelu_in_epilogue(fused, a, b, out, pre):
         return bf16.matmul_bf16(out, a, b, gelu="forward", pre=pre, stream=stream)
     matmul(pre, a, b, stream=stream)

@@ -52,6 +52,10 @@ def bench_kernels(reps):
     hparams = ops.to_device(np.array([1, 1e-4, 0.1, 0.05], np.float32))
     metrics_log = ops.zeros((1024, 3))
     kv = dev(B, T, 2 * C)
+    step_qkv, step_out, slots = dev(B, 1, 3 * C), dev(B, 1, C), ops.to_device(np.arange(B))
+    # every sequence at the cache's last position, with tokens left to draw (the sampling
+    # row advances the positions: it comes last, with a capacity it never reaches)
+    seq = ops.to_device(np.array([[0, T - 1, 2**30, 0]] * B, np.int32))
 
     tx, tw, tw_o = tdev(N, C), tdev(C, 3 * C, scale=0.02), tdev(C, C, scale=0.02)
     tq, tk, tv = (tdev(B, H, T, D, grad=True) for _ in range(3))
@@ -139,11 +143,16 @@ def bench_kernels(reps):
                                   eps=1e-8), None, 0),
         ("record step metrics (16384 losses)",
          lambda: ops.record_step(metrics_log, losses, nsq, hparams), None, 0),
-        # generation: one new position of a batch of 16 against a full 1024-position cache
-        ("KV cache write (16 x 1 position)",
-         lambda: ops.kv_cache_write(kv, qkv[:, :1], T - 1), None, 0),
-        ("attention of 1 position against the cache (16 x 1024)",
-         lambda: ops.attention_cached_forward(merged[:, :1], qkv[:, :1], kv, T - 1, H), None, 0),
+        # generation: a decoding step of a batch of 16 at the last position of a full
+        # 1024-position cache, and a prefill of its 16 x 1024 positions
+        ("decode embedding (16 sequences)",
+         lambda: ops.decode_embedding(merged[:, :1], seq, wte, wpe), None, 0),
+        ("KV cache write, prefill (16 x 1024 positions)",
+         lambda: ops.kv_cache_write(kv, qkv, slots), None, 0),
+        ("decoding attention against the cache (16 x 1024)",
+         lambda: ops.attention_decode(step_out, kv, step_qkv, seq, H), None, 0),
+        ("sampling, top-k 40 (16 x 50304 logits)",
+         lambda: ops.sample_tokens(seq, logits[:B], 2**30, temperature=0.8, top_k=40), None, 0),
     ]
     # the backward passes (microgpt's only; PyTorch's GEMM twins for scale)
     dw_qkv, ln_dw, ln_db = dev(C, 3 * C), dev(C), dev(C)

@@ -1,0 +1,84 @@
+"""Products of few rows (kernels/skinny.py, a decoding step's GEMMs) against the float64
+reference, in every mix of float32 and bf16 operands, with and without the GELU epilogue."""
+import numpy as np
+import pytest
+from helpers import BF16, ON_GPU, TOL_BF16_OUT, TOL_F32_OP, assert_close, bf16, from_bf16, \
+    poisoned, randn
+from hypothesis import given
+from hypothesis import strategies as st
+from numba import cuda
+
+from microgpt import reference as ref
+from microgpt.kernels.gemm import skinny
+
+SEEDS = st.integers(0, 2**32 - 1)
+DTYPES = st.sampled_from([np.float32, BF16])
+if ON_GPU:      # andrea-120m's decoding products, and sizes that end tiles mid-way
+    M_S = st.integers(1, skinny.ROWS)
+    SIZES = st.one_of(st.sampled_from([(768, 2304), (768, 768), (768, 3072), (3072, 768),
+                                       (768, 50304)]),
+                      st.tuples(st.integers(1, 1000), st.integers(1, 1000)))
+else:
+    M_S = st.integers(1, 3)     # and 16 rows below
+    SIZES = st.tuples(st.integers(1, 24), st.one_of(st.integers(1, 20), st.integers(129, 133)))
+
+
+def device(x, dtype):
+    if dtype == BF16:
+        bits, values = bf16(x)
+        return cuda.to_device(bits), values
+    return cuda.to_device(x), x.astype(np.float64)
+
+
+def assert_result(out, want, what):
+    got = out.copy_to_host()
+    if got.dtype == BF16:
+        assert_close(from_bf16(got), want, TOL_BF16_OUT, what + " (bf16)")
+    else:
+        assert_close(got, want, TOL_F32_OP, what)
+
+
+@given(M=M_S, size=SIZES, transpose_b=st.booleans(), gelu=st.booleans(),
+       dtypes=st.tuples(DTYPES, DTYPES, DTYPES), seed=SEEDS)
+def test_skinny_matmul(M, size, transpose_b, gelu, dtypes, seed):
+    K, N = size
+    gelu = gelu and not transpose_b
+    out_dtype, a_dtype, b_dtype = dtypes
+    rng = np.random.default_rng(seed)
+    a, a64 = device(randn(rng, M, K), a_dtype)
+    b, b64 = device(randn(rng, *((N, K) if transpose_b else (K, N))), b_dtype)
+    out = cuda.to_device(poisoned((M, N), out_dtype))
+    pre = cuda.to_device(poisoned((M, N), out_dtype)) if gelu else None
+    skinny.skinny_matmul(out, a, b, transpose_b, gelu_pre=pre)
+    product = ref.matmul_forward(a64, b64.T if transpose_b else b64)
+    if gelu:
+        assert_result(pre, product, "the product before GELU")
+        assert_result(out, ref.gelu_forward(product), "GELU of the product")
+    else:
+        assert_result(out, product, "the product")
+
+
+def test_the_splits_add_up_the_same_bits_every_launch():
+    """The last block of a column tile adds the splits in order and resets its ticket: a
+    second launch gives the same bits (as a replayed graph must)."""
+    rng = np.random.default_rng(5)
+    x, w = randn(rng, skinny.ROWS, 40), randn(rng, 40, 9)      # 16 rows, 40 // 8 splits
+    a, b = cuda.to_device(x), cuda.to_device(w)
+    outs = []
+    for _ in range(2):
+        out = cuda.to_device(poisoned((skinny.ROWS, 9)))
+        skinny.skinny_matmul(out, a, b)
+        outs.append(out.copy_to_host())
+    np.testing.assert_array_equal(outs[0], outs[1])
+    assert_close(outs[0], x.astype(np.float64) @ w, TOL_F32_OP, "product")
+
+
+@pytest.mark.parametrize("M, transpose_b, gelu, message", [
+    (0, False, False, "1 to 16 rows"), (17, False, False, "1 to 16 rows"),
+    (2, True, True, "the up projection's"),
+])
+def test_bad_products_are_refused(M, transpose_b, gelu, message):
+    a, b = cuda.device_array((M, 4), np.float32), cuda.device_array((4, 4), np.float32)
+    out = cuda.device_array((M, 4), np.float32)
+    with pytest.raises(ValueError, match=message):
+        skinny.skinny_matmul(out, a, b, transpose_b, gelu_pre=out if gelu else None)
