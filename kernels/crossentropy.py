@@ -208,7 +208,11 @@ PTX_SIGNATURES = [
         (_crossentropy_kernels(width)[1], (_BF16_ROWS, _BF16_ROWS, _VECTOR, _TARGETS,
                                            float32)),
         (_crossentropy_kernels(width)[2], (_VECTOR, _ROWS, _TARGETS, float32)),
-        (_crossentropy_kernels(width)[2], (_VECTOR, _BF16_ROWS, _TARGETS, float32))]]
+        (_crossentropy_kernels(width)[2], (_VECTOR, _BF16_ROWS, _TARGETS, float32))]] + [
+    # a padded vocabulary: the tokens' columns of the logits, a view
+    (_crossentropy_kernels(1)[i], (*head, rows, _TARGETS, *tail))
+    for rows in (float32[:, :], uint16[:, :])
+    for i, head, tail in ((0, (_VECTOR, _VECTOR), ()), (2, (_VECTOR,), (float32,)))]
 
 
 # ----------------------------------------------------------------------------------
@@ -216,14 +220,21 @@ PTX_SIGNATURES = [
 
 def _check_rows(logits, targets):
     """The shapes every pass shares; returns (N, V). Targets are not range-checked here
-    (that would copy them to the host): the model checks token ids when they arrive."""
+    (that would copy them to the host): the model checks token ids when they arrive.
+    logits may be a view of the first V columns of wider rows (a padded vocabulary's
+    tokens in use), which the kernels read element by element."""
     if len(logits.shape) != 2:
         raise ValueError(f"logits: expected shape (N, V), got {tuple(logits.shape)}")
     N, V = logits.shape
     check_not_empty("V", V)
-    check_activation("logits", logits, (N, V))
+    check_activation("logits", logits, (N, V), strided=True)
     check_array("targets", targets, (N,), np.int32)
     return N, V
+
+
+def _width(V, *arrays):
+    """The group width of the kernels for these rows: one element at a time for a view."""
+    return group_width(V, *arrays) if all(a.is_c_contiguous() for a in arrays) else 1
 
 
 def crossentropy_forward(losses, lse, logits, targets, *, stream=0, block=None):
@@ -236,8 +247,8 @@ def crossentropy_forward(losses, lse, logits, targets, *, stream=0, block=None):
     check_array("losses", losses, (N,))
     if N == 0:
         return
-    _crossentropy_kernels(group_width(V, logits))[0][N, block, stream](losses, lse, logits,
-                                                                       targets)
+    _crossentropy_kernels(_width(V, logits))[0][N, block, stream](losses, lse, logits,
+                                                                  targets)
 
 
 def crossentropy_backward(dlogits, logits, lse, targets, dloss, *, stream=0, block=None):
@@ -250,7 +261,7 @@ def crossentropy_backward(dlogits, logits, lse, targets, dloss, *, stream=0, blo
     check_activation("dlogits", dlogits, (N, V))
     if N == 0:
         return
-    width = group_width(V, dlogits, logits)
+    width = _width(V, dlogits, logits)
     _crossentropy_kernels(width)[1][N, block, stream](dlogits, logits, lse, targets,
                                                       np.float32(dloss))
 
@@ -264,5 +275,5 @@ def crossentropy_forward_backward(losses, logits, targets, dloss, *, stream=0, b
     check_array("losses", losses, (N,))
     if N == 0:
         return
-    _crossentropy_kernels(group_width(V, logits))[2][N, block, stream](
+    _crossentropy_kernels(_width(V, logits))[2][N, block, stream](
         losses, logits, targets, np.float32(dloss))

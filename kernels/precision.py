@@ -35,12 +35,16 @@ def is_bf16(arr):
     return arr.dtype == BF16
 
 
-def check_activation(name, arr, shape):
-    """check_array for an array that may be float32 or bf16; returns whether it is bf16."""
+def check_activation(name, arr, shape, strided=False):
+    """check_array for an array that may be float32 or bf16; returns whether it is bf16.
+    strided: a view of some of a wider array's first columns passes too."""
     if arr.dtype not in (np.dtype(np.float32), BF16):
         raise TypeError(f"{name}: expected dtype float32 or bf16 (a uint16 array), "
                         f"got {arr.dtype}")
-    check_array(name, arr, shape, arr.dtype)
+    check_array(name, arr, shape, arr.dtype, strided)
+    if strided and arr.size and arr.strides[-1] != arr.dtype.itemsize:
+        raise ValueError(f"{name}: a row's elements must be adjacent, got strides "
+                         f"{tuple(arr.strides)}")
     return is_bf16(arr)
 
 

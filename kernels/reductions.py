@@ -1,10 +1,11 @@
 """Whole-array sums to one float on the device: the logged mean loss and the squared
 global gradient norm, so that the host copies back a single float (or nothing at all).
 And record_step, which writes a step's metrics into a log on the device, so that the host
-reads them every log interval instead of every step.
+reads them every log interval instead of every step; and bias_backward, the column sums
+of a layer's output gradient that are its bias's gradient.
 
-NumPy twins: ``numpy.sum``, ``microgpt.reference.global_norm`` squared, and
-``NumpyBackend.record_step``.
+NumPy twins: ``numpy.sum``, ``microgpt.reference.global_norm`` squared,
+``NumpyBackend.record_step`` and ``microgpt.reference.bias_backward``.
 
 Two launches: a grid of at most MAX_BLOCKS blocks strides over the array, each thread
 accumulating its float32 partial sum, each block reducing its threads' partials
@@ -17,18 +18,28 @@ kept with the output's allocation (common.kept_with), which a captured step's la
 hold. MAX_BLOCKS blocks keep every SM of an H200 streaming. The simulator, which pays ~1 ms
 per simulated thread, takes two (a 15,000-parameter model's gradient norm was 30 blocks,
 20 s): the stride a GPU takes over andrea-120m's gradient.
+
+The column sums are the same two passes in two dimensions: a grid of (column tiles, row
+parts), each block's COLUMNS threads of a warp reading COLUMNS adjacent columns of a row
+(one coalesced read) and its LANES warps every LANES-th row of the part; the lanes' sums
+meet in shared memory in lane order, each part's in a scratch row of its own, and a
+second launch adds the parts column by column, in order, to the gradient. A fixed order
+again: the ranks of a data-parallel step must get the same bits.
 """
 import math
 
 import numpy as np
-from numba import boolean, cuda, float32, int32
+from numba import boolean, cuda, float32, int32, uint16
 
 from .cache import jit
 from .common import (REDUCE_SCRATCH, SIMULATOR, WARP, block_sum, ceil_div, check_array,
                      check_block_size, kept_with)
+from .precision import check_activation, load_float32
 
 BLOCK = 512
 MAX_BLOCKS = 2 if SIMULATOR else 1024
+COLUMNS = WARP              # a column tile: one warp's coalesced read of a row
+LANES = 2 if SIMULATOR else 8   # warps of a column block, each on every LANES-th row
 
 
 # ----------------------------------------------------------------------------------
@@ -63,9 +74,44 @@ def _record_step_kernel(log, losses, norm_squared, hparams):
         log[row, 2] = hparams[1]
 
 
+@jit
+def _column_parts_kernel(parts, dout):
+    # parts[p, c] = the sum of column c of dout (N, M), float32 or bf16, over row part p
+    # (rows p * LANES + lane, every n_parts * LANES rows); block (c tile, p), COLUMNS x LANES
+    sums = cuda.shared.array((LANES, COLUMNS), float32)
+    n_rows, n_cols = dout.shape
+    t, lane = cuda.threadIdx.x % COLUMNS, cuda.threadIdx.x // COLUMNS
+    col = cuda.blockIdx.x * COLUMNS + t
+    partial = float32(0.0)
+    if col < n_cols:
+        for row in range(cuda.blockIdx.y * LANES + lane, n_rows, cuda.gridDim.y * LANES):
+            partial += load_float32(dout, (row, col))
+    sums[lane, t] = partial
+    cuda.syncthreads()
+    if lane == 0 and col < n_cols:
+        total = sums[0, t]
+        for other in range(1, LANES):
+            total += sums[other, t]
+        parts[cuda.blockIdx.y, col] = total
+
+
+@jit
+def _column_totals_kernel(dbias, parts):
+    # dbias (M,) += the sum of parts (n_parts, M) down each column, in order
+    col = cuda.grid(1)
+    if col < dbias.size:
+        total = float32(0.0)
+        for p in range(parts.shape[0]):
+            total += parts[p, col]
+        dbias[col] += total
+
+
 PTX_SIGNATURES = [
     (_block_sums_kernel, (float32[::1], float32[::1], boolean)),
     (_record_step_kernel, (float32[:, ::1], float32[::1], float32[::1], float32[::1])),
+    (_column_parts_kernel, (float32[:, ::1], float32[:, ::1])),
+    (_column_parts_kernel, (float32[:, ::1], uint16[:, ::1])),
+    (_column_totals_kernel, (float32[::1], float32[:, ::1])),
 ]
 
 
@@ -112,3 +158,24 @@ def record_step(log, losses, norm_squared, hparams, *, stream=0, block=BLOCK):
     check_array("norm_squared", norm_squared, (1,))
     check_array("hparams", hparams, (4,))
     _record_step_kernel[1, block, stream](log, losses, norm_squared, hparams)
+
+
+def bias_backward(dbias, dout, *, stream=0, max_blocks=MAX_BLOCKS):
+    """dbias (M,) += the column sums of dout (N, M), float32 or bf16, accumulated in
+    float32: the gradient of a bias added to every row of a layer's output. The rows are
+    summed in parts, as many as max_blocks blocks allow over the column tiles."""
+    if len(dout.shape) != 2:
+        raise ValueError(f"dout: expected shape (N, M), got {tuple(dout.shape)}")
+    N, M = dout.shape
+    check_activation("dout", dout, (N, M))
+    check_array("dbias", dbias, (M,))
+    if N == 0 or M == 0:
+        return
+    if max_blocks < 1:
+        raise ValueError(f"max_blocks must be at least 1, got {max_blocks}")
+    tiles = ceil_div(M, COLUMNS)
+    parts = max(1, min(ceil_div(N, LANES), max_blocks // tiles))
+    scratch = kept_with(dbias, ("column parts", parts, M),
+                        lambda: cuda.device_array((parts, M), np.float32))
+    _column_parts_kernel[(tiles, parts), COLUMNS * LANES, stream](scratch, dout)
+    _column_totals_kernel[ceil_div(M, BLOCK), BLOCK, stream](dbias, scratch)

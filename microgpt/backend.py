@@ -89,18 +89,25 @@ class NumpyBackend:
         if dinp_copy is not None:
             dinp_copy[...] = dinp
 
-    def matmul(self, out, a, b, transpose_a=False, transpose_b=False, accumulate=False):
-        """out (M, N) = op(a) @ op(b), op transposing when asked; += when accumulate."""
+    def matmul(self, out, a, b, transpose_a=False, transpose_b=False, accumulate=False,
+               bias=None):
+        """out (M, N) = op(a) @ op(b) (+ bias (N,) on every row), op transposing when
+        asked; += when accumulate (then without a bias)."""
         product = (a.T if transpose_a else a) @ (b.T if transpose_b else b)
         if accumulate:
             out += product
         else:
-            out[...] = product
+            out[...] = product if bias is None else product + bias
 
-    def matmul_gelu_forward(self, out, pre, a, b):
-        """pre (M, N) = a @ b and out = gelu(pre): the MLP's up projection and activation."""
-        pre[...] = ref.matmul_forward(a, b)
+    def matmul_gelu_forward(self, out, pre, a, b, bias=None):
+        """pre (M, N) = a @ b (+ bias (N,)) and out = gelu(pre): the MLP's up projection and
+        activation."""
+        pre[...] = ref.matmul_forward(a, b, bias)
         out[...] = ref.gelu_forward(pre)
+
+    def bias_backward(self, dbias, dout):
+        """dbias (N,) += the column sums of dout (M, N): a bias's gradient."""
+        dbias += ref.bias_backward(dout)
 
     def matmul_gelu_backward(self, dpre, dout, b, pre):
         """dpre (M, N) = (dout @ b^T) * gelu'(pre): the gradient through the MLP's down

@@ -18,6 +18,7 @@ OPS = {
     "matmul": "gemm",
     "matmul_gelu_forward": "gemm",
     "matmul_gelu_backward": "gemm",
+    "bias_backward": "reductions",
     "split_heads_forward": "attention.heads",
     "split_heads_backward": "attention.heads",
     "merge_heads_forward": "attention.heads",

@@ -68,14 +68,19 @@ def residual_layernorm_forward(a, b, weight, bias, eps=LN_EPS):
 # ----------------------------------------------------------------------------------
 # matmul: the fused QKV projection, W_O, the MLP and the tied LM head are all this
 
-def matmul_forward(x, w):
-    """x (N, K) @ w (K, M) -> (N, M)."""
-    return x @ w
+def matmul_forward(x, w, bias=None):
+    """x (N, K) @ w (K, M) (+ bias (M,) on every row) -> (N, M)."""
+    return x @ w if bias is None else x @ w + bias
 
 
 def matmul_backward(dy, x, w):
     """-> dx = dy @ w.T (N, K), dw = x.T @ dy (K, M)."""
     return dy @ w.T, x.T @ dy
+
+
+def bias_backward(dy):
+    """dy (N, M) -> dbias (M,), the column sums: every row added the same bias."""
+    return dy.sum(axis=0)
 
 
 # ----------------------------------------------------------------------------------

@@ -111,6 +111,33 @@ def test_crossentropy_forward_backward(shape, block, scale, ties, dtype, seed):
     check_forward_backward(shape, block, scale, ties, seed, dtype)
 
 
+@given(shape=SHAPES, padding=st.integers(1, 9), block=BLOCKS, dtype=DTYPES, seed=SEEDS)
+def test_the_tokens_of_a_padded_vocabulary(shape, padding, block, dtype, seed):
+    """A padded vocabulary (GPT-2's 50,257 tokens in 50,304 columns): the forward and the
+    forward + backward on the view of the tokens' columns, as the model passes it; the
+    padding's columns take no part and are left as they were (drawn values here)."""
+    N, V = shape
+    logits, exact, targets = draw_case(seed, N, V + padding, 3.0, False, dtype)
+    exact = exact[:, :V]
+    targets = targets % V
+    wide = cuda.to_device(logits)
+    losses, lse = cuda.to_device(poisoned(N)), cuda.to_device(poisoned(N))
+    crossentropy.crossentropy_forward(losses, lse, wide[:, :V], cuda.to_device(targets),
+                                      block=block)
+    losses_ref, lse_ref = ref.crossentropy_forward(exact, targets)
+    assert_close(lse.copy_to_host(), lse_ref, TOL_F32_OP, "logsumexp of the tokens")
+    assert_close(losses.copy_to_host(), losses_ref, TOL_F32_OP, "losses of the tokens")
+    losses = cuda.to_device(poisoned(N))
+    crossentropy.crossentropy_forward_backward(losses, wide[:, :V], cuda.to_device(targets),
+                                               1.0 / N, block=block)
+    losses_ref, dlogits_ref = ref.crossentropy_forward_backward(exact, targets, 1.0 / N)
+    assert_close(losses.copy_to_host(), losses_ref, TOL_F32_OP, "fused losses of the tokens")
+    got = wide.copy_to_host()
+    np.testing.assert_array_equal(got[:, V:], logits[:, V:])      # the padding untouched
+    assert_output_close(cuda.to_device(np.ascontiguousarray(got[:, :V])), dlogits_ref,
+                        f"fused dlogits of the tokens, {np.dtype(dtype)}")
+
+
 @given(shape=WIDE_ROWS, block=BLOCKS, in_place=st.booleans(), seed=SEEDS)
 def test_crossentropy_of_widely_spread_logits(shape, block, in_place, seed):
     check_forward(shape, block, WIDE_SCALE, False, seed)

@@ -83,6 +83,18 @@ def test_matmul_matches_reference(product, tile, views, seed):
     check_matmul(*product, tile, seed, views)
 
 
+@given(sizes=SIZES, tile=TILES, seed=SEEDS)
+def test_a_bias_is_added_to_every_row(sizes, tile, seed):
+    """X @ W + bias (GPT-2's linear layers), the bias added in the epilogue."""
+    M, N, K = sizes
+    rng = np.random.default_rng(seed)
+    x, w, bias = randn(rng, M, K), randn(rng, K, N), randn(rng, N)
+    out = cuda.to_device(poisoned((M, N)))
+    gemm.matmul(out, cuda.to_device(x), cuda.to_device(w), bias=cuda.to_device(bias), tile=tile)
+    assert_close(out.copy_to_host(), x.astype(np.float64) @ w + bias, TOL_F32_OP,
+                 f"matmul + bias {M}x{N}x{K} {tile}")
+
+
 @pytest.mark.skipif(not REAL_SHAPES, reason="the model's products need a GPU and real shapes")
 @pytest.mark.parametrize("product", MODEL_PRODUCTS)
 def test_model_products(product):
@@ -90,13 +102,14 @@ def test_model_products(product):
     check_matmul(*product, None, seed=11)
 
 
-def check_gelu_products(dtype, fused, rows, width, seed):
-    """The MLP's GEMMs with GELU against float64, fc = x @ w_fc written too, every output
-    poisoned first."""
+def check_gelu_products(dtype, fused, rows, width, seed, biased=False):
+    """The MLP's GEMMs with GELU against float64, fc = x @ w_fc (+ b_fc where biased)
+    written too, every output poisoned first."""
     rng = np.random.default_rng(seed)
     N, C = rows, width
     x, w_fc, w_proj, dy = (randn(rng, *shape) for shape in ((N, C), (C, 4 * C), (4 * C, C),
                                                             (N, C)))
+    b_fc = randn(rng, 4 * C) if biased else None
     if dtype == "bf16":
         (x, x64), (w_fc, w_fc64), (w_proj, w_proj64), (dy, dy64) = map(bf16, (x, w_fc, w_proj,
                                                                               dy))
@@ -108,9 +121,10 @@ def check_gelu_products(dtype, fused, rows, width, seed):
         out_dtype, read, tol, tol_backward = np.float32, np.asarray, TOL_F32_OP, TOL_F32_OP
     fc, fc_gelu = (cuda.to_device(poisoned((N, 4 * C), out_dtype)) for _ in range(2))
     gemm.matmul_gelu_forward(fc_gelu, fc, cuda.to_device(x), cuda.to_device(w_fc),
-                             fused=fused)
+                             None if b_fc is None else cuda.to_device(b_fc), fused=fused)
     stored = read(fc.copy_to_host())
-    assert_close(stored, x64 @ w_fc64, tol, f"fc ({dtype})")
+    assert_close(stored, x64 @ w_fc64 + (0.0 if b_fc is None else b_fc), tol,
+                 f"fc ({dtype}, biased {biased})")
     assert_close(read(fc_gelu.copy_to_host()), ref.gelu_forward(stored), tol, f"gelu ({dtype})")
     dfc = cuda.to_device(poisoned((N, 4 * C), out_dtype))
     gemm.matmul_gelu_backward(dfc, cuda.to_device(dy), cuda.to_device(w_proj), fc,
@@ -139,6 +153,17 @@ def test_gelu_products_in_either_precision(dtype, fused, rows, width, seed):
     """float32 operands take this family's GEMM and the GELU kernels; bf16 ones the
     tensor-core GEMM and the GELU kernels (its fused GELU epilogues: the next test)."""
     check_gelu_products(dtype, fused, rows, width, seed)
+
+
+@pytest.mark.parametrize("dtype, fused", [("float32", None), ("bf16", False), ("bf16", True)])
+@(settings() if ON_GPU else settings(phases=[Phase.explicit]))
+@example(rows=5, width=3, seed=3)
+@given(rows=GELU_ROWS, width=GELU_WIDTHS, seed=SEEDS)
+def test_the_mlp_up_projection_adds_its_bias_before_the_gelu(dtype, fused, rows, width, seed):
+    """GPT-2's c_fc: the bias in the GEMM's epilogue (the fused GELU epilogue's too), then
+    the GELU of the sum (in the simulator one product each: the bias's epilogues have
+    tests of their own)."""
+    check_gelu_products(dtype, fused, rows, width, seed, biased=True)
 
 
 # The simulator has no wgmma, and without it gemm.matmul_gelu_* take the unfused route

@@ -114,14 +114,16 @@ def test_matmul_bf16_matches_reference(sizes, aligned, transpose_a, transpose_b,
                       max_chain=16 if fold else tuning.MAX_CHAIN, pitched=pitched)
 
 
-def check_matmul_gelu(M, N, K, backward, tile, seed):
-    """The MLP's GELU epilogues: forward pre = x @ w (M, N) and out = gelu(pre as stored),
-    both poisoned before; backward out = (dy @ w^T) * gelu'(pre), pre drawn."""
+def check_matmul_gelu(M, N, K, backward, tile, seed, biased=False):
+    """The MLP's GELU epilogues: forward pre = x @ w (M, N) (+ a bias, where biased) and
+    out = gelu(pre as stored), both poisoned before; backward out = (dy @ w^T) *
+    gelu'(pre), pre drawn."""
     rng = np.random.default_rng(seed)
     x, x64 = bf16(randn(rng, M, K))
     w, w64 = bf16(randn(rng, *((N, K) if backward else (K, N))))
+    bias = randn(rng, N) if biased else None
     out = cuda.to_device(poisoned((M, N), np.uint16))
-    what = f"matmul_bf16 gelu {M}x{N}x{K} backward={backward} {tile}"
+    what = f"matmul_bf16 gelu {M}x{N}x{K} backward={backward} {tile} biased={biased}"
     if backward:
         pre, pre64 = bf16(randn(rng, M, N))
         gemm_bf16.matmul_bf16(out, cuda.to_device(x), cuda.to_device(w), transpose_b=True,
@@ -130,20 +132,44 @@ def check_matmul_gelu(M, N, K, backward, tile, seed):
                      TOL_GELU_BACKWARD, what)
         return
     pre = cuda.to_device(poisoned((M, N), np.uint16))
-    gemm_bf16.matmul_bf16(out, cuda.to_device(x), cuda.to_device(w), gelu="forward", pre=pre,
-                          tile=tile)
+    gemm_bf16.matmul_bf16(out, cuda.to_device(x), cuda.to_device(w),
+                          bias=None if bias is None else cuda.to_device(bias), gelu="forward",
+                          pre=pre, tile=tile)
     stored = from_bf16(pre.copy_to_host())
-    assert_close(stored, x64 @ w64, TOL_BF16_OUT, what + " pre")
+    assert_close(stored, x64 @ w64 + (0.0 if bias is None else bias), TOL_BF16_OUT,
+                 what + " pre")
     assert_close(from_bf16(out.copy_to_host()), ref.gelu_forward(stored), TOL_BF16_OUT, what)
 
 
-@given(sizes=SIZES, aligned=ALIGNED, backward=st.booleans(), tile=TILES, seed=SEEDS)
-def test_gelu_epilogues_match_reference(sizes, aligned, backward, tile, seed):
+@given(sizes=SIZES, aligned=ALIGNED, backward=st.booleans(), tile=TILES, seed=SEEDS,
+       biased=st.booleans())
+def test_gelu_epilogues_match_reference(sizes, aligned, backward, tile, seed, biased):
     # the GELU epilogues are the wgmma kernel's (an mma.sync tile is refused: below)
     assume(isinstance(tile, WgmmaTile) or tile is None and tuning.wgmma_available())
     if aligned or tile is None or isinstance(tile, WgmmaTile):   # (unaligned: refused)
         sizes = tuple(max(8, s // 8 * 8) for s in sizes)
-    check_matmul_gelu(*sizes, backward, tile, seed)
+    check_matmul_gelu(*sizes, backward, tile, seed, biased and not backward)
+
+
+@given(sizes=SIZES, aligned=ALIGNED, out_bf16=st.booleans(), fold=st.booleans(), tile=TILES,
+       seed=SEEDS)
+def test_a_bias_is_added_to_every_row_once(sizes, aligned, out_bf16, fold, tile, seed):
+    """X @ W + bias (GPT-2's linear layers) in either kernel's epilogue, out bf16 or
+    float32; a short max_chain makes the launcher fold the accumulators, or split K into
+    float32 parts added up in out, of which the first alone adds the bias."""
+    if aligned or isinstance(tile, WgmmaTile):
+        sizes = tuple(max(8, s // 8 * 8) for s in sizes)
+    M, N, K = sizes
+    rng = np.random.default_rng(seed)
+    (x, x64), (w, w64) = bf16(randn(rng, M, K)), bf16(randn(rng, K, N))
+    bias = randn(rng, N)
+    out = cuda.to_device(poisoned((M, N), np.uint16 if out_bf16 else np.float32))
+    gemm_bf16.matmul_bf16(out, cuda.to_device(x), cuda.to_device(w), bias=cuda.to_device(bias),
+                          tile=tile, max_chain=16 if fold else tuning.MAX_CHAIN)
+    got = out.copy_to_host()
+    assert_close(from_bf16(got) if out_bf16 else got, x64 @ w64 + bias,
+                 TOL_BF16_OUT if out_bf16 else TOL_F32_OP,
+                 f"matmul_bf16 + bias {M}x{N}x{K} bf16={out_bf16} {tile} fold={fold}")
 
 
 # the activation each product of step_products writes in the model (microgpt/model.py)
@@ -279,9 +305,9 @@ def test_a_written_float32_out_sums_split_k(monkeypatch, transpose_b):
     of the same product folds (there is no adding into bf16)."""
     kernels, make = [], gemm_bf16._kernel
 
-    def recorded(transpose_a, transpose_b, epilogue, aligned, fold, tile):
+    def recorded(transpose_a, transpose_b, epilogue, aligned, fold, tile, biased):
         kernels.append((epilogue, fold))
-        return make(transpose_a, transpose_b, epilogue, aligned, fold, tile)
+        return make(transpose_a, transpose_b, epilogue, aligned, fold, tile, biased)
     monkeypatch.setattr(gemm_bf16, "_kernel", recorded)
     tile = WgmmaTile(64, 16, 16, 3, 1)
     M, N, K = 16, 16, 5 * tile.depth + 8          # chains of 2 slabs: 3 splits

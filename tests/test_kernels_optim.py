@@ -1,5 +1,6 @@
-"""The device reductions, the global gradient norm and the fused clip + AdamW kernel against
-the float64 reference (kernels/reductions.py, kernels/adamw.py).
+"""The device reductions (the sums, a bias's gradient as column sums), the global gradient
+norm and the fused clip + AdamW kernel against the float64 reference
+(kernels/reductions.py, kernels/adamw.py).
 
 AdamW's bf16 copy of the matrices is the float32 result rounded once: bit for bit the
 kernel's own float32 parameter rounded to nearest even, and within TOL_BF16_OUT (helpers)
@@ -7,8 +8,8 @@ of the float64 reference."""
 import ml_dtypes
 import numpy as np
 import pytest
-from helpers import (BF16, REAL_SHAPES, TOL_BF16_OUT, TOL_F32_OP, assert_close, from_bf16,
-                     poisoned, randn)
+from helpers import (BF16, REAL_SHAPES, TOL_BF16_OUT, TOL_F32_OP, assert_close, bf16,
+                     from_bf16, poisoned, randn)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import cuda
@@ -59,6 +60,47 @@ def test_sum_squares_to(n, block, max_blocks, seed):
     out = cuda.to_device(poisoned(1))
     reductions.sum_squares_to(out, cuda.to_device(grad), block=block, max_blocks=max_blocks)
     assert_close(out.copy_to_host(), [ref.global_norm(grad) ** 2], TOL_F32_OP, "sum of squares")
+
+
+# a bias's gradient: (rows, columns) of a layer's output gradient. On a GPU andrea-120m's
+# (16 x 1024 tokens; the widths of qkv, the projections and fc) and the simulator's; there,
+# widths across a column tile (32) and row parts across the lanes
+if REAL_SHAPES:
+    BIAS_SHAPES = st.one_of(st.tuples(st.just(16384), st.sampled_from([768, 2304, 3072])),
+                            st.tuples(st.integers(1, 5000), st.integers(1, 3100)),
+                            st.tuples(st.integers(1, 40), st.integers(1, 70)))
+    BIAS_BLOCKS = st.sampled_from([reductions.MAX_BLOCKS, 1, 7, 300])
+else:
+    BIAS_SHAPES = st.tuples(st.integers(1, 12), st.integers(1, 40))
+    BIAS_BLOCKS = st.sampled_from([reductions.MAX_BLOCKS, 1, 3])
+
+
+@given(shape=BIAS_SHAPES, low=st.booleans(), max_blocks=BIAS_BLOCKS, seed=SEEDS)
+def test_bias_backward(shape, low, max_blocks, seed):
+    """dbias += the column sums of dout (float32, or bf16 as the mixed-precision step's
+    dfc and dqkv): added to what dbias held, the same bits on a second call."""
+    rng = np.random.default_rng(seed)
+    dout, before = randn(rng, *shape), randn(rng, shape[1])
+    bits, values = bf16(dout) if low else (dout, dout.astype(np.float64))
+    dbias = cuda.to_device(before)
+    reductions.bias_backward(dbias, cuda.to_device(bits), max_blocks=max_blocks)
+    want = before + ref.bias_backward(values)
+    got = dbias.copy_to_host()
+    assert_close(got, want, TOL_F32_OP, "dbias")
+    again = cuda.to_device(before)
+    reductions.bias_backward(again, cuda.to_device(bits), max_blocks=max_blocks)
+    np.testing.assert_array_equal(again.copy_to_host(), got)
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(dout=np.zeros((3, 4), np.float64)), "dout: expected dtype float32 or bf16"),
+    (dict(dbias=np.zeros(5, np.float32)), r"dbias: expected shape \(4,\)"),
+    (dict(dout=np.zeros(4, np.float32)), r"dout: expected shape \(N, M\)"),
+])
+def test_bias_backward_rejects_bad_arguments(changes, message):
+    args = {"dbias": np.zeros(4, np.float32), "dout": np.ones((3, 4), np.float32), **changes}
+    with pytest.raises((ValueError, TypeError), match=message):
+        reductions.bias_backward(**{k: cuda.to_device(v) for k, v in args.items()})
 
 
 @PARAM_EXAMPLES

@@ -22,9 +22,10 @@ from . import bf16, fp32, skinny
 from .tuning import wgmma_takes
 
 
-def matmul(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, *,
+def matmul(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, bias=None, *,
            tile=None, split_k=None, stream=0):
-    """out (M, N) = op(a) @ op(b), op transposing when asked; += when accumulate.
+    """out (M, N) = op(a) @ op(b) (+ bias (N,) on every row, in the epilogue: GPT-2's
+    linear layers), op transposing when asked; += when accumulate (then without a bias).
 
     a is (M, K), or (K, M) when transpose_a; b is (K, N), or (N, K) when transpose_b; each
     a matrix or a view of some of a wider one's columns. float32 operands take
@@ -34,19 +35,21 @@ def matmul(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, *,
     atomics in the order they finish, so the same bits every run). By default (no tile,
     split_k None or 1) a product of at most skinny.ROWS rows (a decoding step's) goes to
     ``skinny``, which reads the weights at the memory's rate (its splits of K are added in
-    a fixed order: the same bits every run)."""
-    if tile is None and split_k in (None, 1) and skinny.takes(out, a, b, transpose_a,
-                                                                accumulate):
+    a fixed order: the same bits every run); a product with a bias does not (skinny has no
+    bias epilogue)."""
+    if (tile is None and split_k in (None, 1) and bias is None
+            and skinny.takes(out, a, b, transpose_a, accumulate)):
         return skinny.skinny_matmul(out, a, b, transpose_b, stream=stream)
     if a.dtype == np.uint16 or b.dtype == np.uint16:
         if tile is not None:
             raise ValueError("tile: a GemmTile is the float32 kernel's; bf16 operands take "
                              "gemm.bf16's tiles (call gemm.bf16.matmul_bf16 to choose one)")
-        return bf16.matmul_bf16(out, a, b, transpose_a, transpose_b, accumulate,
+        return bf16.matmul_bf16(out, a, b, transpose_a, transpose_b, accumulate, bias,
                                 split_k=split_k, stream=stream)
     if split_k not in (None, 1):
         raise ValueError(f"split_k={split_k}: the float32 kernel does not split K")
-    fp32.matmul(out, a, b, transpose_a, transpose_b, accumulate, tile=tile, stream=stream)
+    fp32.matmul(out, a, b, transpose_a, transpose_b, accumulate, bias, tile=tile,
+                stream=stream)
 
 
 # Whether the bf16 MLP GEMMs compute GELU in their epilogues (gemm.bf16's "gelu" and
@@ -68,17 +71,18 @@ def _gelu_in_epilogue(fused, a, *matrices):
             and a.shape[1] > 0 and wgmma_takes(a, *matrices))
 
 
-def matmul_gelu_forward(out, pre, a, b, *, fused=None, stream=0):
-    """The MLP's up projection and its GELU: pre (M, N) = a @ b, out = gelu(pre) (the
-    backward reads pre). fused (default GELU_IN_EPILOGUE), where the wgmma kernel runs the
-    product: one GEMM whose epilogue writes both (gemm.bf16); otherwise the GEMM, then
-    ``elementwise.gelu_forward``. By default (fused None) at most skinny.ROWS rows go to
-    ``skinny``, its GELU epilogue."""
-    if fused is None and skinny.takes(out, a, b, False, False, pre):
+def matmul_gelu_forward(out, pre, a, b, bias=None, *, fused=None, stream=0):
+    """The MLP's up projection and its GELU: pre (M, N) = a @ b (+ bias (N,), in the
+    GEMM's epilogue), out = gelu(pre) (the backward reads pre). fused (default
+    GELU_IN_EPILOGUE), where the wgmma kernel runs the product: one GEMM whose epilogue
+    writes both (gemm.bf16); otherwise the GEMM, then ``elementwise.gelu_forward``. By
+    default (fused None) at most skinny.ROWS rows without a bias go to ``skinny``, its
+    GELU epilogue."""
+    if fused is None and bias is None and skinny.takes(out, a, b, False, False, pre):
         return skinny.skinny_matmul(out, a, b, gelu_pre=pre, stream=stream)
     if _gelu_in_epilogue(fused, a, b, out, pre):
-        return bf16.matmul_bf16(out, a, b, gelu="forward", pre=pre, stream=stream)
-    matmul(pre, a, b, stream=stream)
+        return bf16.matmul_bf16(out, a, b, bias=bias, gelu="forward", pre=pre, stream=stream)
+    matmul(pre, a, b, bias=bias, stream=stream)
     elementwise.gelu_forward(out, pre, stream=stream)
 
 

@@ -25,31 +25,33 @@ from ..device import CHUNK, allow_dynamic_shared
 from ..layouts.tensor_maps import tensor_map, tma_ready
 from ..layouts.tiles import PANEL
 from . import wgmma
+from .bias import check_bias, unread_bias
 from .mma_sync import mma_sync_kernel
 from .tiles import GROUP, MmaTile, WgmmaTile, check_tile
 from .tuning import MAX_CHAIN, default_split_k, default_tile, splits_written, wgmma_takes
 from .wgmma import wgmma_kernel
 
 
-def _kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
+def _kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile, biased):
     if isinstance(tile, WgmmaTile):     # the bulk tensor copy needs aligned rows
-        return wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile)
-    return mma_sync_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile)
+        return wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile, biased)
+    return mma_sync_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile, biased)
 
 
 # ----------------------------------------------------------------------------------
 # launcher
 
-def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, *,
-                gelu=None, pre=None, tile=None, split_k=None, max_chain=MAX_CHAIN,
-                stream=0):
-    """out (M, N) = op(a) @ op(b), op transposing when asked; += when accumulate.
+def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=False,
+                bias=None, *, gelu=None, pre=None, tile=None, split_k=None,
+                max_chain=MAX_CHAIN, stream=0):
+    """out (M, N) = op(a) @ op(b) (+ bias (N,) float32 on every row, in the epilogue), op
+    transposing when asked; += when accumulate (then without a bias).
 
     a is (M, K), or (K, M) when transpose_a; b is (K, N), or (N, K) when transpose_b; both
     bf16 in uint16 device arrays, each a matrix of its own or a view of some of a wider
     one's columns (its rows then lie further apart). out is float32, or bf16 (uint16,
     written only), C-contiguous.
-    gelu="forward": pre (M, N) = op(a) @ op(b) and out = gelu(pre); gelu="backward":
+    gelu="forward": pre (M, N) = op(a) @ op(b) (+ bias) and out = gelu(pre); gelu="backward":
     out = (op(a) @ op(b)) * gelu'(pre); out and pre bf16 (the MLP's GELU, see EPILOGUES: in
     the wgmma kernel's epilogue, so a wgmma tile, given or the default, and K > 0).
     tile (a WgmmaTile, or an MmaTile for the mma.sync kernel) and split_k (blocks along K,
@@ -73,6 +75,10 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
             raise ValueError(f"{name}: a row's elements must be adjacent (a matrix, or a view "
                              f"of some of a wider one's columns), got strides "
                              f"{tuple(arr.strides)}")
+    check_bias(bias, N, accumulate)
+    if bias is not None and gelu == "backward":
+        raise ValueError("bias: the GELU backward's product has none (a bias's gradient "
+                         "is reductions.bias_backward's)")
     if gelu not in (None, "forward", "backward"):
         raise ValueError(f"gelu={gelu!r}: must be None, 'forward' or 'backward'")
     if gelu is not None:
@@ -122,7 +128,9 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
     aligned = all(arr.shape[1] % CHUNK == 0 and arr.strides[0] % 16 == 0
                   and device_address(arr) % 16 == 0 for arr in (a, b))
     fold = steps_per_split * tile.depth > max_chain
-    kernel = _kernel(bool(transpose_a), bool(transpose_b), epilogue, aligned, fold, tile)
+    kernel = _kernel(bool(transpose_a), bool(transpose_b), epilogue, aligned, fold, tile,
+                     bias is not None)
+    bias = unread_bias(out) if bias is None else bias
     layouts = tuple("C" if arr.is_c_contiguous() else "A" for arr in (a, b))
     # an int32, as the kernels' signature says: the launch then runs the overload compiled for it
     # (a Python int would compile another, for int64, without the shared-memory opt-in)
@@ -137,7 +145,7 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
         allow_dynamic_shared(kernel, wgmma.signature(epilogue, *layouts),
                              tile.shared_bytes)
         kernel[grid, tile.threads, stream, tile.shared_bytes](
-            out, pre, a, b, a_map, b_map, out_map, pre_map, steps_per_split)
+            out, pre, a, b, bias, a_map, b_map, out_map, pre_map, steps_per_split)
     else:
         grid = (ceil_div(N, tile.cols), ceil_div(M, tile.rows), split_k)
-        kernel[grid, tile.threads, stream](out, a, b, steps_per_split)
+        kernel[grid, tile.threads, stream](out, a, b, bias, steps_per_split)

@@ -26,6 +26,7 @@ from numba import cuda, float32, uint64
 from ..cache import jit
 from ..common import ceil_div, check_array
 from ..device import SMS, check_block
+from .bias import check_bias, unread_bias
 
 
 class GemmTile(NamedTuple):
@@ -115,7 +116,7 @@ def _slab_loader(extent, depth, threads, k_contiguous):
 
 
 @functools.cache
-def _matmul_kernel(transpose_a, transpose_b, accumulate, tile):
+def _matmul_kernel(transpose_a, transpose_b, accumulate, tile, biased=False):
     BM, BN, BK, TM, TN = tile
     row_threads, col_threads = BM // TM, BN // TN
     a_per_thread, fetch_a, store_a = _slab_loader(BM, BK, tile.threads, not transpose_a)
@@ -124,9 +125,10 @@ def _matmul_kernel(transpose_a, transpose_b, accumulate, tile):
     a_slabs_size, b_slabs_size = 2 * BK * a_row, 2 * BK * b_row
 
     @jit
-    def matmul_kernel(out, a, b):
+    def matmul_kernel(out, a, b, bias):
         # out (M, N); a (M, K), or (K, M) when transpose_a; b (K, N), or (N, K) when
-        # transpose_b. Block (x, y) owns out[y*BM : (y+1)*BM, x*BN : (x+1)*BN].
+        # transpose_b; bias (N,), added to every row when biased (else not read). Block
+        # (x, y) owns out[y*BM : (y+1)*BM, x*BN : (x+1)*BN].
         M, N = out.shape
         K = a.shape[0] if transpose_a else a.shape[1]
         m0 = cuda.blockIdx.y * BM
@@ -183,33 +185,40 @@ def _matmul_kernel(transpose_a, transpose_b, accumulate, tile):
                     if col < N:
                         if accumulate:
                             out[row, col] += acc[i, j]
+                        elif biased:
+                            out[row, col] = acc[i, j] + bias[col]
                         else:
                             out[row, col] = acc[i, j]
 
     return matmul_kernel
 
 
-_MATRIX = float32[:, ::1]
+_MATRIX, _VECTOR = float32[:, ::1], float32[::1]
 PTX_SIGNATURES = [
-    (_matmul_kernel(transpose_a, transpose_b, accumulate, LARGE_TILE), (_MATRIX,) * 3)
+    (_matmul_kernel(transpose_a, transpose_b, accumulate, LARGE_TILE),
+     (_MATRIX,) * 3 + (_VECTOR,))
     for transpose_a, transpose_b, accumulate in [
         (False, False, False),   # X @ W
         (False, True, False),    # dY @ W^T, x @ wte^T
         (True, False, True),     # dW += X^T @ dY
         (True, True, True),      # every flag flipped at once
     ]
-] + [(_matmul_kernel(False, False, False, tile), (_MATRIX,) * 3)
+] + [(_matmul_kernel(False, False, False, tile), (_MATRIX,) * 3 + (_VECTOR,))
        for tile in (MEDIUM_TILE, SMALL_TILE)] + [
+    # a config with biases: X @ W + b
+    (_matmul_kernel(False, False, False, LARGE_TILE, True), (_MATRIX,) * 3 + (_VECTOR,)),
     # the LM head's dW in row ranges: a of some of dlogits' columns
-    (_matmul_kernel(True, False, True, LARGE_TILE), (_MATRIX, float32[:, :], _MATRIX))]
+    (_matmul_kernel(True, False, True, LARGE_TILE),
+     (_MATRIX, float32[:, :], _MATRIX, _VECTOR))]
 
 
 # ----------------------------------------------------------------------------------
 # launcher
 
-def matmul(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, *,
+def matmul(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, bias=None, *,
            tile=None, stream=0):
-    """out (M, N) = op(a) @ op(b) in float32, op transposing when asked; += when accumulate.
+    """out (M, N) = op(a) @ op(b) in float32 (+ bias (N,) on every row, in the epilogue),
+    op transposing when asked; += when accumulate (then without a bias).
 
     a is (M, K), or (K, M) when transpose_a; b is (K, N), or (N, K) when transpose_b; each
     a matrix or a view of some of a wider one's columns. tile (a GemmTile) overrides the
@@ -224,10 +233,12 @@ def matmul(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, *,
     # head's dW in row ranges reads some of dlogits' columns) compiles a kernel for it
     check_array("a", a, (K, M) if transpose_a else (M, K), strided=True)
     check_array("b", b, (N, K) if transpose_b else (K, N), strided=True)
+    check_bias(bias, N, accumulate)
     tile = default_tile(M, N) if tile is None else GemmTile(*tile)
     check_tile(tile)
     if M == 0 or N == 0:
         return
-    kernel = _matmul_kernel(bool(transpose_a), bool(transpose_b), bool(accumulate), tile)
+    kernel = _matmul_kernel(bool(transpose_a), bool(transpose_b), bool(accumulate), tile,
+                            bias is not None)
     grid = (ceil_div(N, tile.cols), ceil_div(M, tile.rows))
-    kernel[grid, tile.threads, stream](out, a, b)
+    kernel[grid, tile.threads, stream](out, a, b, unread_bias(out) if bias is None else bias)

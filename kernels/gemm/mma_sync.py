@@ -55,7 +55,7 @@ def _block_tiler(BM, BN):
     return block_tile
 
 @functools.cache
-def mma_sync_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
+def mma_sync_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile, biased=False):
     BM, BN, BK, WM, WN, STAGES, MIN_BLOCKS = tile
     threads = tile.threads
     warps_n = BN // WN
@@ -92,10 +92,11 @@ def mma_sync_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
     block_tile = _block_tiler(BM, BN)
 
     @jit(**({} if SIMULATOR else {"launch_bounds": (threads, MIN_BLOCKS)}))
-    def matmul_bf16_kernel(out, a, b, steps_per_split):
+    def matmul_bf16_kernel(out, a, b, bias, steps_per_split):
         # out (M, N) float32 or bf16; a (M, K) or (K, M); b (K, N) or (N, K), bf16 as
-        # uint16. Block (x, y, z) owns a tile of out (block_tile) and K steps
-        # z*steps_per_split on.
+        # uint16; bias (N,) float32, added to every row when biased (by the blocks of
+        # the first K steps alone), else not read. Block (x, y, z) owns a tile of out
+        # (block_tile) and K steps z*steps_per_split on.
         M, N = out.shape
         K = a.shape[0] if transpose_a else a.shape[1]
         m0, n0 = block_tile()
@@ -153,6 +154,15 @@ def mma_sync_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile):
 
         row0 = m0 + wm + accumulator_row(cuda.threadIdx.x)
         col0 = n0 + wn + accumulator_col(cuda.threadIdx.x)
+        if biased and first == 0:
+            for j in range(NT):
+                col = col0 + j * MMA_N
+                lo = bias[col] if col < N else float32(0.0)
+                hi = bias[col + 1] if col + 1 < N else float32(0.0)
+                for i in range(MT):
+                    for half in range(2):
+                        acc[i, j, 2 * half] += lo
+                        acc[i, j, 2 * half + 1] += hi
         for i in range(MT):
             for half in range(2):
                 row = row0 + i * MMA_M + 8 * half
@@ -173,7 +183,7 @@ def signature(epilogue, a_layout="C", b_layout="C"):
     or "A" for a view of some of a wider matrix's columns)."""
     out = types.uint16[:, ::1] if epilogue in BF16_OUT else types.float32[:, ::1]
     a, b = (types.Array(types.uint16, 2, layout) for layout in (a_layout, b_layout))
-    return (out, a, b, types.int32)
+    return (out, a, b, types.float32[::1], types.int32)
 
 
 # the tiles given explicitly (the sweep's), and a of a view of some of a wider matrix's
@@ -187,4 +197,5 @@ PTX_SIGNATURES = [
         (False, False, "float32", False, False, SMALL_TILE, ()),
         (True, False, "atomic", True, False, SMALL_TILE, ("A",)),
     ]
-]
+] + [   # a config with biases: X @ W + b, into bf16
+    (mma_sync_kernel(False, False, "bf16", True, False, SMALL_TILE, True), signature("bf16"))]

@@ -32,7 +32,7 @@ from .tuning import FOLD_TILE, TALL_TILE, WIDE_TILE
 
 
 @functools.cache
-def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
+def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile, biased=False):
     BM, BN, BK, STAGES, GROUPS = tile
     threads = tile.threads
     regs = BN // 2                                # accumulators per thread
@@ -118,7 +118,7 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
     BARRIERS = pipe.barriers + GROUPS
 
     @jit(**({} if SIMULATOR else {"launch_bounds": (threads, 1)}))
-    def matmul_wgmma_kernel(out, pre, a, b, a_map, b_map, out_map, pre_map,
+    def matmul_wgmma_kernel(out, pre, a, b, bias, a_map, b_map, out_map, pre_map,
                             steps_per_split):
         # as matmul_bf16_kernel, but block (x, y, z) owns the tile (z * GROUP + x % GROUP,
         # y) of out and K steps x // GROUP * steps_per_split on: consecutive blocks take
@@ -220,6 +220,19 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile):
         R, C = wgmma_accumulator_row(thread), accumulator_col(thread)
         swap = (C // chunk) ^ (R // rows_per_line % phases)
         base = group * 64 * BN + R * panel + C % chunk
+        if biased and first == 0:            # bias (N,) on every row, by the first K split
+            for j in range(BN // 8):
+                col = n0 + 8 * j + C
+                b_lo = bias[col] if col < N else float32(0.0)
+                b_hi = bias[col + 1] if col + 1 < N else float32(0.0)
+                for h in range(2):
+                    r = 4 * j + 2 * h
+                    if fold:
+                        total[r] += b_lo
+                        total[r + 1] += b_hi
+                    else:
+                        acc[r] += b_lo
+                        acc[r + 1] += b_hi
         if epilogue == "gelu_backward":      # gelu'(pre) in place of pre, rounded to bf16,
             map_places(pairs, 0, base, swap)  # then the accumulators times it
             for h in range(2):
@@ -275,7 +288,7 @@ def signature(epilogue, a_layout="C", b_layout="C"):
     ("C", or "A" for a view of some of a wider matrix's columns), the four tensor maps."""
     out = types.uint16[:, ::1] if epilogue in BF16_OUT else types.float32[:, ::1]
     a, b = (types.Array(types.uint16, 2, layout) for layout in (a_layout, b_layout))
-    return (out, out, a, b) + (types.uint64[::1],) * 4 + (types.int32,)
+    return (out, out, a, b, types.float32[::1]) + (types.uint64[::1],) * 4 + (types.int32,)
 
 
 PTX_SIGNATURES = [
@@ -297,4 +310,6 @@ PTX_SIGNATURES = [
         # a of a view of some of a wider matrix's columns: the LM head's dW in row ranges
         (True, False, "atomic", False, TALL_TILE, ("A",)),
     ]
-]
+] + [   # a config with biases: X @ W + b into bf16, and into the MLP's GELU
+    (wgmma_kernel(False, False, epilogue, False, WIDE_TILE, True), signature(epilogue))
+    for epilogue in ("bf16", "gelu")]

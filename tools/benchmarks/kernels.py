@@ -157,7 +157,10 @@ def bench_kernels(reps):
     # the backward passes (microgpt's only; PyTorch's GEMM twins for scale)
     dw_qkv, ln_dw, ln_db = dev(C, 3 * C), dev(C), dev(C)
     dwte, dwpe, tdy = dev(V, C), dev(T, C), tdev(N, 3 * C)
+    db_qkv = dev(3 * C)
     rows += [
+        ("bias backward: column sums of the QKV dY (16384 x 2304)",
+         lambda: ops.bias_backward(db_qkv, qkv.reshape(N, 3 * C)), lambda: tdy.sum(0), 0),
         ("QKV GEMM backward dX = dY @ W^T", lambda: ops.matmul(x, qkv.reshape(N, 3 * C), w_qkv,
                                                                transpose_b=True),
          lambda: torch.mm(tdy, tw.T), 2 * N * C * 3 * C),
