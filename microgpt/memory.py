@@ -6,16 +6,16 @@ from microgpt.params import ParamLayout
 from microgpt.step import step_specs
 
 
-def required_bytes(config, rows, precision, eval_batches, moment_shards=1):
-    """What a rank's run of `rows` sequences a step needs at least: the parameters, their
-    gradients and AdamW moments (float32; under ZeRO-1 the moments of one of
-    moment_shards shards), in bf16 the matrices' copy, the buffers of a step as allocated
-    (views and shared scratch once), and the validation batches."""
+def required_bytes(config, rows, precision, eval_batches, moment_shards=1, accum=1):
+    """What a rank's run of `rows` sequences a micro-batch (accum of them a step) needs at
+    least: the parameters, their gradients and AdamW moments (float32; under ZeRO-1 the
+    moments of one of moment_shards shards), in bf16 the matrices' copy, the buffers of a
+    step as allocated (views and shared scratch once), and the validation batches."""
     layout = ParamLayout(config)
     T = config.context
     moments = 2 * 4 * -(-layout.size // moment_shards)
     return (2 * 4 * layout.size + moments + (2 * layout.n_decay if precision == "bf16" else 0)
-            + sum(spec.nbytes for spec in step_specs(config, rows, T, precision))
+            + sum(spec.nbytes for spec in step_specs(config, rows, T, precision, accum))
             + 8 * eval_batches * rows * T)
 
 
@@ -24,7 +24,7 @@ def check_memory(config, args, world, backend, precision, zero=False):
     the moments sharded over the ranks)."""
     rows = args.batch_size // world.world_size
     need = required_bytes(config, rows, precision, args.eval_batches,
-                          world.world_size if zero else 1)
+                          world.world_size if zero else 1, args.grad_accum)
     where, available = available_memory(backend)
     if available is not None and need > available:
         gib = 2 ** 30

@@ -1,8 +1,9 @@
 """The GPT model, written once against a backend (NumPy or CUDA).
 
-GPT-2 architecture: pre-LayerNorm blocks, learned position embeddings, no biases in the
-linear layers, tanh-GELU MLP of width 4C, LM head tied to the token embedding, mean
-cross-entropy over all B*T tokens. Forward and backward are spelled out op by op, as a
+GPT-2 architecture: pre-LayerNorm blocks, learned position embeddings, biases in the
+linear layers only with config.bias (added in the GEMMs' epilogues), tanh-GELU MLP of
+width 4C, LM head tied to the token embedding, mean cross-entropy over all B*T tokens
+(over the tokens in use of a padded vocabulary, config.n_tokens). Forward and backward are spelled out op by op, as a
 CUDA training engine runs them, with every activation in a buffer allocated once per
 batch shape. The passes only enqueue work; the calls at the end of GPT read results back.
 In bf16 the same calls run with bf16 operands for every matmul and attention (the
@@ -241,15 +242,18 @@ class GPT:
         ops.layernorm_forward(out, *stats, rows(a.resid[0]), *affine)
         for i in range(cfg.n_layer):
             h = f"h.{i}."
-            ops.matmul(rows(a.qkv[i]), rows(a.ln_1[i]), w[h + "attn.w_qkv"])      # fused QKV
+            ops.matmul(rows(a.qkv[i]), rows(a.ln_1[i]), w[h + "attn.w_qkv"],      # fused QKV
+                       bias=p.get(h + "attn.b_qkv"))
             attention(a, i)                                     # qkv[i] -> att_merged[i]
-            ops.matmul(rows(a.proj), rows(a.att_merged[i]), w[h + "attn.w_o"])
+            ops.matmul(rows(a.proj), rows(a.att_merged[i]), w[h + "attn.w_o"],
+                       bias=p.get(h + "attn.b_o"))
             ops.residual_layernorm_forward(
                 rows(a.mid[i]), rows(a.ln_2[i]), a.ln_2_mean[i], a.ln_2_rstd[i],
                 rows(a.resid[i]), rows(a.proj), p[h + "ln_2.weight"], p[h + "ln_2.bias"])
             ops.matmul_gelu_forward(rows(a.fc_gelu[i]), rows(a.fc[i]), rows(a.ln_2[i]),
-                                    w[h + "mlp.w_fc"])                     # fc, gelu(fc)
-            ops.matmul(rows(a.proj), rows(a.fc_gelu[i]), w[h + "mlp.w_proj"])
+                                    w[h + "mlp.w_fc"], bias=p.get(h + "mlp.b_fc"))
+            ops.matmul(rows(a.proj), rows(a.fc_gelu[i]), w[h + "mlp.w_proj"],
+                       bias=p.get(h + "mlp.b_proj"))
             out, stats, affine = self._norm_of_resid(a, i + 1)
             ops.residual_layernorm_forward(rows(a.resid[i + 1]), out, *stats, rows(a.mid[i]),
                                            rows(a.proj), *affine)
@@ -278,13 +282,16 @@ class GPT:
     def enqueue_loss(self, a):
         """a.logits and a.batch[1] (targets) -> a.losses, one per token, without a backward
         (evaluation; training gets its losses from enqueue_backward)."""
-        self.backend.crossentropy_forward(a.losses, a.logits_lse, rows(a.logits),
+        self.backend.crossentropy_forward(a.losses, a.logits_lse, self._logits_in_use(a),
                                           a.batch[1].reshape(a.losses.size))
 
-    def enqueue_backward(self, a, sync=LOCAL):
-        """a.losses, one per token, and the gradient of their mean -> self.grads (zeroed
-        first), from the buffers the forward left in a: the loss and its gradient come from
-        one pass over the logits, which it overwrites with dlogits. The GEMMs read
+    def enqueue_backward(self, a, sync=LOCAL, micro=(0, 1)):
+        """a.losses, one per token, and the gradient of their mean -> self.grads, from the
+        buffers the forward left in a: the loss and its gradient come from one pass over
+        the logits, which it overwrites with dlogits. micro (n, count): a is micro-batch n
+        of count that one optimizer step accumulates; the gradient is then of the mean
+        over all count micro-batches' tokens, zeroed by the first and added to by the
+        others. The GEMMs read
         a.dresid_mm and a.dmerged: in bf16 the copies the LayerNorm backward and the W_O dX
         GEMM write; in fp32 the float32 gradients themselves. sync, a data-parallel world's
         gradient sync (microgpt.distributed), is handed each range of the gradient as it
@@ -292,10 +299,15 @@ class GPT:
         sync.finish() the gradient is the world's mean."""
         ops, p, w, g, cfg = self.backend, self.params, self.weights, self.grads, self.config
         copy = None if a.dresid_mm is a.dresid else rows(a.dresid_mm)
-        ops.fill_zero(self.grads_flat)
+        n, count = micro
+        if n == 0:
+            ops.fill_zero(self.grads_flat)
         dlogits = rows(a.logits)                                                 # in place
-        ops.crossentropy_forward_backward(a.losses, dlogits, a.batch[1].reshape(a.losses.size),
-                                          1.0 / a.losses.size)
+        # a padded vocabulary's columns keep the logits 0 (their rows of wte are 0): as
+        # gradients they are 0 too, so the head's GEMMs take every column
+        ops.crossentropy_forward_backward(a.losses, self._logits_in_use(a),
+                                          a.batch[1].reshape(a.losses.size),
+                                          1.0 / (count * a.losses.size))
         ops.matmul(rows(a.dln), dlogits, w["wte"])      # the head's dW comes last, below
         ops.fill_zero(a.dresid)
         ops.layernorm_backward(rows(a.dresid), g["ln_f.weight"], g["ln_f.bias"], rows(a.dln),
@@ -304,8 +316,10 @@ class GPT:
         for i in reversed(range(cfg.n_layer)):
             h = f"h.{i}."
             # MLP: dresid is the gradient of the block's output and of its MLP branch
+            self._bias_backward(g, h + "mlp.b_proj", a.dresid)
             ops.matmul_gelu_backward(rows(a.dfc), rows(a.dresid_mm), w[h + "mlp.w_proj"],
                                      rows(a.fc[i]))                       # through gelu too
+            self._bias_backward(g, h + "mlp.b_fc", a.dfc)
             ops.matmul(g[h + "mlp.w_proj"], rows(a.fc_gelu[i]), rows(a.dresid_mm),
                        transpose_a=True, accumulate=True)
             ops.matmul(rows(a.dln), rows(a.dfc), w[h + "mlp.w_fc"], transpose_b=True)
@@ -315,6 +329,7 @@ class GPT:
                                    rows(a.dln), rows(a.mid[i]), p[h + "ln_2.weight"],
                                    a.ln_2_mean[i], a.ln_2_rstd[i], dinp_copy=copy)
             # attention: dresid is now the gradient of mid
+            self._bias_backward(g, h + "attn.b_o", a.dresid)
             ops.matmul(rows(a.dmerged), rows(a.dresid_mm), w[h + "attn.w_o"], transpose_b=True)
             ops.matmul(g[h + "attn.w_o"], rows(a.att_merged[i]), rows(a.dresid_mm),
                        transpose_a=True, accumulate=True)
@@ -324,6 +339,7 @@ class GPT:
                                    a.v[i], a.att[i], a.att_lse[i])
             if not a.heads_in_place:
                 ops.split_heads_backward(a.dqkv, a.dq, a.dk, a.dv)
+            self._bias_backward(g, h + "attn.b_qkv", a.dqkv)
             ops.matmul(rows(a.dln), rows(a.dqkv), w[h + "attn.w_qkv"], transpose_b=True)
             ops.matmul(g[h + "attn.w_qkv"], rows(a.ln_1[i]), rows(a.dqkv),
                        transpose_a=True, accumulate=True)
@@ -343,6 +359,19 @@ class GPT:
                        accumulate=True)
             sync.ready(*self.layout.rows("wte", lo, hi))
         sync.finish()
+
+    def _logits_in_use(self, a):
+        """The logits' rows (N, V), or of a padded vocabulary the columns of the tokens in
+        use: the loss and its gradient see those alone."""
+        logits = rows(a.logits)
+        return logits if self.config.tokens == self.config.vocab_size \
+            else logits[:, :self.config.tokens]
+
+    def _bias_backward(self, g, name, dout):
+        """The named bias's gradient from dout (B, T, X), the gradient of the layer's
+        output; nothing for a model without biases."""
+        if name in g:
+            self.backend.bias_backward(g[name], rows(dout))
 
     # the public calls: one pass each, on host or backend arrays ----------------------
     def forward(self, idx):
@@ -399,8 +428,8 @@ class GPT:
         if len(idx.shape) != 2:
             raise ValueError(f"token indices must be (B, T), got shape {tuple(idx.shape)}")
         if isinstance(idx, np.ndarray) and idx.size and (
-                idx.min() < 0 or idx.max() >= self.config.vocab_size):
-            raise ValueError(f"token indices must lie in [0, {self.config.vocab_size})")
+                idx.min() < 0 or idx.max() >= self.config.tokens):
+            raise ValueError(f"token indices must lie in [0, {self.config.tokens})")
         return tuple(idx.shape)
 
     @staticmethod
@@ -426,6 +455,9 @@ class GPT:
                 raise ValueError(f"parameter {name} has shape {tuple(state[name].shape)}, "
                                  f"the model expects {shape}")
             views[name][...] = state[name]
+        # the padding of a vocabulary carries no token: its rows of wte are 0, which keeps
+        # its logits, and so their gradients, 0
+        views["wte"][self.config.tokens:] = 0.0
         self.backend.copy(self.params_flat, self.backend.to_device(host))
         if self.matrices_flat is not None:
             self._round_matrices()

@@ -28,20 +28,30 @@ class ParamSpec:
         return len(self.shape) == 2
 
 
+# each linear layer's weight -> its bias (a config with bias)
+BIASES = {"attn.w_qkv": "attn.b_qkv", "attn.w_o": "attn.b_o", "mlp.w_fc": "mlp.b_fc",
+          "mlp.w_proj": "mlp.b_proj"}
+
+
 def param_specs(cfg):
     C = cfg.d_model
     specs = [ParamSpec("wte", (cfg.vocab_size, C), "embedding"),
              ParamSpec("wpe", (cfg.context, C), "embedding")]
+
+    def linear(h, weight, shape, group):
+        """A block's weight and, with cfg.bias, its bias (the weight's output width)."""
+        made = [ParamSpec(h + weight, shape, group)]
+        return made + [ParamSpec(h + BIASES[weight], shape[1:], group)] if cfg.bias else made
     for i in range(cfg.n_layer):
         h = f"h.{i}."
         specs += [ParamSpec(h + "ln_1.weight", (C,), "norm"),
                   ParamSpec(h + "ln_1.bias", (C,), "norm"),
-                  ParamSpec(h + "attn.w_qkv", (C, 3 * C), "attention"),
-                  ParamSpec(h + "attn.w_o", (C, C), "attention"),
+                  *linear(h, "attn.w_qkv", (C, 3 * C), "attention"),
+                  *linear(h, "attn.w_o", (C, C), "attention"),
                   ParamSpec(h + "ln_2.weight", (C,), "norm"),
                   ParamSpec(h + "ln_2.bias", (C,), "norm"),
-                  ParamSpec(h + "mlp.w_fc", (C, 4 * C), "mlp"),
-                  ParamSpec(h + "mlp.w_proj", (4 * C, C), "mlp")]
+                  *linear(h, "mlp.w_fc", (C, 4 * C), "mlp"),
+                  *linear(h, "mlp.w_proj", (4 * C, C), "mlp")]
     specs += [ParamSpec("ln_f.weight", (C,), "norm"), ParamSpec("ln_f.bias", (C,), "norm")]
     return specs
 
@@ -82,7 +92,8 @@ class ParamLayout:
 
     @property
     def norms(self):
-        """(lo, hi): the range of every LayerNorm weight and bias, the suffix."""
+        """(lo, hi): the range of every vector (the LayerNorms' weights and biases, and the
+        linear layers' biases of a config with bias), the suffix."""
         return self.n_decay, self.size
 
     def _span(self, names):
@@ -106,7 +117,8 @@ INIT_CHUNK = 1 << 22
 
 def init_params(cfg, layout, seed, threads=None, chunk=INIT_CHUNK):
     """GPT-2 init as a flat float32 host array: N(0, 0.02), the residual projections
-    w_o and w_proj scaled by 1/sqrt(2 n_layer), LayerNorm weight 1 and bias 0.
+    w_o and w_proj scaled by 1/sqrt(2 n_layer), LayerNorm weight 1, every bias 0, and the
+    rows of wte past the tokens in use (a padded vocabulary) 0.
 
     The matrices, the prefix [0, n_decay), are drawn chunk by chunk in float32 by threads
     (NumPy's generators release the GIL): GPT-2-XL's 1.56 billion values took ~110 s as one
@@ -115,8 +127,8 @@ def init_params(cfg, layout, seed, threads=None, chunk=INIT_CHUNK):
     views = layout.views(flat)
     scaled = []         # (lo, hi, std) of each matrix in the flat layout
     for s in layout.specs:
-        if s.group == "norm":
-            views[s.name][...] = 1.0 if s.name.endswith("weight") else 0.0
+        if not s.decay:
+            views[s.name][...] = 1.0 if s.group == "norm" and s.name.endswith("weight") else 0.0
         else:
             std = 0.02
             if s.name.endswith(("attn.w_o", "mlp.w_proj")):
@@ -136,4 +148,5 @@ def init_params(cfg, layout, seed, threads=None, chunk=INIT_CHUNK):
     chunks = range(-(-layout.n_decay // chunk))
     with ThreadPoolExecutor(threads or os.cpu_count() or 1) as pool:
         list(pool.map(draw, chunks))
+    views["wte"][cfg.tokens:] = 0.0
     return flat

@@ -1,8 +1,10 @@
 """A training step of one (batch, sequence) shape, as one object that owns its buffers.
 
-Life cycle: ``Step(model, optimizer, B, T)`` allocates every buffer the step writes (the
-model's activation table plus a metrics log); ``run(tokens, targets)`` copies the batch in
-(one host-to-device copy) and enqueues forward, backward and update; ``metrics()`` is the
+Life cycle: ``Step(model, optimizer, B, T, accum=N)`` allocates every buffer the step writes
+(the model's activation table for a micro-batch of B sequences, the token ids and losses of
+N of them, a metrics log); ``run(tokens, targets)`` copies the N micro-batches in (one
+host-to-device copy) and enqueues N forward and backward passes, whose gradients add up in
+the model's float32 gradient buffer, then one update; ``metrics()`` is the
 one read back, made every log interval, of each step's loss, gradient norm and learning
 rate since the last call. Between two metrics() the host never waits for the device.
 
@@ -10,8 +12,8 @@ Nothing in a step changes between steps but the contents of its buffers: the opt
 learning rate and step number live on the device (optim.AdamW), so on the CUDA backend the
 second run captures the whole step into a CUDA graph and every later run replays it, one
 launch from the host instead of ~180. Under data parallelism the graph holds the gradient
-all-reduce too: the backward hands each range of the gradient to the world's sync as it
-becomes final, and NCCL reduces it on a second stream that the capture takes in
+all-reduce too, once per step: the last micro-batch's backward hands each range of the
+gradient to the world's sync as it becomes final, and NCCL reduces it on a second stream that the capture takes in
 (microgpt.distributed). The first run is eager (it compiles the kernels, and NCCL connects
 the ranks). The simulator and the NumPy backend always run eagerly, as does
 ``graph=False`` (for debugging: each launch then runs, and fails, where it is written).
@@ -25,21 +27,42 @@ from microgpt.ops import LOG_COLUMNS
 LOG_ROWS = 1024      # steps between two metrics() calls, at most
 
 
-def step_specs(cfg, B, T, precision="fp32"):
-    """Every buffer a training step of shape (B, T) owns: the activations, and the log that
-    record_step fills. (The parameters, gradients, moments, the squared gradient norm and
-    the hyper-parameters belong to the model and the optimizer: every shape shares them.)"""
-    return (activation_specs(cfg, B, T, precision)
+def step_specs(cfg, B, T, precision="fp32", accum=1):
+    """Every buffer a training step of accum micro-batches of shape (B, T) owns: the
+    activations of one, the token ids, targets and losses of every one (in place of the
+    activation table's own "batch" and "losses"), and the log that record_step fills. (The
+    parameters, gradients, moments, the squared gradient norm and the hyper-parameters
+    belong to the model and the optimizer: every shape shares them.)"""
+    own = {"batch": BufferSpec("batch", (accum, 2, B, T), "int32"),
+           "losses": BufferSpec("losses", (accum, B * T))}
+    return ([own.get(s.name, s) for s in activation_specs(cfg, B, T, precision)]
             + [BufferSpec("log", (LOG_ROWS, len(LOG_COLUMNS)))])
 
 
+class MicroBatch:
+    """The step's buffers as micro-batch n's passes see them: its own token ids, targets
+    and losses, every other buffer shared."""
+
+    def __init__(self, buffers, n):
+        self._buffers = buffers
+        self.batch, self.losses = buffers.batch[n], buffers.losses[n]
+
+    def __getattr__(self, name):
+        return getattr(self._buffers, name)
+
+
 class Step:
-    def __init__(self, model, optimizer, B, T, *, sync=LOCAL, graph=True):
+    def __init__(self, model, optimizer, B, T, *, accum=1, sync=LOCAL, graph=True):
         self.model, self.optimizer, self.sync = model, optimizer, sync
         self.backend = model.backend
-        self.shape = (B, T)
+        self.accum = accum
+        self.micro_shape = (B, T)
+        self.shape = (accum * B, T)     # of run()'s batch: micro-batch n is rows nB to (n+1)B
         model.check_context(T)
-        self.buffers = Buffers(self.backend, step_specs(model.config, B, T, model.precision))
+        self.buffers = Buffers(self.backend, step_specs(model.config, B, T, model.precision,
+                                                        accum))
+        self.micro = [MicroBatch(self.buffers, n) for n in range(accum)]
+        self.all_losses = self.buffers.losses.reshape(accum * B * T)
         self.graph = graph and self.backend.graphs
         self._captured = {}         # phases -> the graph that replays them
         self._ran = set()           # the phase sequences run eagerly once (compiled)
@@ -47,58 +70,67 @@ class Step:
 
     # the phases ------------------------------------------------------------------------
     def forward(self):
-        """The logits of the batch in the buffers."""
-        self.model.enqueue_forward(self.buffers)
+        """The logits of the first micro-batch in the buffers (evaluation's)."""
+        self.model.enqueue_forward(self.micro[0])
 
     def loss(self):
         """The per-token losses alone (evaluation: training gets them from backward)."""
-        self.model.enqueue_loss(self.buffers)
+        self.model.enqueue_loss(self.micro[0])
 
-    def backward(self):
-        """The per-token losses and the gradient of their mean, into the model's gradient
-        buffer, from one pass over the logits; under data parallelism averaged over the
-        ranks by sync (world.gradient_sync(model)) while the backward runs."""
-        self.model.enqueue_backward(self.buffers, self.sync)
+    def accumulate(self):
+        """Each micro-batch's forward and backward: the per-token losses and the gradient
+        of their mean over all the micro-batches, summed into the model's gradient buffer;
+        under data parallelism averaged over the ranks by sync (world.gradient_sync(model))
+        while the last backward runs."""
+        for n, micro in enumerate(self.micro):
+            self.model.enqueue_forward(micro)
+            self.model.enqueue_backward(micro, self.sync if n == self.accum - 1 else LOCAL,
+                                        micro=(n, self.accum))
 
     def update(self):
         """One AdamW update at the scheduled learning rate, and the step's metrics logged
-        on the device."""
+        on the device (its loss the mean over every micro-batch's tokens)."""
         self.optimizer.update()
-        self.backend.record_step(self.buffers.log, self.buffers.losses,
+        self.backend.record_step(self.buffers.log, self.all_losses,
                                  self.optimizer.norm_squared, self.optimizer.hparams)
 
     # running -----------------------------------------------------------------------
     def run(self, tokens, targets):
-        """Enqueue one training step on host int arrays tokens and targets (B, T)."""
+        """Enqueue one training step on host int arrays tokens and targets (accum x B, T):
+        micro-batch n is rows n B to (n + 1) B."""
         if self.unread == LOG_ROWS:
             raise RuntimeError(f"{LOG_ROWS} steps since the last metrics(): read them first")
-        self.load(tokens, targets)
-        self._replay(("forward", "backward", "update"))
+        self.load(tokens, targets, self.buffers.batch)
+        self._replay(("accumulate", "update"))
         # the host's count of the device's step number (the capture ran update() once)
         self.optimizer.step_count += 1
         self.unread += 1
 
     def evaluate(self, tokens, targets):
-        """The mean loss of a batch (no backward, no update) -> a float, read back. A batch
-        of fewer rows than the step's (the whole validation split's last) runs padded with
-        copies of its first row, which are not scored: the step's buffers and graph serve
-        it, and no second set of activations is allocated."""
+        """The mean loss of a batch of one micro-batch's shape (no backward, no update) -> a
+        float, read back. A batch of fewer rows (the whole validation split's last) runs
+        padded with copies of its first row, which are not scored: the step's buffers and
+        graph serve it, and no second set of activations is allocated."""
         rows = len(tokens)
-        if 0 < rows < self.shape[0]:
-            pad = np.repeat(np.asarray(tokens)[:1], self.shape[0] - rows, axis=0), \
-                np.repeat(np.asarray(targets)[:1], self.shape[0] - rows, axis=0)
+        if 0 < rows < self.micro_shape[0]:
+            pad = np.repeat(np.asarray(tokens)[:1], self.micro_shape[0] - rows, axis=0), \
+                np.repeat(np.asarray(targets)[:1], self.micro_shape[0] - rows, axis=0)
             tokens, targets = np.concatenate([tokens, pad[0]]), np.concatenate([targets, pad[1]])
-        self.load(tokens, targets)
+        self.load(tokens, targets, self.micro[0].batch)
         self._replay(("forward", "loss"))
-        return self.backend.mean(self.buffers.losses[:rows * self.shape[1]])
+        return self.backend.mean(self.micro[0].losses[:rows * self.micro_shape[1]])
 
-    def load(self, tokens, targets):
-        """Token ids and targets into the batch buffer: one copy to the device."""
+    def load(self, tokens, targets, batch):
+        """Token ids and targets (host int arrays) into batch, the step's (accum, 2, B, T)
+        for run() or a micro-batch's (2, B, T) for evaluate(): one copy to the device."""
+        shape = self.shape if len(batch.shape) == 4 else self.micro_shape
         for name, ids in (("tokens", tokens), ("targets", targets)):
-            if tuple(ids.shape) != self.shape:
-                raise ValueError(f"{name}: expected shape {self.shape}, got {tuple(ids.shape)}")
+            if tuple(ids.shape) != shape:
+                raise ValueError(f"{name}: expected shape {shape}, got {tuple(ids.shape)}")
             self.model.check_tokens(ids)
-        self.backend.copy(self.buffers.batch, np.stack([tokens, targets]).astype(np.int32))
+        B, T = self.micro_shape
+        pairs = np.stack([tokens.reshape(-1, B, T), targets.reshape(-1, B, T)], axis=1)
+        self.backend.copy(batch, pairs.reshape(batch.shape).astype(np.int32))
 
     def _replay(self, phases):
         """Run the phases: eagerly the first time (which compiles their kernels), then

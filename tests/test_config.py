@@ -10,8 +10,9 @@ DESIGN_TABLE = {
     "microgpt":    (1, 16, 4, 4, 16, None),
     "andrea-12m":  (6, 384, 12, 32, 256, 4096),
     "andrea-120m": (12, 768, 12, 64, 1024, 50304),
+    "microgpt-cpu": (1, 128, 4, 32, 128, None),     # the trainer's run with no arguments
 }
-SIZE_FIELDS = [f.name for f in dataclasses.fields(GPTConfig)]
+SIZE_FIELDS = ["n_layer", "d_model", "n_head", "context", "vocab_size", "n_tokens"]
 
 
 @pytest.mark.parametrize("name", DESIGN_TABLE)
@@ -23,7 +24,7 @@ def test_configs_match_the_design_table(name):
     assert cfg.vocab_size == (256 if vocab is None else vocab)
 
 
-def test_there_are_exactly_the_three_configs():
+def test_there_are_exactly_the_four_configs():
     assert set(CONFIGS) == set(DESIGN_TABLE)
 
 
@@ -79,3 +80,19 @@ def test_config_dict_round_trip_and_missing_field():
     del partial["context"]
     with pytest.raises(ConfigError, match="missing field.*context"):
         config_from_dict(partial)
+
+
+def test_a_config_without_the_later_fields_reads_as_bias_free_and_unpadded():
+    """config.json of a checkpoint written before bias and n_tokens existed."""
+    cfg = get_config("microgpt", vocab_size=300)
+    old = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("bias", "n_tokens")}
+    assert config_from_dict(old) == cfg and not cfg.bias and cfg.tokens == 300
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(bias=1), "bias must be true or false"),
+    (dict(n_tokens=301), r"n_tokens \(301\) must be at most vocab_size \(300\)"),
+])
+def test_bad_bias_and_n_tokens(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        get_config("microgpt", vocab_size=300, **fields)

@@ -153,15 +153,24 @@ class TakeTheGradient:
         self.ref.grads_flat[...] = host
 
 
-# in the simulator every step runs eagerly: one small case keeps the Step path covered there
-@pytest.mark.parametrize("name,overrides,B,T", CASES if REAL_SHAPES else CASES[1:])
-def test_captured_steps_match_reference(name, overrides, B, T):
+# GPT-2's shape (biases in the linear layers, a vocabulary padded past its tokens), its
+# steps accumulating micro-batches: on a GPU at andrea-120m's size
+GPT2_LIKE = dict(bias=True, n_tokens=50257) if REAL_SHAPES else dict(bias=True, n_tokens=21)
+STEP_CASES = [(*case, 1) for case in CASES] + [
+    (*CASES[-1][:1], {**CASES[-1][1], **GPT2_LIKE}, *CASES[-1][2:], 2)]
+
+
+# in the simulator every step runs eagerly: small cases keep the Step path covered there
+@pytest.mark.parametrize("name,overrides,B,T,accum", STEP_CASES if REAL_SHAPES
+                         else STEP_CASES[1:])
+def test_captured_steps_match_reference(name, overrides, B, T, accum):
     """Three training steps through microgpt.step.Step on the cuda backend: on a GPU the
     first runs eagerly, the second is captured into a CUDA graph and the third replays it
     (in the simulator all are eager). Beside it the float64 reference takes each step from
     the same state, as in the test above: the gradient (still in the buffer after the
     update), then AdamW on the device's gradient: the logged loss, norm and lr, the moments
-    and the parameters, all within the whole-model tolerance."""
+    and the parameters, all within the whole-model tolerance. With accum, each step sums
+    the gradients of that many micro-batches, the biases' too."""
     cfg = get_config(name, **overrides)
     rng = np.random.default_rng(abs(hash((name, B, T, "graph"))) % 2**32)
     opt_cfg = AdamWConfig(lr=1e-3, warmup_steps=1, total_steps=3)
@@ -169,12 +178,13 @@ def test_captured_steps_match_reference(name, overrides, B, T):
                                                       dtype=np.float64)
     opt_dev, opt_ref = AdamW(dev, opt_cfg), AdamW(ref, opt_cfg)
     take = TakeTheGradient(dev, ref)
-    step_dev, step_ref = Step(dev, opt_dev, B, T), Step(ref, opt_ref, B, T, sync=take)
+    step_dev = Step(dev, opt_dev, B, T, accum=accum)
+    step_ref = Step(ref, opt_ref, B, T, accum=accum, sync=take)
     poison(dev.backend, step_dev.buffers)
     for i in range(3):
         ref.load_state_dict(dev.state_dict())
         opt_ref.load_state_dict(*opt_dev.state_dict())
-        tokens, targets = (rng.integers(0, cfg.vocab_size, (B, T)) for _ in range(2))
+        tokens, targets = (rng.integers(0, cfg.tokens, (accum * B, T)) for _ in range(2))
         step_dev.run(tokens, targets)
         got = step_dev.metrics()
         take.step = i

@@ -18,19 +18,26 @@ CPU = settings(settings.get_profile("cpu"))
 TOL_FD = 1e-6        # float64 backward vs central differences, per parameter tensor
 FD_STEP = 1e-5
 TINY = GPTConfig(n_layer=2, d_model=8, n_head=2, context=6, vocab_size=11)
+# GPT-2's shape: biases in the linear layers, a vocabulary padded past its tokens
+TINY_GPT2 = GPTConfig(n_layer=2, d_model=8, n_head=2, context=6, vocab_size=16, bias=True,
+                      n_tokens=11)
 
 
 def random_tokens(rng, cfg, B, T):
-    """idx, targets (B, T): random tokens, so every row of wte gets some gradient."""
-    return rng.integers(0, cfg.vocab_size, (B, T)), rng.integers(0, cfg.vocab_size, (B, T))
+    """idx, targets (B, T): random tokens, so every row of wte in use gets some gradient."""
+    return rng.integers(0, cfg.tokens, (B, T)), rng.integers(0, cfg.tokens, (B, T))
 
 
-def test_gradients_match_finite_differences_for_every_parameter():
-    model = GPT(TINY, seed=0, dtype=np.float64)
+@pytest.mark.parametrize("cfg", [TINY, TINY_GPT2], ids=["bias-free", "gpt2-like"])
+def test_gradients_match_finite_differences_for_every_parameter(cfg):
+    """Every parameter's gradient, the biases' too, against central differences; of a
+    padded vocabulary, the padding's rows of wte get none (their logits take no part)."""
+    model = GPT(cfg, seed=0, dtype=np.float64)
     rng = np.random.default_rng(1)
     # GPT-2 init makes the gradient of most tensors tiny; larger weights make every one count
-    model.params_flat[:] = rng.standard_normal(model.layout.size) * 0.5
-    idx, targets = random_tokens(rng, TINY, 2, TINY.context)    # T = context: every wpe row
+    model.load_state_dict({name: rng.standard_normal(t.shape) * 0.5
+                           for name, t in model.state_dict().items()})
+    idx, targets = random_tokens(rng, cfg, 2, cfg.context)      # T = context: every wpe row
     _, analytic = model.loss_and_grads(idx, targets)
 
     numerical = np.empty(model.layout.size)
@@ -45,6 +52,7 @@ def test_gradients_match_finite_differences_for_every_parameter():
 
     for name, expected in model.layout.views(numerical).items():
         assert_close(analytic[name], expected, TOL_FD, name)
+    assert not analytic["wte"][cfg.tokens:].any()
 
 
 @pytest.mark.parametrize("vocab_size", [11, 256, 4096])
@@ -152,8 +160,11 @@ def test_forward_rejects_bad_tokens_with_a_clear_error(idx, message):
 def configs(draw):
     """Small configs over the head_dims that matter: tensor-core 32, 64, fallback 4, 72."""
     head_dim, n_head = draw(st.sampled_from([4, 32, 64, 72])), draw(st.integers(1, 3))
+    vocab_size = draw(st.integers(1, 20))
     return GPTConfig(n_layer=draw(st.integers(1, 2)), d_model=head_dim * n_head, n_head=n_head,
-                     context=draw(st.integers(1, 8)), vocab_size=draw(st.integers(1, 20)))
+                     context=draw(st.integers(1, 8)), vocab_size=vocab_size,
+                     bias=draw(st.booleans()),
+                     n_tokens=draw(st.none() | st.integers(1, vocab_size)))
 
 
 @CPU

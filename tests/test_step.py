@@ -170,3 +170,31 @@ def test_a_step_destroys_its_graph_before_it_releases_the_sync():
     del sync        # the Step now holds the sync alone
     del step
     assert events == ["replayed"] * 2 + ["graph destroyed", "sync released"]
+
+
+@pytest.mark.parametrize("accum", [2, 3])
+def test_accumulating_micro_batches_equals_one_step_on_the_whole_batch(accum):
+    """Three steps of `accum` micro-batches of 2 sequences, and three of one batch of
+    2 x accum: the same gradients (summed over the micro-batches), losses (the mean over
+    every micro-batch), norms and parameters, to float32 round-off; the evaluation of a
+    micro-batch is the model's. (A parameter's AdamW step is m / sqrt(v), which scales a
+    gradient's round-off up where the gradient is near 0: parameters agree to 1e-4 of lr.)"""
+    model, twin = GPT(CFG, seed=6), GPT(CFG, seed=6)
+    step = Step(model, AdamW(model, OPT), 2, 8, accum=accum)
+    whole = Step(twin, AdamW(twin, OPT), 2 * accum, 8)
+    for tokens, targets in batches(3, B=2 * accum, seed=7):
+        step.run(tokens, targets)
+        whole.run(tokens, targets)
+        np.testing.assert_allclose(model.grads_flat, twin.grads_flat, rtol=1e-5,
+                                   atol=1e-6 * np.abs(twin.grads_flat).max())
+    got, want = step.metrics(), whole.metrics()
+    for column in want:
+        np.testing.assert_allclose(got[column], want[column], rtol=2e-6, err_msg=column)
+    for name, value in twin.state_dict().items():
+        np.testing.assert_allclose(model.state_dict()[name], value, rtol=1e-5,
+                                   atol=1e-4 * OPT.lr, err_msg=name)
+    tokens, targets = batches(1, B=2, seed=8)[0]
+    assert step.evaluate(tokens, targets) == pytest.approx(model.evaluate(tokens, targets),
+                                                           rel=1e-12)
+    with pytest.raises(ValueError, match=rf"tokens: expected shape \({2 * accum}, 8\)"):
+        step.run(tokens, targets)
