@@ -175,8 +175,15 @@ def find_checkpoint(path):
             raise UserError(f"{path / LATEST} names {target.name}, which is not a complete "
                             "checkpoint; pass one of the run's checkpoint directories")
         return target
+    runs = sorted(p.name for p in path.iterdir() if (p / LATEST).is_file()) \
+        if path.is_dir() else []
+    if runs:
+        shown = ", ".join(runs[-5:]) + (f" (and {len(runs) - 5} older)" if len(runs) > 5 else "")
+        raise UserError(f"{path} is not a run directory but holds runs: {shown}; pass one of "
+                        f"them, e.g. {path / runs[-1]}")
     raise UserError(f"{path} is not a checkpoint (no {STATE_FILE}) nor a run directory (no "
-                    f"{LATEST}); pass the directory that --out named")
+                    f"{LATEST}); pass the run's directory (by default runs/DATE-TIME) or one "
+                    "of its checkpoints")
 
 
 def load_checkpoint(path, optimizer=True):

@@ -145,36 +145,41 @@ class Output:
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse that reports a bad argument in one line (no usage block) with status 2."""
+    """argparse that reports a bad argument in one line (no usage block) with status 2,
+    and takes flags by their whole names only (an abbreviation, --ste for --steps, would
+    change meaning the day a flag that shares its start is added)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, allow_abbrev=False, **kwargs)
 
     def error(self, message):
         self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message}; see --help\n")
 
 
-def positive_int(text):
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
+def number_in(kind, low, high, *, low_open=False, high_open=True, what):
+    """An argparse type: kind(text) in the interval from low to high (open at an end where
+    asked; NaN never passes), else the one-line message "must be WHAT, got TEXT"."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not ((low < value) if low_open else (low <= value)) or not (
+                (value < high) if high_open else (value <= high)):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text}")
+        return value
+    parse.__name__ = what
+    return parse
 
 
-def positive_float(text):
-    value = float(text)
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
+positive_int = number_in(int, 0, math.inf, low_open=True, what="a positive integer")
+positive_float = number_in(float, 0, math.inf, low_open=True, what="a positive number")
 
 
 def non_negative(kind):
     """An argparse type: kind(text), refusing negatives, NaN and infinity."""
-    def parse(text):
-        value = kind(text)
-        if not 0 <= value < math.inf:
-            what = "an integer" if kind is int else "a finite number"
-            raise argparse.ArgumentTypeError(f"must be {what} >= 0, got {text}")
-        return value
-    parse.__name__ = f"non-negative {kind.__name__}"
-    return parse
+    return number_in(kind, 0, math.inf, what="an integer >= 0" if kind is int
+                     else "a finite number >= 0")
 
 
 DEVICES = ("auto", "cpu", "cuda")

@@ -254,7 +254,8 @@ def _text_tokens(corpus, tokenizer, bpe_vocab_size, cache_dir):
     token_dir = cache_dir / "tokens" / _hash(fingerprint, tokenizer.fingerprint)
     splits = _cached(token_dir, lambda d: _read_cached_splits(d, tokenizer.vocab_size))
     if splits is None:
-        print(f"tokenizing {corpus.name} ({len(corpus.files)} files) ...", flush=True)
+        n = len(corpus.files)
+        print(f"tokenizing {corpus.name} ({n} file{'s' if n != 1 else ''}) ...", flush=True)
         train_docs, val_docs = train_val_documents()
 
         def write(tmp):

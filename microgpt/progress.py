@@ -1,5 +1,6 @@
 """What a run shows while it trains (the log lines, the live line between them) and how it
 is stopped (Ctrl-C or SIGTERM: after the current step, with a checkpoint)."""
+import math
 import signal
 import sys
 import threading
@@ -15,6 +16,9 @@ class StopRequest:
     loop to stop after the current step, so the checkpoint it saves is a consistent one; a
     second signal quits at once. signum: the signal that asked, or None."""
     NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
+
+    def __init__(self, progress):
+        self.progress = progress        # whose live line a message clears first
 
     def __enter__(self):
         self.signum = None
@@ -32,8 +36,13 @@ class StopRequest:
             raise KeyboardInterrupt if signum == signal.SIGINT else Terminated
         self.signum = signum
         name = self.NAMES[signum]
-        print(f"\n{name}: stopping after this step to save a checkpoint "
-              f"({name} again quits without saving)", file=sys.stderr, flush=True)
+        self.progress.clear()
+        print(f"{name}: stopping after this step to save a checkpoint ({name} again stops "
+              "at once, keeping the last complete checkpoint)", file=sys.stderr, flush=True)
+
+    @property
+    def name(self):
+        return self.NAMES.get(self.signum, "a signal")
 
     def __exit__(self, *exc):
         for signum, previous in self._previous.items():
@@ -41,10 +50,12 @@ class StopRequest:
 
 
 class Progress:
-    """Log lines on stdout; on a terminal, also a live line on stderr between them. A
-    silent one (the data-parallel ranks but the first) only keeps the step times. With
-    metrics (a MetricsLog) every log line is also a record there; utilisation (a
-    metrics.Utilisation) adds the MFU."""
+    """Log lines on stdout; on a terminal, also a live line on stderr between them, redrawn
+    as the host enqueues each step (at most REDRAW_S apart): the step, the last loss read
+    back and the ETA at the last measured rate. A silent one (the data-parallel ranks but
+    the first) only keeps the step times. With metrics (a MetricsLog) every log line is
+    also a record there; utilisation (a metrics.Utilisation) adds the MFU."""
+    REDRAW_S = 0.1
 
     def __init__(self, total_steps, silent=False, metrics=None, utilisation=None):
         self.total = total_steps
@@ -52,20 +63,39 @@ class Progress:
         self.metrics, self.utilisation = metrics, utilisation
         self.live = sys.stderr.isatty() and not silent
         self.step_times = []          # seconds per step since the last log line
+        self.last = None              # (loss, seconds) of the last step read back
+        self.drawn_at = -math.inf
 
     def step(self, step, loss, seconds):
+        """A step read back: its loss, and its share of the interval's wall time."""
         self.step_times.append(seconds)
+        self.last = loss, seconds
+
+    def enqueued(self, step):
+        """The host has enqueued step: redraw the live line."""
+        now = time.monotonic()
+        if not self.live or now - self.drawn_at < self.REDRAW_S:
+            return
+        self.drawn_at = now
+        line = f"\rstep {step}/{self.total}"
+        if self.last is not None:
+            loss, seconds = self.last
+            line += (f" | loss {loss:.4f} | {seconds * 1e3:.0f} ms/step | eta "
+                     f"{format_duration((self.total - step) * seconds)}")
+        sys.stderr.write(line + "\033[K")
+        sys.stderr.flush()
+
+    def clear(self):
+        """Erase the live line, so the next line written starts at the margin."""
         if self.live:
-            eta = (self.total - step) * seconds
-            sys.stderr.write(f"\rstep {step}/{self.total} | loss {loss:.4f} | "
-                             f"{seconds * 1e3:.0f} ms/step | eta {format_duration(eta)}  ")
+            sys.stderr.write("\r\033[K")
             sys.stderr.flush()
+            self.drawn_at = -math.inf
 
     def log(self, line):
         if self.silent:
             return
-        if self.live:
-            sys.stderr.write("\r\033[K")
+        self.clear()
         print(line, flush=True)
 
     def log_step(self, step, loss, val, lr, norm, tokens_per_step):

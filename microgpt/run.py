@@ -2,17 +2,22 @@
 (or restored from a checkpoint) into a Run, everything the training loop touches."""
 import dataclasses
 import hashlib
+import math
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from microgpt.checkpoint import load_checkpoint
 from microgpt.cli import choose_precision
-from microgpt.config import CONFIGS, get_config
+from microgpt.config import CONFIGS, DEFAULT_CONFIG, get_config
 from microgpt.data import (BatchLoader, default_cache_dir, load_tokens, shard_paths,
                            tokens_signature, unigram_entropy)
 from microgpt.errors import UserError
+from microgpt.hf_gpt2 import load_hf_gpt2
 from microgpt.memory import check_memory
 from microgpt.model import GPT
 from microgpt.optim import AdamW, AdamWConfig
@@ -21,8 +26,8 @@ from microgpt.ranks import check_ranks_agree, on_every_rank
 from microgpt.run_dir import RunDirectory, check_output_dir, default_out
 from microgpt.step import Step
 from microgpt.tokenizer import BPETokenizer, ByteTokenizer, TokenIds
+from microgpt.train_args import DEFAULT_BPE_VOCAB, TrainArgs, resolve_args
 from microgpt.zero import ShardedAdamW
-from microgpt.train_args import CPU_DEFAULT_MODEL, DEFAULT_BPE_VOCAB, TrainArgs, resolve_args
 
 
 def planned_tokenizer(args, shards):
@@ -43,10 +48,9 @@ def planned_tokenizer(args, shards):
 def model_config(args, vocab_size):
     """The GPTConfig the arguments describe, with vocab_size where neither --vocab-size nor
     the named config fixes one."""
-    name = args.config or "microgpt"
-    overrides = dict(CPU_DEFAULT_MODEL) if args.config is None else {}
-    overrides.update({k: getattr(args, k) for k in ("n_layer", "d_model", "n_head", "context",
-                                                     "vocab_size") if getattr(args, k) is not None})
+    name = args.config or DEFAULT_CONFIG
+    overrides = {k: getattr(args, k) for k in ("n_layer", "d_model", "n_head", "context",
+                                               "vocab_size") if getattr(args, k) is not None}
     overrides.setdefault("vocab_size", CONFIGS.get(name, {}).get("vocab_size") or vocab_size)
     return get_config(name, **overrides)
 
@@ -76,6 +80,17 @@ class Run:
         local = self.args.batch_size // self.world.world_size
         return slice(self.world.rank * local, (self.world.rank + 1) * local)
 
+    def next_batch(self):
+        """This rank's rows of the next optimizer step's grad_accum micro-batches -> inputs,
+        targets (grad_accum x local rows, T), micro-batch by micro-batch."""
+        parts = [self.loader.next_batch() for _ in range(self.args.grad_accum)]
+        return tuple(np.concatenate([part[i][self.rows] for part in parts]) for i in (0, 1))
+
+    @property
+    def tokens_per_step(self):
+        """Over all ranks and micro-batches."""
+        return self.args.grad_accum * self.args.batch_size * self.model.config.context
+
     @property
     def lead(self):
         """Rank 0 logs, samples and writes checkpoints; the others only train."""
@@ -101,15 +116,15 @@ def setup(ns, world, backend, resources):
 
     def load():
         try:
-            data, config = load_data(args, ckpt, cache_dir, world, backend, ns.precision,
-                                     sharded(ns, world))
+            data, config, initial = load_data(args, ckpt, cache_dir, world, backend,
+                                              ns.precision, sharded(ns, world))
         finally:
             if world.rank == 0:
                 world.barrier()
-        return data, config, tokens_signature(data)
+        return data, config, initial, tokens_signature(data)
     if world.rank != 0:       # rank 0 trains the tokenizer and fills the cache; the rest read it
         world.barrier()
-    data, config, signature = on_every_rank(world, load)
+    data, config, initial, signature = on_every_rank(world, load)
     check_ranks_agree(world, "data", signature)
     saved_signature = ckpt.state.get("data_signature") if ckpt else None
     if saved_signature is not None and saved_signature != signature:
@@ -129,14 +144,17 @@ def setup(ns, world, backend, resources):
         compile_ahead(kernels, f"{config} {precision} {args.batch_size // world.world_size} "
                       f"x {T}", lead=world.rank == 0)
     model = GPT(config, backend=backend, seed=args.seed, precision=precision)
-    adamw = AdamWConfig(lr=args.lr, warmup_steps=args.warmup, total_steps=args.steps)
+    if initial is not None:
+        model.load_state_dict(initial)
+    adamw = adamw_config(args)
     if sharded(ns, world):
         optimizer = ShardedAdamW(model, adamw, world)
         sync = optimizer.sync
     else:
         optimizer, sync = AdamW(model, adamw), world.gradient_sync(model)
     entropy = unigram_entropy(data.train, config.vocab_size)
-    train_step = Step(model, optimizer, args.batch_size // world.world_size, T, sync=sync,
+    train_step = Step(model, optimizer, args.batch_size // world.world_size, T,
+                      accum=args.grad_accum, sync=sync,
                       graph=os.environ.get("MICROGPT_GRAPH", "1") != "0")
     run = Run(args, out, model, optimizer, tokenizer, loader, val_batches, entropy, start,
               {"train": [], "val": []}, world, signature, train_step, kernels)
@@ -154,9 +172,10 @@ def setup(ns, world, backend, resources):
     print(f"data: {data.source}, {sum(map(len, data.train)):,} train and "
           f"{sum(map(len, data.val)):,} val tokens ({tokenizer.kind} tokenizer, "
           f"{tokenizer.vocab_size} tokens); unigram entropy {entropy:.3f} nats/token")
-    print(f"run: {args.steps} steps of {args.batch_size} x {T} tokens, lr {args.lr:g} "
-          f"(warmup {args.warmup}, cosine to {args.lr * optimizer.cfg.min_lr_ratio:g}), "
-          f"out {out}", flush=True)
+    micro = f"{args.grad_accum} micro-batches of " if args.grad_accum > 1 else ""
+    print(f"run: {args.steps} steps of {micro}{args.batch_size} x {T} tokens, lr {args.lr:g} "
+          f"(warmup {args.warmup}, cosine to {args.lr * args.min_lr_ratio:g}), out {out}",
+          flush=True)
     return run
 
 
@@ -185,6 +204,14 @@ def compile_ahead(kernels, shape, lead):
               flush=True)
 
 
+def adamw_config(args):
+    """The optimizer's settings from the run's flags (--grad-clip 0: no clip)."""
+    return AdamWConfig(lr=args.lr, warmup_steps=args.warmup, total_steps=args.steps,
+                       min_lr_ratio=args.min_lr_ratio, weight_decay=args.weight_decay,
+                       beta1=args.beta1, beta2=args.beta2, eps=args.eps,
+                       max_norm=args.grad_clip or math.inf)
+
+
 def resume_args(ns):
     """-> (the checkpoint to resume or None, TrainArgs)."""
     ckpt = load_checkpoint(ns.resume) if ns.resume else None
@@ -203,6 +230,10 @@ def claim_output(ns, ckpt, args, world, resources):
     if args.warmup > args.steps:
         raise UserError(f"--warmup {args.warmup} is longer than the run (--steps {args.steps}); "
                         "pass a --warmup below --steps (default: 5% of --steps)")
+    saved_steps = ckpt.state["args"]["steps"] if ckpt else args.steps
+    if saved_steps != args.steps and args.steps <= args.warmup:
+        raise UserError(f"--steps {args.steps} would end the run within its warmup "
+                        f"({args.warmup} steps); pass a --steps above {args.warmup}")
     if ns.stop_at is not None and not start < ns.stop_at <= args.steps:
         raise UserError(f"--stop-at {ns.stop_at} must lie after step {start} and at most "
                         f"--steps {args.steps}")
@@ -212,30 +243,57 @@ def claim_output(ns, ckpt, args, world, resources):
     check_output_dir(out, own_run, fresh_name)
     if world.rank == 0:
         out = resources.enter_context(RunDirectory(out, own_run, fresh_name))
+        if saved_steps != args.steps:
+            print(f"note: --steps {args.steps} against the run's {saved_steps}: the cosine "
+                  f"schedule now ends at step {args.steps}", file=sys.stderr, flush=True)
     return out
 
 
 def load_data(args, ckpt, cache_dir, world, backend, requested_precision, zero):
-    """-> (TokenData whose tokenizer is set, GPTConfig). The config, and the memory it needs,
+    """-> (TokenData whose tokenizer is set, GPTConfig, the initial parameters of
+    --init-from or None). The config, and the memory it needs (zero: the moments sharded),
     are checked before the slow part (training a tokenizer, tokenizing); its vocabulary can
     come from the tokenizer."""
+    initial = None
     if ckpt:
         tokenizer, config = ckpt.tokenizer, ckpt.config
+    elif args.init_from:
+        config, initial, tokenizer = imported_model(args)
     else:
         shards = args.data is not None and bool(shard_paths(Path(args.data)))
         tokenizer = planned_tokenizer(args, shards)
         config = model_config(args, tokenizer.vocab_size if tokenizer else DEFAULT_BPE_VOCAB)
     check_memory(config, args, world, backend,
                  choose_precision(requested_precision, backend, config), zero)
-    data = load_tokens(args.data, tokenizer, config.vocab_size, cache_dir)
-    data.tokenizer = data.tokenizer or TokenIds(config.vocab_size)
-    if not ckpt:
+    data = load_tokens(args.data, tokenizer, config.tokens, cache_dir)
+    data.tokenizer = data.tokenizer or TokenIds(config.tokens)
+    if not ckpt and not args.init_from:
         config = model_config(args, data.tokenizer.vocab_size)
-    if config.vocab_size < data.tokenizer.vocab_size:
+    if config.tokens < data.tokenizer.vocab_size:
         raise UserError(f"the tokenizer has {data.tokenizer.vocab_size} tokens but the model's "
-                        f"vocabulary is {config.vocab_size}; pass --vocab-size "
+                        f"vocabulary is {config.tokens}; pass --vocab-size "
                         f"{data.tokenizer.vocab_size} or more")
-    return data, config
+    return data, config, initial
+
+
+def imported_model(args):
+    """--init-from DIR -> (its GPTConfig, its parameters, its tokenizer): the model is the
+    directory's (only --context may shorten it), the tokenizer its tokenizer.json or
+    --tokenizer FILE."""
+    for key in ("config", "n_layer", "d_model", "n_head", "vocab_size"):
+        if getattr(args, key) is not None:
+            flag = "--" + key.replace("_", "-")
+            raise UserError(f"{flag} and --init-from: the model is the directory's; drop "
+                            f"{flag} (--context may shorten it)")
+    config, params, tokenizer = load_hf_gpt2(args.init_from, args.context)
+    if args.tokenizer not in (None, "bpe", "bytes"):
+        tokenizer = BPETokenizer.from_file(Path(args.tokenizer))
+    elif args.tokenizer is not None or tokenizer is None:
+        raise UserError(f"--init-from {args.init_from} " + (
+            "has no tokenizer.json; pass --tokenizer FILE, GPT-2's tokenizer.json"
+            if tokenizer is None else f"brings its tokenizer: drop --tokenizer {args.tokenizer}"
+            " (or pass a tokenizer.json)"))
+    return config, params, tokenizer
 
 
 def restore(run, ckpt):

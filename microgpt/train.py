@@ -20,8 +20,8 @@ import numpy as np
 
 from microgpt import distributed
 from microgpt.checkpoint import LATEST, atomic_file, find_checkpoint, save_checkpoint
-from microgpt.cli import (EXIT_INTERRUPTED, EXIT_USER_ERROR, backend_for, exit_status,
-                          make_backend, run_cli)
+from microgpt.cli import (EXIT_INTERRUPTED, EXIT_USER_ERROR, Terminated, backend_for,
+                          exit_status, make_backend, run_cli)
 from microgpt.config import ConfigError
 from microgpt.data import mean_loss
 from microgpt.errors import BackendError, UserError
@@ -45,81 +45,97 @@ FINAL_SAMPLE_TOKENS = 200
 
 def train(run, stop_at):
     """Run the loop to args.steps (or stop_at, or a signal) -> exit status."""
-    args, model, world = run.args, run.model, run.world
+    model, world = run.model, run.world
     utilisation = Utilisation(model.config, model.backend, world.world_size,
                               model.precision)
-    progress = Progress(args.steps, silent=not run.lead, utilisation=utilisation,
+    progress = Progress(run.args.steps, silent=not run.lead, utilisation=utilisation,
                         metrics=MetricsLog(run.out, run.step) if run.lead else None)
-    tokens_per_step = args.batch_size * model.config.context
-    started = time.perf_counter()
-    first_step = run.step
     if run.lead and utilisation.peak:
-        progress.log(f"mfu: {utilisation.flops_per_token / 1e9:.2f} GFLOP per token over the "
+        progress.log(f"mfu: {format_flops(utilisation.flops_per_token)} per token over the "
                      f"{model.precision} peak of {world.world_size} x {utilisation.device}, "
                      f"{utilisation.peak / world.world_size / 1e12:g} TFLOP/s each")
-    kernels_told = not run.lead
     if run.lead and run.kernels:
         progress.log(f"kernels: compiling, or loading from the cache in {run.kernels.directory} "
                      "...")
-    read_at = time.perf_counter()
     # overflow on the way to a divergence is reported once, by healthy(), not op by op
-    with StopRequest() as stop, np.errstate(all="ignore"):
-        while run.step < args.steps:
-            inputs, targets = run.loader.next_batch()
-            run.train_step.run(inputs[run.rows], targets[run.rows])
-            run.step += 1
-            last = run.step == args.steps
-            due_eval = last or (args.eval_every and run.step % args.eval_every == 0)
-            due_sample = (run.lead and args.sample_every and run.step % args.sample_every == 0
-                          and not last)
-            due_checkpoint = last or (args.checkpoint_every
-                                      and run.step % args.checkpoint_every == 0)
-            interrupted = world.any(stop.requested)
-            stopping = interrupted or (run.step == stop_at and not last)
-            due_log = last or run.step == 1 or run.step % args.log_every == 0
-            if not (due_log or due_eval or due_sample or due_checkpoint or stopping
-                    or run.train_step.unread == LOG_ROWS):
-                continue    # the host runs ahead: nothing is read back between log lines
-            # the one read back: every step's loss, norm and lr since the last one
-            logged = run.train_step.metrics()
-            losses = world.mean(logged["loss"])
-            now = time.perf_counter()
-            seconds, read_at = (now - read_at) / len(losses), now
-            first = run.step - len(losses) + 1
-            for i, loss in enumerate(losses):
-                run.history["train"].append(float(loss))
-                if not healthy(loss, model.config):
-                    return diverged(run, f"the loss at step {first + i} is {loss:.4g}")
-                progress.step(first + i, loss, seconds)
-            loss, norm, lr = losses[-1], logged["grad_norm"][-1], logged["lr"][-1]
-            val = None
-            if due_eval:
-                val = evaluate(run)
-                run.history["val"].append([run.step, val])
-            if run.kernels and not kernels_told:    # the first read back: they are ready
-                kernels_told = True
-                progress.log(run.kernels.summary())
-                run.kernels.record()
-            if due_log or val is not None:
-                progress.log_step(run.step, loss, val, lr, norm, tokens_per_step)
-            if due_sample:
-                text = sample_text(model, run.tokenizer, "", SAMPLE_TOKENS,
-                                   seed=args.seed + run.step)
-                progress.log(f"--- sample at step {run.step} ---\n{text}\n---")
-            if stopping:
-                unhealthy = save(run, progress, val)
-                if unhealthy is not None:
-                    return diverged(run, unhealthy)
-                progress.log(f"stopped at step {run.step}; continue with: python -m "
-                             f"microgpt.train --resume {run.out}")
-                if not interrupted:
-                    return 0
-                return exit_status(stop.signum) if stop.requested else EXIT_INTERRUPTED
-            if due_checkpoint:
-                unhealthy = save(run, progress, val)
-                if unhealthy is not None:
-                    return diverged(run, unhealthy)
-            read_at = time.perf_counter()   # evaluation, samples and checkpoints not counted
+    with StopRequest(progress) as stop, np.errstate(all="ignore"):
+        try:
+            return loop(run, progress, stop, stop_at)
+        except (KeyboardInterrupt, Terminated):
+            if not stop.requested:
+                raise
+            # the second signal: no step is finished, and the checkpoint being written (if
+            # any) is left unnamed by `latest`, which still names a complete one
+            progress.clear()
+            if run.lead:
+                print(f"{PROG}: {stop.name} again: stopped at once after step {run.step}; "
+                      f"{kept_checkpoint(run)}", file=sys.stderr, flush=True)
+            return exit_status(stop.signum)
+
+
+def loop(run, progress, stop, stop_at):
+    """The steps from run.step to args.steps (or stop_at, or stop) -> exit status."""
+    args, model, world = run.args, run.model, run.world
+    started = time.perf_counter()
+    first_step = run.step
+    read_at = time.perf_counter()
+    kernels_told = not run.lead
+    while run.step < args.steps:
+        run.train_step.run(*run.next_batch())
+        run.step += 1
+        progress.enqueued(run.step)
+        last = run.step == args.steps
+        due_eval = last or (args.eval_every and run.step % args.eval_every == 0)
+        due_sample = (run.lead and args.sample_every and run.step % args.sample_every == 0
+                      and not last)
+        due_checkpoint = last or (args.checkpoint_every
+                                  and run.step % args.checkpoint_every == 0)
+        interrupted = world.any(stop.requested)
+        stopping = interrupted or (run.step == stop_at and not last)
+        due_log = last or run.step == 1 or run.step % args.log_every == 0
+        if not (due_log or due_eval or due_sample or due_checkpoint or stopping
+                or run.train_step.unread == LOG_ROWS):
+            continue    # the host runs ahead: nothing is read back between log lines
+        # the one read back: every step's loss, norm and lr since the last one
+        logged = run.train_step.metrics()
+        losses = world.mean(logged["loss"])
+        now = time.perf_counter()
+        seconds, read_at = (now - read_at) / len(losses), now
+        first = run.step - len(losses) + 1
+        for i, loss in enumerate(losses):
+            run.history["train"].append(float(loss))
+            if not healthy(loss, model.config):
+                return diverged(run, f"the loss at step {first + i} is {loss:.4g}")
+            progress.step(first + i, loss, seconds)
+        loss, norm, lr = losses[-1], logged["grad_norm"][-1], logged["lr"][-1]
+        val = None
+        if due_eval:
+            val = evaluate(run)
+            run.history["val"].append([run.step, val])
+        if run.kernels and not kernels_told:    # the first read back: they are ready
+            kernels_told = True
+            progress.log(run.kernels.summary())
+            run.kernels.record()
+        if due_log or val is not None:
+            progress.log_step(run.step, loss, val, lr, norm, run.tokens_per_step)
+        if due_sample:
+            text = sample_text(model, run.tokenizer, "", SAMPLE_TOKENS,
+                               seed=args.seed + run.step)
+            progress.log(f"--- sample at step {run.step} ---\n{text}\n---")
+        if stopping:
+            unhealthy = save(run, progress, val)
+            if unhealthy is not None:
+                return diverged(run, unhealthy)
+            progress.log(f"stopped at step {run.step}; continue with: python -m "
+                         f"microgpt.train --resume {run.out}")
+            if not interrupted:
+                return 0
+            return exit_status(stop.signum) if stop.requested else EXIT_INTERRUPTED
+        if due_checkpoint:
+            unhealthy = save(run, progress, val)
+            if unhealthy is not None:
+                return diverged(run, unhealthy)
+        read_at = time.perf_counter()   # evaluation, samples and checkpoints not counted
     elapsed = time.perf_counter() - started
     if run.lead:
         finish(run, progress, elapsed, run.step - first_step)
@@ -141,6 +157,23 @@ def diverged(run, what):
         print(f"{PROG}: training diverged: {what}, beyond {DIVERGED_LOSS_RATIO:g} x ln(vocab); "
               f"{kept}; start again with a smaller --lr", file=sys.stderr, flush=True)
     return EXIT_DIVERGED
+
+
+def kept_checkpoint(run):
+    """What a run stopped at once leaves to continue from, in words."""
+    latest = run.out / LATEST
+    if not latest.is_file():
+        return "no checkpoint had been written: start the run again"
+    return (f"its last complete checkpoint, {run.out / latest.read_text().strip()}, is kept: "
+            f"continue with python -m microgpt.train --resume {run.out}")
+
+
+def format_flops(flops):
+    """A count of FLOPs in the unit that shows three digits: 2.07 MFLOP, 1.02 GFLOP."""
+    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if flops >= scale:
+            return f"{flops / scale:.3g} {unit}"
+    return f"{flops:.3g} FLOP"
 
 
 def evaluate(run, batches=None):

@@ -1,4 +1,5 @@
-"""tools/export_hf.py: the Hugging Face GPT-2 layout, checked with and without transformers.
+"""The Hugging Face GPT-2 layout (microgpt/hf_gpt2.py): tools/export_hf.py writes it and
+--init-from reads it, checked with and without transformers.
 
 Without transformers, the written tensors are read back and run through a NumPy GPT-2
 written here from Hugging Face's modeling_gpt2 conventions (Conv1D x @ W + b, c_attn split
@@ -13,10 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import TOL_F32_MODEL, assert_close
-from safetensors.numpy import load_file
+from safetensors.numpy import load_file, save_file
 
-from microgpt import GPT, get_config
-from microgpt.checkpoint import save_checkpoint
+from microgpt import GPT, get_config, train
+from microgpt.checkpoint import load_checkpoint, save_checkpoint
+from microgpt.errors import UserError
+from microgpt.hf_gpt2 import load_hf_gpt2, padded_vocab
 from microgpt.optim import AdamW, AdamWConfig
 from microgpt.tokenizer import BPETokenizer, ByteTokenizer
 
@@ -51,7 +54,7 @@ def hf_gpt2_logits(directory, ids):
     """GPT2LMHeadModel's forward in eval mode, in float64, from the exported files alone."""
     cfg = json.loads((directory / "config.json").read_text())
     w = {k: v.astype(np.float64) for k, v in load_file(directory / "model.safetensors").items()}
-    assert cfg["activation_function"] == "gelu_new" and cfg["tie_word_embeddings"]
+    assert cfg["activation_function"] == "gelu_new" and cfg.get("tie_word_embeddings", True)
     H, C, eps = cfg["n_head"], cfg["n_embd"], cfg["layer_norm_epsilon"]
     D, T = C // H, len(ids)
 
@@ -161,3 +164,143 @@ def test_a_missing_run_is_one_line_and_writes_nothing(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "does not exist" in err
     assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------------
+# --init-from: a GPT-2 directory written here as GPT2LMHeadModel.save_pretrained would
+
+GPT2_LAYERS, GPT2_HEADS, GPT2_WIDTH, GPT2_POSITIONS = 2, 3, 24, 16
+TEXT = ["def f(x):\n    return x + 1\n", "class A:\n    pass\n"] * 40
+
+
+def gpt2_directory(path, seed=0, masks=False):
+    """config.json, model.safetensors (random weights, biases too, under the names and in
+    the (in, out) Conv1D orientation transformers writes; with masks, the causal-mask
+    buffers older versions saved) and a BPE tokenizer.json (280 tokens) -> the tensors and
+    the tokenizer."""
+    rng = np.random.default_rng(seed)
+    tokenizer = BPETokenizer.train(TEXT, 300)
+    V, C, L = tokenizer.vocab_size, GPT2_WIDTH, GPT2_LAYERS
+    shapes = {"wte.weight": (V, C), "wpe.weight": (GPT2_POSITIONS, C), "ln_f.weight": (C,),
+              "ln_f.bias": (C,)}
+    for i in range(L):
+        shapes.update({f"h.{i}.{name}": shape for name, shape in {
+            "ln_1.weight": (C,), "ln_1.bias": (C,), "attn.c_attn.weight": (C, 3 * C),
+            "attn.c_attn.bias": (3 * C,), "attn.c_proj.weight": (C, C),
+            "attn.c_proj.bias": (C,), "ln_2.weight": (C,), "ln_2.bias": (C,),
+            "mlp.c_fc.weight": (C, 4 * C), "mlp.c_fc.bias": (4 * C,),
+            "mlp.c_proj.weight": (4 * C, C), "mlp.c_proj.bias": (C,)}.items()})
+    tensors = {"transformer." + name: (rng.standard_normal(shape) * (0.3 if len(shape) == 2
+                                                                     else 0.5)
+                                       + (1.0 if name.endswith("ln_1.weight") else 0.0)
+                                       ).astype(np.float32)
+               for name, shape in shapes.items()}
+    written = dict(tensors)
+    if masks:
+        for i in range(L):
+            written[f"transformer.h.{i}.attn.bias"] = np.tril(np.ones(
+                (1, 1, GPT2_POSITIONS, GPT2_POSITIONS), np.float32))
+    path.mkdir()
+    save_file(written, path / "model.safetensors", metadata={"format": "pt"})
+    (path / "config.json").write_text(json.dumps({
+        "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": V,
+        "n_positions": GPT2_POSITIONS, "n_embd": C, "n_layer": L, "n_head": GPT2_HEADS,
+        "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "n_inner": None}))
+    tokenizer.save(path / "tokenizer.json")
+    return tensors, tokenizer
+
+
+@pytest.mark.parametrize("masks", [False, True])
+def test_an_imported_gpt2_gives_gpt2s_logits(tmp_path, masks):
+    """Imported, the directory is our model: a padded vocabulary (280 tokens in 384 rows)
+    whose logits in use are the independent NumPy GPT-2's on the same files."""
+    _, tokenizer = gpt2_directory(tmp_path / "gpt2", masks=masks)
+    cfg, params, imported_tokenizer = load_hf_gpt2(tmp_path / "gpt2")
+    V = tokenizer.vocab_size        # 280: the merges run out on this text before 300
+    assert cfg.bias and (cfg.tokens, cfg.vocab_size) == (V, padded_vocab(V)) == (V, 384)
+    assert imported_tokenizer.fingerprint == tokenizer.fingerprint
+    model = GPT(cfg)
+    model.load_state_dict(params)
+    ids = np.random.default_rng(3).integers(0, cfg.tokens, GPT2_POSITIONS)
+    logits = model.forward(ids[None])[0]
+    assert_close(logits[:, :cfg.tokens], hf_gpt2_logits(tmp_path / "gpt2", ids),
+                 TOL_F32_MODEL, "microgpt on an imported GPT-2")
+    assert not logits[:, cfg.tokens:].any()          # the padding's rows of wte are 0
+
+
+def test_export_of_an_import_reproduces_every_tensor(tmp_path):
+    tensors, tokenizer = gpt2_directory(tmp_path / "gpt2")
+    cfg, params, _ = load_hf_gpt2(tmp_path / "gpt2")
+    model = GPT(cfg)
+    model.load_state_dict(params)
+    save_checkpoint(tmp_path / "run", model, AdamW(model, AdamWConfig()).state_dict(), tokenizer,
+                    {"step": 0})
+    export_hf.export(tmp_path / "run", tmp_path / "out")
+    back = load_file(tmp_path / "out" / "model.safetensors")
+    assert back.keys() == tensors.keys()
+    for name, value in tensors.items():
+        np.testing.assert_array_equal(back[name], value, err_msg=name)
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert (config["vocab_size"], config["n_positions"]) == (cfg.tokens, GPT2_POSITIONS)
+
+
+def test_fine_tuning_from_a_gpt2_directory(tmp_path, capsys):
+    """python -m microgpt.train --init-from DIR: the directory's model and tokenizer train
+    on the user's text, shortened by --context, and the run exports like any other."""
+    _, tokenizer = gpt2_directory(tmp_path / "gpt2")
+    V = tokenizer.vocab_size
+    corpus = tmp_path / "mine.py"
+    corpus.write_text("".join(TEXT) * 5)
+    out = tmp_path / "run"
+    argv = ["--init-from", tmp_path / "gpt2", "--data", corpus, "--context", 8, "--steps", 3,
+            "--batch-size", 2, "--eval-batches", 1, "--sample-every", 0, "--lr", 1e-4,
+            "--cache-dir", tmp_path / "cache", "--out", out]
+    assert train.main([str(a) for a in argv]) == 0
+    log = capsys.readouterr().out
+    assert f"n_layer 2, d_model 24, n_head 3, context 8, vocab_size 384, bias True, " \
+           f"n_tokens {V}" in log
+    ckpt = load_checkpoint(out)
+    assert ckpt.config.bias and ckpt.state["args"]["init_from"] == str(tmp_path / "gpt2")
+    assert not ckpt.params["wte"][V:].any()          # the padding took no gradient
+    export_hf.export(out, tmp_path / "hf")
+    assert load_file(tmp_path / "hf" / "model.safetensors")["transformer.wte.weight"].shape \
+        == (V, GPT2_WIDTH)
+
+
+@pytest.mark.parametrize("damage, extra, message", [
+    (lambda d: (d / "config.json").unlink(), [], "has no config.json"),
+    (lambda d: (d / "model.safetensors").unlink(), [], "has no model.safetensors"),
+    (lambda d: (d / "config.json").write_text('{"model_type": "llama"}'), [],
+     "is not a GPT-2 config"),
+    (lambda d: (d / "tokenizer.json").unlink(), [], "has no tokenizer.json; pass --tokenizer"),
+    (lambda d: None, ["--n-layer", "4"], "--n-layer and --init-from"),
+    (lambda d: None, ["--context", "32"], "--context 32 is longer than"),
+    (lambda d: None, ["--tokenizer", "bytes"], "brings its tokenizer"),
+])
+def test_a_bad_init_from_is_one_line(tmp_path, capsys, damage, extra, message):
+    gpt2_directory(tmp_path / "gpt2")
+    damage(tmp_path / "gpt2")
+    corpus = tmp_path / "mine.py"
+    corpus.write_text("".join(TEXT))
+    status = train.main([str(a) for a in ["--init-from", tmp_path / "gpt2", "--data", corpus,
+                                          "--cache-dir", tmp_path / "cache", "--out",
+                                          tmp_path / "run", *extra]])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_transformers_agrees_on_an_imported_gpt2(tmp_path):
+    transformers = pytest.importorskip(
+        "transformers", reason="transformers is not installed (pip install '.[hf]')")
+    import torch
+    gpt2_directory(tmp_path / "gpt2")
+    cfg, params, _ = load_hf_gpt2(tmp_path / "gpt2")
+    model = GPT(cfg)
+    model.load_state_dict(params)
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "gpt2").eval()
+    ids = np.random.default_rng(4).integers(0, cfg.tokens, (2, GPT2_POSITIONS))
+    with torch.no_grad():
+        logits = hf(torch.from_numpy(ids)).logits.numpy()
+    assert_close(logits, model.forward(ids)[..., :cfg.tokens], TOL_F32_MODEL,
+                 "transformers against microgpt on an imported GPT-2")

@@ -22,6 +22,7 @@ import microgpt.run
 from microgpt import GPT, metrics, sample, train
 from microgpt.backend import NumpyBackend, cuda_available
 from microgpt.checkpoint import LATEST, OPTIMIZER_FILE, load_checkpoint
+from microgpt.config import get_config
 from microgpt.data import write_shard
 from microgpt.progress import Progress
 from microgpt.run import model_config
@@ -168,6 +169,37 @@ def test_a_signal_saves_a_checkpoint_and_exits(signum, name, tiny, tmp_path):
     assert len(history(out)["train"]) == step
 
 
+SECOND_SIGNAL = """
+import os, signal, sys
+from microgpt import train
+save, calls = train.save, []
+def save_then_twice_ctrl_c(run, progress, val):
+    calls.append(run.step)
+    if len(calls) == 2:     # the second checkpoint: the first is complete
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+    return save(run, progress, val)
+train.save = save_then_twice_ctrl_c
+sys.exit(train.main(sys.argv[1:]))
+"""
+
+
+def test_a_second_ctrl_c_stops_at_once_and_names_the_checkpoint_kept(tiny, tmp_path):
+    """The second Ctrl-C (here during the second checkpoint's save) stops the run at once,
+    and the message says which complete checkpoint is kept and how to continue."""
+    out = tmp_path / "run"
+    result = subprocess.run([sys.executable, "-c", SECOND_SIGNAL, *tiny, "--steps", "10",
+                             "--checkpoint-every", "2", "--out", str(out)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 130, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("Ctrl-C: stopping after this step") and len(lines) == 2
+    assert lines[1] == (f"microgpt.train: Ctrl-C again: stopped at once after step 4; its last "
+                        f"complete checkpoint, {out / 'ckpt-000002'}, is kept: continue with "
+                        f"python -m microgpt.train --resume {out}")
+    assert load_checkpoint(out).state["step"] == 2
+
+
 def test_closed_standard_streams(tiny, tmp_path):
     """`train >&- 2>&-` (a daemon, a cron job): Python has no stdout or stderr at all."""
     out = tmp_path / "run"
@@ -233,8 +265,9 @@ def test_default_run_configuration():
     """No arguments: the microgpt family at CPU size on the standard library, BPE at 1024
     tokens, and the schedule docs/training.md measured."""
     args = resolve_args(parse_args([]), None)
-    assert args.config is None and args.data is None and args.tokenizer is None
+    assert args.config == "microgpt-cpu" and args.data is None and args.tokenizer is None
     config = model_config(args, DEFAULT_BPE_VOCAB)
+    assert config == get_config("microgpt-cpu", vocab_size=1024)    # the default has a name
     assert (config.n_layer, config.d_model, config.n_head, config.context,
             config.vocab_size) == (1, 128, 4, 128, 1024)
     assert (args.steps, args.batch_size, args.lr, args.warmup) == (1200, 16, 3e-3, 60)
@@ -333,13 +366,80 @@ def test_cuda_without_a_gpu(tiny, tmp_path):
 @pytest.mark.parametrize("flag, value", [("--steps", "0"), ("--steps", "-5"),
                                          ("--batch-size", "0"), ("--batch-size", "-1"),
                                          ("--lr", "0"), ("--steps", "many"),
-                                         ("--seed", "-1")])
+                                         ("--seed", "-1"), ("--grad-accum", "0"),
+                                         ("--batch-tokens", "x"), ("--weight-decay", "-0.1"),
+                                         ("--beta1", "1"), ("--beta2", "nan"), ("--eps", "0"),
+                                         ("--grad-clip", "-1"), ("--grad-clip", "inf"),
+                                         ("--min-lr-ratio", "1.5")])
 def test_bad_numbers(flag, value, tiny, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         train.main([*tiny, flag, value, "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2
-    assert err.count("\n") == 1 and flag in err
+    assert err.count("\n") == 1 and flag in err and f"got {value}" in err
+    assert "invalid" not in err                      # not argparse's "invalid int value"
+    assert not (tmp_path / "run").exists()
+
+
+def test_flags_are_taken_by_their_whole_names_only(tiny, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        train.main([*tiny, "--ste", "5", "--out", str(tmp_path / "run")])
+    assert exit_info.value.code == 2 and "unrecognized arguments: --ste" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--batch-tokens", "100"], "not a whole number of micro-batches of --batch-size 4 x "
+                                "context 16 = 64 tokens"),
+    (["--batch-tokens", "128", "--grad-accum", "3"], "disagree"),
+])
+def test_bad_batch_tokens(extra, message, tiny, tmp_path, capsys):
+    status, _, err = run_main([*tiny, *extra, "--out", tmp_path / "run"], capsys)
+    assert status == 2 and err.count("\n") == 1 and message in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_optimizer_flags_and_accumulation_are_the_runs_and_resume_keeps_them(
+        tiny, tmp_path, capsys):
+    """--batch-tokens becomes --grad-accum, the optimizer flags reach AdamW, the checkpoint
+    keeps them all, and a resumed run takes them from it (another value is refused)."""
+    out = tmp_path / "run"
+    flags = ["--batch-tokens", "128", "--weight-decay", "0.05", "--beta1", "0.8", "--beta2",
+             "0.99", "--eps", "1e-6", "--grad-clip", "0", "--min-lr-ratio", "0"]
+    status, log, _ = run_main([*tiny, *flags, "--steps", 4, "--stop-at", 2, "--out", out], capsys)
+    assert status == 0 and "run: 4 steps of 2 micro-batches of 4 x 16 tokens" in log
+    args = load_checkpoint(out).state["args"]
+    assert (args["grad_accum"], args["weight_decay"], args["beta1"], args["beta2"], args["eps"],
+            args["grad_clip"], args["min_lr_ratio"]) == (2, 0.05, 0.8, 0.99, 1e-6, 0.0, 0.0)
+    assert run_main(["--resume", out], capsys)[0] == 0
+    assert load_checkpoint(out).state["step"] == 4 and load_checkpoint(out).state["args"] == args
+    status, _, err = run_main(["--resume", out, "--steps", 6, "--beta1", "0.9"], capsys)
+    assert status == 2 and "--beta1 0.9 differs from the checkpoint's beta1 (0.8)" in err
+
+
+def test_a_config_file_sets_flags_and_the_command_line_wins(tiny, tmp_path, capsys):
+    out = tmp_path / "run"
+    config = tmp_path / "run.toml"
+    config.write_text('steps = 3\nbatch-size = 2\nlr = 1e-2\nsample_every = 0\n')
+    status, log, _ = run_main([*tiny, "--config-file", config, "--batch-size", 3,
+                               "--out", out], capsys)
+    assert status == 0
+    args = load_checkpoint(out).state["args"]
+    assert (args["steps"], args["batch_size"], args["lr"]) == (3, 3, 1e-2)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("steps = 0\n", "steps must be a positive integer, got 0"),
+    ("stepz = 3\n", "unknown option 'stepz'"),
+    ("steps = [3]\n", "steps must be one value"),
+    ("device = 'tpu'\n", "device must be one of auto, cpu, cuda"),
+    ("steps = \n", "is not valid TOML"),
+])
+def test_a_bad_config_file(text, message, tiny, tmp_path, capsys):
+    config = tmp_path / "run.toml"
+    config.write_text(text)
+    status, _, err = run_main([*tiny, "--config-file", config, "--out", tmp_path / "run"],
+                              capsys)
+    assert status == 2 and err.count("\n") == 1 and message in err
     assert not (tmp_path / "run").exists()
 
 
@@ -403,10 +503,15 @@ def test_progress_draws_a_live_line_on_a_terminal(monkeypatch, capsys):
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     progress = Progress(total_steps=10)
+    progress.enqueued(1)                       # nothing read back yet: the step alone
+    assert terminal.written == "\rstep 1/10\033[K"
+    progress.enqueued(2)                       # within REDRAW_S: not redrawn
+    assert terminal.written == "\rstep 1/10\033[K"
     progress.step(3, 2.5, 0.25)
-    assert terminal.written.startswith("\rstep 3/10 | loss 2.5000") and "eta 2s" in terminal.written
     progress.log_step(3, 2.5, None, 1e-3, 0.5, tokens_per_step=1000)
     assert terminal.written.endswith("\r\033[K")                    # the live line is cleared
+    progress.enqueued(4)                       # between log lines: drawn at once
+    assert terminal.written.endswith("\rstep 4/10 | loss 2.5000 | 250 ms/step | eta 2s\033[K")
     assert capsys.readouterr().out == ("step  3/10 | loss 2.5000 | lr 1.00e-03 | norm 0.5000 | "
                                        "250 ms/step | 4,000 tok/s\n")
 
@@ -588,7 +693,7 @@ def test_resuming_a_default_run_names_the_default(corpus, cache, tmp_path, capsy
                      "--stop-at", 1, "--out", out], capsys)[0] == 0
     status, _, err = run_main(["--resume", out, "--config", "microgpt"], capsys)
     assert status == 2 and err.count("\n") == 1 and "None" not in err
-    assert "differs from the checkpoint's config (the default: microgpt with n_layer 1" in err
+    assert "--config microgpt differs from the checkpoint's config (microgpt-cpu)" in err
 
 
 def test_a_file_name_that_is_not_utf8(tmp_path, cache, capsys):
