@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import microgpt.run
-from microgpt import GPT, metrics, sample, train
+from microgpt import GPT, sample, train
 from microgpt.backend import NumpyBackend, cuda_available
 from microgpt.checkpoint import LATEST, OPTIMIZER_FILE, load_checkpoint
 from microgpt.config import get_config
@@ -606,7 +606,8 @@ def test_a_full_disk_at_each_write(tiny, tmp_path, capsys, monkeypatch):
 def test_loss_png_on_a_full_disk(tiny, tmp_path, capsys, monkeypatch):
     def full_disk(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    monkeypatch.setattr(metrics.Figure, "savefig", full_disk)
+    from matplotlib.figure import Figure      # what metrics.plot_losses draws with
+    monkeypatch.setattr(Figure, "savefig", full_disk)
     out = tmp_path / "run"
     status, _, err = run_main([*tiny, "--steps", 2, "--out", out], capsys)
     assert status == 2 and err.count("\n") == 1
