@@ -424,7 +424,7 @@ def test_the_matmul_op_sends_bf16_operands_here(monkeypatch):
     a, b = cuda.to_device(a), cuda.to_device(b)
     via_op = cuda.to_device(poisoned((20, 24)))
     gemm.matmul(via_op, a, b)
-    assert calls == [((via_op, a, b, False, False, False), {"stream": 0})]
+    assert calls == [((via_op, a, b, False, False, False, None), {"split_k": None, "stream": 0})]
     assert_close(via_op.copy_to_host(), a64 @ b64, TOL_F32_OP, "the matmul op on bf16 operands")
     with pytest.raises(ValueError, match="a GemmTile is the float32 kernel's"):
         gemm.matmul(via_op, a, b, tile=fp32.default_tile(20, 24))
