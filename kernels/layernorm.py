@@ -31,8 +31,12 @@ row each at a time. Per row a warp reads x, dout and the dinp it adds to, reduce
 sum(dxhat) and sum(dxhat * xhat), and writes dinp; a lane's columns are the same in every
 row, so it accumulates dweight and dbias for them in registers across its rows, and at
 the end the block sums its warps' (in shared memory, one warp after the other) into its
-own row of a scratch of partial sums; a second launch, a thread per column, adds the
-blocks' rows in order into dweight and dbias. No atomics: every run gives the same bits
+own row of a scratch of partial sums, which two more launches add up in a fixed order:
+``reductions.column_parts`` sums the blocks' rows in SUM_PARTS parts, a warp of columns
+and LANES rows at a time, and a thread per column adds the parts into dweight and dbias.
+(One thread per column walking all the blocks' rows, the version before, was a chain of
+256 dependent loads at N = 16384: ~85 us per call, 13-25 calls a step, -12% of andrea-12m's
+step.) No atomics: every run gives the same bits
 (the float atomics that did this took the blocks as they finished, so two runs of the
 same step differed by a rounding, and every later step with them).
 (Each warp's partials in shared memory, the version before, read and wrote them between
@@ -52,10 +56,11 @@ from numba import cuda, float32, int64, uint16
 
 from .atoms import store_float32
 from .cache import jit
-from .common import (REDUCE_SCRATCH, WARP, ceil_div, check_array, check_block_size,
-                     check_not_empty, kept_with, row_block, warp_sum)
+from .common import (REDUCE_SCRATCH, SIMULATOR, WARP, ceil_div, check_array,
+                     check_block_size, check_not_empty, kept_with, row_block, warp_sum)
 from .device import MAX_THREADS, SHARED_LIMIT
 from .precision import GROUP, check_activation, group_loader, group_storer, group_width
+from .reductions import COLUMNS, column_parts
 from microgpt.reference import LN_EPS as _LN_EPS
 
 LN_EPS = np.float32(_LN_EPS)
@@ -70,6 +75,10 @@ FORWARD_BLOCK = 256        # 8 rows at a time
 BACKWARD_BLOCK = 128
 ROWS_PER_BLOCK = 64
 COLUMN_SUMS_BLOCK = 128
+# the parts the blocks' partial sums are first summed in (a block each per 32 columns):
+# 4 at N = 16384 leave each lane of column_parts 8 rows; the simulator, which pays per
+# thread, takes one
+SUM_PARTS = 1 if SIMULATOR else 4
 # the kernels that hold a row in registers (C / 32 floats a lane, up to 255 registers a
 # thread) fit at most this many threads in the SM's 64K registers
 MAX_REGISTER_ROW_BLOCK = 256
@@ -293,8 +302,8 @@ def _layernorm_backward_kernel(C, width, write_copy):
 
 @jit
 def _column_sums_kernel(dweight, dbias, partials):
-    # dweight (C,) += the column sums of partials (blocks, 2C) [:, :C], dbias (C,) += those
-    # of [:, C:]; a thread per column, adding the blocks in order: the same bits every run
+    # dweight (C,) += the column sums of partials (parts, 2C) [:, :C], dbias (C,) += those
+    # of [:, C:]; a thread per column, adding the parts in order: the same bits every run
     c = cuda.grid(1)
     C = dweight.shape[0]
     if c < 2 * C:
@@ -421,5 +430,7 @@ def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, *, d
                          lambda: cuda.device_array((blocks, 2 * C), np.float32))
     kernel[blocks, block, stream](dinp, copy, partials, dout, inp, weight, mean, rstd,
                                   rows_per_block)
+    parts = column_parts(partials, dweight, stream=stream,
+                         max_blocks=SUM_PARTS * ceil_div(2 * C, COLUMNS))
     _column_sums_kernel[ceil_div(2 * C, COLUMN_SUMS_BLOCK), COLUMN_SUMS_BLOCK, stream](
-        dweight, dbias, partials)
+        dweight, dbias, parts)

@@ -24,7 +24,8 @@ parts), each block's COLUMNS threads of a warp reading COLUMNS adjacent columns 
 (one coalesced read) and its LANES warps every LANES-th row of the part; the lanes' sums
 meet in shared memory in lane order, each part's in a scratch row of its own, and a
 second launch adds the parts column by column, in order, to the gradient. A fixed order
-again: the ranks of a data-parallel step must get the same bits.
+again: the ranks of a data-parallel step must get the same bits. The LayerNorm backward
+sums its blocks' partial weight gradients with the same first pass (column_parts).
 """
 import math
 
@@ -160,6 +161,22 @@ def record_step(log, losses, norm_squared, hparams, *, stream=0, block=BLOCK):
     _record_step_kernel[1, block, stream](log, losses, norm_squared, hparams)
 
 
+def column_parts(x, owner, *, stream=0, max_blocks=MAX_BLOCKS):
+    """The column sums of x (N, M), float32 or bf16, in parts -> parts (P, M) float32, row
+    p the sum over row part p (every P * LANES-th row from p * LANES on), in a fixed
+    order; as many parts as max_blocks blocks allow over the column tiles. The scratch is
+    kept with owner's memory (the gradient a caller adds the parts into)."""
+    N, M = x.shape
+    if max_blocks < 1:
+        raise ValueError(f"max_blocks must be at least 1, got {max_blocks}")
+    tiles = ceil_div(M, COLUMNS)
+    n_parts = max(1, min(ceil_div(N, LANES), max_blocks // tiles))
+    parts = kept_with(owner, ("column parts", n_parts, M),
+                      lambda: cuda.device_array((n_parts, M), np.float32))
+    _column_parts_kernel[(tiles, n_parts), COLUMNS * LANES, stream](parts, x)
+    return parts
+
+
 def bias_backward(dbias, dout, *, stream=0, max_blocks=MAX_BLOCKS):
     """dbias (M,) += the column sums of dout (N, M), float32 or bf16, accumulated in
     float32: the gradient of a bias added to every row of a layer's output. The rows are
@@ -171,11 +188,5 @@ def bias_backward(dbias, dout, *, stream=0, max_blocks=MAX_BLOCKS):
     check_array("dbias", dbias, (M,))
     if N == 0 or M == 0:
         return
-    if max_blocks < 1:
-        raise ValueError(f"max_blocks must be at least 1, got {max_blocks}")
-    tiles = ceil_div(M, COLUMNS)
-    parts = max(1, min(ceil_div(N, LANES), max_blocks // tiles))
-    scratch = kept_with(dbias, ("column parts", parts, M),
-                        lambda: cuda.device_array((parts, M), np.float32))
-    _column_parts_kernel[(tiles, parts), COLUMNS * LANES, stream](scratch, dout)
-    _column_totals_kernel[ceil_div(M, BLOCK), BLOCK, stream](dbias, scratch)
+    parts = column_parts(dout, dbias, stream=stream, max_blocks=max_blocks)
+    _column_totals_kernel[ceil_div(M, BLOCK), BLOCK, stream](dbias, parts)

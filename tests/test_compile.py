@@ -115,7 +115,9 @@ def compile_all(part=0, parts=1):
             else:
                 record["local_memory"] = ".local" in ptx
                 record["float64"] = re.search(r"\.f64\b", ptx) is not None
-                record["atomics"] = re.search(r"\b(atom|red)\.", ptx) is not None
+                # float atomics only: an integer's adds are exact in any order
+                record["float_atomics"] = re.search(
+                    r"\b(atom|red)(\.\w+)*\.(f16|bf16|f32|f64)\b", ptx) is not None
                 (record["assembly_error"], record["stack_bytes"],
                  record["wgmma_serialized"]) = assemble(ptx)
             records.append(record)
@@ -187,17 +189,19 @@ def test_kernels_use_registers_and_float32_only(records):
 # the kernels between a data-parallel step's gradient average and its update: the gradient
 # norm and AdamW. Every rank runs them on the same bits, and must get the same bits back,
 # or the ranks' parameters drift apart (docs/gpu.md); atomics add in the order the blocks
-# happen to finish. And the gradient's scatters, the embedding's and the LayerNorm
+# happen to finish, and a float sum's rounding follows that order (an integer sum is exact:
+# the embedding's sort counts ranks with integer atomics). And the gradient's scatters, the
+# embedding's and the LayerNorm
 # weights': with them a run gives the same bits every time (issue 31: two runs of one
 # seed and data ended at 3.2523 and 3.2354)
 SAME_BITS_EVERY_TIME = {"reductions", "adamw", "embedding", "layernorm"}
 
 
-def test_the_update_kernels_use_no_atomics(records):
+def test_the_update_kernels_use_no_float_atomics(records):
     kernels = [r for r in records if r.get("module") in SAME_BITS_EVERY_TIME and "kernel" in r]
     assert {r["module"] for r in kernels} == SAME_BITS_EVERY_TIME
     assert [f"{r['module']}.{r['kernel']}" for r in kernels
-            if "error" not in r and r["atomics"]] == []
+            if "error" not in r and r["float_atomics"]] == []
 
 
 if __name__ == "__main__":

@@ -267,8 +267,11 @@ class Run:
                      if args.tokenizer == "bytes"
                      else BPETokenizer.from_file(Path(args.tokenizer)))
         vocab = args.vocab_size or CONFIGS[args.config]["vocab_size"]
-        data = load_tokens(args.data, tokenizer, vocab or BPE_VOCAB,
-                           args.cache_dir or default_cache_dir())
+        cache_dir = Path(args.cache_dir or default_cache_dir())
+        data = load_tokens(args.data, tokenizer, vocab or BPE_VOCAB, cache_dir)
+        if cuda:        # the trainer's compiled kernels, kept where it keeps them
+            from microgpt.kernels import cache as kernel_cache
+            kernel_cache.use(cache_dir / "kernels")
         vocab = vocab or data.tokenizer.vocab_size
         overrides = {k: getattr(args, k) for k in ("n_layer", "d_model", "n_head", "context")}
         self.config = get_config(args.config, vocab_size=vocab, **overrides)
@@ -493,7 +496,8 @@ def parse_args(argv):
     p.add_argument("--data", help="as the trainer's --data (default: the Python standard library)")
     p.add_argument("--tokenizer", help="bpe, bytes or a tokenizer.json (default: bpe at the "
                    "vocabulary size, 4096 unless --vocab-size)")
-    p.add_argument("--cache-dir", help="the trainer's token cache (default: its default)")
+    p.add_argument("--cache-dir", help="the trainer's token and kernel cache (default: its "
+                   "default)")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--precision", choices=["bf16", "fp32"],
                    help="microgpt's; PyTorch's follows (default: bf16 on cuda, fp32 on cpu)")
