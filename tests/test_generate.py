@@ -190,16 +190,21 @@ def test_weights_that_overflow_are_one_line():
         generate(model, [[1]], 2, GREEDY)
 
 
+# V: the vocabulary of the config under test (20 in the simulator, 40 on a GPU)
 @pytest.mark.parametrize("prompts, n, sampling, message", [
     ([[]], 2, GREEDY, "at least one token"),
-    ([[3, 20]], 2, GREEDY, r"token ids must lie in \[0, 20\)"),
+    ([[3, "V"]], 2, GREEDY, r"token ids must lie in \[0, V\)"),
     ([[3]], 0, GREEDY, "n_tokens must be at least 1"),
     ([[3]], 2, Sampling(top_p=0.0), r"top_p in \(0, 1\]"),
     ([[3]], 2, Sampling(temperature=-1.0), "temperature >= 0"),
-    ([[3]], 2, Sampling(vocab_limit=21), r"vocab_limit must lie in \[1, 20\]"),
+    ([[3]], 2, "vocab_limit V + 1", r"vocab_limit must lie in \[1, V\]"),
 ])
 def test_bad_generation_arguments_are_refused(prompts, n, sampling, message):
-    with pytest.raises(ValueError, match=message):
+    V = CONFIGS[-1].vocab_size
+    prompts = [[V if t == "V" else t for t in prompt] for prompt in prompts]
+    if sampling == "vocab_limit V + 1":
+        sampling = Sampling(vocab_limit=V + 1)
+    with pytest.raises(ValueError, match=message.replace("V", str(V))):
         generate(GPT(CONFIGS[-1]), prompts, n, sampling)
 
 

@@ -6,6 +6,10 @@ wait on the wrong phase, gives a step another step's rows (or, on the GPU, hangs
 tests run under a timeout there). The same tests run in the simulator (CI) and on the
 GPU (the GPU profile), where the copies are truly asynchronous."""
 import functools
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -38,12 +42,13 @@ def multistage_kernel(stages):
                     uint32(16))
 
     pipe = multistage(stages, fill)
+    size = stages * WIDTH       # a closure's int: the shared array's size is a constant
 
     @cuda.jit
     def kernel(out, src):
         # out, src (steps, WIDTH) float32: each step copies its row of src in, and each
         # thread writes out the quarter of it that the next thread copied
-        smem = cuda.shared.array(stages * WIDTH, float32, alignment=SHARED_ALIGN)
+        smem = cuda.shared.array(size, float32, alignment=SHARED_ALIGN)
         steps = src.shape[0]
         operands = (smem, src)
         pipe.prologue(steps, operands)
@@ -81,12 +86,13 @@ def tma_kernel(stages):
 
     pipe = tma_pipeline(stages, CONSUMERS, fill)
     index = swizzled(BOX_COLS)      # where the copy engine lays a box's element
+    barriers = pipe.barriers        # a closure's int: the shared array's size is a constant
 
     @cuda.jit
     def kernel(out, src, src_map):
         # out, src (steps * BOX_ROWS, BOX_COLS) uint16: a box of src rows a step, copied
         # in by thread 0 and read out by every thread, each its share of the box
-        bars = cuda.shared.array(pipe.barriers, uint64)
+        bars = cuda.shared.array(barriers, uint64)
         raw = cuda.shared.array(0, uint16)
         smem = raw[int32((1024 - shared_address(raw, 0) % 1024) % 1024 // 2):]
         steps = src.shape[0] // BOX_ROWS
@@ -128,3 +134,27 @@ def test_a_pipeline_needs_two_stages():
         args = (1, None) if make is multistage else (1, 1, None)
         with pytest.raises(ValueError, match="at least 2"):
             make(*args)
+
+
+# the test kernels above, lowered to PTX for the H200 in a process without the simulator:
+# the simulator takes what the GPU's compiler refuses (a shared array sized by an
+# expression, where numba needs a constant), so this is the check CI can make of them
+COMPILE_FOR_SM90 = """
+import sys, types
+from numba import cuda, float32, uint16, uint64
+from numba.cuda import dispatcher
+# a device function compiles for the current device, and there is none: name the target
+dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
+sys.path.insert(0, sys.argv[1])
+import test_kernels_pipelines as t
+cuda.compile_ptx(t.multistage_kernel(3).py_func, (float32[:, ::1], float32[:, ::1]), cc=(9, 0))
+cuda.compile_ptx(t.tma_kernel(3).py_func, (uint16[:, ::1], uint16[:, ::1], uint64[::1]),
+                 cc=(9, 0))
+"""
+
+
+def test_the_test_kernels_compile_for_sm90():
+    env = {name: value for name, value in os.environ.items() if name != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90, str(Path(__file__).parent)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
