@@ -82,3 +82,19 @@ def test_bad_products_are_refused(M, transpose_b, gelu, message):
     out = cuda.device_array((M, 4), np.float32)
     with pytest.raises(ValueError, match=message):
         skinny.skinny_matmul(out, a, b, transpose_b, gelu_pre=out if gelu else None)
+
+
+@pytest.mark.parametrize("M", [1, skinny.ROWS, skinny.ROWS + 1])
+def test_the_router_sends_few_rows_here_on_a_gpu(M, monkeypatch):
+    """gemm.matmul hands a product of at most ROWS rows to skinny on a GPU (a decoding
+    step's), and keeps to the float32 kernel in the simulator and above ROWS rows."""
+    from microgpt.kernels import gemm
+    sent = []
+    monkeypatch.setattr(skinny, "skinny_matmul", lambda *args, **kw: sent.append(args))
+    rng = np.random.default_rng(M)
+    a, b = (rng.standard_normal(shape).astype(np.float32) for shape in ((M, 8), (8, 4)))
+    out = cuda.to_device(np.full((M, 4), np.nan, np.float32))
+    gemm.matmul(out, cuda.to_device(a), cuda.to_device(b))
+    assert len(sent) == (1 if ON_GPU and M <= skinny.ROWS else 0)
+    if not sent:
+        assert_close(out.copy_to_host(), a.astype(np.float64) @ b, TOL_F32_OP, "out")
