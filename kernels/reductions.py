@@ -10,8 +10,9 @@ NumPy twins: ``numpy.sum``, ``microgpt.reference.global_norm`` squared,
 Two launches: a grid of at most MAX_BLOCKS blocks strides over the array, each thread
 accumulating its float32 partial sum, each block reducing its threads' partials
 (kernels.common.block_sum) and writing the block's total to a scratch slot of its own;
-then the same kernel, one block of it, sums the slots. Every step of it has a fixed order, so the same array gives
-the same bits every time: the gradient norm scales every rank's update of a data-parallel
+then the same kernel, one block of it, sums the slots. Every step of it has a fixed order,
+so the same array gives the same bits every time: the gradient norm scales every rank's
+update of a data-parallel
 step, and with the blocks' totals added by atomics (in the order they finished) the ranks'
 norms, and so their parameters, drifted apart by a rounding now and then. The scratch is
 kept with the output's allocation (common.kept_with), which a captured step's launches

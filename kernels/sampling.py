@@ -5,8 +5,9 @@ NumPy twin: ``microgpt.reference.sample_tokens`` (and ``sampling_probabilities``
 distribution the draws follow; ``uniforms``, the generator).
 
 sample_tokens: grid (B,), a block per sequence, each thread reading STRIP consecutive
-logits at a time (their loads in flight together) on every pass. Temperature 0 is greedy (the first of the
-largest logits). Otherwise the logits are divided by the temperature, then kept: the
+logits at a time (their loads in flight together) on every pass. Temperature 0 is greedy
+(the first of the largest logits). Otherwise the logits are divided by the temperature,
+then kept: the
 top_k largest (0: all, ties at the k-th kept too), then among those the smallest set of
 the largest whose probabilities sum to at least top_p (1: all; ties kept too). The
 thresholds are found by bisection on the logits' order-preserving 32-bit keys (32 block

@@ -17,8 +17,9 @@ held by microgpt.step.Step) range by range, as each becomes final: ``ready(lo, h
 no later launch of the backward writes grads_flat[lo:hi] (each block's matrices after that
 block's backward, last layer first; then wpe, which the encoder's scatter ends, and the
 norms; then wte in row ranges, its gradient's last writer being the tied LM head's dW,
-which runs last for that, one launch a range), ``finish()`` at its end, after which, in the device's order of work, the
-buffer holds the mean over the ranks. On the cuda backend each range is all-reduced on a
+which runs last for that, one launch a range), ``finish()`` at its end, after which, in the
+device's order of work, the buffer holds the mean over the ranks. On the cuda backend each
+range is all-reduced on a
 stream of its own while the backward goes on (NCCLGradients); on numpy at once, in place.
 
 With ``--zero 1`` (microgpt.zero) the optimizer's state is sharded over the ranks, and the

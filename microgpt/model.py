@@ -3,8 +3,9 @@
 GPT-2 architecture: pre-LayerNorm blocks, learned position embeddings, biases in the
 linear layers only with config.bias (added in the GEMMs' epilogues), tanh-GELU MLP of
 width 4C, LM head tied to the token embedding, mean cross-entropy over all B*T tokens
-(over the tokens in use of a padded vocabulary, config.n_tokens). Forward and backward are spelled out op by op, as a
-CUDA training engine runs them, with every activation in a buffer allocated once per
+(over the tokens in use of a padded vocabulary, config.n_tokens). Forward and backward are
+spelled out op by op, as a CUDA training engine runs them, with every activation in a
+buffer allocated once per
 batch shape. The passes only enqueue work; the calls at the end of GPT read results back.
 In bf16 the same calls run with bf16 operands for every matmul and attention (the
 activation table and GPT.weights say which arrays); the ops pick their kernels by dtype,

@@ -13,8 +13,9 @@ learning rate and step number live on the device (optim.AdamW), so on the CUDA b
 second run captures the whole step into a CUDA graph and every later run replays it, one
 launch from the host instead of ~180. Under data parallelism the graph holds the gradient
 all-reduce too, once per step: the last micro-batch's backward hands each range of the
-gradient to the world's sync as it becomes final, and NCCL reduces it on a second stream that the capture takes in
-(microgpt.distributed). The first run is eager (it compiles the kernels, and NCCL connects
+gradient to the world's sync as it becomes final, and NCCL reduces it on a second stream
+that the capture takes in (microgpt.distributed). The first run is eager (it compiles the
+kernels, and NCCL connects
 the ranks). The simulator and the NumPy backend always run eagerly, as does
 ``graph=False`` (for debugging: each launch then runs, and fails, where it is written).
 """

@@ -23,8 +23,9 @@ from microgpt.optim import AdamWConfig
 PROG = "microgpt.train"
 DEFAULT_BPE_VOCAB = 1024
 _ADAMW = AdamWConfig()
-DEFAULTS = dict(config=DEFAULT_CONFIG, steps=1200, batch_size=16, grad_accum=1, lr=3e-3, eval_every=200,
-                eval_batches=16, sample_every=400, checkpoint_every=400, log_every=20, seed=0,
+DEFAULTS = dict(config=DEFAULT_CONFIG, steps=1200, batch_size=16, grad_accum=1, lr=3e-3,
+                eval_every=200, eval_batches=16, sample_every=400, checkpoint_every=400,
+                log_every=20, seed=0,
                 weight_decay=_ADAMW.weight_decay, beta1=_ADAMW.beta1, beta2=_ADAMW.beta2,
                 eps=_ADAMW.eps, grad_clip=_ADAMW.max_norm, min_lr_ratio=_ADAMW.min_lr_ratio)
 
@@ -98,7 +99,8 @@ def build_parser():
     g.add_argument("--tokenizer", metavar="KIND", help="bpe (train byte-level BPE at the "
                    "vocab size), bytes (vocab 256) or a tokenizer.json (default: bpe for text)")
     g.add_argument("--cache-dir", metavar="DIR", help="where tokenizers, token shards and "
-                   f"compiled kernels are cached (default: $MICROGPT_CACHE_DIR or {default_cache_dir()})")
+                   "compiled kernels are cached (default: $MICROGPT_CACHE_DIR or "
+                   f"{default_cache_dir()})")
     g = p.add_argument_group("training")
     g.add_argument("--device", choices=DEVICES, default="auto",
                    help="cpu runs NumPy, cuda the GPU kernels; auto takes a GPU if there is one")

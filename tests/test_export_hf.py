@@ -89,7 +89,8 @@ def test_the_tensors_are_gpt2s_names_shapes_and_orientation(tmp_path):
     assert export_hf.main([str(run), str(out)]) == 0
     tensors = load_file(out / "model.safetensors")
     C, L = CFG.d_model, CFG.n_layer
-    want = {"transformer.wte.weight": (CFG.vocab_size, C), "transformer.wpe.weight": (CFG.context, C),
+    want = {"transformer.wte.weight": (CFG.vocab_size, C),
+            "transformer.wpe.weight": (CFG.context, C),
             "transformer.ln_f.weight": (C,), "transformer.ln_f.bias": (C,)}
     for i in range(L):
         h = f"transformer.h.{i}."

@@ -1,7 +1,7 @@
 """The bf16 tensor-core GEMM (kernels/gemm/: bf16.py and the kernels it routes to)
 against a float64 matmul of the same bf16-rounded operands: every transpose and epilogue,
-ragged edges, unaligned rows, split-K, several tiles; and every product of an andrea-120m and andrea-12m step on a GPU.
-
+ragged edges, unaligned rows, split-K, several tiles; and every product of an andrea-120m
+and andrea-12m step on a GPU.
 Tolerances, derived:
 - float32 out: the products of bf16 values are exact in float32, so what remains is
   float32 accumulation, as in the float32 GEMM: TOL_F32_OP (1e-5).

@@ -8,8 +8,9 @@ One eager step compiles the kernels; then a spin kernel holds the stream while t
 enqueues a second eager step with a CUDA event between every two ops, so the device runs
 the ops back to back (as a captured graph would) and each gap between two events is that
 op's time on the device alone, not the host's launch cost. If the spin ends before the
-host has queued the last op, the step is timed again behind a spin twice as long. The ops are grouped by name
-and operand shapes; the report lists them by total time, beside the captured step's time
+host has queued the last op, the step is timed again behind a spin twice as long. The ops
+are grouped by name and operand shapes; the report lists them by total time, beside the
+captured step's time
 per step for scale.
 """
 import argparse
