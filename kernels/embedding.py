@@ -53,29 +53,22 @@ def _encoder_forward_kernel(out, idx, wte, wpe):
         out[b, t, c] = wte[idx[b, t], c] + wpe[t, c]
 
 
-@cuda.jit(device=True, inline=True)
-def _token(idx, p):
-    """The token at flat position p of idx (B, T)."""
-    T = idx.shape[1]
-    return idx[p // T, p % T]
-
-
 @jit
-def _rank_positions_kernel(ranks, idx):
-    # ranks (N,) int32 += for each flat position p of idx (B, T) in this block's row of
-    # positions, the number of positions in its key tile (blockIdx.y) whose key (token,
-    # position) sorts before p's: over all the tiles, p's rank. The adds are integers, so
-    # the ranks are exact whatever order the tiles come in
+def _rank_positions_kernel(ranks, tokens):
+    # ranks (N,) int32 += for each position p of tokens (N,) int32 (idx flattened) in this
+    # block's row of positions, the number of positions in its key tile (blockIdx.y) whose
+    # key (token, position) sorts before p's: over all the tiles, p's rank. The adds are
+    # integers, so the ranks are exact whatever order the tiles come in
     keys = cuda.shared.array(SORT_TILE, int64)
     N = ranks.shape[0]
     p = cuda.grid(1)
     start = cuda.blockIdx.y * SORT_TILE
     for j in range(cuda.threadIdx.x, SORT_TILE, cuda.blockDim.x):
         if start + j < N:
-            keys[j] = int64(_token(idx, start + j)) * N + start + j
+            keys[j] = int64(tokens[start + j]) * N + start + j
     cuda.syncthreads()
     if p < N:
-        key = int64(_token(idx, p)) * N + p
+        key = int64(tokens[p]) * N + p
         before = int32(0)
         for j in range(min(SORT_TILE, N - start)):
             if keys[j] < key:
@@ -85,56 +78,56 @@ def _rank_positions_kernel(ranks, idx):
 
 
 @jit
-def _place_positions_kernel(order, ranks):
-    # order (N,) int32 = the flat positions sorted by (token, position): p at its rank
-    # (keys are distinct, so the ranks are a permutation)
+def _place_positions_kernel(order, sorted_tokens, ranks, tokens):
+    # order (N,) int32 = the positions sorted by (token, position), p at its rank (keys
+    # are distinct, so the ranks are a permutation); sorted_tokens (N,) = their tokens
     p = cuda.grid(1)
     if p < order.shape[0]:
         order[ranks[p]] = p
+        sorted_tokens[ranks[p]] = tokens[p]
 
 
 @cuda.jit(device=True, inline=True)
-def _segment_end(order, idx, r, end):
+def _segment_end(sorted_tokens, r, end):
     """The end of the segment of sorted positions from r: the first position at or after
     r, before end, whose token differs from r's (or end)."""
-    token = _token(idx, order[r])
+    token = sorted_tokens[r]
     r += 1
-    while r < end and _token(idx, order[r]) == token:
+    while r < end and sorted_tokens[r] == token:
         r += 1
     return r
 
 
 @cuda.jit(device=True, inline=True)
-def _segment_sum(dout, order, first, end, c):
-    """The sum of dout's column c over the sorted positions [first, end), in order."""
-    T = dout.shape[1]
+def _segment_sum(rows, order, first, end, c):
+    """The sum of column c of rows (N, C), dout flattened, over the sorted positions
+    [first, end), in order."""
     total = float32(0.0)
     for r in range(first, end):
-        p = order[r]
-        total += dout[p // T, p % T, c]
+        total += rows[order[r], c]
     return total
 
 
 @jit
-def _chunk_leads_kernel(leads, order, idx, dout, chunk):
-    # leads (chunks, C) = the sum of dout (B, T, C) over each chunk's leading segment
-    # of order (N,) int32; a thread per (chunk, column)
-    C = dout.shape[2]
+def _chunk_leads_kernel(leads, order, sorted_tokens, rows, chunk):
+    # leads (chunks, C) = the sum of rows (N, C) over each chunk's leading segment of
+    # order (N,) int32; a thread per (chunk, column)
+    C = rows.shape[1]
     N = order.shape[0]
     i = cuda.grid(1)
     if i < leads.shape[0] * C:
         k, c = divmod(i, C)
         first = k * chunk
-        end = _segment_end(order, idx, first, min(N, first + chunk))
-        leads[k, c] = _segment_sum(dout, order, first, end, c)
+        end = _segment_end(sorted_tokens, first, min(N, first + chunk))
+        leads[k, c] = _segment_sum(rows, order, first, end, c)
 
 
 @jit
-def _run_sums_kernel(dwte, leads, order, idx, dout, chunk):
-    # dwte (V, C) += the sum of dout (B, T, C) over each token's run of order (N,) int32,
+def _run_sums_kernel(dwte, leads, order, sorted_tokens, rows, chunk):
+    # dwte (V, C) += the sum of rows (N, C) over each token's run of order (N,) int32,
     # added by the thread of (the chunk the run begins in, column), leads (chunks, C)
     # holding the parts in the chunks after
-    C = dout.shape[2]
+    C = rows.shape[1]
     N = order.shape[0]
     i = cuda.grid(1)
     if i < leads.shape[0] * C:
@@ -143,19 +136,18 @@ def _run_sums_kernel(dwte, leads, order, idx, dout, chunk):
         chunk_end = min(N, first + chunk)
         r = first
         while r < chunk_end:
-            token = _token(idx, order[r])
-            segment_end = _segment_end(order, idx, r, chunk_end)
-            if r > 0 and r == first and _token(idx, order[r - 1]) == token:
+            token = sorted_tokens[r]
+            segment_end = _segment_end(sorted_tokens, r, chunk_end)
+            if r > 0 and r == first and sorted_tokens[r - 1] == token:
                 r = segment_end         # a run from an earlier chunk: its thread adds this
                 continue
-            total = _segment_sum(dout, order, r, segment_end, c)
+            total = _segment_sum(rows, order, r, segment_end, c)
             end, j = segment_end, k
             # the run goes on into chunk j + 1 while chunk j ends in it
-            while end == min(N, (j + 1) * chunk) and end < N and \
-                    _token(idx, order[end]) == token:
+            while end == min(N, (j + 1) * chunk) and end < N and sorted_tokens[end] == token:
                 j += 1
                 total += leads[j, c]
-                end = _segment_end(order, idx, end, min(N, (j + 1) * chunk))
+                end = _segment_end(sorted_tokens, end, min(N, (j + 1) * chunk))
             dwte[token, c] += total
             r = segment_end
 
@@ -176,12 +168,11 @@ def _position_sums_kernel(dwpe, dout):
 PTX_SIGNATURES = [
     (_encoder_forward_kernel, (float32[:, :, ::1], int32[:, ::1], float32[:, ::1],
                                float32[:, ::1])),
-    (_rank_positions_kernel, (int32[::1], int32[:, ::1])),
-    (_place_positions_kernel, (int32[::1], int32[::1])),
-    (_chunk_leads_kernel, (float32[:, ::1], int32[::1], int32[:, ::1], float32[:, :, ::1],
-                           int64)),
-    (_run_sums_kernel, (float32[:, ::1], float32[:, ::1], int32[::1], int32[:, ::1],
-                        float32[:, :, ::1], int64)),
+    (_rank_positions_kernel, (int32[::1], int32[::1])),
+    (_place_positions_kernel, (int32[::1], int32[::1], int32[::1], int32[::1])),
+    (_chunk_leads_kernel, (float32[:, ::1], int32[::1], int32[::1], float32[:, ::1], int64)),
+    (_run_sums_kernel, (float32[:, ::1], float32[:, ::1], int32[::1], int32[::1],
+                        float32[:, ::1], int64)),
     (_position_sums_kernel, (float32[:, ::1], float32[:, :, ::1])),
 ]
 
@@ -228,16 +219,20 @@ def encoder_backward(dwte, dwpe, dout, idx, *, stream=0, block=BLOCK, chunk=CHUN
     if dout.size == 0:
         return
     N, chunks = B * T, ceil_div(B * T, chunk)
-    order = kept_with(dwte, ("encoder order", N), lambda: cuda.device_array(N, np.int32))
-    ranks = kept_with(dwte, ("encoder ranks", N), lambda: cuda.device_array(N, np.int32))
+    # flat views: a position p is row p of dout and element p of idx, no division by T
+    tokens, rows = idx.reshape(N), dout.reshape(N, C)
+    order, sorted_tokens, ranks = (
+        kept_with(dwte, ("encoder " + name, N), lambda: cuda.device_array(N, np.int32))
+        for name in ("order", "sorted tokens", "ranks"))
     leads = kept_with(dwte, ("encoder leads", chunks, C),
                       lambda: cuda.device_array((chunks, C), np.float32))
     fill_zero(ranks, stream)
-    _rank_positions_kernel[(ceil_div(N, block), ceil_div(N, SORT_TILE)), block, stream](ranks,
-                                                                                       idx)
-    _place_positions_kernel[ceil_div(N, block), block, stream](order, ranks)
-    _chunk_leads_kernel[ceil_div(chunks * C, block), block, stream](leads, order, idx, dout,
-                                                                    chunk)
-    _run_sums_kernel[ceil_div(chunks * C, block), block, stream](dwte, leads, order, idx, dout,
-                                                                 chunk)
+    _rank_positions_kernel[(ceil_div(N, block), ceil_div(N, SORT_TILE)), block, stream](
+        ranks, tokens)
+    _place_positions_kernel[ceil_div(N, block), block, stream](order, sorted_tokens, ranks,
+                                                               tokens)
+    _chunk_leads_kernel[ceil_div(chunks * C, block), block, stream](leads, order,
+                                                                    sorted_tokens, rows, chunk)
+    _run_sums_kernel[ceil_div(chunks * C, block), block, stream](dwte, leads, order,
+                                                                 sorted_tokens, rows, chunk)
     _position_sums_kernel[ceil_div(T * C, block), block, stream](dwpe, dout)
