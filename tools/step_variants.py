@@ -53,6 +53,7 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     steps = []
     for label, overrides, accum in VARIANTS:
+        started = time.perf_counter()
         cfg = get_config("andrea-120m", **overrides)
         model = GPT(cfg, backend="cuda", precision="bf16")
         step = Step(model, AdamW(model, AdamWConfig(total_steps=10**6)), B, T, accum=accum)
@@ -61,6 +62,9 @@ def main(argv=None):
         for _ in range(2):          # compile, then capture
             step.run(idx, targets)
         step.metrics()
+        # as it goes, so that a run cut short still says how far it came
+        print(f"{label}: built, compiled and captured in {time.perf_counter() - started:.1f} s",
+              flush=True)
         steps.append((label, accum, step, idx, targets))
     best = {label: np.inf for label, *_ in steps}
     for _ in range(ROUNDS):
