@@ -4,7 +4,8 @@ MICROGPT_TEST_DEVICE=gpu runs the kernel tests on a real GPU with the "gpu" Hypo
 profile (real shapes); anything else runs them in numba's CUDA simulator
 with the "sim" profile (tiny shapes). The simulator is chosen through
 NUMBA_ENABLE_CUDASIM, which numba reads when numba.cuda is first imported, so it is set
-here, before any test module imports it.
+here, before any test module imports it. On a GPU, MICROGPT_TEST_KERNEL_CACHE=DIR keeps the
+compiled kernels in DIR (microgpt.kernels.cache), shared by the workers and the next run.
 """
 import os
 
@@ -31,6 +32,13 @@ settings.load_profile("gpu" if ON_GPU else "sim")
 if not ON_GPU:
     import simulator_racecheck
     simulator_racecheck.install()
+elif os.environ.get("MICROGPT_TEST_KERNEL_CACHE"):
+    # pytest-xdist's workers each compile the same kernels, and a machine lent for an hour
+    # compiles them all again: through the kernel cache they share the compilations, and a
+    # cache directory carried to the next machine gives them back (an opt-in: the tests of
+    # compilation itself want fresh compiles)
+    from microgpt.kernels import cache as _kernel_cache
+    _kernel_cache.use(os.environ["MICROGPT_TEST_KERNEL_CACHE"])
 
 # The kernel tests run under the simulator's race check (tests/simulator_racecheck.py): a
 # missing barrier between two threads' accesses of a shared element fails the test.
