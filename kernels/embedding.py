@@ -4,17 +4,23 @@ NumPy twins: ``microgpt.reference.encoder_forward`` and ``encoder_backward``.
 
 Forward: one thread per output element, out[b, t, c] = wte[idx[b, t], c] + wpe[t, c].
 
-Backward, with no atomics, so that a step gives the same bits every run. The same token
-may appear anywhere in the batch, so a scatter-add of dout[b, t] into dwte[idx[b, t]] by
-float atomics summed each row in the order the threads came (two runs of one step
-differed by a rounding, and every later step with them). Instead:
+Backward, two ways. The same token may appear anywhere in the batch, and wte also
+receives the tied LM head's gradient:
+- by default, fused into one launch: a thread per (t, c) walks the batch, scatter-adding
+  each dout[b, t, c] into dwte[idx[b, t], c] with a float atomic and summing the batch for
+  dwpe[t, c], which it owns alone. The atomics add each row in the order the threads
+  come, so two runs of a step can differ by a rounding (and every later step with them);
+- deterministic (``CudaBackend(deterministic=True)``, the trainer's --deterministic):
+  no float atomics, each element of dwte one thread's sum in an order fixed by the data.
+  It costs: 0.391 ms a step at andrea-12m against the atomics' 0.036 (H200,
+  tools/profile_step.py, 2026-12-02), 5% of that step, so it is not the default:
 1. the N = B * T positions sorted by (token, position): a block per (tile of positions,
    tile of SORT_TILE keys in shared memory) counts, for each of its positions, the keys
    of the tile that sort before it, and adds the count to the position's rank (an
    integer atomic: exact in any order); then each position is written at its rank. Each
    token's positions are then one run of the sorted order, in position order. (A thread
    per position walking all N keys itself, the version before, filled 64 blocks at
-   N = 16384, and took 0.65 ms of andrea-12m's 6.8 ms step; the old float atomics 0.04);
+   N = 16384, and took 0.69 ms);
 2. a thread per (chunk of CHUNK sorted positions, column) sums the chunk's leading
    segment (up to its first change of token): the part of a run that began in an
    earlier chunk, or, for a chunk inside a long run, all of it;
@@ -51,6 +57,22 @@ def _encoder_forward_kernel(out, idx, wte, wpe):
         bt, c = divmod(i, C)
         b, t = divmod(bt, T)
         out[b, t, c] = wte[idx[b, t], c] + wpe[t, c]
+
+
+@jit
+def _encoder_backward_atomic_kernel(dwte, dwpe, dout, idx):
+    # dwte (V, C) +=, dwpe (context, C) +=, dout (B, T, C), idx (B, T) int32; a thread
+    # per (t, c), its batch's rows of dwte added by float atomics
+    B, T, C = dout.shape
+    i = cuda.grid(1)
+    if i < T * C:
+        t, c = divmod(i, C)
+        batch_sum = float32(0.0)
+        for b in range(B):
+            g = dout[b, t, c]
+            batch_sum += g
+            cuda.atomic.add(dwte, (idx[b, t], c), g)
+        dwpe[t, c] += batch_sum
 
 
 @jit
@@ -168,6 +190,8 @@ def _position_sums_kernel(dwpe, dout):
 PTX_SIGNATURES = [
     (_encoder_forward_kernel, (float32[:, :, ::1], int32[:, ::1], float32[:, ::1],
                                float32[:, ::1])),
+    (_encoder_backward_atomic_kernel, (float32[:, ::1], float32[:, ::1], float32[:, :, ::1],
+                                        int32[:, ::1])),
     (_rank_positions_kernel, (int32[::1], int32[::1])),
     (_place_positions_kernel, (int32[::1], int32[::1], int32[::1], int32[::1])),
     (_chunk_leads_kernel, (float32[:, ::1], int32[::1], int32[::1], float32[:, ::1], int64)),
@@ -175,6 +199,8 @@ PTX_SIGNATURES = [
                         float32[:, ::1], int64)),
     (_position_sums_kernel, (float32[:, ::1], float32[:, :, ::1])),
 ]
+# the default backward's scatter, which --deterministic replaces (tests/test_compile.py)
+FLOAT_ATOMICS = {"_encoder_backward_atomic_kernel"}
 
 
 # ----------------------------------------------------------------------------------
@@ -208,15 +234,21 @@ def encoder_forward(out, idx, wte, wpe, *, stream=0, block=BLOCK):
     _encoder_forward_kernel[ceil_div(B * T * C, block), block, stream](out, idx, wte, wpe)
 
 
-def encoder_backward(dwte, dwpe, dout, idx, *, stream=0, block=BLOCK, chunk=CHUNK):
+def encoder_backward(dwte, dwpe, dout, idx, *, deterministic=False, stream=0, block=BLOCK,
+                     chunk=CHUNK):
     """dwte (V, C) += scatter-add of dout (B, T, C) by token; dwpe[:T] += dout summed over
-    the batch. Both accumulate: zero them first for a plain gradient. The same inputs give
-    the same bits every time; chunk: sorted positions per thread of the run sums."""
+    the batch. Both accumulate: zero them first for a plain gradient. deterministic: the
+    same inputs give the same bits every time (no float atomics; chunk: sorted positions
+    per thread of the run sums)."""
     check_block_size(block)
     if chunk < 1:
         raise ValueError(f"chunk must be at least 1, got {chunk}")
     B, T, C = _check_shapes("dout", dout, idx, dwte, dwpe, "dwte", "dwpe")
     if dout.size == 0:
+        return
+    if not deterministic:
+        _encoder_backward_atomic_kernel[ceil_div(T * C, block), block, stream](dwte, dwpe,
+                                                                               dout, idx)
         return
     N, chunks = B * T, ceil_div(B * T, chunk)
     # flat views: a position p is row p of dout and element p of idx, no division by T

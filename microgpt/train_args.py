@@ -113,8 +113,8 @@ def build_parser():
                    "each rank keeping and updating its shard; the same steps as 0 (default: 0)")
     g.add_argument("--deterministic", action="store_true",
                    help="the same bits for the same seed on one GPU: the GEMMs take no "
-                   "split-K, whose blocks add their parts by atomics (every other kernel "
-                   "gives the same bits anyway; docs/convergence.md has the cost)")
+                   "split-K and the embedding's backward sorts its positions, where both "
+                   "add by float atomics by default (docs/convergence.md has the cost)")
     g.add_argument("--steps", type=positive_int, metavar="N",
                    help="optimizer steps in all" + by_default("steps"))
     g.add_argument("--batch-size", type=positive_int, metavar="B",

@@ -383,9 +383,10 @@ SAME_BITS_CASES = ([("fp32", BF16_CASES[0], 3), ("bf16", BF16_CASES[0], 3)] if R
 @pytest.mark.parametrize("precision,case,steps", SAME_BITS_CASES)
 def test_two_runs_of_a_seed_give_the_same_bits(precision, case, steps):
     """Two runs of a few Steps from one seed on the same batches end with the same
-    parameters and moments, bit for bit: no float atomics in the gradient (the embedding's
-    scatter and the LayerNorm weights' sums run in a fixed order; the deterministic
-    backend takes no split-K, whose blocks add their parts by atomics). On a GPU, where
+    parameters and moments, bit for bit: no float atomics in the gradient (the LayerNorm
+    weights' sums run in a fixed order; the deterministic backend sorts the embedding's
+    positions instead of scattering them by atomics, and takes no split-K, whose blocks
+    add their parts by atomics). On a GPU, where
     atomics add in the order the blocks finish, this is the check that means most."""
     name, overrides, B, T = case
     cfg = get_config(name, **overrides)

@@ -50,7 +50,8 @@ def check_forward(shape, extra_context, block, seed):
     assert_close(out.copy_to_host(), expected, TOL_F32_OP, "encoder forward")
 
 
-def check_backward(shape, extra_context, block, seed, chunk=embedding.CHUNK):
+def check_backward(shape, extra_context, block, seed, chunk=embedding.CHUNK,
+                   deterministic=True):
     """-> the (dwte, dwpe) the launch wrote, checked."""
     B, T, C, V = shape
     context = T + extra_context
@@ -60,7 +61,8 @@ def check_backward(shape, extra_context, block, seed, chunk=embedding.CHUNK):
     dwte_start, dwpe_start = randn(rng, V, C), randn(rng, context, C)
     dwte, dwpe = cuda.to_device(dwte_start), cuda.to_device(dwpe_start)
     embedding.encoder_backward(dwte, dwpe, cuda.to_device(dout), cuda.to_device(idx),
-                               chunk=chunk, **block_option(block))
+                               deterministic=deterministic, chunk=chunk,
+                               **block_option(block))
     dwte_ref, dwpe_ref = ref.encoder_backward(dout.astype(np.float64), idx, V, context)
     assert_close(dwte.copy_to_host(), dwte_start + dwte_ref, TOL_F32_OP, "dwte")
     assert_close(dwpe.copy_to_host(), dwpe_start + dwpe_ref, TOL_F32_OP, "dwpe")
@@ -78,7 +80,14 @@ def test_encoder_forward(shape, extra_context, block, seed):
 
 @given(shape=SHAPES, extra_context=st.integers(0, 3), block=BLOCKS, chunk=CHUNKS, seed=SEEDS)
 def test_encoder_backward_accumulates(shape, extra_context, block, chunk, seed):
+    """The sorted, deterministic backward."""
     check_backward(shape, extra_context, block, seed, chunk)
+
+
+@given(shape=SHAPES, extra_context=st.integers(0, 3), block=BLOCKS, seed=SEEDS)
+def test_the_default_backward_accumulates(shape, extra_context, block, seed):
+    """The scatter by float atomics."""
+    check_backward(shape, extra_context, block, seed, deterministic=False)
 
 
 @given(seed=SEEDS)
@@ -104,7 +113,7 @@ def test_encoder_backward_adds_up_one_repeated_token(chunk):
     dwte = cuda.to_device(np.zeros((V, C), np.float32))
     dwpe = cuda.to_device(np.zeros((T, C), np.float32))
     embedding.encoder_backward(dwte, dwpe, cuda.to_device(dout), cuda.to_device(idx),
-                               chunk=chunk)
+                               deterministic=True, chunk=chunk)
     expected = np.zeros((V, C))
     expected[1] = dout.sum(axis=(0, 1), dtype=np.float64)
     assert_close(dwte.copy_to_host(), expected, TOL_F32_OP, "dwte of one repeated token")
@@ -172,3 +181,35 @@ def test_encoder_backward_rejects_a_chunk_below_one():
     with pytest.raises(ValueError, match="chunk must be at least 1, got 0"):
         embedding.encoder_backward(ones(5, 3), ones(6, 3), ones(2, 4, 3),
                                    ones(2, 4, dtype=np.int32), chunk=0)
+
+
+class RecordedKernel:
+    """A kernel whose launches are recorded, not run: kernel[config](*args)."""
+
+    def __init__(self, name, launched):
+        self.name, self.launched = name, launched
+
+    def __getitem__(self, config):
+        return lambda *args: self.launched.append(self.name)
+
+
+BACKWARD_KERNELS = ("_encoder_backward_atomic_kernel", "_rank_positions_kernel",
+                    "_place_positions_kernel", "_chunk_leads_kernel", "_run_sums_kernel",
+                    "_position_sums_kernel")
+
+
+@pytest.mark.parametrize("deterministic, first", [
+    (False, ["_encoder_backward_atomic_kernel"]),
+    (True, ["_rank_positions_kernel", "_place_positions_kernel", "_chunk_leads_kernel",
+            "_run_sums_kernel", "_position_sums_kernel"])])
+def test_a_deterministic_backend_sorts(deterministic, first, monkeypatch):
+    """The backend hands its deterministic flag to the backward: the sort on a
+    deterministic backend, the float atomics' scatter otherwise."""
+    from microgpt.cuda_backend import CudaBackend
+    launched = []
+    for name in BACKWARD_KERNELS:
+        monkeypatch.setattr(embedding, name, RecordedKernel(name, launched))
+    B, T, C, V = 1, 2, 3, 4
+    arrays = (ones(V, C), ones(T, C), ones(B, T, C), ones(B, T, dtype=np.int32))
+    CudaBackend(deterministic=deterministic).encoder_backward(*arrays)
+    assert launched == first
