@@ -1,6 +1,9 @@
 """Shared by the tests: relative error against a float64 reference, poisoning, random data,
-bf16 arrays."""
+bf16 arrays, the sm_90 compile of a test module's own kernels."""
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -105,3 +108,28 @@ def to_device_off_group(host):
 
     flat = np.concatenate([np.zeros(1, host.dtype), host.reshape(-1)])
     return cuda.to_device(flat)[1:].reshape(host.shape)
+
+
+# A test module's kernels, lowered to PTX for the H200 in a process without the simulator:
+# the simulator takes what the GPU's compiler refuses (a shared array sized by an
+# expression, an atom factory called inside a kernel, where numba needs a constant or a
+# function it can type), so this is the check CI can make of a GPU-only test kernel.
+_COMPILE_FOR_SM90 = """
+import sys, types
+from numba import cuda, float32, int32, uint16, uint32, uint64
+from numba.cuda import dispatcher
+# a device function compiles for the current device, and there is none: name the target
+dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
+sys.path.insert(0, sys.argv[1])
+t = __import__(sys.argv[2])
+"""
+
+
+def compiles_for_sm90(module, calls):
+    """Runs `calls` (cuda.compile_ptx lines; the test module is `t`) in a fresh process
+    that imports tests/`module` with the simulator off; fails with its stderr."""
+    env = {name: value for name, value in os.environ.items() if name != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90 + calls,
+                           str(Path(__file__).parent), module],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]

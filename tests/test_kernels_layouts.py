@@ -6,7 +6,7 @@ import functools
 
 import ml_dtypes
 import numpy as np
-from helpers import assert_close, poisoned
+from helpers import assert_close, compiles_for_sm90, poisoned
 from hypothesis import given
 from hypothesis import strategies as st
 from numba import cuda, float32, int32, uint16, uint64
@@ -72,6 +72,7 @@ def wgmma_map_kernel():
     a_fields, _ = wgmma_operand(64, 16, k_is_row=False)
     b_fields, _ = wgmma_operand(16, N, k_is_row=True)
     a_elements = 64 * 16
+    fence, wait = warpgroup_fence(regs), warpgroup_wait(0, regs)
 
     @cuda.jit
     def kernel(d, a, b):
@@ -89,10 +90,10 @@ def wgmma_map_kernel():
             acc[r] = float32(0.0)
         desc_a = uint64(shared_address(smem, 0) >> 4 & 0x3FFF) | a_fields
         desc_b = uint64(shared_address(smem, int32(a_elements)) >> 4 & 0x3FFF) | b_fields
-        warpgroup_fence(regs)(acc)
+        fence(acc)
         mma(smem, desc_a, desc_b, acc)
         warpgroup_commit()
-        warpgroup_wait(0, regs)(acc)
+        wait(acc)
         thread = cuda.threadIdx.x
         row, col = wgmma_accumulator_row(thread), accumulator_col(thread)
         for j in range(N // 8):
@@ -113,12 +114,34 @@ def test_the_wgmma_accumulator_map_places_the_product(seed):
     assert_close(d.copy_to_host(), a64 @ b64, 1e-6, "wgmma accumulators by the maps")
 
 
+@cuda.jit
+def maps_kernel(places):
+    # places (128, 3) int32: each thread's mma row and column, and its wgmma row
+    t = cuda.threadIdx.x
+    places[t, 0] = accumulator_row(t)
+    places[t, 1] = accumulator_col(t)
+    places[t, 2] = wgmma_accumulator_row(t)
+
+
 def test_the_maps_cover_each_accumulator_once():
     """Over a warp (a warpgroup), the places of every thread's accumulators are the whole
-    16 x 8 tile (64 x 8 block of columns) once each."""
-    mma = {(accumulator_row.py_func(lane) + 8 * h, accumulator_col.py_func(lane) + e)
-           for lane in range(32) for h in range(2) for e in range(2)}
-    assert mma == {(r, c) for r in range(16) for c in range(8)}
-    wgmma = {(wgmma_accumulator_row.py_func(t) + 8 * h, accumulator_col.py_func(t) + e)
-             for t in range(128) for h in range(2) for e in range(2)}
-    assert wgmma == {(r, c) for r in range(64) for c in range(8)}
+    16 x 8 tile (64 x 8 block of columns) once each: the maps as the device computes them."""
+    out = cuda.to_device(poisoned((128, 3), np.int32))
+    maps_kernel[1, 128](out)
+    places = out.copy_to_host()
+    mma = [(places[t, 0] + 8 * h, places[t, 1] + e)
+           for t in range(32) for h in range(2) for e in range(2)]
+    assert sorted(mma) == [(r, c) for r in range(16) for c in range(8)]
+    wgmma = [(places[t, 2] + 8 * h, places[t, 1] + e)
+             for t in range(128) for h in range(2) for e in range(2)]
+    assert sorted(wgmma) == [(r, c) for r in range(64) for c in range(8)]
+
+
+def test_the_test_kernels_compile_for_sm90():
+    compiles_for_sm90("test_kernels_layouts", """
+cuda.compile_ptx(t.mma_map_kernel.py_func, (float32[:, ::1], uint32[:, ::1], uint32[:, ::1]),
+                 cc=(9, 0))
+cuda.compile_ptx(t.wgmma_map_kernel().py_func, (float32[:, ::1], uint16[:, ::1],
+                 uint16[:, ::1]), cc=(9, 0))
+cuda.compile_ptx(t.maps_kernel.py_func, (int32[:, ::1],), cc=(9, 0))
+""")

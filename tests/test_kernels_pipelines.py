@@ -6,14 +6,10 @@ wait on the wrong phase, gives a step another step's rows (or, on the GPU, hangs
 tests run under a timeout there). The same tests run in the simulator (CI) and on the
 GPU (the GPU profile), where the copies are truly asynchronous."""
 import functools
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import poisoned
+from helpers import compiles_for_sm90, poisoned
 from hypothesis import given
 from hypothesis import strategies as st
 from numba import cuda, float32, int32, int64, uint16, uint32, uint64
@@ -136,25 +132,9 @@ def test_a_pipeline_needs_two_stages():
             make(*args)
 
 
-# the test kernels above, lowered to PTX for the H200 in a process without the simulator:
-# the simulator takes what the GPU's compiler refuses (a shared array sized by an
-# expression, where numba needs a constant), so this is the check CI can make of them
-COMPILE_FOR_SM90 = """
-import sys, types
-from numba import cuda, float32, uint16, uint64
-from numba.cuda import dispatcher
-# a device function compiles for the current device, and there is none: name the target
-dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
-sys.path.insert(0, sys.argv[1])
-import test_kernels_pipelines as t
+def test_the_test_kernels_compile_for_sm90():
+    compiles_for_sm90("test_kernels_pipelines", """
 cuda.compile_ptx(t.multistage_kernel(3).py_func, (float32[:, ::1], float32[:, ::1]), cc=(9, 0))
 cuda.compile_ptx(t.tma_kernel(3).py_func, (uint16[:, ::1], uint16[:, ::1], uint64[::1]),
                  cc=(9, 0))
-"""
-
-
-def test_the_test_kernels_compile_for_sm90():
-    env = {name: value for name, value in os.environ.items() if name != "NUMBA_ENABLE_CUDASIM"}
-    done = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90, str(Path(__file__).parent)],
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+""")
