@@ -50,6 +50,8 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seq-len", type=int, default=1024)
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="bf16")
+    parser.add_argument("--bias", action="store_true",
+                        help="GPT-2's biases in every linear layer (the config's bias=True)")
     parser.add_argument("--out", help="markdown file to write (default: print only)")
     args = parser.parse_args(argv)
 
@@ -64,7 +66,7 @@ def main(argv=None):
     if not cuda_available():
         print("profile_step.py: no CUDA GPU found; it times kernels on one", file=sys.stderr)
         return 2
-    cfg = get_config(args.config)
+    cfg = get_config(args.config, **(dict(bias=True) if args.bias else {}))
     B, T = args.batch_size, args.seq_len
     rng = np.random.default_rng(0)
     idx = rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
@@ -126,7 +128,8 @@ def main(argv=None):
         by_op[label.split("(")[0]] += ms
     step_ms = sum(totals.values())
 
-    lines = [f"# Step profile: {args.config}, B {B}, T {T}, {args.precision}", "",
+    lines = [f"# Step profile: {args.config}{' with biases' if args.bias else ''}, B {B}, T {T}, "
+             f"{args.precision}", "",
              f"Command: `python tools/profile_step.py {' '.join(argv or sys.argv[1:])}`", "",
              f"Sum of the ops: {step_ms:.2f} ms; the captured step: {graph_ms:.2f} ms "
              f"({B * T / graph_ms * 1e3:,.0f} tokens/s).", "",
