@@ -3,7 +3,8 @@
 # tests, andrea-120m's cases in a pytest of their own so they start at once) beside both
 # trees compiling their captured steps; then the parity timing, old then new (parity2.py).
 export PYTHONUNBUFFERED=1 MICROGPT_CACHE_DIR=/tmp/mgcache
-ROOT=$PWD; J=$ROOT/bench/h200-2026-12-02-s14; T0=$(date +%s); SIG=/tmp/sig; mkdir -p $SIG
+J=$PWD/bench/h200-2026-12-02     # session 13's parity2.py, cached.py, profile_start.py
+ROOT=$PWD; T0=$(date +%s); SIG=/tmp/sig; mkdir -p $SIG
 stamp() { echo "=== $(( $(date +%s) - T0 )) s: $*" | tee -a $OUT/summary.log; }
 export PYTHONPATH=/tmp/site:$ROOT
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader >> $OUT/summary.log

@@ -3,7 +3,8 @@
 # cache of call 1 carried in .devtree/caches.tgz); then the captured GEMMs, old tree then
 # new (issue 26's second parity figure); then tools/step_variants.py (issue 32's targets).
 export PYTHONUNBUFFERED=1 MICROGPT_CACHE_DIR=/tmp/mgcache
-ROOT=$PWD; J=$ROOT/bench/h200-2026-12-02-s14; T0=$(date +%s)
+J=$PWD/bench/h200-2026-12-02     # session 13's parity2.py, cached.py, profile_start.py
+ROOT=$PWD; T0=$(date +%s)
 stamp() { echo "=== $(( $(date +%s) - T0 )) s: $*" | tee -a $OUT/summary.log; }
 export PYTHONPATH=/tmp/site:$ROOT
 tar -C /tmp -xzf .devtree/caches.tgz

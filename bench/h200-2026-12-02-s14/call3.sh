@@ -4,7 +4,8 @@
 # trainer's start-up under cProfile on a warm kernel cache (issue 29); the step with biases
 # profiled op by op (issue 32's 0.919x).
 export PYTHONUNBUFFERED=1 MICROGPT_CACHE_DIR=/tmp/mgcache
-ROOT=$PWD; J=$ROOT/bench/h200-2026-12-02-s14; T0=$(date +%s); D=$ROOT/.devtree/data
+J=$PWD/bench/h200-2026-12-02     # session 13's parity2.py, cached.py, profile_start.py
+ROOT=$PWD; T0=$(date +%s); D=$ROOT/.devtree/data
 stamp() { echo "=== $(( $(date +%s) - T0 )) s: $*" | tee -a $OUT/summary.log; }
 export PYTHONPATH=/tmp/site:$ROOT
 tar -C /tmp -xzf .devtree/caches.tgz
