@@ -6,7 +6,10 @@
 
 Each run starts `python -m microgpt.train` with the arguments after `--` and stamps every
 line it prints on arrival; a "cold" run first removes the compiled kernels from the cache
-(DIR/kernels: the tokens stay cached), a "warm" run keeps them. At the first step's line
+(DIR/kernels: the tokens stay cached), an "ahead" run removes the compiled kernels but
+keeps the manifests of the shapes run before (what an edited kernel source or a numba
+upgrade leaves: the trainer compiles the listed kernels ahead, a process per CPU), a
+"warm" run keeps them all. At the first step's line
 the run is killed (nothing after it is measured: no evaluation, no checkpoint), and the
 report gives the seconds to that line, to the line before the first step's (the kernels'
 summary), and that summary. A run that ends before its first step prints its output and
@@ -81,7 +84,7 @@ def main(argv=None):
     own, train_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv \
         else (argv, [])
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", nargs="+", choices=("cold", "warm"), default=["cold", "warm"],
+    p.add_argument("--runs", nargs="+", choices=("cold", "ahead", "warm"), default=["cold", "warm"],
                    help="the runs, in order (default: cold warm)")
     p.add_argument("--out", type=Path, help="append the report (markdown) to this file")
     p.add_argument("--title", default="", help="the report's heading")
@@ -91,6 +94,10 @@ def main(argv=None):
     for label in args.runs:
         if label == "cold":
             shutil.rmtree(kernels, ignore_errors=True)
+        elif label == "ahead":
+            for entry in kernels.glob("*"):
+                if entry.name != "manifests":
+                    shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
         results.append(one_run(train_args, label))
     command = " ".join(["python tools/startup_time.py --runs", *args.runs, "--", *train_args])
     report = [f"### {args.title or 'start-up'}", "", f"`{command}`", "", versions(), "",
