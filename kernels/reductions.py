@@ -20,13 +20,18 @@ hold. MAX_BLOCKS blocks keep every SM of an H200 streaming. The simulator, which
 per simulated thread, takes two (a 15,000-parameter model's gradient norm was 30 blocks,
 20 s): the stride a GPU takes over andrea-120m's gradient.
 
-The column sums are the same two passes in two dimensions: a grid of (column tiles, row
-parts), each block's COLUMNS threads of a warp reading COLUMNS adjacent columns of a row
-(one coalesced read) and its LANES warps every LANES-th row of the part; the lanes' sums
-meet in shared memory in lane order, each part's in a scratch row of its own, and a
-second launch adds the parts column by column, in order, to the gradient. A fixed order
-again: the ranks of a data-parallel step must get the same bits. The LayerNorm backward
-sums its blocks' partial weight gradients with the same first pass (column_parts).
+The column sums (bias_backward) are one launch in two dimensions: a grid of (column
+tiles, row parts), each block's ROWS warps on every ROWS-th row of its part, a lane on
+LANE_GROUPS groups of GROUP adjacent columns (16 bytes of bf16 a lane, 32 of float32; one
+column a lane where the rows do not divide into groups), UNROLL rows' loads in flight a
+lane: one element a lane, as before, kept too few bytes in flight (1.2-1.6 TB/s). The
+warps' sums meet in shared memory in warp order, each part's in a scratch row of its own;
+the block of a tile that ends last (an integer count a tile, which it resets) adds the
+tile's parts column by column, in order, to the gradient: the order of the blocks decides
+which block adds, never the order of the additions, so the ranks of a data-parallel step
+get the same bits. (The parts' sums were a second launch, a thread per column.) The
+LayerNorm backward sums its blocks' partial weight gradients with the same kernel, parts
+only (column_parts).
 """
 import functools
 import math
