@@ -22,7 +22,7 @@ per simulated thread, takes two (a 15,000-parameter model's gradient norm was 30
 
 The column sums (bias_backward) are one launch in two dimensions: a grid of (column
 tiles, row parts), each block's ROWS warps on every ROWS-th row of its part, a lane on
-LANE_GROUPS groups of GROUP adjacent columns (16 bytes of bf16 a lane, 32 of float32; one
+LANE_BYTES of adjacent columns (16: groups of GROUP, two of bf16, one of float32; one
 column a lane where the rows do not divide into groups), UNROLL rows' loads in flight a
 lane: one element a lane, as before, kept too few bytes in flight (1.2-1.6 TB/s). The
 warps' sums meet in shared memory in warp order, each part's in a scratch row of its own;
@@ -42,17 +42,20 @@ from numba import boolean, cuda, float32, int32, uint16
 from .cache import jit
 from .common import (REDUCE_SCRATCH, SIMULATOR, WARP, block_sum, ceil_div, check_array,
                      check_block_size, kept_with)
-from .device import GROUP
+from .device import GROUP, SMS
 from .precision import check_activation, group_loader, group_width
 
 BLOCK = 512
 MAX_BLOCKS = 2 if SIMULATOR else 1024
-# the column sums' blocks: ROWS warps, each lane on LANE_GROUPS groups of GROUP columns
-# (where rows divide into groups; else one column) of every ROWS-th row, UNROLL of them in
-# flight
+# the column sums' blocks: ROWS warps, each lane on LANE_BYTES of adjacent columns (in
+# groups of GROUP, where rows divide into groups; else one column) of every ROWS-th row,
+# UNROLL rows of them in flight; COLUMN_BLOCKS blocks in all, about, so that all run at
+# once (the H200 sweep, docs/kernels-step.md: a second wave, and more parts for the last
+# block to add, cost more than the fuller SMs gained)
 ROWS = 2 if SIMULATOR else 8
-LANE_GROUPS = 2
-UNROLL = 4
+LANE_BYTES = 16
+UNROLL = 8
+COLUMN_BLOCKS = 2 if SIMULATOR else 2 * SMS
 
 
 # ----------------------------------------------------------------------------------
@@ -185,8 +188,9 @@ PTX_SIGNATURES = [
 ] + [
     (_column_sums_kernel(width, groups, ROWS, UNROLL, finish),
      (float32[::1], float32[:, ::1], int32[::1], x))
-    for width, groups in [(GROUP, LANE_GROUPS), (1, 1)] for finish in (False, True)
-    for x in (float32[:, ::1], uint16[:, ::1])
+    for finish in (False, True)
+    for width, groups, x in [(GROUP, 1, float32[:, ::1]), (GROUP, 2, uint16[:, ::1]),
+                             (1, 1, float32[:, ::1]), (1, 1, uint16[:, ::1])]
 ]
 
 
@@ -235,21 +239,21 @@ def record_step(log, losses, norm_squared, hparams, *, stream=0, block=BLOCK):
     _record_step_kernel[1, block, stream](log, losses, norm_squared, hparams)
 
 
-def _column_tiles(x, groups):
-    """(width, groups, tiles) of the column sums of x (N, M): groups of GROUP where its
-    rows divide into them (precision.group_width), else one column a lane."""
+def _column_tiles(x, lane_bytes):
+    """(width, groups, tiles) of the column sums of x (N, M): lane_bytes a lane in groups
+    of GROUP where its rows divide into them (precision.group_width), else one column."""
     width = group_width(x.shape[1], x)
-    groups = groups if width == GROUP else 1
+    groups = max(1, lane_bytes // (GROUP * x.dtype.itemsize)) if width == GROUP else 1
     return width, groups, ceil_div(x.shape[1], groups * WARP * width)
 
 
-def _column_sums(dbias, x, owner, parts, stream, groups=LANE_GROUPS, rows=ROWS,
+def _column_sums(dbias, x, owner, parts, stream, lane_bytes=LANE_BYTES, rows=ROWS,
                  unroll=UNROLL):
     """One launch of the column sums of x (N, M) into `parts` parts (parts, M) -> those;
     and, given dbias (M,), their totals added into it. The scratch is kept with owner's
     memory."""
     M = x.shape[1]
-    width, groups, tiles = _column_tiles(x, groups)
+    width, groups, tiles = _column_tiles(x, lane_bytes)
     parts = kept_with(owner, ("column parts", parts, M),
                       lambda: cuda.device_array((parts, M), np.float32))
     counters = kept_with(owner, ("column counters", tiles),
@@ -270,15 +274,15 @@ def column_parts(x, owner, parts, *, stream=0):
     return _column_sums(None, x, owner, parts, stream)
 
 
-def column_sum_parts(x, max_blocks=MAX_BLOCKS, groups=LANE_GROUPS, rows=ROWS,
+def column_sum_parts(x, max_blocks=COLUMN_BLOCKS, lane_bytes=LANE_BYTES, rows=ROWS,
                      unroll=UNROLL):
     """The row parts of bias_backward's grid for x (N, M): as many as max_blocks blocks
     allow over the column tiles, each warp with `unroll` rows or more."""
-    tiles = _column_tiles(x, groups)[2]
+    tiles = _column_tiles(x, lane_bytes)[2]
     return max(1, min(ceil_div(x.shape[0], rows * unroll), max_blocks // tiles))
 
 
-def bias_backward(dbias, dout, *, stream=0, max_blocks=MAX_BLOCKS):
+def bias_backward(dbias, dout, *, stream=0, max_blocks=COLUMN_BLOCKS):
     """dbias (M,) += the column sums of dout (N, M), float32 or bf16, accumulated in
     float32: the gradient of a bias added to every row of a layer's output. The rows are
     summed in parts (column_sum_parts), and the parts by the last block of each column

@@ -70,10 +70,10 @@ if REAL_SHAPES:
     BIAS_SHAPES = st.one_of(st.tuples(st.just(16384), st.sampled_from([768, 2304, 3072])),
                             st.tuples(st.integers(1, 5000), st.integers(1, 3100)),
                             st.tuples(st.integers(1, 40), st.integers(1, 70)))
-    BIAS_BLOCKS = st.sampled_from([reductions.MAX_BLOCKS, 1, 7, 300])
+    BIAS_BLOCKS = st.sampled_from([reductions.COLUMN_BLOCKS, 1, 7, 1024])
 else:
     BIAS_SHAPES = st.tuples(st.integers(1, 24), st.integers(1, 70))
-    BIAS_BLOCKS = st.sampled_from([reductions.MAX_BLOCKS, 1, 3])
+    BIAS_BLOCKS = st.sampled_from([reductions.COLUMN_BLOCKS, 1, 3])
 
 
 @given(shape=BIAS_SHAPES, low=st.booleans(), max_blocks=BIAS_BLOCKS, seed=SEEDS)
