@@ -55,7 +55,8 @@ MAX_BLOCKS = 2 if SIMULATOR else 1024
 ROWS = 2 if SIMULATOR else 8
 LANE_BYTES = 16
 UNROLL = 8
-COLUMN_BLOCKS = 2 if SIMULATOR else 2 * SMS
+SM_BLOCKS = 2           # blocks an SM holds at once (the launch bounds cap the registers)
+COLUMN_BLOCKS = 2 if SIMULATOR else SM_BLOCKS * SMS
 
 
 # ----------------------------------------------------------------------------------
@@ -113,28 +114,25 @@ def _column_sums_kernel(width, groups, ROWS, UNROLL, finish):
         v = cuda.local.array(VALUES, float32)
         for e in range(COLS):
             acc[e] = float32(0.0)
+        # UNROLL rows at a time, all their loads before their adds; a row past the last,
+        # or a group past the last column, is neither read nor summed (one loop: the last
+        # rows, a loop of their own, each waited on its load, which took the tile's last
+        # block, adding up a few parts a warp, several latencies of L2)
         row = first + warp
         step = stride * ROWS
-        # (a group past the last column is neither read nor summed)
-        while row + (UNROLL - 1) * step < n_rows:
+        while row < n_rows:
             for u in range(UNROLL):
                 for g in range(groups):
-                    if col0 + (g * WARP + lane) * width < n_cols:
-                        load(v, (u * groups + g) * width, x,
-                             (row + u * step, col0 + (g * WARP + lane) * width))
+                    col = col0 + (g * WARP + lane) * width
+                    if row + u * step < n_rows and col < n_cols:
+                        load(v, (u * groups + g) * width, x, (row + u * step, col))
             for u in range(UNROLL):
                 for g in range(groups):
-                    if col0 + (g * WARP + lane) * width < n_cols:
+                    col = col0 + (g * WARP + lane) * width
+                    if row + u * step < n_rows and col < n_cols:
                         for e in range(width):
                             acc[g * width + e] += v[(u * groups + g) * width + e]
             row += UNROLL * step
-        while row < n_rows:
-            for g in range(groups):
-                if col0 + (g * WARP + lane) * width < n_cols:
-                    load(v, g * width, x, (row, col0 + (g * WARP + lane) * width))
-                    for e in range(width):
-                        acc[g * width + e] += v[g * width + e]
-            row += step
         cuda.syncthreads()           # sums is free (a previous call's readers are done)
         for g in range(groups):
             for e in range(width):
@@ -147,7 +145,7 @@ def _column_sums_kernel(width, groups, ROWS, UNROLL, finish):
             sums[0, c] = total
         cuda.syncthreads()
 
-    @jit(**({} if SIMULATOR else {"launch_bounds": (threads, 1)}))
+    @jit(**({} if SIMULATOR else {"launch_bounds": (threads, SM_BLOCKS)}))
     def column_sums_kernel(dbias, parts, counters, x):
         # parts[p, c] = the sum of column c of x (N, M), float32 or bf16, over row part p
         # (rows p * ROWS + warp, every P * ROWS rows); block (c tile, p). finish: dbias
