@@ -54,8 +54,8 @@ MAX_BLOCKS = 2 if SIMULATOR else 1024
 # block to add, cost more than the fuller SMs gained)
 ROWS = 2 if SIMULATOR else 8
 LANE_BYTES = 16
-UNROLL = 8
-SM_BLOCKS = 2           # blocks an SM holds at once (the launch bounds cap the registers)
+UNROLL = 4
+SM_BLOCKS = 3           # blocks an SM holds at once (the launch bounds cap the registers)
 COLUMN_BLOCKS = 2 if SIMULATOR else SM_BLOCKS * SMS
 
 
