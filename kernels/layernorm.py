@@ -60,7 +60,7 @@ from .common import (REDUCE_SCRATCH, SIMULATOR, WARP, ceil_div, check_array,
                      check_block_size, check_not_empty, kept_with, row_block, warp_sum)
 from .device import MAX_THREADS, SHARED_LIMIT
 from .precision import GROUP, check_activation, group_loader, group_storer, group_width
-from .reductions import COLUMNS, column_parts
+from .reductions import column_parts
 from microgpt.reference import LN_EPS as _LN_EPS
 
 LN_EPS = np.float32(_LN_EPS)
@@ -430,7 +430,6 @@ def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, *, d
                          lambda: cuda.device_array((blocks, 2 * C), np.float32))
     kernel[blocks, block, stream](dinp, copy, partials, dout, inp, weight, mean, rstd,
                                   rows_per_block)
-    parts = column_parts(partials, dweight, stream=stream,
-                         max_blocks=SUM_PARTS * ceil_div(2 * C, COLUMNS))
+    parts = column_parts(partials, dweight, SUM_PARTS, stream=stream)
     _column_sums_kernel[ceil_div(2 * C, COLUMN_SUMS_BLOCK), COLUMN_SUMS_BLOCK, stream](
         dweight, dbias, parts)

@@ -20,14 +20,20 @@ hold. MAX_BLOCKS blocks keep every SM of an H200 streaming. The simulator, which
 per simulated thread, takes two (a 15,000-parameter model's gradient norm was 30 blocks,
 20 s): the stride a GPU takes over andrea-120m's gradient.
 
-The column sums are the same two passes in two dimensions: a grid of (column tiles, row
-parts), each block's COLUMNS threads of a warp reading COLUMNS adjacent columns of a row
-(one coalesced read) and its LANES warps every LANES-th row of the part; the lanes' sums
-meet in shared memory in lane order, each part's in a scratch row of its own, and a
-second launch adds the parts column by column, in order, to the gradient. A fixed order
-again: the ranks of a data-parallel step must get the same bits. The LayerNorm backward
-sums its blocks' partial weight gradients with the same first pass (column_parts).
+The column sums (bias_backward) are one launch in two dimensions: a grid of (column
+tiles, row parts), each block's ROWS warps on every ROWS-th row of its part, a lane on
+LANE_BYTES of adjacent columns (16: groups of GROUP, two of bf16, one of float32; one
+column a lane where the rows do not divide into groups), UNROLL rows' loads in flight a
+lane: one element a lane, as before, kept too few bytes in flight (1.2-1.6 TB/s). The
+warps' sums meet in shared memory in warp order, each part's in a scratch row of its own;
+the block of a tile that ends last (an integer count a tile, which it resets) adds the
+tile's parts column by column, in order, to the gradient: the order of the blocks decides
+which block adds, never the order of the additions, so the ranks of a data-parallel step
+get the same bits. (The parts' sums were a second launch, a thread per column.) The
+LayerNorm backward sums its blocks' partial weight gradients with the same kernel, parts
+only (column_parts).
 """
+import functools
 import math
 
 import numpy as np
@@ -36,12 +42,21 @@ from numba import boolean, cuda, float32, int32, uint16
 from .cache import jit
 from .common import (REDUCE_SCRATCH, SIMULATOR, WARP, block_sum, ceil_div, check_array,
                      check_block_size, kept_with)
-from .precision import check_activation, load_float32
+from .device import GROUP, SMS
+from .precision import check_activation, group_loader, group_width
 
 BLOCK = 512
 MAX_BLOCKS = 2 if SIMULATOR else 1024
-COLUMNS = WARP              # a column tile: one warp's coalesced read of a row
-LANES = 2 if SIMULATOR else 8   # warps of a column block, each on every LANES-th row
+# the column sums' blocks: ROWS warps, each lane on LANE_BYTES of adjacent columns (in
+# groups of GROUP, where rows divide into groups; else one column) of every ROWS-th row,
+# UNROLL rows of them in flight; COLUMN_BLOCKS blocks in all, about, so that all run at
+# once (the H200 sweep, docs/kernels-step.md: a second wave, and more parts for the last
+# block to add, cost more than the fuller SMs gained)
+ROWS = 2 if SIMULATOR else 8
+LANE_BYTES = 16
+UNROLL = 4
+SM_BLOCKS = 3           # blocks an SM holds at once (the launch bounds cap the registers)
+COLUMN_BLOCKS = 2 if SIMULATOR else SM_BLOCKS * SMS
 
 
 # ----------------------------------------------------------------------------------
@@ -76,44 +91,104 @@ def _record_step_kernel(log, losses, norm_squared, hparams):
         log[row, 2] = hparams[1]
 
 
-@jit
-def _column_parts_kernel(parts, dout):
-    # parts[p, c] = the sum of column c of dout (N, M), float32 or bf16, over row part p
-    # (rows p * LANES + lane, every n_parts * LANES rows); block (c tile, p), COLUMNS x LANES
-    sums = cuda.shared.array((LANES, COLUMNS), float32)
-    n_rows, n_cols = dout.shape
-    t, lane = cuda.threadIdx.x % COLUMNS, cuda.threadIdx.x // COLUMNS
-    col = cuda.blockIdx.x * COLUMNS + t
-    partial = float32(0.0)
-    if col < n_cols:
-        for row in range(cuda.blockIdx.y * LANES + lane, n_rows, cuda.gridDim.y * LANES):
-            partial += load_float32(dout, (row, col))
-    sums[lane, t] = partial
-    cuda.syncthreads()
-    if lane == 0 and col < n_cols:
-        total = sums[0, t]
-        for other in range(1, LANES):
-            total += sums[other, t]
-        parts[cuda.blockIdx.y, col] = total
+@functools.cache
+def _column_sums_kernel(width, groups, ROWS, UNROLL, finish):
+    """The column sums of x (N, M) in a grid of (column tiles, row parts) blocks of ROWS
+    warps, a lane's `groups` groups of width (group g at column g * WARP * width + lane *
+    width of the tile: each of a warp's loads reads WARP * width adjacent elements of a
+    row), UNROLL rows of them in flight; finish: the last block of a tile to end adds the
+    tile's parts into dbias."""
+    load = group_loader(width)
+    COLS, TILE = groups * width, groups * WARP * width
+    VALUES = UNROLL * COLS
+    threads = ROWS * WARP
 
+    @cuda.jit(device=True, inline=True)
+    def block_sums(sums, x, first, stride, col0):
+        # sums[c] (TILE,) = the sum over x's rows first, first + stride, .. (a warp each
+        # from first + warp on, UNROLL rows' loads in flight a lane, in order), in order of
+        # the warps; x's columns col0 + c
+        n_rows, n_cols = x.shape
+        lane, warp = cuda.threadIdx.x % WARP, cuda.threadIdx.x // WARP
+        acc = cuda.local.array(COLS, float32)
+        v = cuda.local.array(VALUES, float32)
+        for e in range(COLS):
+            acc[e] = float32(0.0)
+        # UNROLL rows at a time, all their loads before their adds; a row past the last,
+        # or a group past the last column, is neither read nor summed (one loop: the last
+        # rows, a loop of their own, each waited on its load, which took the tile's last
+        # block, adding up a few parts a warp, several latencies of L2)
+        row = first + warp
+        step = stride * ROWS
+        while row < n_rows:
+            for u in range(UNROLL):
+                for g in range(groups):
+                    col = col0 + (g * WARP + lane) * width
+                    if row + u * step < n_rows and col < n_cols:
+                        load(v, (u * groups + g) * width, x, (row + u * step, col))
+            for u in range(UNROLL):
+                for g in range(groups):
+                    col = col0 + (g * WARP + lane) * width
+                    if row + u * step < n_rows and col < n_cols:
+                        for e in range(width):
+                            acc[g * width + e] += v[(u * groups + g) * width + e]
+            row += UNROLL * step
+        cuda.syncthreads()           # sums is free (a previous call's readers are done)
+        for g in range(groups):
+            for e in range(width):
+                sums[warp, (g * WARP + lane) * width + e] = acc[g * width + e]
+        cuda.syncthreads()
+        for c in range(cuda.threadIdx.x, TILE, threads):
+            total = sums[0, c]
+            for w in range(1, ROWS):
+                total += sums[w, c]
+            sums[0, c] = total
+        cuda.syncthreads()
 
-@jit
-def _column_totals_kernel(dbias, parts):
-    # dbias (M,) += the sum of parts (n_parts, M) down each column, in order
-    col = cuda.grid(1)
-    if col < dbias.size:
-        total = float32(0.0)
-        for p in range(parts.shape[0]):
-            total += parts[p, col]
-        dbias[col] += total
+    @jit(**({} if SIMULATOR else {"launch_bounds": (threads, SM_BLOCKS)}))
+    def column_sums_kernel(dbias, parts, counters, x):
+        # parts[p, c] = the sum of column c of x (N, M), float32 or bf16, over row part p
+        # (rows p * ROWS + warp, every P * ROWS rows); block (c tile, p). finish: dbias
+        # (M,) += the sum of the tile's parts, in order, by the tile's last block (counters
+        # (tiles,) int32, 0 between launches)
+        sums = cuda.shared.array((ROWS, TILE), float32)
+        last = cuda.shared.array(1, int32)
+        tile, p = cuda.blockIdx.x, cuda.blockIdx.y
+        col0 = tile * TILE
+        n_cols = x.shape[1]
+        block_sums(sums, x, p * ROWS, cuda.gridDim.y, col0)
+        for c in range(cuda.threadIdx.x, TILE, threads):
+            if col0 + c < n_cols:
+                parts[p, col0 + c] = sums[0, c]
+        if finish:
+            # the parts out before the count (integer atomics: the order the blocks end in
+            # decides which adds up the parts, never the order of the additions)
+            cuda.threadfence()
+            cuda.syncthreads()
+            if cuda.threadIdx.x == 0:
+                ended = cuda.atomic.add(counters, tile, 1)
+                last[0] = int32(ended == cuda.gridDim.y - 1)
+            cuda.syncthreads()
+            if last[0]:
+                cuda.threadfence()
+                block_sums(sums, parts, 0, 1, col0)
+                for c in range(cuda.threadIdx.x, TILE, threads):
+                    if col0 + c < n_cols:
+                        dbias[col0 + c] += sums[0, c]
+                if cuda.threadIdx.x == 0:
+                    counters[tile] = 0
+    return column_sums_kernel
 
 
 PTX_SIGNATURES = [
     (_block_sums_kernel, (float32[::1], float32[::1], boolean)),
     (_record_step_kernel, (float32[:, ::1], float32[::1], float32[::1], float32[::1])),
-    (_column_parts_kernel, (float32[:, ::1], float32[:, ::1])),
-    (_column_parts_kernel, (float32[:, ::1], uint16[:, ::1])),
-    (_column_totals_kernel, (float32[::1], float32[:, ::1])),
+] + [
+    (_column_sums_kernel(width, groups, ROWS, UNROLL, finish),
+     (float32[::1], float32[:, ::1], int32[::1], x))
+    for finish in (False, True)
+    for width, groups, x in [(GROUP, 1, float32[:, ::1]), (GROUP, 2, uint16[:, ::1]),
+                             (1, 1, float32[:, ::1]), (1, 1, uint16[:, ::1])]
 ]
 
 
@@ -162,26 +237,54 @@ def record_step(log, losses, norm_squared, hparams, *, stream=0, block=BLOCK):
     _record_step_kernel[1, block, stream](log, losses, norm_squared, hparams)
 
 
-def column_parts(x, owner, *, stream=0, max_blocks=MAX_BLOCKS):
-    """The column sums of x (N, M), float32 or bf16, in parts -> parts (P, M) float32, row
-    p the sum over row part p (every P * LANES-th row from p * LANES on), in a fixed
-    order; as many parts as max_blocks blocks allow over the column tiles. The scratch is
-    kept with owner's memory (the gradient a caller adds the parts into)."""
-    N, M = x.shape
-    if max_blocks < 1:
-        raise ValueError(f"max_blocks must be at least 1, got {max_blocks}")
-    tiles = ceil_div(M, COLUMNS)
-    n_parts = max(1, min(ceil_div(N, LANES), max_blocks // tiles))
-    parts = kept_with(owner, ("column parts", n_parts, M),
-                      lambda: cuda.device_array((n_parts, M), np.float32))
-    _column_parts_kernel[(tiles, n_parts), COLUMNS * LANES, stream](parts, x)
+def _column_tiles(x, lane_bytes):
+    """(width, groups, tiles) of the column sums of x (N, M): lane_bytes a lane in groups
+    of GROUP where its rows divide into them (precision.group_width), else one column."""
+    width = group_width(x.shape[1], x)
+    groups = max(1, lane_bytes // (GROUP * x.dtype.itemsize)) if width == GROUP else 1
+    return width, groups, ceil_div(x.shape[1], groups * WARP * width)
+
+
+def _column_sums(dbias, x, owner, parts, stream, lane_bytes=LANE_BYTES, rows=ROWS,
+                 unroll=UNROLL):
+    """One launch of the column sums of x (N, M) into `parts` parts (parts, M) -> those;
+    and, given dbias (M,), their totals added into it. The scratch is kept with owner's
+    memory."""
+    M = x.shape[1]
+    width, groups, tiles = _column_tiles(x, lane_bytes)
+    parts = kept_with(owner, ("column parts", parts, M),
+                      lambda: cuda.device_array((parts, M), np.float32))
+    counters = kept_with(owner, ("column counters", tiles),
+                         lambda: cuda.to_device(np.zeros(tiles, np.int32)))
+    kernel = _column_sums_kernel(width, groups, rows, unroll, dbias is not None)
+    kernel[(tiles, parts.shape[0]), rows * WARP, stream](
+        parts[0] if dbias is None else dbias, parts, counters, x)
     return parts
 
 
-def bias_backward(dbias, dout, *, stream=0, max_blocks=MAX_BLOCKS):
+def column_parts(x, owner, parts, *, stream=0):
+    """The column sums of x (N, M), float32 or bf16, in `parts` parts -> (parts, M)
+    float32, row p the sum over row part p (every parts * ROWS-th row from p * ROWS on),
+    in a fixed order. The scratch is kept with owner's memory (the gradient a caller adds
+    the parts into)."""
+    if parts < 1:
+        raise ValueError(f"parts must be at least 1, got {parts}")
+    return _column_sums(None, x, owner, parts, stream)
+
+
+def column_sum_parts(x, max_blocks=COLUMN_BLOCKS, lane_bytes=LANE_BYTES, rows=ROWS,
+                     unroll=UNROLL):
+    """The row parts of bias_backward's grid for x (N, M): as many as max_blocks blocks
+    allow over the column tiles, each warp with `unroll` rows or more."""
+    tiles = _column_tiles(x, lane_bytes)[2]
+    return max(1, min(ceil_div(x.shape[0], rows * unroll), max_blocks // tiles))
+
+
+def bias_backward(dbias, dout, *, stream=0, max_blocks=COLUMN_BLOCKS):
     """dbias (M,) += the column sums of dout (N, M), float32 or bf16, accumulated in
     float32: the gradient of a bias added to every row of a layer's output. The rows are
-    summed in parts, as many as max_blocks blocks allow over the column tiles."""
+    summed in parts (column_sum_parts), and the parts by the last block of each column
+    tile: one launch."""
     if len(dout.shape) != 2:
         raise ValueError(f"dout: expected shape (N, M), got {tuple(dout.shape)}")
     N, M = dout.shape
@@ -189,5 +292,6 @@ def bias_backward(dbias, dout, *, stream=0, max_blocks=MAX_BLOCKS):
     check_array("dbias", dbias, (M,))
     if N == 0 or M == 0:
         return
-    parts = column_parts(dout, dbias, stream=stream, max_blocks=max_blocks)
-    _column_totals_kernel[ceil_div(M, BLOCK), BLOCK, stream](dbias, parts)
+    if max_blocks < 1:
+        raise ValueError(f"max_blocks must be at least 1, got {max_blocks}")
+    _column_sums(dbias, dout, dbias, column_sum_parts(dout, max_blocks), stream)
