@@ -25,6 +25,7 @@ from profile_step import behind_spin, group, instrumented, op_times
 GREEDY = dict(temperature=0.0, top_k=0)
 SAMPLED = dict(temperature=0.8, top_k=40)
 PEAK_GBS = 4800         # the H200's HBM3e, GB/s
+REPLAYS = 50            # of the captured step, timed back to back
 
 
 def nbytes(x):
@@ -40,7 +41,8 @@ def bytes_moved(name, args, positions):
         return read + nbytes(out) + nbytes(qkv) + nbytes(seq)
     if name == "decode_embedding":                  # out, seq, wte, wpe: a row of each
         out, seq, wte, wpe = args[:4]
-        B, C = out.shape[0], out.shape[-1]
+        B = out.shape[0]
+        C = out.size // B
         return nbytes(out) + nbytes(seq) + B * C * (wte.dtype.itemsize + wpe.dtype.itemsize)
     return sum(nbytes(a) for a in args)
 
@@ -65,14 +67,13 @@ def profile_case(model, batch, position, steps):
     generate(model, short, steps, greedy, decoder=decoder)
     generate_us = 1e6 * (time.perf_counter() - t0) / steps
     restart()
-    reps = 50
     decoder.step(greedy)
     ops.synchronize()
     t0 = time.perf_counter()
-    for _ in range(reps):
+    for _ in range(REPLAYS):
         decoder.step(greedy)
     ops.synchronize()
-    graph_us = 1e6 * (time.perf_counter() - t0) / reps
+    graph_us = 1e6 * (time.perf_counter() - t0) / REPLAYS
 
     decoder.graph = False
     result = dict(generate_us=generate_us, graph_us=graph_us)
@@ -125,16 +126,25 @@ def main(argv=None):
     parser.add_argument("--position", type=int, default=116,
                         help="prompt tokens, so the profiled step runs at this position - 1 "
                         "(default 116: the bench's mean, 16 + 200 / 2)")
+    parser.add_argument("--cuda-cores", action="store_true",
+                        help="the skinny products in bf16 on the CUDA cores' kernels, not "
+                        "the tensor cores' (kernels/gemm/skinny.py's TENSOR_CORES), to compare")
     parser.add_argument("--out", help="markdown file to write (default: print only)")
     args = parser.parse_args(argv)
 
     from microgpt import GPT, get_config
     from microgpt.backend import cuda_available
+    from microgpt.data import default_cache_dir
+    from microgpt.kernels import cache as kernel_cache
+    from microgpt.kernels.gemm import skinny
 
     if not cuda_available():
         print("profile_decode.py: no CUDA GPU found; it times kernels on one", file=sys.stderr)
         return 2
-    lines = ["# Decoding step profile", "",
+    kernel_cache.use(default_cache_dir() / "kernels")      # the trainer's compiled kernels
+    skinny.TENSOR_CORES = not args.cuda_cores
+    where = " (the skinny products on the CUDA cores)" if args.cuda_cores else ""
+    lines = [f"# Decoding step profile{where}", "",
              f"Command: `python tools/profile_decode.py {' '.join(argv or sys.argv[1:])}`", ""]
     models = {}
     for case in args.cases:
