@@ -6,13 +6,12 @@ distribution the draws follow; ``uniforms``, the generator).
 
 sample_tokens: grid (B,), a block per sequence, each thread reading STRIP consecutive
 logits at a time (their loads in flight together) on every pass. Temperature 0 is greedy
-(the first of the largest logits). Otherwise the logits are divided by the temperature,
-then kept: the
-top_k largest (0: all, ties at the k-th kept too), then among those the smallest set of
-the largest whose probabilities sum to at least top_p (1: all; ties kept too). The
-thresholds are found by bisection on the logits' order-preserving 32-bit keys (32 block
-reductions each, of counts for top_k and of masses for top_p: exact, with no sort). The
-token is then drawn by the Gumbel-max trick, argmax over the kept logits of
+(the first of the largest logits), in the one pass that checks them finite. Otherwise
+the logits are divided by the temperature, then kept: the top_k largest (0: all, ties
+at the k-th kept too), then among those the smallest set of the largest whose
+probabilities sum to at least top_p (1: all; ties kept too). The thresholds are found
+by bisection on the logits' order-preserving 32-bit keys (32 block reductions each, of
+counts for top_k and of masses for top_p: exact, with no sort). The token is then drawn by the Gumbel-max trick, argmax over the kept logits of
 x - log(-log(u)), which samples softmax(x) over them in one pass; u is a counter-based
 generator, a hash of (seed, sequence, draw number, token id), so a draw depends on
 nothing but its place, and a captured graph draws new numbers every step.
@@ -104,6 +103,7 @@ def _sample_tokens_kernel(seq, logits, capacity, vocab, temperature, top_k, top_
     greedy = temperature == ZERO
     inv_t = ONE if greedy else ONE / temperature
     top = NEG_INF
+    top_i = vocab                   # the thread's first of its largest: greedy's token
     finite = ONE
     for start in range(tid * STRIP, vocab, threads * STRIP):
         for i in range(start, start + STRIP):
@@ -111,18 +111,23 @@ def _sample_tokens_kernel(seq, logits, capacity, vocab, temperature, top_k, top_
                 x = load_float32(logits, (b, i))
                 if not math.isfinite(x):
                     finite = ZERO
-                top = max(top, x * inv_t)
-    top = block_max(top, scratch)
+                if x * inv_t > top:
+                    top, top_i = x * inv_t, i
+    most = block_max(top, scratch)
     finite = -block_max(-finite, scratch)       # the minimum
     if finite == ZERO:
         if tid == 0:
             seq[b, LEFT] = NOT_FINITE
         return
+    if greedy:                      # one pass: the first of the largest
+        _advance(seq, b, _first_at(top, top_i, most, vocab, scratch), stop_id)
+        return
+    top = most
     # keep the keys >= floor: bisections on int32 keys, held in int64
     floor = int64(-2**31)
-    if not greedy and 0 < top_k < vocab:
+    if 0 < top_k < vocab:
         floor = _bisect_count(logits, b, vocab, inv_t, floor, float32(top_k), scratch)
-    if not greedy and top_p < ONE:
+    if top_p < ONE:
         total = ZERO
         for start in range(tid * STRIP, vocab, threads * STRIP):
             for i in range(start, start + STRIP):
@@ -140,16 +145,28 @@ def _sample_tokens_kernel(seq, logits, capacity, vocab, temperature, top_k, top_
             if i < vocab:
                 x = load_float32(logits, (b, i)) * inv_t
                 if float_key(x) >= floor:
-                    score = x if greedy else x - math.log(-math.log(uniform(base, i)))
+                    score = x - math.log(-math.log(uniform(base, i)))
                     if score > best:
                         best, best_i = score, i
-    most = block_max(best, scratch)
-    token = int32(block_min(float32(best_i) if best == most else float32(vocab), scratch))
-    if tid == 0:
+    _advance(seq, b, _first_at(best, best_i, block_max(best, scratch), vocab, scratch),
+             stop_id)
+
+
+@cuda.jit(device=True, inline=True)
+def _first_at(best, best_i, most, vocab, scratch):
+    """The least index whose thread's best is the block's most (every thread calls)."""
+    return int32(block_min(float32(best_i) if best == most else float32(vocab), scratch))
+
+
+@cuda.jit(device=True, inline=True)
+def _advance(seq, b, token, stop_id):
+    """Sequence b drew token: its state advanced (by thread 0)."""
+    if cuda.threadIdx.x == 0:
+        left = seq[b, LEFT]
         seq[b, TOKEN] = token
-        seq[b, POSITION] = pos + 1
+        seq[b, POSITION] += 1
         seq[b, LEFT] = 0 if token == stop_id else left - 1
-        seq[b, DRAWN] = drawn + 1
+        seq[b, DRAWN] += 1
 
 
 @cuda.jit(device=True)

@@ -58,11 +58,12 @@ def test_sample_tokens_draw_the_references_tokens(B, V, settings, bf16_logits, s
     np.testing.assert_array_equal(got, want)
 
 
-def test_logits_that_are_not_finite_mark_the_sequence():
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_logits_that_are_not_finite_mark_the_sequence(temperature):
     logits = np.ones((2, 5), np.float32)
     logits[1, 3] = np.inf
     seq = np.array([[0, 0, 3, 0], [0, 0, 3, 0]], np.int32)
-    got = launch(seq, logits, 4, temperature=1.0)
+    got = launch(seq, logits, 4, temperature=temperature)
     assert got[1, ref.LEFT] == ref.NOT_FINITE and got[0, ref.LEFT] == 2
 
 
