@@ -33,7 +33,7 @@ from numba import boolean, cuda, float32, int32, int64, uint16, uint32
 from .cache import jit
 from .common import (REDUCE_SCRATCH, SIMULATOR, WARP, block_max, block_sum, check_array,
                      check_block_size, shared_reduction, shuffle_reduction)
-from .device import DYNAMIC_SHARED_LIMIT, allow_dynamic_shared
+from .device import DYNAMIC_SHARED_LIMIT, SHARED_LIMIT, allow_dynamic_shared
 from .precision import check_activation, load_float32
 from microgpt.reference import DRAWN, LEFT, NOT_FINITE, POSITION, SEQ_COLUMNS, TOKEN
 
@@ -240,13 +240,9 @@ def _bisect_mass(logits, keys, b, vocab, inv_t, staged, top, floor, target, scra
     return lo
 
 
-def _signature(logits):
-    """The kernel's argument types for logits of this dtype (as a launch types them)."""
-    return (int32[:, ::1], (uint16 if logits == np.uint16 else float32)[:, ::1], int64, int64,
-            float32, int64, float32, int64, int64, boolean)
-
-
-PTX_SIGNATURES = [(_sample_tokens_kernel, _signature(dtype)) for dtype in (np.float32, np.uint16)]
+PTX_SIGNATURES = [(_sample_tokens_kernel, (int32[:, ::1], logits, int64, int64, float32,
+                                           int64, float32, int64, int64, boolean))
+                  for logits in (float32[:, ::1], uint16[:, ::1])]
 
 
 def sample_tokens(seq, logits, capacity, *, vocab=None, temperature=0.0, top_k=0,
@@ -274,8 +270,10 @@ def sample_tokens(seq, logits, capacity, *, vocab=None, temperature=0.0, top_k=0
         return
     thresholds = temperature > 0 and (0 < top_k < vocab or top_p < 1)
     staged = thresholds and (vocab <= STAGED_KEYS if stage is None else stage)
+    args = (seq, logits, capacity, vocab, np.float32(temperature), top_k, np.float32(top_p),
+            seed & 0xFFFFFFFF, stop_id, staged)
     shared = 4 * vocab if staged else 0
-    allow_dynamic_shared(_sample_tokens_kernel, _signature(logits.dtype), shared)
-    _sample_tokens_kernel[B, block, stream, shared](
-        seq, logits, capacity, vocab, np.float32(temperature), top_k, np.float32(top_p),
-        seed & 0xFFFFFFFF, stop_id, staged)
+    if shared > SHARED_LIMIT:   # the opt-in for the overload this launch runs, as typed
+        allow_dynamic_shared(_sample_tokens_kernel, tuple(
+            _sample_tokens_kernel.typeof_pyval(arg) for arg in args), shared)
+    _sample_tokens_kernel[B, block, stream, shared](*args)
