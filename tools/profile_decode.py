@@ -13,7 +13,8 @@ step runs behind a spin kernel with an event between every two ops (tools/profil
 method: the device runs them back to back, as the graph does). Each op's bytes are those
 it cannot avoid: its operands once (a GEMM's weights, its rows in and out), the KV cache
 up to each sequence's position, the embedding rows of the tokens. sample_tokens is also
-timed at the sampled setting (temperature 0.8, top-k 40).
+timed at the sampled setting (temperature 0.8, top-k 40). --prompt 1 runs no prefill (the
+sequences start at position 0), so that only the step's kernels compile.
 
 --generate runs tools/bench.py's generate section after the profiles, in the same
 process, so that every kernel compiles once (--transformers adds transformers' rates
@@ -56,7 +57,7 @@ def bytes_moved(name, args, positions):
     return sum(nbytes(a) for a in args)
 
 
-def profile_case(model, batch):
+def profile_case(model, batch, prompt=PROMPT):
     """One case's figures -> dict: ops [(label, calls, µs, bytes)], graph_us (the captured
     step), position (of the profiled step), sampled_us (sample_tokens at SAMPLED)."""
     from microgpt.generate import Decoder, Sampling
@@ -64,7 +65,7 @@ def profile_case(model, batch):
 
     cfg, ops = model.config, model.backend
     rng = np.random.default_rng(0)
-    prompts = [list(rng.integers(0, cfg.vocab_size, PROMPT)) for _ in range(batch)]
+    prompts = [list(rng.integers(0, cfg.vocab_size, prompt)) for _ in range(batch)]
     greedy, sampled = Sampling(**GREEDY), Sampling(**SAMPLED)
     decoder = Decoder(model, batch)
     decoder.start_many(list(range(batch)), prompts, [10**6] * batch, [0] * batch)
@@ -131,6 +132,9 @@ def main(argv=None):
                         help="the generate bench's new tokens per sequence (default 200)")
     parser.add_argument("--transformers", action="store_true",
                         help="the generate bench with transformers' rates beside")
+    parser.add_argument("--prompt", type=int, default=PROMPT,
+                        help=f"prompt tokens (default {PROMPT}, the bench's; 1 runs no prefill, "
+                        "so that only the decoding step's kernels compile)")
     parser.add_argument("--out", help="markdown file to write (default: print only)")
     args = parser.parse_args(argv)
 
@@ -158,7 +162,7 @@ def main(argv=None):
             name, batch = case.split(":")
             if name not in models:
                 models[name] = GPT(get_config(name), backend="cuda", precision="bf16")
-            r = profile_case(models[name], int(batch))
+            r = profile_case(models[name], int(batch), args.prompt)
             lines.extend(report(name, int(batch), r, where))
             print("\n".join(lines[-len(r["ops"]) - 5:]), flush=True)
             if args.out:
