@@ -82,6 +82,8 @@ SUM_PARTS = 1 if SIMULATOR else 4
 # the kernels that hold a row in registers (C / 32 floats a lane, up to 255 registers a
 # thread) fit at most this many threads in the SM's 64K registers
 MAX_REGISTER_ROW_BLOCK = 256
+FEW_ROWS = 16              # a decoding step's (kernels/gemm/skinny.py's ROWS): weight and
+                           # bias loaded with the row
 FLOAT32_BYTES = 4
 # the shared memory a block may use without the driver's opt-in (48 KiB), less the block
 # reduction's scratch (WARP floats on a GPU)
@@ -144,10 +146,14 @@ def _lane_columns(C, width):
 
 
 @functools.cache
-def _residual_layernorm_forward_kernel(C, width):
-    """The fused forward for rows of C, read and written in groups of width."""
+def _residual_layernorm_forward_kernel(C, width, few=False):
+    """The fused forward for rows of C, read and written in groups of width; few (a
+    decoding step's rows): weight and bias are loaded with the row, their latency hidden
+    behind its loads, at the cost of 2 C / 32 more registers a lane (a launch of few rows
+    is one latency chain, and the training step's many rows want the registers)."""
     GROUPS, COLS = _lane_columns(C, width)
     load, store = group_loader(width), group_storer(width)
+    AFFINE = COLS if few else 1
 
     @jit
     def residual_layernorm_forward_kernel(resid, out, mean, rstd, a, b, weight, bias):
@@ -159,6 +165,8 @@ def _residual_layernorm_forward_kernel(C, width):
         N = a.shape[0]
         x = cuda.local.array(COLS, float32)
         y = cuda.local.array(COLS, float32)
+        w = cuda.local.array(AFFINE, float32)
+        z = cuda.local.array(AFFINE, float32)
         # every read of the row before the first write, so that a lane has all its
         # groups' loads in flight at once
         for k in range(GROUPS):
@@ -166,6 +174,9 @@ def _residual_layernorm_forward_kernel(C, width):
             if row < N and col < C:
                 load(x, k * width, a, (row, col))
                 load(y, k * width, b, (row, col))
+                if few:
+                    load(w, k * width, weight, col)
+                    load(z, k * width, bias, col)
             else:
                 for e in range(width):
                     x[k * width + e] = ZERO
@@ -191,12 +202,17 @@ def _residual_layernorm_forward_kernel(C, width):
             for k in range(GROUPS):
                 col = (lane + k * WARP) * width
                 if col < C:
-                    load(y, k * width, weight, col)
-                    for e in range(width):
-                        x[k * width + e] *= row_rstd * y[k * width + e]
-                    load(y, k * width, bias, col)
-                    for e in range(width):
-                        x[k * width + e] += y[k * width + e]
+                    if few:
+                        for e in range(width):
+                            x[k * width + e] = (x[k * width + e] * row_rstd * w[k * width + e]
+                                                + z[k * width + e])
+                    else:
+                        load(y, k * width, weight, col)
+                        for e in range(width):
+                            x[k * width + e] *= row_rstd * y[k * width + e]
+                        load(y, k * width, bias, col)
+                        for e in range(width):
+                            x[k * width + e] += y[k * width + e]
                     store(out, (row, col), x, k * width)
             if lane == 0:
                 mean[row] = row_mean
@@ -328,6 +344,8 @@ PTX_SIGNATURES = [
          (_ROWS, _ROWS, _VECTOR, _VECTOR, _ROWS, _ROWS, _VECTOR, _VECTOR)),
         (_residual_layernorm_forward_kernel(C, width),
          (_ROWS, _BF16_ROWS, _VECTOR, _VECTOR, _ROWS, _ROWS, _VECTOR, _VECTOR)),
+        (_residual_layernorm_forward_kernel(C, width, True),     # a decoding step's rows
+         (_ROWS, _BF16_ROWS, _VECTOR, _VECTOR, _ROWS, _ROWS, _VECTOR, _VECTOR)),
         (_layernorm_backward_kernel(C, width, False),
          (_ROWS, _ROWS, _ROWS, _ROWS, _ROWS, _VECTOR, _VECTOR, _VECTOR, int64)),
         (_layernorm_backward_kernel(C, width, True),
@@ -398,8 +416,9 @@ def residual_layernorm_forward(resid, out, mean, rstd, a, b, weight, bias, *, st
     if N == 0:
         return
     width = group_width(C, resid, out, a, b, weight, bias)
-    _residual_layernorm_forward_kernel(C, width)[ceil_div(N, block // WARP), block, stream](
-        resid, out, mean, rstd, a, b, weight, bias)
+    kernel = _residual_layernorm_forward_kernel(C, width, N <= FEW_ROWS)
+    kernel[ceil_div(N, block // WARP), block, stream](resid, out, mean, rstd, a, b, weight,
+                                                      bias)
 
 
 def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, *, dinp_copy=None,

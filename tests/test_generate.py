@@ -32,10 +32,11 @@ GREEDY = Sampling(temperature=0.0, top_k=0)
 NEAR_TIE = 1e-4
 
 
-def models(backend, cfg, seed):
-    """(the model under test, float32 on backend; the same parameters in float64 on NumPy).
-    The parameters are redrawn at 3x GPT-2's scale, so attention is far from uniform."""
-    model = GPT(cfg, backend=backend, seed=seed)
+def models(backend, cfg, seed, precision="fp32"):
+    """(the model under test, in precision on backend; the same parameters in float64 on
+    NumPy). The parameters are redrawn at 3x GPT-2's scale, so attention is far from
+    uniform."""
+    model = GPT(cfg, backend=backend, seed=seed, precision=precision)
     state = {name: (t * 3 if t.ndim == 2 else t) for name, t in model.state_dict().items()}
     model.load_state_dict(state)
     oracle = GPT(cfg, backend="numpy", dtype=np.float64)
@@ -118,9 +119,10 @@ def test_both_backends_give_the_same_tokens():
 
 
 @pytest.mark.skipif(not ON_GPU, reason="the simulator captures no graph: every step is eager")
-def test_a_captured_step_gives_the_eager_steps_tokens():
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_captured_step_gives_the_eager_steps_tokens(precision):
     cfg = CONFIGS[0]
-    model, _ = models("cuda", cfg, 8)
+    model, _ = models("cuda", cfg, 8, precision)
     prompts = [[5, 6, 7], [8], [9, 10]]
     sampling = Sampling(temperature=0.9, top_k=20, seed=11)
     eager = generate(model, prompts, 40, sampling, graph=False)

@@ -121,6 +121,13 @@ def test_residual_layernorm_forward(shape, block, out_dtype, seed):
     check_residual_forward(shape, block, out_dtype, seed)
 
 
+@pytest.mark.parametrize("N", [layernorm.FEW_ROWS, layernorm.FEW_ROWS + 1])
+def test_residual_layernorm_forward_of_few_rows_and_more(N):
+    """A decoding step's rows (weight and bias loaded with the row) and one more (the
+    training step's kernel), in the simulator too, whose drawn shapes have few rows."""
+    check_residual_forward((N, 40), 128, BF16, N)
+
+
 @given(shape=SHAPES, block=BLOCKS, rows_per_block=ROWS_PER_BLOCK, dout_dtype=DTYPES,
        copy=st.booleans(), seed=SEEDS)
 def test_layernorm_backward_accumulates(shape, block, rows_per_block, dout_dtype, copy, seed):

@@ -39,9 +39,11 @@ def launch(seq, logits, capacity, **kwargs):
 
 
 @given(B=st.integers(1, 4), V=V_S, settings=SETTINGS, bf16_logits=st.booleans(),
-       stop=st.booleans(), data=st.data(), seed=SEEDS)
-def test_sample_tokens_draw_the_references_tokens(B, V, settings, bf16_logits, stop, data,
-                                                  seed):
+       stop=st.booleans(), stage=st.sampled_from([None, False]), data=st.data(), seed=SEEDS)
+def test_sample_tokens_draw_the_references_tokens(B, V, settings, bf16_logits, stop, stage,
+                                                  data, seed):
+    """The same tokens with the keys kept in shared memory (stage None: they fit) or
+    made again from the logits on every pass (False)."""
     temperature, top_k, top_p = settings
     rng = np.random.default_rng(seed)
     vocab = data.draw(st.integers(1, V), label="vocab")
@@ -53,16 +55,17 @@ def test_sample_tokens_draw_the_references_tokens(B, V, settings, bf16_logits, s
     stop_id = int(rng.integers(0, vocab)) if stop else -1
     kwargs = dict(vocab=vocab, temperature=temperature, top_k=top_k, top_p=top_p,
                   seed=seed, stop_id=stop_id)
-    got = launch(seq, logits, 8, **kwargs)
+    got = launch(seq, logits, 8, stage=stage, **kwargs)
     want = ref.sample_tokens(seq, values.astype(np.float32), 8, **kwargs)
     np.testing.assert_array_equal(got, want)
 
 
-def test_logits_that_are_not_finite_mark_the_sequence():
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_logits_that_are_not_finite_mark_the_sequence(temperature):
     logits = np.ones((2, 5), np.float32)
     logits[1, 3] = np.inf
     seq = np.array([[0, 0, 3, 0], [0, 0, 3, 0]], np.int32)
-    got = launch(seq, logits, 4, temperature=1.0)
+    got = launch(seq, logits, 4, temperature=temperature)
     assert got[1, ref.LEFT] == ref.NOT_FINITE and got[0, ref.LEFT] == 2
 
 

@@ -98,3 +98,41 @@ def test_the_router_sends_few_rows_here_on_a_gpu(M, monkeypatch):
     assert len(sent) == (1 if ON_GPU and M <= skinny.ROWS else 0)
     if not sent:
         assert_close(out.copy_to_host(), a.astype(np.float64) @ b, TOL_F32_OP, "out")
+
+
+
+# (transpose_b, gelu, out dtype, M, K, N): 16 rows and fewer; K ending a k-block (16) or
+# a head's chunk (64) mid-way, with several splits on the GPU; N ending a warp's 64
+# columns (or a head's 8) mid-way. The simulator's mma costs a block barrier and a whole
+# warp's product per lane: there, one small product of each kind.
+MMA_CASES = ([(False, False, np.float32, 16, 40, 72), (False, True, BF16, 3, 24, 8),
+              (True, False, BF16, 16, 72, 24)] if not ON_GPU else
+             [(tb, gelu, out, M, K, N) for tb, gelu, out in ((False, False, np.float32),
+                                                             (False, True, BF16),
+                                                             (True, False, BF16))
+              for M, K, N in ((16, 768, 2304), (1, 3072, 768), (7, 776, 200))])
+
+
+@pytest.mark.parametrize("transpose_b, gelu, out_dtype, M, K, N", MMA_CASES)
+def test_the_tensor_cores_take_bf16_products(transpose_b, gelu, out_dtype, M, K, N):
+    """bf16 a and b go to the mma kernels (rows padded to 16 with zeros, K and N cut
+    mid-tile), against the float64 product of the same bf16 values; on the GPU, whose
+    products have several splits, a second launch gives the same bits (the splits added
+    in order, the tickets reset)."""
+    rng = np.random.default_rng(M * K + N)
+    a, a64 = device(randn(rng, M, K), BF16)
+    b, b64 = device(randn(rng, *((N, K) if transpose_b else (K, N))), BF16)
+    assert skinny._on_tensor_cores(a, b, K, N, transpose_b)
+    got = []
+    for _ in range(2 if ON_GPU else 1):
+        out = cuda.to_device(poisoned((M, N), out_dtype))
+        pre = cuda.to_device(poisoned((M, N), BF16)) if gelu else None
+        skinny.skinny_matmul(out, a, b, transpose_b, gelu_pre=pre)
+        got.append(out.copy_to_host())
+    np.testing.assert_array_equal(got[0], got[-1])
+    product = ref.matmul_forward(a64, b64.T if transpose_b else b64)
+    if gelu:
+        assert_result(pre, product, "the product before GELU")
+        assert_result(out, ref.gelu_forward(product), "GELU of the product")
+    else:
+        assert_result(out, product, "the product")

@@ -11,10 +11,11 @@ op's time on the device alone, not the host's launch cost. If the spin ends befo
 host has queued the last op, the step is timed again behind a spin twice as long. The ops
 are grouped by name and operand shapes; the report lists them by total time, beside the
 captured step's time
-per step for scale.
+per step for scale. tools/profile_decode.py times a decoding step the same way.
 """
 import argparse
 import collections
+import contextlib
 import sys
 import time
 
@@ -43,6 +44,80 @@ def describe(name, args, kwargs):
     return f"{name}({', '.join(parts)}{'; ' + ', '.join(flags) if flags else ''})"
 
 
+@contextlib.contextmanager
+def instrumented(backend, names=None):
+    """While it lasts, backend's ops (every op of OPS, fill_zero and copy) each record a
+    timing event before they run -> the list they append to: (label, name, args, event)."""
+    from numba import cuda
+
+    from microgpt.ops import OPS
+
+    marks, names = [], names or list(OPS) + ["fill_zero", "copy"]
+
+    def timed(name, method):
+        def op(*a, **k):
+            event = cuda.event(timing=True)
+            event.record(stream=backend.stream)
+            marks.append((describe(name, a, k), name, a, event))
+            return method(*a, **k)
+        return op
+    for name in names:
+        setattr(backend, name, timed(name, getattr(backend, name)))
+    try:
+        yield marks
+    finally:
+        for name in names:
+            delattr(backend, name)      # the class's own method again
+
+
+def behind_spin(backend, marks, run, drain=lambda: None):
+    """run() enqueued behind a spin kernel, so that its ops run back to back on the device
+    -> the event recorded after its last op (marks, from instrumented, hold the others).
+    drain() then reads back what run() left (a step's metrics). The spin doubles until
+    it outlasts the host's enqueueing."""
+    from numba import cuda
+
+    sleep = sleep_kernel()
+    sleep[1, 1, backend.stream](1)
+    backend.synchronize()
+    spin_us = 300_000
+    while True:
+        marks.clear()
+        sleep[1, 1, backend.stream](spin_us)    # the host enqueues the step meanwhile
+        slept = cuda.event()
+        slept.record(stream=backend.stream)
+        run()
+        caught_up = slept.query()       # the spin ended before the last op was queued
+        end = cuda.event(timing=True)
+        end.record(stream=backend.stream)
+        end.synchronize()
+        drain()
+        if not caught_up:
+            return end
+        spin_us *= 2                    # the device waited on the host somewhere: again
+        print(f"the host queued slower than the spin; again with {spin_us / 1e6:.1f} s",
+              file=sys.stderr)
+
+
+def op_times(marks, end):
+    """Each mark's op and its time on the device -> [(mark, ms)]."""
+    from numba import cuda
+
+    stops = [m[-1] for m in marks[1:]] + [end]
+    return [(m, cuda.event_elapsed_time(m[-1], stop)) for m, stop in zip(marks, stops)]
+
+
+def group(times):
+    """op_times' list -> ms per label, calls per label, ms per op name."""
+    totals, counts = collections.defaultdict(float), collections.Counter()
+    by_op = collections.defaultdict(float)
+    for (label, name, *_), ms in times:
+        totals[label] += ms
+        counts[label] += 1
+        by_op[name] += ms
+    return totals, counts, by_op
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -55,11 +130,8 @@ def main(argv=None):
     parser.add_argument("--out", help="markdown file to write (default: print only)")
     args = parser.parse_args(argv)
 
-    from numba import cuda
-
     from microgpt import GPT, get_config
     from microgpt.backend import cuda_available
-    from microgpt.ops import OPS
     from microgpt.optim import AdamW, AdamWConfig
     from microgpt.step import Step
 
@@ -85,47 +157,10 @@ def main(argv=None):
     step.metrics()
     graph_ms = 1e3 * (time.perf_counter() - t0) / reps
 
-    # the timed eager step: events between ops, queued behind a spin kernel
-    marks = []      # (label, event recorded before the op)
-
-    def timed(name, method):
-        def op(*a, **k):
-            event = cuda.event(timing=True)
-            event.record(stream=backend.stream)
-            marks.append((describe(name, a, k), event))
-            return method(*a, **k)
-        return op
-    for name in list(OPS) + ["fill_zero", "copy"]:
-        setattr(backend, name, timed(name, getattr(backend, name)))
-    sleep = sleep_kernel()
-    sleep[1, 1, backend.stream](1)
-    backend.synchronize()
     step.graph = False
-    spin_us = 300_000
-    while True:
-        marks.clear()
-        sleep[1, 1, backend.stream](spin_us)    # the host enqueues the step meanwhile
-        slept = cuda.event()
-        slept.record(stream=backend.stream)
-        step.run(idx, targets)
-        caught_up = slept.query()       # the spin ended before the last op was queued
-        end = cuda.event(timing=True)
-        end.record(stream=backend.stream)
-        end.synchronize()
-        step.metrics()
-        if not caught_up:
-            break
-        spin_us *= 2                    # the device waited on the host somewhere: again
-        print(f"the host queued slower than the spin; again with {spin_us / 1e6:.1f} s",
-              file=sys.stderr)
-
-    totals, counts = collections.defaultdict(float), collections.Counter()
-    by_op = collections.defaultdict(float)
-    for (label, start), (_, stop) in zip(marks, marks[1:] + [("end", end)]):
-        ms = cuda.event_elapsed_time(start, stop)
-        totals[label] += ms
-        counts[label] += 1
-        by_op[label.split("(")[0]] += ms
+    with instrumented(backend) as marks:
+        end = behind_spin(backend, marks, lambda: step.run(idx, targets), step.metrics)
+    totals, counts, by_op = group(op_times(marks, end))
     step_ms = sum(totals.values())
 
     lines = [f"# Step profile: {args.config}{' with biases' if args.bias else ''}, B {B}, T {T}, "

@@ -25,7 +25,9 @@ attention_decode: one new position per sequence, flash-decoding: grid (splits, H
 block THREADS, split s takes the keys [s * keys, (s + 1) * keys) (keys = THREADS / 2)
 of the positions 0 .. position. The split that holds the new position first copies its
 key and value from qkv into the cache (the block reads them back after a barrier, and
-no other block reads that row). A thread takes a key for its score (the split's max and
+no other block reads that row). The splits past the position return at once (the
+grid covers the whole cache, since a captured launch cannot depend on the position), and
+the others count only themselves. A thread takes a key for its score (the split's max and
 sum by block reductions), then thread (g, d) accumulates p . v of column d over every
 (THREADS / D)-th key from g, four loads in flight, and the groups' sums meet in shared
 memory. Each split writes its (max, sum, D partial outputs) to a scratch array; the last
@@ -87,11 +89,13 @@ def _attention_decode_kernel(D, threads):
         # (B, H, splits, D + 2) float32 scratch, tickets (B, H) int32 (zero between launches)
         s, h, b = cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z
         tid = cuda.threadIdx.x
-        splits = cuda.gridDim.x
         C = out.shape[2]
         pos = seq[b, POSITION]
         if pos >= kv_cache.shape[1]:
             return                  # past the cache: the host slides its window first
+        splits = (pos + keys) // keys       # the splits holding keys 0 .. pos
+        if s >= splits:
+            return
         q_row = cuda.shared.array(D, float32)
         p_tile = cuda.shared.array(keys, float32)
         sums = cuda.shared.array((groups, D), float32)
@@ -158,10 +162,9 @@ def _attention_decode_kernel(D, threads):
             acc = ZERO
             total = ZERO
             for i in range(splits):
-                if partial[b, h, i, D + 1] > ZERO:
-                    weight = math.exp(partial[b, h, i, D] - top)
-                    acc += partial[b, h, i, tid] * weight
-                    total += partial[b, h, i, D + 1] * weight
+                weight = math.exp(partial[b, h, i, D] - top)
+                acc += partial[b, h, i, tid] * weight
+                total += partial[b, h, i, D + 1] * weight
             store_float32(out, (b, 0, h * D + tid), acc / total)
         if tid == 0:
             tickets[b, h] = 0

@@ -51,11 +51,12 @@ def _transformers_generate(hf, prompts, n_tokens):
     torch.cuda.synchronize()
 
 
-def bench_generate(device, tokens):
+def bench_generate(device, tokens, transformers=True):
     """Per case: microgpt's tokens/s (all sequences' new tokens over the whole call, the
-    prefill included) greedy and sampled, and transformers' greedy beside it; and the time
-    to the first token of a TTFT_PROMPT-token prompt at andrea-120m (the prefill and the
-    first step). A decoder is kept across calls, as a server keeps one."""
+    prefill included) greedy and sampled, and transformers' greedy beside it (when
+    transformers is importable and asked for); and the time to the first token of a
+    TTFT_PROMPT-token prompt at andrea-120m (the prefill and the first step). A decoder is
+    kept across calls, as a server keeps one."""
     from microgpt import GPT, get_config
     from microgpt.generate import Decoder, Sampling, generate
 
@@ -78,7 +79,7 @@ def bench_generate(device, tokens):
             seconds = _timed(lambda: generate(model, prompts, tokens, sampling,
                                               decoder=decoder))
             row[label] = batch * tokens / seconds
-        hf = _transformers_model(cfg, precision) if device == "cuda" else None
+        hf = _transformers_model(cfg, precision) if device == "cuda" and transformers else None
         if hf is not None:
             row["transformers"] = batch * tokens / _timed(
                 lambda: _transformers_generate(hf, prompts, tokens))
@@ -95,7 +96,7 @@ def bench_generate(device, tokens):
         row = dict(config="andrea-120m", prompt=TTFT_PROMPT, precision=precision,
                    ttft_ms=1e3 * _timed(lambda: generate(model, prompt, 1, greedy,
                                                          decoder=decoder), repeats=5))
-        hf = _transformers_model(cfg, precision)
+        hf = _transformers_model(cfg, precision) if transformers else None
         if hf is not None:
             row["transformers_ttft_ms"] = 1e3 * _timed(
                 lambda: _transformers_generate(hf, prompt, 1), repeats=5)
