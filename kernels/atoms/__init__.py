@@ -52,6 +52,8 @@ The atoms, in the words of the PTX ISA (warp-collective ones marked):
                       matrix, clipped at its edges; grouped by bulk_commit, its shared
                       memory free again after bulk_wait
   named_barrier(id, n)  bar.sync among n threads (whole warps), not the whole block
+  bulk_wait_but_one   until every bulk group of this thread but the newest has read its
+                      shared memory (double-buffered stores: the older buffer free again)
 
 
 The loads and stores of activations in float32 or bf16 (``precision`` builds on them):
@@ -94,6 +96,7 @@ ATOMS = (
     "tma_load_2d", "tma_store_2d", "tma_add_2d", "bulk_commit", "bulk_wait",
     "named_barrier", "fence_tensor_map", "load_float32", "store_float32",
     "copy_element", "load_group4", "store_group4",
+    "bulk_wait_but_one",
 )
 
 if SIMULATOR:

@@ -371,6 +371,7 @@ tma_add_2d = _tma_store(
     "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group")
 bulk_commit = _ordered_asm("cp.async.bulk.commit_group;")
 bulk_wait = _ordered_asm("cp.async.bulk.wait_group.read 0;")
+bulk_wait_but_one = _ordered_asm("cp.async.bulk.wait_group.read 1;")
 
 
 @intrinsic

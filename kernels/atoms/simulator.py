@@ -330,6 +330,7 @@ bulk_commit = _nothing
 
 
 bulk_wait = _nothing
+bulk_wait_but_one = _nothing        # (the twins' stores are done when issued)
 
 _named_barriers = {}
 

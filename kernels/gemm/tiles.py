@@ -64,6 +64,31 @@ class WgmmaTile(NamedTuple):
                 + SWIZZLE_BYTES)
 
 
+class PersistentTile(NamedTuple):
+    """A tile of the persistent wgmma kernel (``gemm.persistent``): as a WgmmaTile's, but
+    one block an SM walks the output's tiles, the stages' ring running on from one tile
+    into the next, and each warpgroup writes out its 64 x cols through two buffers of its
+    own (box_bytes each, one box of out at a time) while the next tile's slabs land."""
+    rows: int
+    cols: int
+    depth: int
+    stages: int
+    warpgroups: int
+
+    threads = WgmmaTile.threads
+    stage_elements = WgmmaTile.stage_elements
+
+    @property
+    def box_bytes(self):
+        """A box of the epilogue: 64 rows of up to 128 bytes (32 float32 or 64 bf16)."""
+        return 64 * min(4 * self.cols, 128)
+
+    @property
+    def shared_bytes(self):
+        return (self.stages * self.stage_elements * 2 + 2 * self.warpgroups * self.box_bytes
+                + SWIZZLE_BYTES)
+
+
 def check_wgmma_tile(tile):
     rows, cols, depth, stages, warpgroups = tile
     if min(tile) < 1 or rows != 64 * warpgroups:
@@ -80,7 +105,7 @@ def check_wgmma_tile(tile):
 
 
 def check_tile(tile):
-    if isinstance(tile, WgmmaTile):
+    if isinstance(tile, (WgmmaTile, PersistentTile)):
         return check_wgmma_tile(tile)
     rows, cols, depth, warp_rows, warp_cols, stages, _ = tile
     if min(tile) < 1 or rows % warp_rows or cols % warp_cols:

@@ -22,7 +22,7 @@ from numba import cuda
 from ..common import ceil_div
 from ..device import SIMULATOR, SMS
 from ..layouts.tensor_maps import tma_ready
-from .tiles import MmaTile, WgmmaTile
+from .tiles import MmaTile, PersistentTile, WgmmaTile
 
 MAX_CHAIN = 4096   # K summed by the tensor cores' truncating accumulation, at most
 TALL_K = 2048      # the K from which a float32 out may take TALL_TILE on Hopper (default_tile)
@@ -53,6 +53,10 @@ FOLD_TILE = WgmmaTile(128, 128, 64, 4, 2)
 # rows again per byte of b copied, for the products long enough in K that the slabs'
 # traffic, not the fill and the epilogue, sets their pace (default_tile)
 TALL_TILE = WgmmaTile(192, 256, 64, 4, 3)
+# the persistent kernel's (gemm.persistent): the wide tile's block, one an SM walking the
+# tiles, the ring running on into the next tile during the epilogue (192 KiB of stages and
+# 32 KiB of the epilogue's buffers)
+PERSISTENT_TILE = PersistentTile(128, 256, 64, 4, 2)
 
 
 def wgmma_available():
