@@ -441,8 +441,9 @@ def test_the_matmul_op_sends_bf16_operands_here(monkeypatch):
 
 # the persistent kernel (gemm.persistent): a few blocks walking several tiles each (on a
 # GPU, one an SM), every epilogue it takes, biased or not, views or matrices
-PERSISTENT_TILES = st.sampled_from([tuning.PERSISTENT_TILE] if REAL_SHAPES
-                                   else [PersistentTile(64, 16, 16, 3, 1)])
+# (clusters on a GPU only: the simulator's blocks run one after another)
+PERSISTENT_TILES = st.sampled_from([tuning.PERSISTENT_TILE, tuning.CLUSTER_TILE]
+                                   if REAL_SHAPES else [PersistentTile(64, 16, 16, 3, 1)])
 PERSISTENT_SIZES = (st.tuples(st.integers(1, 4096), st.integers(1, 3072),
                               st.integers(1, 3072)) if REAL_SHAPES
                     else st.tuples(st.integers(1, 136), st.integers(1, 40),
@@ -458,7 +459,7 @@ def test_persistent_kernel_matches_reference(sizes, transpose_a, transpose_b, ep
     """Each block walks its tiles (in the simulator 1-3 blocks, so that most walk several
     and the ring of stages runs from one tile into the next), with ragged edges."""
     sizes = tuple(max(8, s // 8 * 8) for s in sizes)     # (the bulk copies need it)
-    walk = persistent.blocks if ON_GPU else lambda tiles: min(tiles, blocks)
+    walk = persistent.blocks if ON_GPU else lambda units, cluster=1: min(units, blocks)
     with mock.patch.object(persistent, "blocks", walk):
         check_matmul_bf16(*sizes, transpose_a, transpose_b, epilogue, tile, seed,
                           split_k=None, pitched=pitched,
@@ -469,7 +470,7 @@ def test_two_warpgroups_walk_their_tiles():
     """A persistent tile of two warpgroups (as the GPU's), in the simulator too: one
     block walking two tiles, K of more slabs than stages."""
     tile = tuning.PERSISTENT_TILE if ON_GPU else PersistentTile(128, 16, 16, 3, 2)
-    with mock.patch.object(persistent, "blocks", lambda tiles: 1):
+    with mock.patch.object(persistent, "blocks", lambda units, cluster=1: cluster):
         check_matmul_bf16(2 * tile.rows - 8, tile.cols, 4 * tile.depth, False, True,
                           "bf16", tile, seed=3, split_k=None)
 
@@ -495,12 +496,14 @@ PERSISTENT_PRODUCTS = [p for p in STEP_PRODUCTS if p[6] != "accumulate"
 
 
 @pytest.mark.skipif(not REAL_SHAPES, reason="the model's products need a GPU and real shapes")
+@pytest.mark.parametrize("tile", [tuning.PERSISTENT_TILE, tuning.CLUSTER_TILE],
+                         ids=lambda tile: f"cluster{tile.cluster}")
 @pytest.mark.parametrize("product", PERSISTENT_PRODUCTS,
                          ids=lambda p: f"{p[0]} {p[1]}x{p[2]}x{p[3]}")
-def test_step_products_persistent(product):
-    """The step's products of one chain of K with the persistent tile (the GELU epilogues'
-    as plain bf16 products: the persistent kernel has none), one of them biased."""
+def test_step_products_persistent(product, tile):
+    """The step's products of one chain of K with the persistent tiles (the GELU
+    epilogues' as plain bf16 products: the persistent kernel has none), one biased."""
     name, M, N, K, ta, tb, epilogue = product
     epilogue = "bf16" if epilogue.startswith("gelu") else epilogue
-    check_matmul_bf16(M, N, K, ta, tb, epilogue, tuning.PERSISTENT_TILE, seed=5,
-                      split_k=None, biased=name == "QKV forward")
+    check_matmul_bf16(M, N, K, ta, tb, epilogue, tile, seed=5, split_k=None,
+                      biased=name == "QKV forward")

@@ -161,17 +161,26 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
 
 
 def _launch_persistent(out, a, b, bias, transpose_a, transpose_b, epilogue, tile, stream):
-    """gemm.persistent's launch: one block an SM (or a tile) walking out's tiles."""
+    """gemm.persistent's launch: one block an SM (or a tile) walking out's tiles; in
+    clusters, through the driver's launch with a cluster shape (numba-cuda has none)."""
     M, N = out.shape
-    rows, cols, depth = tile.rows, tile.cols, tile.depth
+    rows, cols, depth, cluster = tile.rows, tile.cols, tile.depth, tile.cluster
     kernel = persistent.persistent_kernel(bool(transpose_a), bool(transpose_b), epilogue,
                                           tile, bias is not None)
     bias = unread_bias(out) if bias is None else bias
     layouts = tuple("C" if arr.is_c_contiguous() else "A" for arr in (a, b))
     a_map = tensor_map(a, *((depth, min(rows, PANEL)) if transpose_a else (rows, depth)))
-    b_map = tensor_map(b, *((cols, depth) if transpose_b else (depth, min(cols, PANEL))))
+    # a block of a cluster copies its part of b's slab: rows of it, when b is (N, K)
+    b_map = tensor_map(b, *((cols // cluster, depth) if transpose_b
+                            else (depth, min(cols, PANEL))))
     out_map = tensor_map(out, 64, min(cols, 64 if out.dtype == np.uint16 else 32))
     tiles_m, tiles_n = ceil_div(M, rows), ceil_div(N, cols)
-    allow_dynamic_shared(kernel, persistent.signature(epilogue, *layouts), tile.shared_bytes)
-    kernel[persistent.blocks(tiles_m * tiles_n), tile.threads, stream, tile.shared_bytes](
-        out, a, b, bias, a_map, b_map, out_map, np.int32(tiles_m), np.int32(tiles_n))
+    signature = persistent.signature(epilogue, *layouts)
+    allow_dynamic_shared(kernel, signature, tile.shared_bytes)
+    grid = persistent.blocks(ceil_div(tiles_m, cluster) * tiles_n, cluster)
+    args = (out, a, b, bias, a_map, b_map, out_map, np.int32(tiles_m), np.int32(tiles_n))
+    if cluster == 1:
+        kernel[grid, tile.threads, stream, tile.shared_bytes](*args)
+    else:
+        persistent.launch_in_clusters(kernel, signature, grid, cluster, tile.threads,
+                                      tile.shared_bytes, stream, args)

@@ -21,7 +21,8 @@ import functools
 
 from numba import cuda, float32, int32, types, uint16, uint32, uint64
 
-from ..atoms import (bulk_commit, bulk_wait, bulk_wait_but_one, fence_barrier_init,
+from ..atoms import (bulk_commit, bulk_wait, bulk_wait_but_one, cluster_count, cluster_index,
+                     cluster_rank, cluster_sync, fence_barrier_init,
                      fence_proxy_async, fence_tensor_map, named_barrier, pack_bf16x2, rcp_approx,
                      shared_address, tma_add_2d, tma_store_2d, warpgroup_commit,
                      warpgroup_fence, warpgroup_wait, wgmma_bf16)
@@ -31,15 +32,43 @@ from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
 from ..layouts.tiles import descriptor
 from ..pipelines.tma import tma_pipeline
 from .tiles import BF16_OUT, GROUP
-from .tuning import PERSISTENT_TILE
+from .tuning import CLUSTER_TILE, PERSISTENT_TILE
 from .wgmma import slabs
 
 EPILOGUES = ("float32", "bf16", "accumulate")
 
 
-def blocks(tiles):
-    """Blocks of a launch over `tiles` output tiles: one an SM, or one a tile."""
-    return min(tiles, SMS)
+def blocks(units, cluster=1):
+    """Blocks of a launch over `units` of the walk (a cluster's tiles, or a tile): one an
+    SM, or one a tile."""
+    return min(units, SMS // cluster) * cluster
+
+
+_compiled = {}
+
+
+def launch_in_clusters(kernel, signature, blocks, cluster, threads, shared_bytes, stream,
+                       args):
+    """kernel[blocks, threads, stream, shared_bytes](*args) in clusters of `cluster` blocks
+    along x: numba-cuda's launch has no cluster shape, cuda.core's (which numba-cuda
+    launches through) has; the arguments are marshalled as numba-cuda's launch does."""
+    if SIMULATOR:
+        raise ValueError(f"clusters of {cluster} blocks: the simulator runs its blocks one "
+                         "after another, so none could wait on another")
+    from cuda.core import LaunchConfig, launch
+    from numba.cuda.cudadrv import driver
+
+    key = (id(kernel), signature)
+    if key not in _compiled:            # (looking up the overload costs more than a launch)
+        _compiled[key] = kernel.compile(signature)
+    compiled = _compiled[key]
+    stream = driver._to_core_stream(stream)
+    marshalled, written_back = [], []
+    for ty, value in zip(compiled.argument_types, args):
+        compiled._prepare_args(ty, value, stream, written_back, marshalled)
+    config = LaunchConfig(grid=blocks // cluster, cluster=cluster, block=threads,
+                          shmem_size=shared_bytes)
+    launch(stream, config, compiled._codelibrary.get_cufunc().kernel, *marshalled)
 
 
 @cuda.jit(device=True, inline=True)
@@ -59,9 +88,10 @@ def quotient(n, d):
 def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
     if epilogue not in EPILOGUES:
         raise ValueError(f"epilogue {epilogue!r}: the persistent kernel writes {EPILOGUES}")
-    BM, BN, BK, STAGES, GROUPS = tile
+    BM, BN, BK, STAGES, GROUPS, CLUSTER = tile
     regs = BN // 2                                # accumulators per thread
-    slab = slabs(transpose_a, transpose_b, BM, BN, BK, tile.stage_elements)
+    slab = slabs(transpose_a, transpose_b, BM, BN, BK, tile.stage_elements, CLUSTER)
+    BAND = GROUP // CLUSTER                       # rows of the walk's units a band
     a_index, a_fields, a_step, b_fields, b_step, a_size, stage_size, _ = slab
     mma = wgmma_bf16(BN, transpose_a, not transpose_b)
     fence, wait_all, wait_one = (warpgroup_fence(regs), warpgroup_wait(0, regs),
@@ -79,38 +109,44 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
     box_bytes = tile.box_bytes
 
     @cuda.jit(device=True, inline=True)
-    def tile_origin(t, tiles_m, tiles_n):
-        """(m0, n0) of the t-th tile of the walk: bands of GROUP rows of tiles, each taken
-        a column of GROUP tiles at a time (the last band's columns as tall as it has
-        rows)."""
-        band = quotient(t, GROUP * tiles_n)
-        top = band * GROUP
-        rows = min(int32(GROUP), tiles_m - top)
-        r = t - band * (GROUP * tiles_n)
+    def tile_origin(t, units_m, tiles_n, rank):
+        """(m0, n0) of this block's tile of the t-th unit of the walk (a cluster's
+        CLUSTER tiles down a column; a tile without a cluster): bands of GROUP rows of
+        tiles, each taken a column of GROUP tiles at a time (the last band's columns as
+        tall as it has rows)."""
+        band = quotient(t, BAND * tiles_n)
+        top = band * BAND
+        rows = min(int32(BAND), units_m - top)
+        r = t - band * (BAND * tiles_n)
         column = quotient(r, rows)
-        return (top + r - column * rows) * BM, column * BN
+        return ((top + r - column * rows) * CLUSTER + rank) * BM, column * BN
 
     @cuda.jit(device=True, inline=True)
     def fill(bars, stage, g, operands):
         """The slabs of this block's g-th K step (counted over all its tiles)."""
-        smem, a, b, a_map, b_map, steps, tiles_m, tiles_n = operands
+        smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank = operands
         item = quotient(g, steps)
-        m0, n0 = tile_origin(int32(cuda.blockIdx.x) + item * int32(cuda.gridDim.x),
-                             tiles_m, tiles_n)
-        slab.load(bars, stage, smem, a, b, a_map, b_map, (g - item * steps) * BK, m0, n0)
+        m0, n0 = tile_origin(first + item * stride, units_m, tiles_n, rank)
+        slab.load(bars, stage, smem, a, b, a_map, b_map, (g - item * steps) * BK, m0, n0,
+                  rank)
 
-    pipe = tma_pipeline(STAGES, GROUPS, fill)
+    pipe = tma_pipeline(STAGES, GROUPS, fill, CLUSTER)
     BARRIERS = pipe.barriers
 
     @jit(**({} if SIMULATOR else {"launch_bounds": (tile.threads, 1)}))
     def matmul_persistent_kernel(out, a, b, bias, a_map, b_map, out_map, tiles_m, tiles_n):
-        # block x takes tiles x, x + gridDim.x, ... (tile_origin's walk); its K steps are
-        # counted on over its tiles (g), which is what the ring's stages and phases follow
+        # block (or cluster) x takes units x, x + gridDim.x (clusters), ... of the walk
+        # (tile_origin); its K steps are counted on over its tiles (g), which is what the
+        # ring's stages and phases follow
         M, N = out.shape
         K = a.shape[0] if transpose_a else a.shape[1]
         steps = int32((K + BK - 1) // BK)
-        first, stride = int32(cuda.blockIdx.x), int32(cuda.gridDim.x)
-        items = quotient(tiles_m * tiles_n - first + stride - 1, stride)    # at least 1
+        if CLUSTER == 1:
+            first, stride, rank = int32(cuda.blockIdx.x), int32(cuda.gridDim.x), int32(0)
+        else:
+            first, stride, rank = cluster_index(), cluster_count(), cluster_rank()
+        units_m = int32((tiles_m + CLUSTER - 1) // CLUSTER)
+        items = quotient(units_m * tiles_n - first + stride - 1, stride)    # at least 1
         total = items * steps
         group = cuda.threadIdx.x // WARPGROUP
         thread = cuda.threadIdx.x % WARPGROUP
@@ -125,8 +161,11 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
         if cuda.threadIdx.x == 0:
             pipe.init(bars)
             fence_barrier_init()
-        cuda.syncthreads()
-        operands = (smem, a, b, a_map, b_map, steps, tiles_m, tiles_n)
+        if CLUSTER == 1:
+            cuda.syncthreads()
+        else:                                # every block's barriers, before any copy
+            cluster_sync()
+        operands = (smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank)
         if cuda.threadIdx.x == 0:
             fence_tensor_map(a_map)
             fence_tensor_map(b_map)
@@ -144,7 +183,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
         g = int32(0)
         boxes = int32(0)                     # this warpgroup's boxes written so far
         for item in range(items):
-            m0, n0 = tile_origin(first + item * stride, tiles_m, tiles_n)
+            m0, n0 = tile_origin(first + item * stride, units_m, tiles_n, rank)
             for r in range(regs):
                 acc[r] = float32(0.0)
             # (a do-while, as gemm.wgmma's: no path from the zeros to a wait)
@@ -209,6 +248,8 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
                 boxes += 1
         if thread == 0:
             bulk_wait()                      # the block's shared memory is read
+        if CLUSTER > 1:                      # the others' last releases arrive here
+            cluster_sync()
 
     return matmul_persistent_kernel
 
@@ -225,12 +266,15 @@ def signature(epilogue, a_layout="C", b_layout="C"):
 
 
 PTX_SIGNATURES = [
-    (persistent_kernel(ta, tb, epilogue, PERSISTENT_TILE, biased), signature(epilogue))
-    for ta, tb, epilogue, biased in [
-        (False, False, "bf16", False),          # X @ W -> bf16 (QKV, MLP up)
-        (False, True, "bf16", False),           # x @ wte^T (the LM head)
-        (False, False, "float32", False),       # W_O, MLP down forward
-        (False, True, "bf16", True),            # a biased dX
-        (True, False, "accumulate", False),     # dW +=, one block a tile
+    (persistent_kernel(ta, tb, epilogue, tile, biased), signature(epilogue))
+    for ta, tb, epilogue, biased, tile in [
+        (False, False, "bf16", False, PERSISTENT_TILE),     # X @ W -> bf16 (QKV, MLP up)
+        (False, True, "bf16", False, PERSISTENT_TILE),      # x @ wte^T (the LM head)
+        (False, False, "float32", False, PERSISTENT_TILE),  # W_O, MLP down forward
+        (False, True, "bf16", True, PERSISTENT_TILE),       # a biased dX
+        (True, False, "accumulate", False, PERSISTENT_TILE),    # dW +=, one block a tile
+        (False, False, "bf16", False, CLUSTER_TILE),
+        (False, True, "bf16", False, CLUSTER_TILE),
+        (False, True, "float32", False, CLUSTER_TILE),
     ]
 ]

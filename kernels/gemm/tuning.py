@@ -57,6 +57,9 @@ TALL_TILE = WgmmaTile(192, 256, 64, 4, 3)
 # tiles, the ring running on into the next tile during the epilogue (192 KiB of stages and
 # 32 KiB of the epilogue's buffers)
 PERSISTENT_TILE = PersistentTile(128, 256, 64, 4, 2)
+# and in clusters of two blocks on tiles down one column, which share their slabs of b:
+# each copies half of b's (multicast), a third less of the L2's traffic a FLOP
+CLUSTER_TILE = PersistentTile(128, 256, 64, 4, 2, 2)
 
 
 def wgmma_available():

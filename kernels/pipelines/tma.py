@@ -22,13 +22,18 @@ n - stages: parity (n // stages + 1) % 2.
 
 fill(bars, stage, step, operands) announces the slab's bytes on `full` (expect_tx) and
 issues its copies, completing on it; operands is a tuple the kernel packs. Used by the
-wgmma GEMM (``gemm.wgmma``).
+wgmma GEMMs (``gemm.wgmma``, ``gemm.persistent``).
+
+In a cluster of blocks whose producers each copy part of a slab into every block's
+stage (the bulk copy's multicast), a stage is free again once the consumers of every
+block of the cluster are done with it: `empty` then counts consumers x cluster arrivals,
+and each consumer releases a step in every block of the cluster.
 """
 from typing import NamedTuple
 
 from numba import cuda
 
-from ..atoms import mbarrier_arrive, mbarrier_init, mbarrier_try_wait
+from ..atoms import mbarrier_arrive, mbarrier_arrive_cluster, mbarrier_init, mbarrier_try_wait
 
 
 class TmaPipeline(NamedTuple):
@@ -42,9 +47,9 @@ class TmaPipeline(NamedTuple):
     refill: object
 
 
-def tma_pipeline(stages, consumers, fill):
+def tma_pipeline(stages, consumers, fill, cluster=1):
     """The pipeline of `stages` buffers (at least 2) that fill(bars, stage, step, operands)
-    fills, released by `consumers` arrivals."""
+    fills, released by `consumers` arrivals (of each block of a cluster of `cluster`)."""
     if stages < 2:
         raise ValueError(f"a pipeline of {stages} stages: it needs at least 2")
 
@@ -53,7 +58,7 @@ def tma_pipeline(stages, consumers, fill):
         """The barriers' counts (one thread, before any other uses them)."""
         for s in range(stages):
             mbarrier_init(bars, s, 1)
-            mbarrier_init(bars, stages + s, consumers)
+            mbarrier_init(bars, stages + s, consumers * cluster)
 
     @cuda.jit(device=True, inline=True)
     def prologue(bars, steps, operands):
@@ -70,7 +75,11 @@ def tma_pipeline(stages, consumers, fill):
     @cuda.jit(device=True, inline=True)
     def release(bars, step):
         """One consumer is done reading the slab of `step`."""
-        mbarrier_arrive(bars, stages + step % stages, 1)
+        if cluster == 1:
+            mbarrier_arrive(bars, stages + step % stages, 1)
+        else:
+            for rank in range(cluster):
+                mbarrier_arrive_cluster(bars, stages + step % stages, rank)
 
     @cuda.jit(device=True, inline=True)
     def refill(bars, step, steps, operands, producer):
