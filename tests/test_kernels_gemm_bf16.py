@@ -459,7 +459,7 @@ def test_persistent_kernel_matches_reference(sizes, transpose_a, transpose_b, ep
     """Each block walks its tiles (in the simulator 1-3 blocks, so that most walk several
     and the ring of stages runs from one tile into the next), with ragged edges."""
     sizes = tuple(max(8, s // 8 * 8) for s in sizes)     # (the bulk copies need it)
-    walk = persistent.blocks if ON_GPU else lambda units, cluster=1: min(units, blocks)
+    walk = persistent.blocks if ON_GPU else lambda tiles: min(tiles, blocks)
     with mock.patch.object(persistent, "blocks", walk):
         check_matmul_bf16(*sizes, transpose_a, transpose_b, epilogue, tile, seed,
                           split_k=None, pitched=pitched,
@@ -470,7 +470,7 @@ def test_two_warpgroups_walk_their_tiles():
     """A persistent tile of two warpgroups (as the GPU's), in the simulator too: one
     block walking two tiles, K of more slabs than stages."""
     tile = tuning.PERSISTENT_TILE if ON_GPU else PersistentTile(128, 16, 16, 3, 2)
-    with mock.patch.object(persistent, "blocks", lambda units, cluster=1: cluster):
+    with mock.patch.object(persistent, "blocks", lambda tiles: 1):
         check_matmul_bf16(2 * tile.rows - 8, tile.cols, 4 * tile.depth, False, True,
                           "bf16", tile, seed=3, split_k=None)
 

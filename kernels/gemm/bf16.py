@@ -177,10 +177,11 @@ def _launch_persistent(out, a, b, bias, transpose_a, transpose_b, epilogue, tile
     tiles_m, tiles_n = ceil_div(M, rows), ceil_div(N, cols)
     signature = persistent.signature(epilogue, *layouts)
     allow_dynamic_shared(kernel, signature, tile.shared_bytes)
-    grid = persistent.blocks(ceil_div(tiles_m, cluster) * tiles_n, cluster)
+    units = ceil_div(tiles_m, cluster) * tiles_n
     args = (out, a, b, bias, a_map, b_map, out_map, np.int32(tiles_m), np.int32(tiles_n))
     if cluster == 1:
-        kernel[grid, tile.threads, stream, tile.shared_bytes](*args)
+        kernel[persistent.blocks(units), tile.threads, stream, tile.shared_bytes](*args)
     else:
-        persistent.launch_in_clusters(kernel, signature, grid, cluster, tile.threads,
-                                      tile.shared_bytes, stream, args)
+        shape = (cluster, tile.threads, tile.shared_bytes)
+        grid = persistent.cluster_blocks(kernel, signature, units, *shape)
+        persistent.launch_in_clusters(kernel, signature, grid, *shape, stream, args)

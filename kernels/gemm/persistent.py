@@ -38,13 +38,42 @@ from .wgmma import slabs
 EPILOGUES = ("float32", "bf16", "accumulate")
 
 
-def blocks(units, cluster=1):
-    """Blocks of a launch over `units` of the walk (a cluster's tiles, or a tile): one an
-    SM, or one a tile."""
-    return min(units, SMS // cluster) * cluster
+def blocks(tiles):
+    """Blocks of a launch (without clusters) over `tiles`: one an SM, or one a tile."""
+    return min(tiles, SMS)
 
 
-_compiled = {}
+_compiled = {}      # (kernel, signature) -> (the compiled overload, clusters that fit)
+
+
+def _clustered(kernel, signature, cluster, threads, shared_bytes):
+    """The overload a clustered launch runs and the most clusters of it that the device
+    holds at once (an SM's clusters must lie within one of its GPCs, whose SMs need not
+    come in whole clusters): a persistent grid of more would leave the rest of them to
+    start when the first have ended, and take twice as long."""
+    key = (id(kernel), signature)
+    if key not in _compiled:            # (looking up the overload costs more than a launch)
+        from numba.cuda.cudadrv.driver import binding, driver
+
+        compiled = kernel.compile(signature)
+        function = driver.cuKernelGetFunction(compiled._codelibrary.get_cufunc().handle)
+        shape = binding.CUlaunchAttribute()
+        shape.id = binding.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        shape.value.clusterDim.x, shape.value.clusterDim.y, shape.value.clusterDim.z = (
+            cluster, 1, 1)
+        config = binding.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = SMS // cluster * cluster, 1, 1
+        config.blockDimX, config.blockDimY, config.blockDimZ = threads, 1, 1
+        config.sharedMemBytes = shared_bytes
+        config.attrs, config.numAttrs = [shape], 1
+        _compiled[key] = compiled, driver.cuOccupancyMaxActiveClusters(function, config)
+    return _compiled[key]
+
+
+def cluster_blocks(kernel, signature, units, cluster, threads, shared_bytes):
+    """Blocks of a clustered launch over `units` of the walk: as many clusters as the
+    device holds at once, or one a unit."""
+    return min(units, _clustered(kernel, signature, cluster, threads, shared_bytes)[1]) * cluster
 
 
 def launch_in_clusters(kernel, signature, blocks, cluster, threads, shared_bytes, stream,
@@ -58,10 +87,7 @@ def launch_in_clusters(kernel, signature, blocks, cluster, threads, shared_bytes
     from cuda.core import LaunchConfig, launch
     from numba.cuda.cudadrv import driver
 
-    key = (id(kernel), signature)
-    if key not in _compiled:            # (looking up the overload costs more than a launch)
-        _compiled[key] = kernel.compile(signature)
-    compiled = _compiled[key]
+    compiled = _clustered(kernel, signature, cluster, threads, shared_bytes)[0]
     stream = driver._to_core_stream(stream)
     marshalled, written_back = [], []
     for ty, value in zip(compiled.argument_types, args):
