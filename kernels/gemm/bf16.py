@@ -120,8 +120,7 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
         fill_zero(out, stream)
         accumulate = True
     if split_k is None:
-        split_k = (default_split_k(M, N, K, tile, max_chain)
-                   if accumulate and not isinstance(tile, PersistentTile) else 1)
+        split_k = default_split_k(M, N, K, tile, max_chain) if accumulate else 1
     steps_per_split = ceil_div(ceil_div(K, tile.depth), split_k)
     split_k = ceil_div(ceil_div(K, tile.depth), steps_per_split) if K else 1
     epilogue = ("gelu" if gelu == "forward" else "gelu_backward" if gelu == "backward"
@@ -131,12 +130,12 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
                   and device_address(arr) % 16 == 0 for arr in (a, b))
     fold = steps_per_split * tile.depth > max_chain
     if isinstance(tile, PersistentTile):
-        if split_k > 1 or fold:
-            raise ValueError(f"tile {tile}: the persistent kernel takes one block a tile, "
-                             f"its K in one chain (here split_k {split_k}, K {K} against "
-                             f"max_chain {max_chain})")
+        if fold:
+            raise ValueError(f"tile {tile}: the persistent kernel sums each split of K in "
+                             f"one chain (here {steps_per_split * tile.depth} of K against "
+                             f"max_chain {max_chain}): give a split_k")
         return _launch_persistent(out, a, b, bias, transpose_a, transpose_b, epilogue, tile,
-                                  stream)
+                                  split_k, steps_per_split, stream)
     kernel = _kernel(bool(transpose_a), bool(transpose_b), epilogue, aligned, fold, tile,
                      bias is not None)
     bias = unread_bias(out) if bias is None else bias
@@ -160,7 +159,8 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
         kernel[grid, tile.threads, stream](out, a, b, bias, steps_per_split)
 
 
-def _launch_persistent(out, a, b, bias, transpose_a, transpose_b, epilogue, tile, stream):
+def _launch_persistent(out, a, b, bias, transpose_a, transpose_b, epilogue, tile, splits,
+                       steps_per_split, stream):
     """gemm.persistent's launch: one block an SM (or a tile) walking out's tiles; in
     clusters, through the driver's launch with a cluster shape (numba-cuda has none)."""
     M, N = out.shape
@@ -177,8 +177,9 @@ def _launch_persistent(out, a, b, bias, transpose_a, transpose_b, epilogue, tile
     tiles_m, tiles_n = ceil_div(M, rows), ceil_div(N, cols)
     signature = persistent.signature(epilogue, *layouts)
     allow_dynamic_shared(kernel, signature, tile.shared_bytes)
-    units = ceil_div(tiles_m, cluster) * tiles_n
-    args = (out, a, b, bias, a_map, b_map, out_map, np.int32(tiles_m), np.int32(tiles_n))
+    units = ceil_div(tiles_m, cluster) * tiles_n * splits
+    args = (out, a, b, bias, a_map, b_map, out_map, np.int32(tiles_m), np.int32(tiles_n),
+            np.int32(splits), np.int32(steps_per_split))
     if cluster == 1:
         kernel[persistent.blocks(units), tile.threads, stream, tile.shared_bytes](*args)
     else:

@@ -14,8 +14,9 @@ so they have landed when its epilogue ends. The epilogue goes out through two bu
 warpgroup, one box of out (64 rows x 128 bytes) each, which the copy engine reads while
 the warpgroup lays the next box in the other; the stages stay the ring's.
 
-Epilogues: "float32" and "bf16" (written), "accumulate" (added into a float32 out by the
-copy engine), each with or without a bias; one block a tile (no split of K, no folding).
+Epilogues: "float32" and "bf16" (written), "accumulate" and "atomic" (added into a float32
+out by the copy engine, a split of K each: the weight gradients, and a long K written
+into a zeroed out), each with or without a bias (added by the first split); no folding.
 """
 import functools
 
@@ -35,7 +36,7 @@ from .tiles import BF16_OUT, GROUP
 from .tuning import CLUSTER_TILE, PERSISTENT_TILE
 from .wgmma import slabs
 
-EPILOGUES = ("float32", "bf16", "accumulate")
+EPILOGUES = ("float32", "bf16", "accumulate", "atomic")
 
 
 def blocks(tiles):
@@ -129,7 +130,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
     chunk = 8 if bf16_out else 4                  # elements in 16 bytes
     js = panel // 8                               # pairs of 8 columns per box row
     rows_per_line, phases = swizzle(panel // chunk)
-    store_box = tma_add_2d if epilogue == "accumulate" else tma_store_2d
+    store_box = tma_add_2d if epilogue in ("accumulate", "atomic") else tma_store_2d
     size = 2 if bf16_out else 4                   # bytes an element of out
     buffers = STAGES * stage_size * 2             # the buffers' first byte
     box_bytes = tile.box_bytes
@@ -148,31 +149,41 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
         return ((top + r - column * rows) * CLUSTER + rank) * BM, column * BN
 
     @cuda.jit(device=True, inline=True)
+    def work(w, units_m, tiles_n, steps, rank):
+        """(m0, n0, first K step) of the w-th item of the walk: split w // units of unit
+        w % units (a split's units one after another, so that the blocks at work share
+        the slabs of one range of K)."""
+        units = units_m * tiles_n
+        split = quotient(w, units)
+        m0, n0 = tile_origin(w - split * units, units_m, tiles_n, rank)
+        return m0, n0, split * steps
+
+    @cuda.jit(device=True, inline=True)
     def fill(bars, stage, g, operands):
-        """The slabs of this block's g-th K step (counted over all its tiles)."""
+        """The slabs of this block's g-th K step (counted over all its items)."""
         smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank = operands
         item = quotient(g, steps)
-        m0, n0 = tile_origin(first + item * stride, units_m, tiles_n, rank)
-        slab.load(bars, stage, smem, a, b, a_map, b_map, (g - item * steps) * BK, m0, n0,
-                  rank)
+        m0, n0, k_step = work(first + item * stride, units_m, tiles_n, steps, rank)
+        slab.load(bars, stage, smem, a, b, a_map, b_map, (k_step + g - item * steps) * BK,
+                  m0, n0, rank)
 
     pipe = tma_pipeline(STAGES, GROUPS, fill, CLUSTER)
     BARRIERS = pipe.barriers
 
     @jit(**({} if SIMULATOR else {"launch_bounds": (tile.threads, 1)}))
-    def matmul_persistent_kernel(out, a, b, bias, a_map, b_map, out_map, tiles_m, tiles_n):
-        # block (or cluster) x takes units x, x + gridDim.x (clusters), ... of the walk
-        # (tile_origin); its K steps are counted on over its tiles (g), which is what the
-        # ring's stages and phases follow
+    def matmul_persistent_kernel(out, a, b, bias, a_map, b_map, out_map, tiles_m, tiles_n,
+                                 splits, steps):
+        # block (or cluster) x takes items x, x + gridDim.x (clusters), ... of the walk
+        # (work: a unit of tile_origin's and a split of K, `steps` slabs long; the last
+        # split's steps past K read zeros); its K steps are counted on over its items (g),
+        # which is what the ring's stages and phases follow
         M, N = out.shape
-        K = a.shape[0] if transpose_a else a.shape[1]
-        steps = int32((K + BK - 1) // BK)
         if CLUSTER == 1:
             first, stride, rank = int32(cuda.blockIdx.x), int32(cuda.gridDim.x), int32(0)
         else:
             first, stride, rank = cluster_index(), cluster_count(), cluster_rank()
         units_m = int32((tiles_m + CLUSTER - 1) // CLUSTER)
-        items = quotient(units_m * tiles_n - first + stride - 1, stride)    # at least 1
+        items = quotient(units_m * tiles_n * splits - first + stride - 1, stride)  # >= 1
         total = items * steps
         group = cuda.threadIdx.x // WARPGROUP
         thread = cuda.threadIdx.x % WARPGROUP
@@ -209,7 +220,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
         g = int32(0)
         boxes = int32(0)                     # this warpgroup's boxes written so far
         for item in range(items):
-            m0, n0 = tile_origin(first + item * stride, units_m, tiles_n, rank)
+            m0, n0, k_step = work(first + item * stride, units_m, tiles_n, steps, rank)
             for r in range(regs):
                 acc[r] = float32(0.0)
             # (a do-while, as gemm.wgmma's: no path from the zeros to a wait)
@@ -235,7 +246,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
                     break
             wait_all(acc)
 
-            if biased:                       # bias (N,) on every row
+            if biased and k_step == 0:       # bias (N,) on every row, by the first split
                 for j in range(BN // 8):
                     col = n0 + 8 * j + C
                     b_lo = bias[col] if col < N else float32(0.0)
@@ -284,11 +295,11 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
 def signature(epilogue, a_layout="C", b_layout="C"):
     """The argument types of a launch: out C-contiguous, a and b of their layouts ("C", or
     "A" for a view of some of a wider matrix's columns), the bias, three tensor maps and
-    the tiles down and across out."""
+    the tiles down and across out, the splits of K and the slabs of each."""
     out = types.uint16[:, ::1] if epilogue in BF16_OUT else types.float32[:, ::1]
     a, b = (types.Array(types.uint16, 2, layout) for layout in (a_layout, b_layout))
     return ((out, a, b, types.float32[::1]) + (types.uint64[::1],) * 3
-            + (types.int32, types.int32))
+            + (types.int32,) * 4)
 
 
 PTX_SIGNATURES = [
@@ -298,7 +309,9 @@ PTX_SIGNATURES = [
         (False, True, "bf16", False, PERSISTENT_TILE),      # x @ wte^T (the LM head)
         (False, False, "float32", False, PERSISTENT_TILE),  # W_O, MLP down forward
         (False, True, "bf16", True, PERSISTENT_TILE),       # a biased dX
-        (True, False, "accumulate", False, PERSISTENT_TILE),    # dW +=, one block a tile
+        (True, False, "atomic", False, PERSISTENT_TILE),    # dW +=, split K
+        (False, False, "atomic", False, CLUSTER_TILE),      # dx = dlogits @ wte, split K
+        (True, False, "atomic", False, CLUSTER_TILE),
         (False, False, "bf16", False, CLUSTER_TILE),
         (False, True, "bf16", False, CLUSTER_TILE),
         (False, True, "float32", False, CLUSTER_TILE),

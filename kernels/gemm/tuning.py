@@ -117,7 +117,7 @@ def splits_written(K, accumulate, bf16_out, tile, max_chain=MAX_CHAIN):
     keeping a full tile: on the H200 the LM head's dX at andrea-120m (16384 x 768,
     K 50304) took 2.13 ms so with the wide tile, 2.83 with the folding one (docs/gemm-bf16.md,
     tuning log row 11), and 2.08 with the tall one (row 13)."""
-    return (isinstance(tile, WgmmaTile) and not accumulate and not bf16_out
+    return (isinstance(tile, (WgmmaTile, PersistentTile)) and not accumulate and not bf16_out
             and K > max_chain)
 
 
@@ -134,9 +134,10 @@ def default_split_k(M, N, K, tile, max_chain=MAX_CHAIN):
     QKV's (54 tiles) 0.1007 in 4 and 0.0986 in 7 (docs/gemm-bf16.md, tuning log row 12)."""
     tiles = ceil_div(M, tile.rows) * ceil_div(N, tile.cols)
     steps = ceil_div(K, tile.depth)
-    fill = SMS // tiles if isinstance(tile, WgmmaTile) else ceil_div(4 * SMS, tiles)
+    whole_sm = isinstance(tile, (WgmmaTile, PersistentTile))
+    fill = SMS // tiles if whole_sm else ceil_div(4 * SMS, tiles)
     split = max(1, min(fill, steps // 16), ceil_div(K, max_chain))
-    if isinstance(tile, WgmmaTile) and tiles * split > SMS:
+    if whole_sm and tiles * split > SMS:
         for more in range(split, min(2 * split, steps // 16) + 1):
             if 8 * tiles * more >= 7 * SMS * ceil_div(tiles * more, SMS):
                 return more
