@@ -67,7 +67,11 @@ def _clustered(kernel, signature, cluster, threads, shared_bytes):
         config.blockDimX, config.blockDimY, config.blockDimZ = threads, 1, 1
         config.sharedMemBytes = shared_bytes
         config.attrs, config.numAttrs = [shape], 1
-        _compiled[key] = compiled, driver.cuOccupancyMaxActiveClusters(function, config)
+        fits = driver.cuOccupancyMaxActiveClusters(function, config)
+        if fits < 1:
+            raise RuntimeError(f"no cluster of {cluster} blocks of {threads} threads and "
+                               f"{shared_bytes} bytes of shared memory fits this device")
+        _compiled[key] = compiled, fits
     return _compiled[key]
 
 
