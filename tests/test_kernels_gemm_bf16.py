@@ -493,8 +493,9 @@ def test_the_persistent_kernel_refuses_what_it_does_not_run():
                               tile=tile)
 
 
-PERSISTENT_PRODUCTS = [p for p in STEP_PRODUCTS if p[6] != "accumulate"
-                       and p[3] <= tuning.MAX_CHAIN]
+# (andrea-120m's LM head dX and dW apart: their float64 references take the most time)
+PERSISTENT_PRODUCTS = [p for p in STEP_PRODUCTS
+                       if not (p[0] in ("LM head dX", "LM head dW") and max(p[1], p[3]) > 16384)]
 
 
 @pytest.mark.skipif(not REAL_SHAPES, reason="the model's products need a GPU and real shapes")
@@ -503,8 +504,8 @@ PERSISTENT_PRODUCTS = [p for p in STEP_PRODUCTS if p[6] != "accumulate"
 @pytest.mark.parametrize("product", PERSISTENT_PRODUCTS,
                          ids=lambda p: f"{p[0]} {p[1]}x{p[2]}x{p[3]}")
 def test_step_products_persistent(product, tile):
-    """The step's products of one chain of K with the persistent tiles (the GELU
-    epilogues' as plain bf16 products: the persistent kernel has none), one biased."""
+    """The step's products with the persistent tiles and the launcher's split of K (the
+    GELU epilogues' as plain bf16 products: the persistent kernel has none), one biased."""
     name, M, N, K, ta, tb, epilogue = product
     epilogue = "bf16" if epilogue.startswith("gelu") else epilogue
     check_matmul_bf16(M, N, K, ta, tb, epilogue, tile, seed=5, split_k=None,

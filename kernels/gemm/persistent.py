@@ -33,7 +33,8 @@ from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
 from ..layouts.tiles import descriptor
 from ..pipelines.tma import tma_pipeline
 from .tiles import BF16_OUT, GROUP
-from .tuning import CLUSTER_TILE, PERSISTENT_TILE
+from .tuning import (CLUSTER_TILE, PERSISTENT_TILE, SPECIALIZED_CLUSTER_TILE,
+                     SPECIALIZED_TILE)
 from .wgmma import slabs
 
 EPILOGUES = ("float32", "bf16", "accumulate", "atomic")
@@ -119,7 +120,9 @@ def quotient(n, d):
 def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
     if epilogue not in EPILOGUES:
         raise ValueError(f"epilogue {epilogue!r}: the persistent kernel writes {EPILOGUES}")
-    BM, BN, BK, STAGES, GROUPS, CLUSTER = tile
+    BM, BN, BK, STAGES, GROUPS, CLUSTER, SPECIALIZED = tile
+    # the thread that copies: the producer warp's first, or (none) the first consumer's
+    PRODUCER = GROUPS * WARPGROUP if SPECIALIZED else 0
     regs = BN // 2                                # accumulators per thread
     slab = slabs(transpose_a, transpose_b, BM, BN, BK, tile.stage_elements, CLUSTER)
     BAND = GROUP // CLUSTER                       # rows of the walk's units a band
@@ -174,43 +177,13 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
     pipe = tma_pipeline(STAGES, GROUPS, fill, CLUSTER)
     BARRIERS = pipe.barriers
 
-    @jit(**({} if SIMULATOR else {"launch_bounds": (tile.threads, 1)}))
-    def matmul_persistent_kernel(out, a, b, bias, a_map, b_map, out_map, tiles_m, tiles_n,
-                                 splits, steps):
-        # block (or cluster) x takes items x, x + gridDim.x (clusters), ... of the walk
-        # (work: a unit of tile_origin's and a split of K, `steps` slabs long; the last
-        # split's steps past K read zeros); its K steps are counted on over its items (g),
-        # which is what the ring's stages and phases follow
+    @cuda.jit(device=True, inline=True)
+    def consume(out, bias, out_map, pairs, floats, bars, operands, items, total, group):
+        """A consumer warpgroup's walk: the products of each item's K steps, then its
+        epilogue."""
+        smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank = operands
         M, N = out.shape
-        if CLUSTER == 1:
-            first, stride, rank = int32(cuda.blockIdx.x), int32(cuda.gridDim.x), int32(0)
-        else:
-            first, stride, rank = cluster_index(), cluster_count(), cluster_rank()
-        units_m = int32((tiles_m + CLUSTER - 1) // CLUSTER)
-        items = quotient(units_m * tiles_n * splits - first + stride - 1, stride)  # >= 1
-        total = items * steps
-        group = cuda.threadIdx.x // WARPGROUP
         thread = cuda.threadIdx.x % WARPGROUP
-
-        bars = cuda.shared.array(BARRIERS, uint64)
-        raw = cuda.shared.array(0, uint16)
-        start = int32((SWIZZLE_BYTES - shared_address(raw, 0) % SWIZZLE_BYTES)
-                      % SWIZZLE_BYTES // 2)
-        smem = raw[start:]
-        pairs = cuda.shared.array(0, uint32)[start // 2:]
-        floats = cuda.shared.array(0, float32)[start // 2:]
-        if cuda.threadIdx.x == 0:
-            pipe.init(bars)
-            fence_barrier_init()
-        if CLUSTER == 1:
-            cuda.syncthreads()
-        else:                                # every block's barriers, before any copy
-            cluster_sync()
-        operands = (smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank)
-        if cuda.threadIdx.x == 0:
-            fence_tensor_map(a_map)
-            fence_tensor_map(b_map)
-            pipe.prologue(bars, total, operands)
         if thread == 0:                      # each warpgroup's thread 0 writes its rows
             fence_tensor_map(out_map)
 
@@ -223,13 +196,18 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
         acc = cuda.local.array(regs, float32)
         g = int32(0)
         boxes = int32(0)                     # this warpgroup's boxes written so far
+        issued = min(int32(STAGES - 1), total)   # the slabs thread 0 has copied (prologue)
         for item in range(items):
-            m0, n0, k_step = work(first + item * stride, units_m, tiles_n, steps, rank)
             for r in range(regs):
                 acc[r] = float32(0.0)
             # (a do-while, as gemm.wgmma's: no path from the zeros to a wait)
             s = int32(0)
             while True:
+                if not SPECIALIZED and cuda.threadIdx.x == 0:  # thread 0 copies: this
+                    # step's slab if not yet, and those whose stages are free (near a
+                    # tile's end, the next tile's); the stage of g - 1 is in use still
+                    issued = pipe.refill_ready(bars, g + 1, g + STAGES - 1, issued, total,
+                                               operands)
                 pipe.wait(bars, g)
                 base = g % STAGES * stage_size
                 a_desc = descriptor(smem, int32(base + a_at), a_fields)
@@ -240,15 +218,21 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
                         acc)
                 warpgroup_commit()
                 wait_one(acc)
-                if g > 0 and thread == 0:
+                if s > 0 and thread == 0:
                     pipe.release(bars, g - 1)
-                # into the stage released above: near a tile's end, the next tile's slabs
-                pipe.refill(bars, g, total, operands, cuda.threadIdx.x == 0)
+                if not SPECIALIZED and cuda.threadIdx.x == 0:  # into the stage of g - 1
+                    issued = pipe.refill_ready(bars, 0, g + STAGES, issued, total, operands)
                 g += 1
                 s += 1
                 if s == steps:
                     break
             wait_all(acc)
+            if thread == 0:                  # the tile's last stage, free for the next's
+                pipe.release(bars, g - 1)
+            if not SPECIALIZED and cuda.threadIdx.x == 0:
+                issued = pipe.refill_ready(bars, 0, g + STAGES, issued, total, operands)
+            # (where, only now: fewer registers live through the products)
+            m0, n0, k_step = work(first + item * stride, units_m, tiles_n, steps, rank)
 
             if biased and k_step == 0:       # bias (N,) on every row, by the first split
                 for j in range(BN // 8):
@@ -289,6 +273,50 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
                 boxes += 1
         if thread == 0:
             bulk_wait()                      # the block's shared memory is read
+
+    @jit(**({} if SIMULATOR else {"launch_bounds": (tile.threads, 1)}))
+    def matmul_persistent_kernel(out, a, b, bias, a_map, b_map, out_map, tiles_m, tiles_n,
+                                 splits, steps):
+        # block (or cluster) x takes items x, x + gridDim.x (clusters), ... of the walk
+        # (work: a unit of tile_origin's and a split of K, `steps` slabs long; the last
+        # split's steps past K read zeros); its K steps are counted on over its items (g),
+        # which is what the ring's stages and phases follow
+        M, N = out.shape
+        if CLUSTER == 1:
+            first, stride, rank = int32(cuda.blockIdx.x), int32(cuda.gridDim.x), int32(0)
+        else:
+            first, stride, rank = cluster_index(), cluster_count(), cluster_rank()
+        units_m = int32((tiles_m + CLUSTER - 1) // CLUSTER)
+        items = quotient(units_m * tiles_n * splits - first + stride - 1, stride)  # >= 1
+        total = items * steps
+        group = cuda.threadIdx.x // WARPGROUP
+        thread = cuda.threadIdx.x % WARPGROUP
+
+        bars = cuda.shared.array(BARRIERS, uint64)
+        raw = cuda.shared.array(0, uint16)
+        start = int32((SWIZZLE_BYTES - shared_address(raw, 0) % SWIZZLE_BYTES)
+                      % SWIZZLE_BYTES // 2)
+        smem = raw[start:]
+        pairs = cuda.shared.array(0, uint32)[start // 2:]
+        floats = cuda.shared.array(0, float32)[start // 2:]
+        if cuda.threadIdx.x == 0:
+            pipe.init(bars)
+            fence_barrier_init()
+        if CLUSTER == 1:
+            cuda.syncthreads()
+        else:                                # every block's barriers, before any copy
+            cluster_sync()
+        operands = (smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank)
+        if cuda.threadIdx.x == PRODUCER:
+            fence_tensor_map(a_map)
+            fence_tensor_map(b_map)
+        if SPECIALIZED and group == GROUPS:  # the producer warp: every lane waits, one copies
+            for g in range(total):
+                pipe.produce(bars, g, operands, cuda.threadIdx.x == PRODUCER)
+        else:
+            if not SPECIALIZED and cuda.threadIdx.x == 0:
+                pipe.prologue(bars, total, operands)
+            consume(out, bias, out_map, pairs, floats, bars, operands, items, total, group)
         if CLUSTER > 1:                      # the others' last releases arrive here
             cluster_sync()
 
@@ -319,5 +347,9 @@ PTX_SIGNATURES = [
         (False, False, "bf16", False, CLUSTER_TILE),
         (False, True, "bf16", False, CLUSTER_TILE),
         (False, True, "float32", False, CLUSTER_TILE),
+        (False, False, "bf16", False, SPECIALIZED_TILE),
+        (False, True, "bf16", False, SPECIALIZED_CLUSTER_TILE),
+        (False, False, "float32", False, SPECIALIZED_CLUSTER_TILE),
+        (True, False, "atomic", False, SPECIALIZED_CLUSTER_TILE),
     ]
 ]

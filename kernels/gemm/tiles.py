@@ -70,16 +70,21 @@ class PersistentTile(NamedTuple):
     into the next, and each warpgroup writes out its 64 x cols through two buffers of its
     own (box_bytes each, one box of out at a time) while the next tile's slabs land.
     cluster > 1: blocks in clusters of that many on tiles down one column of out, which
-    copy a part of their common slabs of b each, into all of their stages (multicast)."""
+    copy a part of their common slabs of b each, into all of their stages (multicast).
+    specialized: a warp of its own copies (the producer), beside the warpgroups."""
     rows: int
     cols: int
     depth: int
     stages: int
     warpgroups: int
     cluster: int = 1
+    specialized: bool = False
 
-    threads = WgmmaTile.threads
     stage_elements = WgmmaTile.stage_elements
+
+    @property
+    def threads(self):
+        return WARPGROUP * self.warpgroups + (32 if self.specialized else 0)
 
     @property
     def box_bytes(self):
@@ -94,7 +99,7 @@ class PersistentTile(NamedTuple):
 
 def check_wgmma_tile(tile):
     rows, cols, depth, stages, warpgroups = tile[:5]
-    if min(tile) < 1 or rows != 64 * warpgroups:
+    if min(rows, cols, depth, stages, warpgroups) < 1 or rows != 64 * warpgroups:
         raise ValueError(f"tile {tile}: rows must be 64 per warpgroup")
     if not (cols in (16, 32) or (cols % 64 == 0 and cols <= 256)):
         raise ValueError(f"tile {tile}: cols must be 16, 32, or a multiple of 64 up to 256 "

@@ -20,6 +20,9 @@ n - stages: parity (n // stages + 1) % 2.
         when done with step - 1, one thread a consumer: pipe.release(bars, step - 1)
         pipe.refill(bars, step, steps, operands, thread == 0)
 
+or, warp-specialized, a producer warp of its own instead of thread 0's prologue and
+refills: for step in range(steps): pipe.produce(bars, step, operands, lane == 0)
+
 fill(bars, stage, step, operands) announces the slab's bytes on `full` (expect_tx) and
 issues its copies, completing on it; operands is a tuple the kernel packs. Used by the
 wgmma GEMMs (``gemm.wgmma``, ``gemm.persistent``).
@@ -45,6 +48,8 @@ class TmaPipeline(NamedTuple):
     wait: object
     release: object
     refill: object
+    refill_ready: object
+    produce: object
 
 
 def tma_pipeline(stages, consumers, fill, cluster=1):
@@ -93,4 +98,38 @@ def tma_pipeline(stages, consumers, fill, cluster=1):
                 pass
             fill(bars, stage, ahead, operands)
 
-    return TmaPipeline(2 * stages, init, prologue, wait, release, refill)
+    @cuda.jit(device=True, inline=True)
+    def refill_ready(bars, needed, ahead, issued, steps, operands):
+        """A producer thread's copies that are also a consumer's: of the steps from
+        `issued` (those copied so far) on, every one before `needed` (waiting for its
+        stage's release: this consumer cannot go on without it), then those before
+        `ahead` whose stages are released already, stopping at the first that is not;
+        returns the new count. So the producer waits for the other consumers only when it
+        must: its own warpgroup's MMAs would wait with it (refill waits at every step)."""
+        while issued < min(ahead, steps):
+            stage = issued % stages
+            if issued >= stages:
+                parity = (issued // stages + 1) % 2
+                if issued < needed:
+                    while not mbarrier_try_wait(bars, stages + stage, parity):
+                        pass
+                elif not mbarrier_try_wait(bars, stages + stage, parity):
+                    break
+            fill(bars, stage, issued, operands)
+            issued += 1
+        return issued
+
+    @cuda.jit(device=True, inline=True)
+    def produce(bars, step, operands, copying):
+        """A producer warp's step: the copies of `step`, once every consumer has released
+        the stage's last use (step - stages), by the lane for which `copying` holds (all
+        of the warp's lanes wait, so that it stays converged)."""
+        stage = step % stages
+        if step >= stages:
+            while not mbarrier_try_wait(bars, stages + stage, (step // stages + 1) % 2):
+                pass
+        if copying:
+            fill(bars, stage, step, operands)
+
+    return TmaPipeline(2 * stages, init, prologue, wait, release, refill, refill_ready,
+                       produce)
