@@ -33,8 +33,7 @@ from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
 from ..layouts.tiles import descriptor
 from ..pipelines.tma import tma_pipeline
 from .tiles import BF16_OUT, GROUP
-from .tuning import (CLUSTER_TILE, PERSISTENT_TILE, SPECIALIZED_CLUSTER_TILE,
-                     SPECIALIZED_TILE)
+from .tuning import CLUSTER_TILE, PERSISTENT_TILE
 from .wgmma import slabs
 
 EPILOGUES = ("float32", "bf16", "accumulate", "atomic")
@@ -347,9 +346,5 @@ PTX_SIGNATURES = [
         (False, False, "bf16", False, CLUSTER_TILE),
         (False, True, "bf16", False, CLUSTER_TILE),
         (False, True, "float32", False, CLUSTER_TILE),
-        (False, False, "bf16", False, SPECIALIZED_TILE),
-        (False, True, "bf16", False, SPECIALIZED_CLUSTER_TILE),
-        (False, False, "float32", False, SPECIALIZED_CLUSTER_TILE),
-        (True, False, "atomic", False, SPECIALIZED_CLUSTER_TILE),
     ]
 ]
