@@ -166,12 +166,20 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
 
     @cuda.jit(device=True, inline=True)
     def fill(bars, stage, g, operands):
-        """The slabs of this block's g-th K step (counted over all its items)."""
-        smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank = operands
-        item = quotient(g, steps)
-        m0, n0, k_step = work(first + item * stride, units_m, tiles_n, steps, rank)
-        slab.load(bars, stage, smem, a, b, a_map, b_map, (k_step + g - item * steps) * BK,
-                  m0, n0, rank)
+        """The slabs of this block's g-th K step (counted over all its items), g one more
+        than the last call's: the producer's cursor (its item's end, origin and first K
+        step less the item's first g) moves on once an item, so that the copying thread,
+        a consumer's too, spends a few instructions a step on it."""
+        (smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank,
+         cursor) = operands
+        if g == cursor[0]:                   # the first step of the next item
+            item = quotient(g, steps)
+            cursor[1], cursor[2], k_step = work(first + item * stride, units_m, tiles_n,
+                                                steps, rank)
+            cursor[3] = k_step - g
+            cursor[0] = g + steps
+        slab.load(bars, stage, smem, a, b, a_map, b_map, (cursor[3] + g) * BK, cursor[1],
+                  cursor[2], rank)
 
     pipe = tma_pipeline(STAGES, GROUPS, fill, CLUSTER)
     BARRIERS = pipe.barriers
@@ -180,7 +188,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
     def consume(out, bias, out_map, pairs, floats, bars, operands, items, total, group):
         """A consumer warpgroup's walk: the products of each item's K steps, then its
         epilogue."""
-        smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank = operands
+        smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank, _ = operands
         M, N = out.shape
         thread = cuda.threadIdx.x % WARPGROUP
         if thread == 0:                      # each warpgroup's thread 0 writes its rows
@@ -305,7 +313,10 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
             cuda.syncthreads()
         else:                                # every block's barriers, before any copy
             cluster_sync()
-        operands = (smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank)
+        cursor = cuda.local.array(4, int32)  # the producer's: see fill
+        cursor[0] = 0
+        operands = (smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank,
+                    cursor)
         if cuda.threadIdx.x == PRODUCER:
             fence_tensor_map(a_map)
             fence_tensor_map(b_map)
