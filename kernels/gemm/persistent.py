@@ -119,9 +119,7 @@ def quotient(n, d):
 def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
     if epilogue not in EPILOGUES:
         raise ValueError(f"epilogue {epilogue!r}: the persistent kernel writes {EPILOGUES}")
-    BM, BN, BK, STAGES, GROUPS, CLUSTER, SPECIALIZED = tile
-    # the thread that copies: the producer warp's first, or (none) the first consumer's
-    PRODUCER = GROUPS * WARPGROUP if SPECIALIZED else 0
+    BM, BN, BK, STAGES, GROUPS, CLUSTER = tile
     regs = BN // 2                                # accumulators per thread
     slab = slabs(transpose_a, transpose_b, BM, BN, BK, tile.stage_elements, CLUSTER)
     BAND = GROUP // CLUSTER                       # rows of the walk's units a band
@@ -210,7 +208,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
             # (a do-while, as gemm.wgmma's: no path from the zeros to a wait)
             s = int32(0)
             while True:
-                if not SPECIALIZED and cuda.threadIdx.x == 0:  # thread 0 copies: this
+                if cuda.threadIdx.x == 0:    # thread 0 copies: this
                     # step's slab if not yet, and those whose stages are free (near a
                     # tile's end, the next tile's); the stage of g - 1 is in use still
                     issued = pipe.refill_ready(bars, g + 1, g + STAGES - 1, issued, total,
@@ -227,7 +225,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
                 wait_one(acc)
                 if s > 0 and thread == 0:
                     pipe.release(bars, g - 1)
-                if not SPECIALIZED and cuda.threadIdx.x == 0:  # into the stage of g - 1
+                if cuda.threadIdx.x == 0:    # into the stage of g - 1
                     issued = pipe.refill_ready(bars, 0, g + STAGES, issued, total, operands)
                 g += 1
                 s += 1
@@ -236,7 +234,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
             wait_all(acc)
             if thread == 0:                  # the tile's last stage, free for the next's
                 pipe.release(bars, g - 1)
-            if not SPECIALIZED and cuda.threadIdx.x == 0:
+            if cuda.threadIdx.x == 0:
                 issued = pipe.refill_ready(bars, 0, g + STAGES, issued, total, operands)
             # (where, only now: fewer registers live through the products)
             m0, n0, k_step = work(first + item * stride, units_m, tiles_n, steps, rank)
@@ -317,16 +315,11 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
         cursor[0] = 0
         operands = (smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank,
                     cursor)
-        if cuda.threadIdx.x == PRODUCER:
+        if cuda.threadIdx.x == 0:
             fence_tensor_map(a_map)
             fence_tensor_map(b_map)
-        if SPECIALIZED and group == GROUPS:  # the producer warp: every lane waits, one copies
-            for g in range(total):
-                pipe.produce(bars, g, operands, cuda.threadIdx.x == PRODUCER)
-        else:
-            if not SPECIALIZED and cuda.threadIdx.x == 0:
-                pipe.prologue(bars, total, operands)
-            consume(out, bias, out_map, pairs, floats, bars, operands, items, total, group)
+            pipe.prologue(bars, total, operands)
+        consume(out, bias, out_map, pairs, floats, bars, operands, items, total, group)
         if CLUSTER > 1:                      # the others' last releases arrive here
             cluster_sync()
 

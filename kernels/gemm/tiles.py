@@ -70,21 +70,16 @@ class PersistentTile(NamedTuple):
     into the next, and each warpgroup writes out its 64 x cols through two buffers of its
     own (box_bytes each, one box of out at a time) while the next tile's slabs land.
     cluster > 1: blocks in clusters of that many on tiles down one column of out, which
-    copy a part of their common slabs of b each, into all of their stages (multicast).
-    specialized: a warp of its own copies (the producer), beside the warpgroups."""
+    copy a part of their common slabs of b each, into all of their stages (multicast)."""
     rows: int
     cols: int
     depth: int
     stages: int
     warpgroups: int
     cluster: int = 1
-    specialized: bool = False
 
+    threads = WgmmaTile.threads
     stage_elements = WgmmaTile.stage_elements
-
-    @property
-    def threads(self):
-        return WARPGROUP * self.warpgroups + (32 if self.specialized else 0)
 
     @property
     def box_bytes(self):

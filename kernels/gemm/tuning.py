@@ -60,10 +60,6 @@ PERSISTENT_TILE = PersistentTile(128, 256, 64, 4, 2)
 # and in clusters of two blocks on tiles down one column, which share their slabs of b:
 # each copies half of b's (multicast), a third less of the L2's traffic a FLOP
 CLUSTER_TILE = PersistentTile(128, 256, 64, 4, 2, 2)
-# each with a producer warp of its own, which copies while the warpgroups compute (thread
-# 0 waits for a stage's release before it copies, and its warpgroup's MMAs with it)
-SPECIALIZED_TILE = PersistentTile(128, 256, 64, 4, 2, 1, True)
-SPECIALIZED_CLUSTER_TILE = PersistentTile(128, 256, 64, 4, 2, 2, True)
 
 
 def wgmma_available():

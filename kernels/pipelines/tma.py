@@ -20,8 +20,8 @@ n - stages: parity (n // stages + 1) % 2.
         when done with step - 1, one thread a consumer: pipe.release(bars, step - 1)
         pipe.refill(bars, step, steps, operands, thread == 0)
 
-or, warp-specialized, a producer warp of its own instead of thread 0's prologue and
-refills: for step in range(steps): pipe.produce(bars, step, operands, lane == 0)
+A producer that is also a consumer (the persistent GEMM's thread 0) may take refill_ready
+instead of refill: it waits for the other consumers only for a slab it needs itself.
 
 fill(bars, stage, step, operands) announces the slab's bytes on `full` (expect_tx) and
 issues its copies, completing on it; operands is a tuple the kernel packs. Used by the
@@ -49,7 +49,6 @@ class TmaPipeline(NamedTuple):
     release: object
     refill: object
     refill_ready: object
-    produce: object
 
 
 def tma_pipeline(stages, consumers, fill, cluster=1):
@@ -119,17 +118,4 @@ def tma_pipeline(stages, consumers, fill, cluster=1):
             issued += 1
         return issued
 
-    @cuda.jit(device=True, inline=True)
-    def produce(bars, step, operands, copying):
-        """A producer warp's step: the copies of `step`, once every consumer has released
-        the stage's last use (step - stages), by the lane for which `copying` holds (all
-        of the warp's lanes wait, so that it stays converged)."""
-        stage = step % stages
-        if step >= stages:
-            while not mbarrier_try_wait(bars, stages + stage, (step // stages + 1) % 2):
-                pass
-        if copying:
-            fill(bars, stage, step, operands)
-
-    return TmaPipeline(2 * stages, init, prologue, wait, release, refill, refill_ready,
-                       produce)
+    return TmaPipeline(2 * stages, init, prologue, wait, release, refill, refill_ready)
