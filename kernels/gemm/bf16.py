@@ -93,8 +93,7 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
                          "'backward')")
     pre = out if pre is None else pre       # the wgmma kernel's unread stand-in
     if tile is None:
-        tile = default_tile(M, N, K, accumulate, wgmma_takes(out, pre, a, b), out_bf16,
-                            persistent=gelu is None)
+        tile = default_tile(M, N, K, accumulate, wgmma_takes(out, pre, a, b), out_bf16)
     elif not isinstance(tile, (WgmmaTile, PersistentTile)):
         tile = MmaTile(*tile)
     check_tile(tile)

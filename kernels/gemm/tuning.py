@@ -74,13 +74,7 @@ def wgmma_takes(*matrices):
     return wgmma_available() and all(map(tma_ready, matrices))
 
 
-def persistent_tile(M, N, K, accumulate=False, bf16_out=False):
-    """The persistent tile (gemm.persistent) a product takes on Hopper instead of the
-    wgmma kernel's, where the H200 ran it faster in the same call; None elsewhere."""
-    return None
-
-
-def default_tile(M, N, K, accumulate=False, wgmma=False, bf16_out=False, persistent=True):
+def default_tile(M, N, K, accumulate=False, wgmma=False, bf16_out=False):
     """With wgmma (a Hopper GPU, and matrices the bulk tensor copies can move) the wide
     wgmma tile, or for a K too long for one chain that cannot be split (a bf16 out: a
     float32 one is split, see splits_written) the folding one. Otherwise the mma.sync
@@ -94,15 +88,8 @@ def default_tile(M, N, K, accumulate=False, wgmma=False, bf16_out=False, persist
     (docs/gemm-bf16.md, tuning log row 13) it took the LM head's dX and dW 2.206 -> 2.080
     and 2.138 -> 1.967 ms, the MLP's dW 0.127 -> 0.119, and lost where K is 768 (the LM
     head forward 2.264 -> 2.422: the fill and the epilogue weigh more there) and on W_O's
-    dW (768 x 768: 12 tall tiles split 11 ways fill one wave, as 18 wide ones in 7 do).
-
-    Before all of these, on Hopper, the persistent tile where persistent_tile names one
-    (persistent: the product may take it; not the GELU epilogues, which it has not)."""
+    dW (768 x 768: 12 tall tiles split 11 ways fill one wave, as 18 wide ones in 7 do)."""
     folds = K > MAX_CHAIN and not accumulate
-    if wgmma and persistent and not (folds and bf16_out):
-        tile = persistent_tile(M, N, K, accumulate, bf16_out)
-        if tile is not None:
-            return tile
     if wgmma:
         if folds and bf16_out:
             return FOLD_TILE
