@@ -33,7 +33,7 @@ for config, B, T, C, V in GEMM_CONFIGS:
         b = rng.standard_normal((N, K) if tb else (K, N), np.float32)
         da = cuda.to_device(a.astype(ml_dtypes.bfloat16).view(np.uint16))
         db = cuda.to_device(b.astype(ml_dtypes.bfloat16).view(np.uint16))
-        bf16_out = epilogue != "float32"
+        bf16_out = epilogue not in ("float32", "accumulate")
         out = cuda.to_device(np.zeros((M, N), np.uint16 if bf16_out else np.float32))
         ms = []
         for label, tile in tiles:
