@@ -21,7 +21,7 @@ configs = sys.argv[2:] or [c[0] for c in GEMM_CONFIGS]
 ops = CudaBackend()
 rng = np.random.default_rng(0)
 tiles = [("default", None), ("persistent", tuning.PERSISTENT_TILE),
-         ("cluster", tuning.CLUSTER_TILE), ("persistent-192", PersistentTile(128, 192, 64, 4, 2))]
+         ("persistent-192", PersistentTile(128, 192, 64, 4, 2))]
 print("config product MxNxK | " + " ".join(n for n, _ in tiles) + " torch | ratios vs torch")
 log = {}
 for config, B, T, C, V in GEMM_CONFIGS:

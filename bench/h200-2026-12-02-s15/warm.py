@@ -11,7 +11,7 @@ from microgpt.gemms import step_products
 from microgpt.kernels.gemm import bf16 as gemm_bf16, tuning
 
 from microgpt.kernels.gemm.tiles import PersistentTile
-TILES = [None, tuning.PERSISTENT_TILE, tuning.CLUSTER_TILE, PersistentTile(128, 192, 64, 4, 2)]
+TILES = [None, tuning.PERSISTENT_TILE, PersistentTile(128, 192, 64, 4, 2)]
 part, parts = int(sys.argv[1]), int(sys.argv[2])
 jobs = [(c, p, t) for c in GEMM_CONFIGS for p in step_products(*c[1:]) for t in TILES]
 seen = set()
