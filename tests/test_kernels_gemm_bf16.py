@@ -15,11 +15,13 @@ Tolerances, derived:
   values is ~0.6 in the mean square), under 2e-5, and gelu' itself 1e-5; the wgmma
   kernel rounds gelu' to bf16 (2^-8) before it multiplies; then the rounding of out, 2^-8.
 """
+from unittest import mock
+
 import numpy as np
 import pytest
 from helpers import (ON_GPU, REAL_SHAPES, TOL_BF16_OUT, TOL_F32_OP, assert_close, bf16,
                      from_bf16, poisoned, randn)
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from numba import cuda
 
@@ -27,8 +29,9 @@ from microgpt import reference as ref
 from microgpt.gemms import step_products
 from microgpt.kernels import device, gemm
 from microgpt.kernels.gemm import bf16 as gemm_bf16
-from microgpt.kernels.gemm import fp32, tuning
-from microgpt.kernels.gemm.tiles import BF16_OUT, FOLD_STEPS, GROUP, MmaTile, WgmmaTile
+from microgpt.kernels.gemm import fp32, persistent, tuning
+from microgpt.kernels.gemm.tiles import (BF16_OUT, FOLD_STEPS, GROUP, MmaTile, PersistentTile,
+                                         WgmmaTile)
 
 EPILOGUES = ["float32", "bf16", "accumulate", "split_k"]
 TOL_GELU_BACKWARD = 2.0**-7 + 3 * TOL_F32_OP
@@ -60,16 +63,20 @@ SEEDS = st.integers(0, 2**32 - 1)
 
 
 def check_matmul_bf16(M, N, K, transpose_a, transpose_b, epilogue, tile, seed, split_k,
-                      max_chain=tuning.MAX_CHAIN, pitched=False):
+                      max_chain=tuning.MAX_CHAIN, pitched=False, biased=False):
     """epilogue: "float32" or "bf16" (out written), "accumulate" or "split_k" (a float32
     out added to); split_k None takes the launcher's default; a short max_chain makes the
     kernel fold its accumulators. pitched: a and b are views of some of wider matrices'
     columns (drawn values beside them, which must not be read), starting on a 16-byte
-    boundary where the sizes are multiples of 8, anywhere otherwise."""
+    boundary where the sizes are multiples of 8, anywhere otherwise. biased: a drawn bias
+    (N,) added to every row (a written out only)."""
     rng = np.random.default_rng(seed)
     a, a64, d_a = operand(rng, *((K, M) if transpose_a else (M, K)), pitched)
     b, b64, d_b = operand(rng, *((N, K) if transpose_b else (K, N)), pitched)
     expected = (a64.T if transpose_a else a64) @ (b64.T if transpose_b else b64)
+    bias = randn(rng, N) if biased else None
+    if biased:
+        expected += bias
     accumulate = epilogue in ("accumulate", "split_k")
     if epilogue == "bf16":
         out = cuda.to_device(poisoned((M, N), np.uint16))
@@ -78,14 +85,16 @@ def check_matmul_bf16(M, N, K, transpose_a, transpose_b, epilogue, tile, seed, s
         out = cuda.to_device(out0)
         if accumulate:
             expected += out0
-    gemm_bf16.matmul_bf16(out, d_a, d_b, transpose_a, transpose_b, accumulate, tile=tile,
+    gemm_bf16.matmul_bf16(out, d_a, d_b, transpose_a, transpose_b, accumulate,
+                          None if bias is None else cuda.to_device(bias), tile=tile,
                           split_k=split_k, max_chain=max_chain)
     got = out.copy_to_host()
     if epilogue == "bf16":
         got = from_bf16(got)
     assert_close(got, expected, TOL_BF16_OUT if epilogue == "bf16" else TOL_F32_OP,
                  f"matmul_bf16 {M}x{N}x{K} ta={transpose_a} tb={transpose_b} {epilogue} "
-                 f"{tile} split_k={split_k} max_chain={max_chain} pitched={pitched}")
+                 f"{tile} split_k={split_k} max_chain={max_chain} pitched={pitched} "
+                 f"biased={biased}")
 
 
 def operand(rng, rows, cols, pitched):
@@ -428,3 +437,76 @@ def test_the_matmul_op_sends_bf16_operands_here(monkeypatch):
     assert_close(via_op.copy_to_host(), a64 @ b64, TOL_F32_OP, "the matmul op on bf16 operands")
     with pytest.raises(ValueError, match="a GemmTile is the float32 kernel's"):
         gemm.matmul(via_op, a, b, tile=fp32.default_tile(20, 24))
+
+
+# the persistent kernel (gemm.persistent): a few blocks walking several tiles each (on a
+# GPU, one an SM), every epilogue it takes, biased or not, views or matrices
+# (clusters on a GPU only: the simulator's blocks run one after another)
+PERSISTENT_TILES = st.sampled_from([tuning.PERSISTENT_TILE, tuning.CLUSTER_TILE]
+                                   if REAL_SHAPES else [PersistentTile(64, 16, 16, 3, 1)])
+PERSISTENT_SIZES = (st.tuples(st.integers(1, 4096), st.integers(1, 3072),
+                              st.integers(1, 3072)) if REAL_SHAPES
+                    else st.tuples(st.integers(1, 136), st.integers(1, 40),
+                                   st.integers(1, 56)))
+
+
+@settings(max_examples=12 if ON_GPU else 5)
+@given(sizes=PERSISTENT_SIZES, transpose_a=st.booleans(), transpose_b=st.booleans(),
+       epilogue=st.sampled_from(EPILOGUES), tile=PERSISTENT_TILES, blocks=st.integers(1, 3),
+       biased=st.booleans(), chained=st.booleans(), pitched=st.booleans(), seed=SEEDS)
+def test_persistent_kernel_matches_reference(sizes, transpose_a, transpose_b, epilogue,
+                                             tile, blocks, biased, chained, pitched, seed):
+    """Each block walks its items, a tile and a split of K each (in the simulator 1-3
+    blocks, so that most walk several and the ring of stages runs from one into the
+    next), with ragged edges; split-K given (2 splits), or (not chained) a float32 out
+    written with a K longer than a chain, summed by split-K into zeros."""
+    sizes = tuple(max(8, s // 8 * 8) for s in sizes)     # (the bulk copies need it)
+    walk = persistent.blocks if ON_GPU else lambda tiles: min(tiles, blocks)
+    short = epilogue == "float32" and not chained
+    with mock.patch.object(persistent, "blocks", walk):
+        check_matmul_bf16(*sizes, transpose_a, transpose_b, epilogue, tile, seed,
+                          split_k={"accumulate": 1, "split_k": 2}.get(epilogue),
+                          max_chain=2 * tile.depth if short
+                          else tuning.MAX_CHAIN, pitched=pitched,
+                          biased=biased and epilogue in ("float32", "bf16"))
+
+
+def test_two_warpgroups_walk_their_tiles():
+    """A persistent tile of two warpgroups (as the GPU's), in the simulator too: one
+    block walking two tiles, K of more slabs than stages."""
+    tile = tuning.PERSISTENT_TILE if ON_GPU else PersistentTile(128, 16, 16, 3, 2)
+    with mock.patch.object(persistent, "blocks", lambda tiles: 1):
+        check_matmul_bf16(2 * tile.rows - 8, tile.cols, 4 * tile.depth, False, True,
+                          "bf16", tile, seed=3, split_k=None)
+
+
+def test_the_persistent_kernel_refuses_what_it_does_not_run():
+    x, w = cuda.to_device(np.zeros((64, 32), np.uint16)), cuda.to_device(
+        np.zeros((32, 16), np.uint16))
+    tile = PersistentTile(64, 16, 16, 3, 1)
+    with pytest.raises(ValueError, match="each split of K in one chain"):
+        gemm_bf16.matmul_bf16(cuda.to_device(np.zeros((64, 16), np.uint16)), x, w,
+                              tile=tile, max_chain=16)
+    with pytest.raises(ValueError, match="the GELU epilogues are the wgmma kernel's"):
+        gemm_bf16.matmul_bf16(cuda.to_device(np.zeros((64, 16), np.uint16)), x, w,
+                              gelu="forward", pre=cuda.to_device(np.zeros((64, 16), np.uint16)),
+                              tile=tile)
+
+
+# (andrea-120m's LM head dX and dW apart: their float64 references take the most time)
+PERSISTENT_PRODUCTS = [p for p in STEP_PRODUCTS
+                       if not (p[0] in ("LM head dX", "LM head dW") and max(p[1], p[3]) > 16384)]
+
+
+@pytest.mark.skipif(not REAL_SHAPES, reason="the model's products need a GPU and real shapes")
+@pytest.mark.parametrize("tile", [tuning.PERSISTENT_TILE, tuning.CLUSTER_TILE],
+                         ids=lambda tile: f"cluster{tile.cluster}")
+@pytest.mark.parametrize("product", PERSISTENT_PRODUCTS,
+                         ids=lambda p: f"{p[0]} {p[1]}x{p[2]}x{p[3]}")
+def test_step_products_persistent(product, tile):
+    """The step's products with the persistent tiles and the launcher's split of K (the
+    GELU epilogues' as plain bf16 products: the persistent kernel has none), one biased."""
+    name, M, N, K, ta, tb, epilogue = product
+    epilogue = "bf16" if epilogue.startswith("gelu") else epilogue
+    check_matmul_bf16(M, N, K, ta, tb, epilogue, tile, seed=5, split_k=None,
+                      biased=name == "QKV forward")

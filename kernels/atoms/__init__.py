@@ -52,6 +52,21 @@ The atoms, in the words of the PTX ISA (warp-collective ones marked):
                       matrix, clipped at its edges; grouped by bulk_commit, its shared
                       memory free again after bulk_wait
   named_barrier(id, n)  bar.sync among n threads (whole warps), not the whole block
+  bulk_wait_but_one   until every bulk group of this thread but the newest has read its
+                      shared memory (double-buffered stores: the older buffer free again)
+
+Thread block clusters (sm_90; a launch with a cluster shape, gemm.bf16's for the
+persistent kernel's clustered tiles; the twins are those of a cluster of one block):
+  cluster_rank, cluster_index, cluster_count   the block's rank in its cluster
+                      (%cluster_ctarank), its cluster's index along x and the clusters
+                      along x (%clusterid.x, %nclusterid.x)
+  cluster_sync        barrier.cluster arrive (release) and wait (acquire): every thread
+                      of every block of the cluster
+  tma_load_2d_multicast   tma_load_2d into the same place of the shared memory of each
+                      block of the cluster in the 16-bit mask, completing on the mbarrier
+                      at the same place in each
+  mbarrier_arrive_cluster(bars, index, rank)   one arrival (release, cluster scope) on the
+                      mbarrier at bars[index] of the cluster's block `rank` (mapa)
 
 
 The loads and stores of activations in float32 or bf16 (``precision`` builds on them):
@@ -94,6 +109,8 @@ ATOMS = (
     "tma_load_2d", "tma_store_2d", "tma_add_2d", "bulk_commit", "bulk_wait",
     "named_barrier", "fence_tensor_map", "load_float32", "store_float32",
     "copy_element", "load_group4", "store_group4",
+    "bulk_wait_but_one", "cluster_rank", "cluster_index", "cluster_count", "cluster_sync",
+    "tma_load_2d_multicast", "mbarrier_arrive_cluster",
 )
 
 if SIMULATOR:

@@ -371,6 +371,46 @@ tma_add_2d = _tma_store(
     "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group")
 bulk_commit = _ordered_asm("cp.async.bulk.commit_group;")
 bulk_wait = _ordered_asm("cp.async.bulk.wait_group.read 0;")
+bulk_wait_but_one = _ordered_asm("cp.async.bulk.wait_group.read 1;")
+
+# thread block clusters (sm_90) ------------------------------------------------------
+
+
+def _special_register(name):
+    @intrinsic
+    def atom(typingctx):
+        sig = types.int32()
+
+        def codegen(context, builder, sig, args):
+            return _asm(builder, _i32, [], f"mov.u32 $0, {name};", "=r", side_effect=False)
+        return sig, codegen
+    return atom
+
+cluster_rank = _special_register("%cluster_ctarank")
+cluster_index = _special_register("%clusterid.x")
+cluster_count = _special_register("%nclusterid.x")
+cluster_sync = _ordered_asm("barrier.cluster.arrive.release.aligned; "
+                            "barrier.cluster.wait.acquire.aligned;")
+mbarrier_arrive_cluster = _barrier_atom(
+    "{ .reg .b32 remote; mapa.shared::cluster.u32 remote, $0, $1; "
+    "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote]; }")
+
+
+@intrinsic
+def tma_load_2d_multicast(typingctx, smem, index, src, tensor_map, col, row, bars, bar, mask):
+    sig = types.void(smem, types.int32, src, tensor_map, types.int32, types.int32,
+                     bars, types.int32, types.uint16)
+
+    def codegen(context, builder, sig, args):
+        data = context.make_array(sig.args[3])(context, builder, args[3]).data
+        _asm(builder, ir.VoidType(),
+             [_shared(context, builder, sig, args, 0), builder.ptrtoint(data, _i64),
+              args[4], args[5], _shared(context, builder, sig, args, 6), args[8]],
+             "cp.async.bulk.tensor.2d.shared::cluster.global.tile"
+             ".mbarrier::complete_tx::bytes.multicast::cluster [$0], [$1, {$2, $3}], [$4], $5;",
+             "r,l,r,r,r,h,~{memory}")
+        return context.get_dummy_value()
+    return sig, codegen
 
 
 @intrinsic

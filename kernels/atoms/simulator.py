@@ -330,6 +330,47 @@ bulk_commit = _nothing
 
 
 bulk_wait = _nothing
+bulk_wait_but_one = _nothing        # (the twins' stores are done when issued)
+
+# thread block clusters: the twins are a cluster of one block (the simulator runs blocks
+# one after another, so no two blocks could wait on each other)
+
+
+@cuda.jit(device=True)
+def cluster_rank():
+    return 0
+
+
+@cuda.jit(device=True)
+def cluster_index():
+    return cuda.blockIdx.x
+
+
+@cuda.jit(device=True)
+def cluster_count():
+    return cuda.gridDim.x
+
+
+@cuda.jit(device=True)
+def cluster_sync():
+    cuda.syncthreads()
+
+
+def _only_this_block(rank_or_mask, one):
+    if int(rank_or_mask) != one:
+        raise AssertionError(f"{rank_or_mask}: the twins' cluster is this one block alone")
+
+
+@cuda.jit(device=True)
+def tma_load_2d_multicast(smem, index, src, tensor_map, col, row, bars, bar, mask):
+    _only_this_block(mask, 1)
+    tma_load_2d(smem, index, src, tensor_map, col, row, bars, bar)
+
+
+@cuda.jit(device=True)
+def mbarrier_arrive_cluster(bars, index, rank):
+    _only_this_block(rank, 0)
+    _barrier_update(bars, index, 1, 0)
 
 _named_barriers = {}
 

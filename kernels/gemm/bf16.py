@@ -24,10 +24,10 @@ from ..common import ceil_div, check_array, device_address, fill_zero
 from ..device import CHUNK, allow_dynamic_shared
 from ..layouts.tensor_maps import tensor_map, tma_ready
 from ..layouts.tiles import PANEL
-from . import wgmma
+from . import persistent, wgmma
 from .bias import check_bias, unread_bias
 from .mma_sync import mma_sync_kernel
-from .tiles import GROUP, MmaTile, WgmmaTile, check_tile
+from .tiles import GROUP, MmaTile, PersistentTile, WgmmaTile, check_tile
 from .tuning import MAX_CHAIN, default_split_k, default_tile, splits_written, wgmma_takes
 from .wgmma import wgmma_kernel
 
@@ -94,10 +94,11 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
     pre = out if pre is None else pre       # the wgmma kernel's unread stand-in
     if tile is None:
         tile = default_tile(M, N, K, accumulate, wgmma_takes(out, pre, a, b), out_bf16)
-    elif not isinstance(tile, WgmmaTile):
+    elif not isinstance(tile, (WgmmaTile, PersistentTile)):
         tile = MmaTile(*tile)
     check_tile(tile)
-    if isinstance(tile, WgmmaTile) and not all(map(tma_ready, (out, pre, a, b))):
+    bulk = isinstance(tile, (WgmmaTile, PersistentTile))    # the bulk tensor copies' tiles
+    if bulk and not all(map(tma_ready, (out, pre, a, b))):
         raise ValueError(f"tile {tile}: the bulk tensor copies need matrices whose rows are "
                          "whole 16-byte chunks (a multiple of 8 bf16 or 4 float32 columns) "
                          "starting 16-byte aligned; give an MmaTile, or none, for these")
@@ -128,6 +129,13 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
     aligned = all(arr.shape[1] % CHUNK == 0 and arr.strides[0] % 16 == 0
                   and device_address(arr) % 16 == 0 for arr in (a, b))
     fold = steps_per_split * tile.depth > max_chain
+    if isinstance(tile, PersistentTile):
+        if fold:
+            raise ValueError(f"tile {tile}: the persistent kernel sums each split of K in "
+                             f"one chain (here {steps_per_split * tile.depth} of K against "
+                             f"max_chain {max_chain}): give a split_k")
+        return _launch_persistent(out, a, b, bias, transpose_a, transpose_b, epilogue, tile,
+                                  split_k, steps_per_split, stream)
     kernel = _kernel(bool(transpose_a), bool(transpose_b), epilogue, aligned, fold, tile,
                      bias is not None)
     bias = unread_bias(out) if bias is None else bias
@@ -149,3 +157,32 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
     else:
         grid = (ceil_div(N, tile.cols), ceil_div(M, tile.rows), split_k)
         kernel[grid, tile.threads, stream](out, a, b, bias, steps_per_split)
+
+
+def _launch_persistent(out, a, b, bias, transpose_a, transpose_b, epilogue, tile, splits,
+                       steps_per_split, stream):
+    """gemm.persistent's launch: one block an SM (or a tile) walking out's tiles; in
+    clusters, through the driver's launch with a cluster shape (numba-cuda has none)."""
+    M, N = out.shape
+    rows, cols, depth, cluster = tile.rows, tile.cols, tile.depth, tile.cluster
+    kernel = persistent.persistent_kernel(bool(transpose_a), bool(transpose_b), epilogue,
+                                          tile, bias is not None)
+    bias = unread_bias(out) if bias is None else bias
+    layouts = tuple("C" if arr.is_c_contiguous() else "A" for arr in (a, b))
+    a_map = tensor_map(a, *((depth, min(rows, PANEL)) if transpose_a else (rows, depth)))
+    # a block of a cluster copies its part of b's slab: rows of it, when b is (N, K)
+    b_map = tensor_map(b, *((cols // cluster, depth) if transpose_b
+                            else (depth, min(cols, PANEL))))
+    out_map = tensor_map(out, 64, min(cols, 64 if out.dtype == np.uint16 else 32))
+    tiles_m, tiles_n = ceil_div(M, rows), ceil_div(N, cols)
+    signature = persistent.signature(epilogue, *layouts)
+    allow_dynamic_shared(kernel, signature, tile.shared_bytes)
+    units = ceil_div(tiles_m, cluster) * tiles_n * splits
+    args = (out, a, b, bias, a_map, b_map, out_map, np.int32(tiles_m), np.int32(tiles_n),
+            np.int32(splits), np.int32(steps_per_split))
+    if cluster == 1:
+        kernel[persistent.blocks(units), tile.threads, stream, tile.shared_bytes](*args)
+    else:
+        shape = (cluster, tile.threads, tile.shared_bytes)
+        grid = persistent.cluster_blocks(kernel, signature, units, *shape)
+        persistent.launch_in_clusters(kernel, signature, grid, *shape, stream, args)

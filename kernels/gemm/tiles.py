@@ -64,9 +64,37 @@ class WgmmaTile(NamedTuple):
                 + SWIZZLE_BYTES)
 
 
+class PersistentTile(NamedTuple):
+    """A tile of the persistent wgmma kernel (``gemm.persistent``): as a WgmmaTile's, but
+    one block an SM walks the output's tiles, the stages' ring running on from one tile
+    into the next, and each warpgroup writes out its 64 x cols through two buffers of its
+    own (box_bytes each, one box of out at a time) while the next tile's slabs land.
+    cluster > 1: blocks in clusters of that many on tiles down one column of out, which
+    copy a part of their common slabs of b each, into all of their stages (multicast)."""
+    rows: int
+    cols: int
+    depth: int
+    stages: int
+    warpgroups: int
+    cluster: int = 1
+
+    threads = WgmmaTile.threads
+    stage_elements = WgmmaTile.stage_elements
+
+    @property
+    def box_bytes(self):
+        """A box of the epilogue: 64 rows of up to 128 bytes (32 float32 or 64 bf16)."""
+        return 64 * min(4 * self.cols, 128)
+
+    @property
+    def shared_bytes(self):
+        return (self.stages * self.stage_elements * 2 + 2 * self.warpgroups * self.box_bytes
+                + SWIZZLE_BYTES)
+
+
 def check_wgmma_tile(tile):
-    rows, cols, depth, stages, warpgroups = tile
-    if min(tile) < 1 or rows != 64 * warpgroups:
+    rows, cols, depth, stages, warpgroups = tile[:5]
+    if min(rows, cols, depth, stages, warpgroups) < 1 or rows != 64 * warpgroups:
         raise ValueError(f"tile {tile}: rows must be 64 per warpgroup")
     if not (cols in (16, 32) or (cols % 64 == 0 and cols <= 256)):
         raise ValueError(f"tile {tile}: cols must be 16, 32, or a multiple of 64 up to 256 "
@@ -80,7 +108,9 @@ def check_wgmma_tile(tile):
 
 
 def check_tile(tile):
-    if isinstance(tile, WgmmaTile):
+    if isinstance(tile, PersistentTile) and tile.cluster not in (1, 2, 4):
+        raise ValueError(f"tile {tile}: clusters of 1, 2 or 4 blocks")
+    if isinstance(tile, (WgmmaTile, PersistentTile)):
         return check_wgmma_tile(tile)
     rows, cols, depth, warp_rows, warp_cols, stages, _ = tile
     if min(tile) < 1 or rows % warp_rows or cols % warp_cols:

@@ -22,7 +22,7 @@ from numba import cuda
 from ..common import ceil_div
 from ..device import SIMULATOR, SMS
 from ..layouts.tensor_maps import tma_ready
-from .tiles import MmaTile, WgmmaTile
+from .tiles import MmaTile, PersistentTile, WgmmaTile
 
 MAX_CHAIN = 4096   # K summed by the tensor cores' truncating accumulation, at most
 TALL_K = 2048      # the K from which a float32 out may take TALL_TILE on Hopper (default_tile)
@@ -53,6 +53,13 @@ FOLD_TILE = WgmmaTile(128, 128, 64, 4, 2)
 # rows again per byte of b copied, for the products long enough in K that the slabs'
 # traffic, not the fill and the epilogue, sets their pace (default_tile)
 TALL_TILE = WgmmaTile(192, 256, 64, 4, 3)
+# the persistent kernel's (gemm.persistent): the wide tile's block, one an SM walking the
+# tiles, the ring running on into the next tile during the epilogue (192 KiB of stages and
+# 32 KiB of the epilogue's buffers)
+PERSISTENT_TILE = PersistentTile(128, 256, 64, 4, 2)
+# and in clusters of two blocks on tiles down one column, which share their slabs of b:
+# each copies half of b's (multicast), a third less of the L2's traffic a FLOP
+CLUSTER_TILE = PersistentTile(128, 256, 64, 4, 2, 2)
 
 
 def wgmma_available():
@@ -110,7 +117,7 @@ def splits_written(K, accumulate, bf16_out, tile, max_chain=MAX_CHAIN):
     keeping a full tile: on the H200 the LM head's dX at andrea-120m (16384 x 768,
     K 50304) took 2.13 ms so with the wide tile, 2.83 with the folding one (docs/gemm-bf16.md,
     tuning log row 11), and 2.08 with the tall one (row 13)."""
-    return (isinstance(tile, WgmmaTile) and not accumulate and not bf16_out
+    return (isinstance(tile, (WgmmaTile, PersistentTile)) and not accumulate and not bf16_out
             and K > max_chain)
 
 
@@ -127,9 +134,10 @@ def default_split_k(M, N, K, tile, max_chain=MAX_CHAIN):
     QKV's (54 tiles) 0.1007 in 4 and 0.0986 in 7 (docs/gemm-bf16.md, tuning log row 12)."""
     tiles = ceil_div(M, tile.rows) * ceil_div(N, tile.cols)
     steps = ceil_div(K, tile.depth)
-    fill = SMS // tiles if isinstance(tile, WgmmaTile) else ceil_div(4 * SMS, tiles)
+    whole_sm = isinstance(tile, (WgmmaTile, PersistentTile))
+    fill = SMS // tiles if whole_sm else ceil_div(4 * SMS, tiles)
     split = max(1, min(fill, steps // 16), ceil_div(K, max_chain))
-    if isinstance(tile, WgmmaTile) and tiles * split > SMS:
+    if whole_sm and tiles * split > SMS:
         for more in range(split, min(2 * split, steps // 16) + 1):
             if 8 * tiles * more >= 7 * SMS * ceil_div(tiles * more, SMS):
                 return more

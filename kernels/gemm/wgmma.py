@@ -11,6 +11,7 @@ float32 gradients, split-K included). The slabs live in dynamic shared memory (m
 the 48 KiB a block may declare statically).
 """
 import functools
+from typing import NamedTuple
 
 from numba import cuda, float32, int32, types, uint16, uint32, uint64
 
@@ -18,8 +19,8 @@ from .. import elementwise
 from ..atoms import (bulk_commit, bulk_wait, fence_barrier_init, fence_proxy_async,
                      fence_tensor_map, mbarrier_arrive_expect_tx, mbarrier_init,
                      mbarrier_try_wait, named_barrier, pack_bf16x2, shared_address,
-                     tma_add_2d, tma_load_2d, tma_store_2d, warpgroup_commit, warpgroup_fence,
-                     warpgroup_wait, wgmma_bf16)
+                     tma_add_2d, tma_load_2d, tma_load_2d_multicast, tma_store_2d,
+                     warpgroup_commit, warpgroup_fence, warpgroup_wait, wgmma_bf16)
 from ..cache import jit
 from ..common import ceil_div
 from ..device import MMA_K, SIMULATOR, SWIZZLE_BYTES, WARPGROUP, swizzle
@@ -31,23 +32,85 @@ from .tiles import BF16_OUT, FOLD_STEPS, GROUP
 from .tuning import FOLD_TILE, TALL_TILE, WIDE_TILE
 
 
+class Slabs(NamedTuple):
+    """How a block's slabs of op(a) and op(b) lie in a stage (slabs): a's place of an
+    element, each operand's descriptor fields and their advance per 16 of k, b's offset
+    in the stage and the stage's size (bf16 elements), and load(bars, stage, smem, a, b,
+    a_map, b_map, k0, m0, n0, rank), which issues the bulk copies of the slabs at K k0 of
+    the tile at (m0, n0) into `stage`, their bytes announced on its mbarrier. In a cluster
+    (of blocks on tiles down one column of out, which share their slabs of b) the block of
+    rank `rank` copies its part of b into every block's stage; with none, rank is 0."""
+    a_index: object
+    a_fields: object
+    a_step: int
+    b_fields: object
+    b_step: int
+    a_size: int
+    stage_size: int
+    load: object
+
+
 @functools.cache
-def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile, biased=False):
-    BM, BN, BK, STAGES, GROUPS = tile
-    threads = tile.threads
-    regs = BN // 2                                # accumulators per thread
+def slabs(transpose_a, transpose_b, BM, BN, BK, stage_size, cluster=1):
+    """The Slabs of a BM x BN tile's BK-deep steps, stages stage_size elements apart (the
+    wgmma kernels', this one's and gemm.persistent's), in blocks of a cluster of
+    `cluster` along M: each copies 1/cluster of b's slab, as whole panels (b (K, N)) or
+    rows (b (N, K), then in boxes of BN / cluster rows), multicast."""
     # a slab is [BK][BM] (m-major) when a is (K, M), else [BM][BK]; b is [BK][BN]
     # (n-major) when (K, N), else [BN][BK]; each in the wgmma layout (tiles.paneled), which
     # is what the bulk tensor copy writes, one box per panel
     a_shape = (BK, BM) if transpose_a else (BM, BK)
     b_shape = (BN, BK) if transpose_b else (BK, BN)
-    a_index = paneled(*a_shape)
     a_panels, b_panels = (ceil_div(shape[1], PANEL) for shape in (a_shape, b_shape))
     a_box, b_box = (shape[0] * min(shape[1], PANEL) for shape in (a_shape, b_shape))
     a_fields, a_step = wgmma_operand(*a_shape, k_is_row=transpose_a)
     b_fields, b_step = wgmma_operand(*b_shape, k_is_row=not transpose_b)
-    a_size, stage_size = BM * BK, tile.stage_elements
+    a_size = BM * BK
     slab_bytes = 2 * (BM + BN) * BK
+    if cluster > 1 and (b_panels if not transpose_b else BN) % cluster:
+        raise ValueError(f"a b slab of {b_shape} shared by {cluster} blocks: it must part "
+                         "into whole panels (b (K, N)) or rows (b (N, K))")
+    b_part = b_panels // cluster if not transpose_b else BN // cluster  # a block's part
+    everyone = (1 << cluster) - 1
+
+    @cuda.jit(device=True, inline=True)
+    def load(bars, stage, smem, a, b, a_map, b_map, k0, m0, n0, rank):
+        # what the warpgroups wait for: one arrival, and the slab's bytes as they land
+        # (in a cluster, the parts the other blocks copy count on it too)
+        mbarrier_arrive_expect_tx(bars, stage, slab_bytes)
+        base = int32(stage * stage_size)
+        for p in range(a_panels):
+            if transpose_a:
+                tma_load_2d(smem, base + p * a_box, a, a_map, m0 + p * PANEL, k0, bars, stage)
+            else:
+                tma_load_2d(smem, base, a, a_map, k0, m0, bars, stage)
+        if cluster == 1:
+            for p in range(b_panels):
+                if transpose_b:
+                    tma_load_2d(smem, base + a_size, b, b_map, k0, n0, bars, stage)
+                else:
+                    tma_load_2d(smem, base + a_size + p * b_box, b, b_map, n0 + p * PANEL,
+                                k0, bars, stage)
+        elif transpose_b:
+            tma_load_2d_multicast(smem, base + a_size + rank * b_part * BK, b, b_map, k0,
+                                  n0 + rank * b_part, bars, stage, uint16(everyone))
+        else:
+            for q in range(b_part):
+                p = rank * b_part + q
+                tma_load_2d_multicast(smem, base + a_size + p * b_box, b, b_map,
+                                      n0 + p * PANEL, k0, bars, stage, uint16(everyone))
+
+    return Slabs(paneled(*a_shape), a_fields, a_step, b_fields, b_step, a_size, stage_size,
+                 load)
+
+
+@functools.cache
+def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile, biased=False):
+    BM, BN, BK, STAGES, GROUPS = tile
+    threads = tile.threads
+    regs = BN // 2                                # accumulators per thread
+    slab = slabs(transpose_a, transpose_b, BM, BN, BK, tile.stage_elements)
+    a_index, a_fields, a_step, b_fields, b_step, a_size, stage_size, _ = slab
     mma = wgmma_bf16(BN, transpose_a, not transpose_b)
     fence, wait_all, wait_one = (warpgroup_fence(regs), warpgroup_wait(0, regs),
                                  warpgroup_wait(1, regs))
@@ -96,21 +159,7 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile, biased=False):
     def copy_slab(bars, stage, step, operands):
         """The slabs of a and b of K step `step` (of this block's) into `stage`."""
         smem, a, b, a_map, b_map, first, m0, n0 = operands
-        k0 = (first + step) * BK
-        # what the warpgroups wait for: one arrival, and the slab's bytes as they land
-        mbarrier_arrive_expect_tx(bars, stage, slab_bytes)
-        base = int32(stage * stage_size)
-        for p in range(a_panels):
-            if transpose_a:
-                tma_load_2d(smem, base + p * a_box, a, a_map, m0 + p * PANEL, k0, bars, stage)
-            else:
-                tma_load_2d(smem, base, a, a_map, k0, m0, bars, stage)
-        for p in range(b_panels):
-            if transpose_b:
-                tma_load_2d(smem, base + a_size, b, b_map, k0, n0, bars, stage)
-            else:
-                tma_load_2d(smem, base + a_size + p * b_box, b, b_map, n0 + p * PANEL, k0,
-                            bars, stage)
+        slab.load(bars, stage, smem, a, b, a_map, b_map, (first + step) * BK, m0, n0, 0)
 
     # the stages' barriers, then each warpgroup's 'pre landed' (the GELU backward's
     # epilogue)

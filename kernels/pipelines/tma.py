@@ -20,15 +20,23 @@ n - stages: parity (n // stages + 1) % 2.
         when done with step - 1, one thread a consumer: pipe.release(bars, step - 1)
         pipe.refill(bars, step, steps, operands, thread == 0)
 
+A producer that is also a consumer (the persistent GEMM's thread 0) may take refill_ready
+instead of refill: it waits for the other consumers only for a slab it needs itself.
+
 fill(bars, stage, step, operands) announces the slab's bytes on `full` (expect_tx) and
 issues its copies, completing on it; operands is a tuple the kernel packs. Used by the
-wgmma GEMM (``gemm.wgmma``).
+wgmma GEMMs (``gemm.wgmma``, ``gemm.persistent``).
+
+In a cluster of blocks whose producers each copy part of a slab into every block's
+stage (the bulk copy's multicast), a stage is free again once the consumers of every
+block of the cluster are done with it: `empty` then counts consumers x cluster arrivals,
+and each consumer releases a step in every block of the cluster.
 """
 from typing import NamedTuple
 
 from numba import cuda
 
-from ..atoms import mbarrier_arrive, mbarrier_init, mbarrier_try_wait
+from ..atoms import mbarrier_arrive, mbarrier_arrive_cluster, mbarrier_init, mbarrier_try_wait
 
 
 class TmaPipeline(NamedTuple):
@@ -40,11 +48,12 @@ class TmaPipeline(NamedTuple):
     wait: object
     release: object
     refill: object
+    refill_ready: object
 
 
-def tma_pipeline(stages, consumers, fill):
+def tma_pipeline(stages, consumers, fill, cluster=1):
     """The pipeline of `stages` buffers (at least 2) that fill(bars, stage, step, operands)
-    fills, released by `consumers` arrivals."""
+    fills, released by `consumers` arrivals (of each block of a cluster of `cluster`)."""
     if stages < 2:
         raise ValueError(f"a pipeline of {stages} stages: it needs at least 2")
 
@@ -53,7 +62,7 @@ def tma_pipeline(stages, consumers, fill):
         """The barriers' counts (one thread, before any other uses them)."""
         for s in range(stages):
             mbarrier_init(bars, s, 1)
-            mbarrier_init(bars, stages + s, consumers)
+            mbarrier_init(bars, stages + s, consumers * cluster)
 
     @cuda.jit(device=True, inline=True)
     def prologue(bars, steps, operands):
@@ -70,7 +79,11 @@ def tma_pipeline(stages, consumers, fill):
     @cuda.jit(device=True, inline=True)
     def release(bars, step):
         """One consumer is done reading the slab of `step`."""
-        mbarrier_arrive(bars, stages + step % stages, 1)
+        if cluster == 1:
+            mbarrier_arrive(bars, stages + step % stages, 1)
+        else:
+            for rank in range(cluster):
+                mbarrier_arrive_cluster(bars, stages + step % stages, rank)
 
     @cuda.jit(device=True, inline=True)
     def refill(bars, step, steps, operands, producer):
@@ -84,4 +97,25 @@ def tma_pipeline(stages, consumers, fill):
                 pass
             fill(bars, stage, ahead, operands)
 
-    return TmaPipeline(2 * stages, init, prologue, wait, release, refill)
+    @cuda.jit(device=True, inline=True)
+    def refill_ready(bars, needed, ahead, issued, steps, operands):
+        """A producer thread's copies that are also a consumer's: of the steps from
+        `issued` (those copied so far) on, every one before `needed` (waiting for its
+        stage's release: this consumer cannot go on without it), then those before
+        `ahead` whose stages are released already, stopping at the first that is not;
+        returns the new count. So the producer waits for the other consumers only when it
+        must: its own warpgroup's MMAs would wait with it (refill waits at every step)."""
+        while issued < min(ahead, steps):
+            stage = issued % stages
+            if issued >= stages:
+                parity = (issued // stages + 1) % 2
+                if issued < needed:
+                    while not mbarrier_try_wait(bars, stages + stage, parity):
+                        pass
+                elif not mbarrier_try_wait(bars, stages + stage, parity):
+                    break
+            fill(bars, stage, issued, operands)
+            issued += 1
+        return issued
+
+    return TmaPipeline(2 * stages, init, prologue, wait, release, refill, refill_ready)

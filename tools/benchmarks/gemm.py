@@ -11,7 +11,8 @@ def gemm_candidates(M, N, K, accumulate, bf16_out):
     """(tile, split_k) pairs the sweep times: the launcher's default first (the tile it
     takes on this GPU, and its split). Accumulating products try 5 and 7 splits beside the
     powers of two: a number of work items that fills its last wave of SMs better (the MLP
-    weight gradients' 72 tiles split 4 ways make 288 items, 2.2 waves of 132)."""
+    weight gradients' 72 tiles split 4 ways make 288 items, 2.2 waves of 132). The
+    persistent tile where it runs: on Hopper, K in one chain, no split."""
     from microgpt.kernels.gemm import tuning
     from microgpt.kernels.gemm.tiles import MmaTile
 
@@ -29,6 +30,8 @@ def gemm_candidates(M, N, K, accumulate, bf16_out):
         for split in ((1, 2, 4, 5, 7, 8) if accumulate else (None,)):
             if (tile, split) not in same:
                 out.append((tile, split))
+    if K <= tuning.MAX_CHAIN and tuning.wgmma_available():   # one block a tile, one chain
+        out.append((tuning.PERSISTENT_TILE, 1 if accumulate else None))
     return out
 
 

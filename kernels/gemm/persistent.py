@@ -1,0 +1,354 @@
+"""The persistent wgmma GEMM (sm_90a): one block an SM walking the output's tiles.
+
+A PersistentTile's kernel (docs/gemm-bf16.md, "The persistent kernel"). Its block is the
+wgmma kernel's (``gemm.wgmma``): warpgroups of 128 threads each owning 64 rows and all
+the columns of a tile, slabs brought by the bulk tensor copies into a ring of stages
+(``pipelines.tma``, thread 0 the producer). What differs is what a block does between
+tiles. The wgmma kernel's block computes one tile and leaves: the next block on its SM
+starts with an empty pipeline (the first slab's whole latency) and its SM idles through
+the epilogue's stores. Here `min(tiles, SMS)` blocks walk the tiles in the wgmma kernel's
+grouped order (GROUP tiles down a column, so the blocks at work at any time share their
+slabs of a and b in the L2), and the ring runs on from one tile's K steps into the next
+one's: the producer issues the next tile's first slabs during the last steps of this one,
+so they have landed when its epilogue ends. The epilogue goes out through two buffers a
+warpgroup, one box of out (64 rows x 128 bytes) each, which the copy engine reads while
+the warpgroup lays the next box in the other; the stages stay the ring's.
+
+Epilogues: "float32" and "bf16" (written), "accumulate" and "atomic" (added into a float32
+out by the copy engine, a split of K each: the weight gradients, and a long K written
+into a zeroed out), each with or without a bias (added by the first split); no folding.
+"""
+import functools
+
+from numba import cuda, float32, int32, types, uint16, uint32, uint64
+
+from ..atoms import (bulk_commit, bulk_wait, bulk_wait_but_one, cluster_count, cluster_index,
+                     cluster_rank, cluster_sync, fence_barrier_init,
+                     fence_proxy_async, fence_tensor_map, named_barrier, pack_bf16x2, rcp_approx,
+                     shared_address, tma_add_2d, tma_store_2d, warpgroup_commit,
+                     warpgroup_fence, warpgroup_wait, wgmma_bf16)
+from ..cache import jit
+from ..device import MMA_K, SIMULATOR, SMS, SWIZZLE_BYTES, WARPGROUP, swizzle
+from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
+from ..layouts.tiles import descriptor
+from ..pipelines.tma import tma_pipeline
+from .tiles import BF16_OUT, GROUP
+from .tuning import CLUSTER_TILE, PERSISTENT_TILE
+from .wgmma import slabs
+
+EPILOGUES = ("float32", "bf16", "accumulate", "atomic")
+
+
+def blocks(tiles):
+    """Blocks of a launch (without clusters) over `tiles`: one an SM, or one a tile."""
+    return min(tiles, SMS)
+
+
+_compiled = {}      # (kernel, signature) -> (the compiled overload, clusters that fit)
+
+
+def _clustered(kernel, signature, cluster, threads, shared_bytes):
+    """The overload a clustered launch runs and the most clusters of it that the device
+    holds at once (an SM's clusters must lie within one of its GPCs, whose SMs need not
+    come in whole clusters): a persistent grid of more would leave the rest of them to
+    start when the first have ended, and take twice as long."""
+    key = (id(kernel), signature)
+    if key not in _compiled:            # (looking up the overload costs more than a launch)
+        from numba.cuda.cudadrv.driver import binding, driver
+
+        compiled = kernel.compile(signature)
+        function = driver.cuKernelGetFunction(compiled._codelibrary.get_cufunc().handle)
+        shape = binding.CUlaunchAttribute()
+        shape.id = binding.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        shape.value.clusterDim.x, shape.value.clusterDim.y, shape.value.clusterDim.z = (
+            cluster, 1, 1)
+        config = binding.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = SMS // cluster * cluster, 1, 1
+        config.blockDimX, config.blockDimY, config.blockDimZ = threads, 1, 1
+        config.sharedMemBytes = shared_bytes
+        config.attrs, config.numAttrs = [shape], 1
+        fits = driver.cuOccupancyMaxActiveClusters(function, config)
+        if fits < 1:
+            raise RuntimeError(f"no cluster of {cluster} blocks of {threads} threads and "
+                               f"{shared_bytes} bytes of shared memory fits this device")
+        _compiled[key] = compiled, fits
+    return _compiled[key]
+
+
+def cluster_blocks(kernel, signature, units, cluster, threads, shared_bytes):
+    """Blocks of a clustered launch over `units` of the walk: as many clusters as the
+    device holds at once, or one a unit."""
+    return min(units, _clustered(kernel, signature, cluster, threads, shared_bytes)[1]) * cluster
+
+
+def launch_in_clusters(kernel, signature, blocks, cluster, threads, shared_bytes, stream,
+                       args):
+    """kernel[blocks, threads, stream, shared_bytes](*args) in clusters of `cluster` blocks
+    along x: numba-cuda's launch has no cluster shape, cuda.core's (which numba-cuda
+    launches through) has; the arguments are marshalled as numba-cuda's launch does."""
+    if SIMULATOR:
+        raise ValueError(f"clusters of {cluster} blocks: the simulator runs its blocks one "
+                         "after another, so none could wait on another")
+    from cuda.core import LaunchConfig, launch
+    from numba.cuda.cudadrv import driver
+
+    compiled = _clustered(kernel, signature, cluster, threads, shared_bytes)[0]
+    stream = driver._to_core_stream(stream)
+    marshalled, written_back = [], []
+    for ty, value in zip(compiled.argument_types, args):
+        compiled._prepare_args(ty, value, stream, written_back, marshalled)
+    config = LaunchConfig(grid=blocks // cluster, cluster=cluster, block=threads,
+                          shmem_size=shared_bytes)
+    launch(stream, config, compiled._codelibrary.get_cufunc().kernel, *marshalled)
+
+
+@cuda.jit(device=True, inline=True)
+def quotient(n, d):
+    """n // d for 0 <= n < 2^24 and d > 0, by a float32 reciprocal, corrected by one either
+    way (rcp.approx errs by 2^-23): numba divides integers in 64 bits, and a 64-bit
+    division by a variable is a call, which makes ptxas serialize a kernel's wgmmas."""
+    q = int32(float32(n) * rcp_approx(float32(d)))
+    if q * d > n:
+        q -= 1
+    elif (q + 1) * d <= n:
+        q += 1
+    return int32(q)
+
+
+@functools.cache
+def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
+    if epilogue not in EPILOGUES:
+        raise ValueError(f"epilogue {epilogue!r}: the persistent kernel writes {EPILOGUES}")
+    BM, BN, BK, STAGES, GROUPS, CLUSTER = tile
+    regs = BN // 2                                # accumulators per thread
+    slab = slabs(transpose_a, transpose_b, BM, BN, BK, tile.stage_elements, CLUSTER)
+    BAND = GROUP // CLUSTER                       # rows of the walk's units a band
+    a_index, a_fields, a_step, b_fields, b_step, a_size, stage_size, _ = slab
+    mma = wgmma_bf16(BN, transpose_a, not transpose_b)
+    fence, wait_all, wait_one = (warpgroup_fence(regs), warpgroup_wait(0, regs),
+                                 warpgroup_wait(1, regs))
+    bf16_out = epilogue in BF16_OUT
+    # a box of out: 64 rows of `panel` elements (at most 128 bytes), swizzled as the
+    # copy engine reads it; each warpgroup's two buffers follow the stages
+    panel = min(BN, 64 if bf16_out else 32)
+    chunk = 8 if bf16_out else 4                  # elements in 16 bytes
+    js = panel // 8                               # pairs of 8 columns per box row
+    rows_per_line, phases = swizzle(panel // chunk)
+    store_box = tma_add_2d if epilogue in ("accumulate", "atomic") else tma_store_2d
+    size = 2 if bf16_out else 4                   # bytes an element of out
+    buffers = STAGES * stage_size * 2             # the buffers' first byte
+    box_bytes = tile.box_bytes
+
+    @cuda.jit(device=True, inline=True)
+    def tile_origin(t, units_m, tiles_n, rank):
+        """(m0, n0) of this block's tile of the t-th unit of the walk (a cluster's
+        CLUSTER tiles down a column; a tile without a cluster): bands of GROUP rows of
+        tiles, each taken a column of GROUP tiles at a time (the last band's columns as
+        tall as it has rows)."""
+        band = quotient(t, BAND * tiles_n)
+        top = band * BAND
+        rows = min(int32(BAND), units_m - top)
+        r = t - band * (BAND * tiles_n)
+        column = quotient(r, rows)
+        return ((top + r - column * rows) * CLUSTER + rank) * BM, column * BN
+
+    @cuda.jit(device=True, inline=True)
+    def work(w, units_m, tiles_n, steps, rank):
+        """(m0, n0, first K step) of the w-th item of the walk: split w // units of unit
+        w % units (a split's units one after another, so that the blocks at work share
+        the slabs of one range of K)."""
+        units = units_m * tiles_n
+        split = quotient(w, units)
+        m0, n0 = tile_origin(w - split * units, units_m, tiles_n, rank)
+        return m0, n0, split * steps
+
+    @cuda.jit(device=True, inline=True)
+    def fill(bars, stage, g, operands):
+        """The slabs of this block's g-th K step (counted over all its items), g one more
+        than the last call's: the producer's cursor (its item's end, origin and first K
+        step less the item's first g) moves on once an item, so that the copying thread,
+        a consumer's too, spends a few instructions a step on it."""
+        (smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank,
+         cursor) = operands
+        if g == cursor[0]:                   # the first step of the next item
+            item = quotient(g, steps)
+            cursor[1], cursor[2], k_step = work(first + item * stride, units_m, tiles_n,
+                                                steps, rank)
+            cursor[3] = k_step - g
+            cursor[0] = g + steps
+        slab.load(bars, stage, smem, a, b, a_map, b_map, (cursor[3] + g) * BK, cursor[1],
+                  cursor[2], rank)
+
+    pipe = tma_pipeline(STAGES, GROUPS, fill, CLUSTER)
+    BARRIERS = pipe.barriers
+
+    @cuda.jit(device=True, inline=True)
+    def consume(out, bias, out_map, pairs, floats, bars, operands, items, total, group):
+        """A consumer warpgroup's walk: the products of each item's K steps, then its
+        epilogue."""
+        smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank, _ = operands
+        M, N = out.shape
+        thread = cuda.threadIdx.x % WARPGROUP
+        if thread == 0:                      # each warpgroup's thread 0 writes its rows
+            fence_tensor_map(out_map)
+
+        a_at = a_index(0, 64 * group) if transpose_a else a_index(64 * group, 0)
+        # the thread's pairs in a box: a constant of the pair XOR-ed with a constant of the
+        # thread (gemm.wgmma's epilogue), so that the loop over the accumulators unrolls
+        R, C = wgmma_accumulator_row(thread), accumulator_col(thread)
+        swap = (C // chunk) ^ (R // rows_per_line % phases)
+        place = R * panel + C % chunk
+        acc = cuda.local.array(regs, float32)
+        g = int32(0)
+        boxes = int32(0)                     # this warpgroup's boxes written so far
+        issued = min(int32(STAGES - 1), total)   # the slabs thread 0 has copied (prologue)
+        for item in range(items):
+            for r in range(regs):
+                acc[r] = float32(0.0)
+            # (a do-while, as gemm.wgmma's: no path from the zeros to a wait)
+            s = int32(0)
+            while True:
+                if cuda.threadIdx.x == 0:    # thread 0 copies: this
+                    # step's slab if not yet, and those whose stages are free (near a
+                    # tile's end, the next tile's); the stage of g - 1 is in use still
+                    issued = pipe.refill_ready(bars, g + 1, g + STAGES - 1, issued, total,
+                                               operands)
+                pipe.wait(bars, g)
+                base = g % STAGES * stage_size
+                a_desc = descriptor(smem, int32(base + a_at), a_fields)
+                b_desc = descriptor(smem, int32(base + a_size), b_fields)
+                fence(acc)
+                for kk in range(BK // MMA_K):
+                    mma(smem, a_desc + uint64(kk * a_step), b_desc + uint64(kk * b_step),
+                        acc)
+                warpgroup_commit()
+                wait_one(acc)
+                if s > 0 and thread == 0:
+                    pipe.release(bars, g - 1)
+                if cuda.threadIdx.x == 0:    # into the stage of g - 1
+                    issued = pipe.refill_ready(bars, 0, g + STAGES, issued, total, operands)
+                g += 1
+                s += 1
+                if s == steps:
+                    break
+            wait_all(acc)
+            if thread == 0:                  # the tile's last stage, free for the next's
+                pipe.release(bars, g - 1)
+            if cuda.threadIdx.x == 0:
+                issued = pipe.refill_ready(bars, 0, g + STAGES, issued, total, operands)
+            # (where, only now: fewer registers live through the products)
+            m0, n0, k_step = work(first + item * stride, units_m, tiles_n, steps, rank)
+
+            if biased and k_step == 0:       # bias (N,) on every row, by the first split
+                for j in range(BN // 8):
+                    col = n0 + 8 * j + C
+                    b_lo = bias[col] if col < N else float32(0.0)
+                    b_hi = bias[col + 1] if col + 1 < N else float32(0.0)
+                    for h in range(2):
+                        acc[4 * j + 2 * h] += b_lo
+                        acc[4 * j + 2 * h + 1] += b_hi
+            row = m0 + 64 * group
+            for p in range(BN // panel):
+                # the buffer this box goes through (in elements of out): the older one,
+                # once the copy engine has read it (the newer one's store may still be)
+                buffer = (buffers + (2 * group + boxes % 2) * box_bytes) // size
+                if thread == 0:
+                    bulk_wait_but_one()
+                named_barrier(2 + group, WARPGROUP)
+                for h in range(2):
+                    for q in range(js):
+                        j = p * js + q
+                        r = 4 * j + 2 * h
+                        lo, hi = acc[r], acc[r + 1]
+                        at = buffer + place + h * 8 * panel + ((8 * q) // chunk ^ swap) * chunk
+                        if bf16_out:
+                            pairs[at // 2] = pack_bf16x2(lo, hi)
+                        else:
+                            floats[at] = lo
+                            floats[at + 1] = hi
+                fence_proxy_async()          # visible to the copy, once all have written
+                named_barrier(2 + group, WARPGROUP)
+                if thread == 0:
+                    col = n0 + p * panel
+                    if bf16_out:
+                        store_box(out, out_map, col, row, smem, buffer)
+                    else:
+                        store_box(out, out_map, col, row, floats, buffer)
+                    bulk_commit()
+                boxes += 1
+        if thread == 0:
+            bulk_wait()                      # the block's shared memory is read
+
+    @jit(**({} if SIMULATOR else {"launch_bounds": (tile.threads, 1)}))
+    def matmul_persistent_kernel(out, a, b, bias, a_map, b_map, out_map, tiles_m, tiles_n,
+                                 splits, steps):
+        # block (or cluster) x takes items x, x + gridDim.x (clusters), ... of the walk
+        # (work: a unit of tile_origin's and a split of K, `steps` slabs long; the last
+        # split's steps past K read zeros); its K steps are counted on over its items (g),
+        # which is what the ring's stages and phases follow
+        M, N = out.shape
+        if CLUSTER == 1:
+            first, stride, rank = int32(cuda.blockIdx.x), int32(cuda.gridDim.x), int32(0)
+        else:
+            first, stride, rank = cluster_index(), cluster_count(), cluster_rank()
+        units_m = int32((tiles_m + CLUSTER - 1) // CLUSTER)
+        items = quotient(units_m * tiles_n * splits - first + stride - 1, stride)  # >= 1
+        total = items * steps
+        group = cuda.threadIdx.x // WARPGROUP
+        thread = cuda.threadIdx.x % WARPGROUP
+
+        bars = cuda.shared.array(BARRIERS, uint64)
+        raw = cuda.shared.array(0, uint16)
+        start = int32((SWIZZLE_BYTES - shared_address(raw, 0) % SWIZZLE_BYTES)
+                      % SWIZZLE_BYTES // 2)
+        smem = raw[start:]
+        pairs = cuda.shared.array(0, uint32)[start // 2:]
+        floats = cuda.shared.array(0, float32)[start // 2:]
+        if cuda.threadIdx.x == 0:
+            pipe.init(bars)
+            fence_barrier_init()
+        if CLUSTER == 1:
+            cuda.syncthreads()
+        else:                                # every block's barriers, before any copy
+            cluster_sync()
+        cursor = cuda.local.array(4, int32)  # the producer's: see fill
+        cursor[0] = 0
+        operands = (smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank,
+                    cursor)
+        if cuda.threadIdx.x == 0:
+            fence_tensor_map(a_map)
+            fence_tensor_map(b_map)
+            pipe.prologue(bars, total, operands)
+        consume(out, bias, out_map, pairs, floats, bars, operands, items, total, group)
+        if CLUSTER > 1:                      # the others' last releases arrive here
+            cluster_sync()
+
+    return matmul_persistent_kernel
+
+
+@functools.cache
+def signature(epilogue, a_layout="C", b_layout="C"):
+    """The argument types of a launch: out C-contiguous, a and b of their layouts ("C", or
+    "A" for a view of some of a wider matrix's columns), the bias, three tensor maps and
+    the tiles down and across out, the splits of K and the slabs of each."""
+    out = types.uint16[:, ::1] if epilogue in BF16_OUT else types.float32[:, ::1]
+    a, b = (types.Array(types.uint16, 2, layout) for layout in (a_layout, b_layout))
+    return ((out, a, b, types.float32[::1]) + (types.uint64[::1],) * 3
+            + (types.int32,) * 4)
+
+
+PTX_SIGNATURES = [
+    (persistent_kernel(ta, tb, epilogue, tile, biased), signature(epilogue))
+    for ta, tb, epilogue, biased, tile in [
+        (False, False, "bf16", False, PERSISTENT_TILE),     # X @ W -> bf16 (QKV, MLP up)
+        (False, True, "bf16", False, PERSISTENT_TILE),      # x @ wte^T (the LM head)
+        (False, False, "float32", False, PERSISTENT_TILE),  # W_O, MLP down forward
+        (False, True, "bf16", True, PERSISTENT_TILE),       # a biased dX
+        (True, False, "atomic", False, PERSISTENT_TILE),    # dW +=, split K
+        (False, False, "atomic", False, CLUSTER_TILE),      # dx = dlogits @ wte, split K
+        (True, False, "atomic", False, CLUSTER_TILE),
+        (False, False, "bf16", False, CLUSTER_TILE),
+        (False, True, "bf16", False, CLUSTER_TILE),
+        (False, True, "float32", False, CLUSTER_TILE),
+    ]
+]
