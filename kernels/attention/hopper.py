@@ -1,0 +1,356 @@
+"""Flash attention's forward on Hopper's warpgroup MMA (sm_90a): causal softmax(q k^T /
+sqrt(D)) v for head_dim 64 and 128, bf16 storage, float32 accumulation.
+
+NumPy twin: ``microgpt.reference.attention_forward`` on the same bf16-rounded q, k, v, as
+for ``flash`` (the mma.sync kernels), whose arguments and lse convention this forward
+keeps: its backward reads this lse (the natural-log logsumexp of each row's scaled
+scores) and out.
+
+How a block works (docs/flash-attention.md, "The wgmma forward"). A block owns `rows` =
+64 x warpgroups query rows of one (batch, head); each warpgroup of 128 threads owns 64 of
+them. The bulk tensor copy engine brings the block's q tile into shared memory once and
+the key and value tiles, `step` rows at a time, into `stages` buffers (pipelines.tma:
+thread 0 issues the copies stages - 1 steps ahead, the warpgroups release each buffer
+when done with it). Per step each warpgroup computes its 64 x step scores S = q k^T by
+wgmma from shared memory (both operands K-major), takes the online softmax of them in
+the accumulator registers (log2 domain, exp2 of one FFMA, the row max and sum over the
+4 lanes of a row by two shuffles, as ``flash``), rounds P to bf16 pairs in place (the
+accumulator layout of 16 columns is the A fragment of wgmma's register form) and adds P
+v into its output accumulators by wgmma with A from registers (``atoms.wgmma_bf16_rs``),
+v read MN-major. Only the key steps at or below the diagonal are walked; a warpgroup
+skips the step wholly past its rows, and masks the one that crosses them (and the one
+past T) element by element.
+
+q, k, v as the bulk copies see them: a head array (B, H, T, D) is a view of a 2-D
+matrix, either (B H T, D) (the heads one after another: arrays of their own) or (B T,
+H D) (the heads side by side: the parts of the fused QKV rows the bf16 step passes),
+and the tile of query or key rows t0.. of head (b, h) is the box at row b rb + h rh + t0,
+column h ch (`layout`). A box that runs past row T of its head reads the next head's
+rows, or zeros past the matrix: those keys are masked, those queries never written.
+out is written from the registers, a row's pairs of columns at a time, rows past T not.
+"""
+import functools
+import math
+from typing import NamedTuple
+
+import numba
+import numpy as np
+from numba import cuda, float32, int32, types, uint16, uint32, uint64
+
+from ..atoms import (exp2_ftz, fence_barrier_init, fence_tensor_map,
+                     mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_try_wait,
+                     pack_bf16x2, rcp_approx, shared_address, shuffle_xor, tma_load_2d,
+                     to_bf16, warpgroup_commit, warpgroup_fence, warpgroup_wait, wgmma_bf16,
+                     wgmma_bf16_rs)
+from ..cache import jit
+from ..common import ceil_div, device_address
+from ..device import (DYNAMIC_SHARED_LIMIT, MMA_K, SIMULATOR, SWIZZLE_BYTES, WARPGROUP,
+                      allow_dynamic_shared, check_block)
+from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
+from ..layouts.tensor_maps import tensor_map, tma_ready
+from ..layouts.tiles import PANEL, descriptor, wgmma_operand
+from ..pipelines.tma import tma_pipeline
+
+LOG2E = 1.4426950408889634
+NEG_INF = np.float32(-np.inf)
+ZERO = np.float32(0.0)
+WIDTHS = (64, 128)          # the head_dims this forward takes (others: flash's)
+
+
+class HopperTile(NamedTuple):
+    """warpgroups: of 128 threads, each owning 64 query rows; step: key rows per stage;
+    stages: shared buffers of key and value tiles."""
+    warpgroups: int = 2
+    step: int = 128
+    stages: int = 2
+
+    @property
+    def rows(self):
+        return 64 * self.warpgroups
+
+    @property
+    def threads(self):
+        return WARPGROUP * self.warpgroups
+
+
+def default_tile(D):
+    return HopperTile(2, 128, 2)
+
+
+def shared_bytes(tile, D):
+    """q's tile, then the stages of k and v, and room to align the start to a swizzle
+    pattern (the launch promises 16 bytes)."""
+    return 2 * D * (tile.rows + 2 * tile.stages * tile.step) + SWIZZLE_BYTES
+
+
+def check_tile(tile, D):
+    warpgroups, step, stages = tile
+    if D not in WIDTHS:
+        raise ValueError(f"head_dim {D}: the wgmma forward takes {WIDTHS}")
+    if not 1 <= warpgroups <= 4:
+        raise ValueError(f"tile {tile}: 1 to 4 warpgroups")
+    if step not in (64, 128, 192, 256) or step * D > 128 * 128:
+        raise ValueError(f"tile {tile}: step must be 64, 128, 192 or 256 keys (wgmma's n), "
+                         "at most 128 at head_dim 128 (its accumulators)")
+    if not 2 <= stages <= 4:
+        raise ValueError(f"tile {tile}: stages must be 2 to 4")
+    check_block(f"tile {tile} with head_dim {D}", tile.threads, shared_bytes(tile, D),
+                DYNAMIC_SHARED_LIMIT)
+
+
+@cuda.jit(device=True, inline=True)
+def quad_max(x):
+    x = max(x, shuffle_xor(x, 1))
+    return max(x, shuffle_xor(x, 2))
+
+
+@cuda.jit(device=True, inline=True)
+def quad_sum(x):
+    x += shuffle_xor(x, 1)
+    return x + shuffle_xor(x, 2)
+
+
+@functools.cache
+def forward_kernel(D, tile):
+    G, N, stages = tile
+    M = tile.rows
+    panels = D // PANEL                     # 64-column panels of a head row
+    s_regs, o_regs = N // 2, D // 2         # accumulators per thread: S (64 x N), O (64 x D)
+    q_size = M * D                          # elements: q's tile, then the stages
+    panel_rows = N * PANEL                  # one panel of a k or v tile
+    stage_size = 2 * N * D
+    stage_bytes = 2 * stage_size
+    # S = q k^T: A the warpgroup's 64 rows of q, B k's rows, both K-major (rows of one
+    # panel of 64 of the head dim); O += P v: B v's rows MN-major (k = the keys, n = d)
+    q_fields, _ = wgmma_operand(64, PANEL, k_is_row=False)
+    k_fields, _ = wgmma_operand(N, PANEL, k_is_row=False)
+    v_fields, v_step = wgmma_operand(N, D, k_is_row=True)
+    qk = wgmma_bf16(N, False, False)
+    pv = wgmma_bf16_rs(D, True)
+    s_fence, s_wait = warpgroup_fence(s_regs), warpgroup_wait(0, s_regs)
+    o_fence, o_wait = warpgroup_fence(o_regs), warpgroup_wait(0, o_regs)
+    scale_log2 = np.float32(LOG2E / math.sqrt(D))
+    ln2 = np.float32(math.log(2.0))
+
+    @cuda.jit(device=True, inline=True)
+    def copy_keys(bars, stage, step, operands):
+        """The key and value tiles of key step `step` into `stage`, panel by panel."""
+        smem, k, v, k_map, v_map, kv_row, kv_col = operands
+        mbarrier_arrive_expect_tx(bars, stage, stage_bytes)
+        base = int32(q_size + stage * stage_size)
+        row = kv_row + step * N
+        for p in range(panels):
+            tma_load_2d(smem, base + p * panel_rows, k, k_map, kv_col + p * PANEL, row,
+                        bars, stage)
+            tma_load_2d(smem, base + N * D + p * panel_rows, v, v_map, kv_col + p * PANEL,
+                        row, bars, stage)
+
+    pipe = tma_pipeline(stages, G, copy_keys)
+    Q_LANDED = pipe.barriers
+    BARRIERS = pipe.barriers + 1
+
+    @jit(**({} if SIMULATOR else {"launch_bounds": (tile.threads, 1)}))
+    def hopper_attention_forward_kernel(out, lse, q, k, v, q_map, k_map, v_map, q_rb, q_rh,
+                                        q_ch, kv_rb, kv_rh, kv_ch):
+        # out (B, H, T, D) bf16 bits; lse (B, H, T); q, k, v the 2-D matrices the heads
+        # are views of, (q_rb, q_rh, q_ch) and (kv_rb, kv_rh, kv_ch) where their heads'
+        # rows lie (the module's docstring). Block (x, h, b) owns query rows q0 .. q0 + M, the last
+        # tiles first (they walk the most keys).
+        h, b = cuda.blockIdx.y, cuda.blockIdx.z
+        T = out.shape[2]
+        q0 = (cuda.gridDim.x - 1 - cuda.blockIdx.x) * M
+        group = cuda.threadIdx.x // WARPGROUP
+        thread = cuda.threadIdx.x % WARPGROUP
+        first = q0 + 64 * group                  # the warpgroup's first row
+        bars = cuda.shared.array(BARRIERS, uint64)
+        raw = cuda.shared.array(0, uint16)
+        start = int32((SWIZZLE_BYTES - shared_address(raw, 0) % SWIZZLE_BYTES)
+                      % SWIZZLE_BYTES // 2)
+        smem = raw[start:]
+        if cuda.threadIdx.x == 0:
+            pipe.init(bars)
+            mbarrier_init(bars, Q_LANDED, 1)
+            fence_barrier_init()
+        cuda.syncthreads()
+
+        steps = (min(T, q0 + M) + N - 1) // N
+        kv_row = b * kv_rb + h * kv_rh
+        operands = (smem, k, v, k_map, v_map, kv_row, h * kv_ch)
+        if cuda.threadIdx.x == 0:
+            fence_tensor_map(q_map)
+            fence_tensor_map(k_map)
+            fence_tensor_map(v_map)
+            mbarrier_arrive_expect_tx(bars, Q_LANDED, 2 * q_size)
+            q_row = b * q_rb + h * q_rh + q0
+            for p in range(panels):
+                tma_load_2d(smem, int32(p * M * PANEL), q, q_map, h * q_ch + p * PANEL,
+                            q_row, bars, Q_LANDED)
+            pipe.prologue(bars, steps, operands)
+
+        R = wgmma_accumulator_row(thread)
+        C = accumulator_col(thread)
+        s = cuda.local.array(s_regs, float32)
+        o = cuda.local.array(o_regs, float32)
+        m = cuda.local.array(2, float32)        # running max of the scaled log2 scores
+        l = cuda.local.array(2, float32)        # their exp2 summed, this lane's part
+        for r in range(o_regs):
+            o[r] = ZERO
+        for half in range(2):
+            m[half], l[half] = NEG_INF, ZERO
+        q_desc = descriptor(smem, int32(64 * group * PANEL), q_fields)
+        while not mbarrier_try_wait(bars, Q_LANDED, 0):
+            pass
+
+        for it in range(steps):
+            key0 = it * N
+            pipe.wait(bars, it)
+            if key0 <= first + 63:               # else wholly past this warpgroup's rows
+                base = q_size + it % stages * stage_size
+                k_desc = descriptor(smem, int32(base), k_fields)
+                for r in range(s_regs):
+                    s[r] = ZERO
+                s_fence(s)
+                for kk in range(D // MMA_K):
+                    at = uint64(kk // 4 * (M * PANEL * 2 // 16) + kk % 4 * 2)
+                    qk(smem, q_desc + at, k_desc + uint64(kk // 4 * (panel_rows * 2 // 16)
+                                                          + kk % 4 * 2), s)
+                warpgroup_commit()
+                pipe.refill(bars, it, steps, operands, cuda.threadIdx.x == 0)
+                s_wait(s)
+                if key0 + N > first or key0 + N > T:
+                    for j in range(N // 8):
+                        for r in range(4):
+                            i = first + R + 8 * (r // 2)
+                            c = key0 + 8 * j + C + r % 2
+                            if c > i or c >= T:
+                                s[4 * j + r] = NEG_INF
+                for half in range(2):
+                    top = NEG_INF
+                    for j in range(N // 8):
+                        top = max(top, max(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]))
+                    new_max = max(m[half], quad_max(top) * scale_log2)
+                    rescale = exp2_ftz(m[half] - new_max)
+                    total = l[half] * rescale
+                    for j in range(N // 8):
+                        for e in range(2):
+                            r = 4 * j + 2 * half + e
+                            s[r] = exp2_ftz(cuda.fma(s[r], scale_log2, -new_max))
+                            total += s[r]
+                    for j in range(D // 8):
+                        o[4 * j + 2 * half] *= rescale
+                        o[4 * j + 2 * half + 1] *= rescale
+                    m[half], l[half] = new_max, total
+                v_desc = descriptor(smem, int32(base + N * D), v_fields)
+                o_fence(o)
+                for kk in range(N // MMA_K):
+                    pv(smem, pack_bf16x2(s[8 * kk], s[8 * kk + 1]),
+                       pack_bf16x2(s[8 * kk + 2], s[8 * kk + 3]),
+                       pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]),
+                       pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]),
+                       v_desc + uint64(kk * v_step), o)
+                warpgroup_commit()
+                o_wait(o)
+            else:
+                pipe.refill(bars, it, steps, operands, cuda.threadIdx.x == 0)
+            if thread == 0:
+                pipe.release(bars, it)
+
+        oh = out[b, h]
+        for half in range(2):
+            total = quad_sum(l[half])
+            i = first + R + 8 * half
+            if i < T:
+                factor = rcp_approx(total)
+                for j in range(D // 8):
+                    oh[i, 8 * j + C] = to_bf16(o[4 * j + 2 * half] * factor)
+                    oh[i, 8 * j + C + 1] = to_bf16(o[4 * j + 2 * half + 1] * factor)
+                if C == 0:
+                    lse[b, h, i] = (m[half] + math.log2(total)) * ln2
+
+    return hopper_attention_forward_kernel
+
+
+_HEADS = types.Array(types.uint16, 4, "A")
+_MATRIX = types.Array(types.uint16, 2, "A")
+SIGNATURE = ((_HEADS, types.float32[:, :, ::1]) + (_MATRIX,) * 3
+             + (types.uint64[::1],) * 3 + (types.int32,) * 6)
+PTX_SIGNATURES = [(forward_kernel(D, default_tile(D)), SIGNATURE) for D in WIDTHS]
+
+
+# ----------------------------------------------------------------------------------
+# launcher
+
+def head_matrix(x):
+    """(matrix, (rb, rh, ch)) of a head array (B, H, T, D) that is a view of a 2-D matrix
+    the bulk copies can read (tma_ready), with its heads one after another or side by side
+    (the module's docstring); None for any other."""
+    B, H, T, D = x.shape
+    sb, sh, st, se = x.strides
+    if se != 2 or x.size == 0:
+        return None
+    if (H == 1 or sh == T * st) and (B == 1 or sb == H * T * st):
+        shape, layout = (B * H * T, D), (H * T, T, 0)
+    elif (H == 1 or sh == 2 * D) and (B == 1 or sb == T * st) and (T == 1 or st >= 2 * H * D):
+        shape, layout = (B * T, H * D), (T, 0, D)
+    else:
+        return None
+    if SIMULATOR:
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        data = np.asarray(getattr(x, "_ary", x))
+        matrix = FakeCUDAArray(np.lib.stride_tricks.as_strided(data, shape, (st, 2)))
+    else:
+        from numba.cuda.cudadrv import devicearray
+
+        matrix = devicearray.DeviceNDArray(shape, (st, 2), x.dtype, gpu_data=x.gpu_data)
+    if not tma_ready(matrix) or device_address(matrix) % 16:
+        return None
+    return matrix, tuple(np.int32(x) for x in layout)
+
+
+def supports(D):
+    """Whether this forward takes heads of width D (on a Hopper GPU)."""
+    return D in WIDTHS
+
+
+def takes(q, k, v):
+    """Whether this forward runs these heads: on sm_90, a width of WIDTHS, and each a view
+    of a matrix the bulk copies can read (head_matrix)."""
+    if SIMULATOR or cuda.get_current_device().compute_capability[0] != 9:
+        return False
+    return supports(q.shape[3]) and all(head_matrix(x) is not None for x in (q, k, v))
+
+
+def hopper_attention_forward(out, lse, q, k, v, *, tile=None, stream=0):
+    """out (B, H, T, D) = causal softmax(q k^T / sqrt(D)) v per (batch, head), bf16; lse
+    (B, H, T) float32, as flash.flash_attention_forward (which checks the arguments alike:
+    ``flash._check_heads``), for D of WIDTHS and heads head_matrix describes. tile: a
+    HopperTile, default by D."""
+    from .flash import _check_heads
+
+    B, H, T, D = _check_heads(dict(lse=lse), q=q, k=k, v=v, out=out)
+    if q.size == 0:
+        return
+    tile = default_tile(D) if tile is None else HopperTile(*tile)
+    check_tile(tile, D)
+    (qm, q_layout), (km, kv_layout), (vm, v_layout) = (
+        _described(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
+    if kv_layout != v_layout:
+        raise ValueError("k and v must lie alike")
+    q_map = tensor_map(qm, tile.rows, PANEL)
+    k_map, v_map = (tensor_map(x, tile.step, PANEL) for x in (km, vm))
+    kernel = forward_kernel(D, tile)
+    size = shared_bytes(tile, D)
+    args = (out, lse, qm, km, vm, q_map, k_map, v_map, *q_layout, *kv_layout)
+    # the overload this launch runs (its arrays' layouts, "C" or "A") is the one opted in
+    allow_dynamic_shared(kernel, tuple(map(numba.typeof, args)), size)
+    kernel[(ceil_div(T, tile.rows), H, B), tile.threads, stream, size](*args)
+
+
+def _described(name, x):
+    described = head_matrix(x)
+    if described is None:
+        raise ValueError(f"{name}: heads of shape {tuple(x.shape)} strides "
+                         f"{tuple(x.strides)} are no view of a matrix the bulk copies read "
+                         "(hopper.head_matrix); flash.flash_attention_forward takes them")
+    return described
