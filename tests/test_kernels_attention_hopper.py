@@ -66,12 +66,14 @@ def check_forward(shape, tile, seed, fused):
     assert_close(lse.copy_to_host(), want_lse, TOL_F32_OP, what + " lse")
 
 
-@settings(max_examples=settings.default.max_examples if ON_GPU else 2)
+@settings(max_examples=settings.default.max_examples if ON_GPU else 1)
 @given(shape=SHAPES, tile=TILES, seed=SEEDS, fused=st.booleans())
-# T = 1; three steps through two stages in two blocks, the last ragged, D 128 there
+# T = 1; three steps through two stages (one refilled), the last ragged; D 128 in two
+# blocks (real shapes: eight steps through the stages)
 @example(shape=(1, 1, 1, 64), tile=None if REAL_SHAPES else HopperTile(1, 64, 2), seed=1,
          fused=False)
-@example(shape=(1, 2, 1000, 128) if REAL_SHAPES else (1, 1, 150, 128),
+@example(shape=(1, 1, 130, 64), tile=HopperTile(1, 64, 2), seed=3, fused=False)
+@example(shape=(1, 2, 1000, 128) if REAL_SHAPES else (1, 1, 70, 128),
          tile=None if REAL_SHAPES else HopperTile(1, 64, 2), seed=2, fused=True)
 def test_hopper_attention_forward(shape, tile, seed, fused):
     assume(fits(tile, shape[3]))
