@@ -36,7 +36,8 @@ if REAL_SHAPES:
     SHAPES = st.tuples(st.integers(1, 16), st.integers(1, 12), st.integers(1, 1024),
                        st.sampled_from([64, 128]))
     TILES = st.sampled_from([None, HopperTile(1, 64, 2), HopperTile(2, 64, 3),
-                             HopperTile(3, 128, 2), HopperTile(2, 128, 3)])
+                             HopperTile(3, 128, 2), HopperTile(2, 128, 2),
+                             HopperTile(2, 128, 3, True)])
 else:
     SHAPES = st.tuples(st.just(1), st.sampled_from([1, 2]), st.integers(1, 70),
                        st.just(64))

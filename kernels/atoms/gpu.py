@@ -244,6 +244,30 @@ def wgmma_bf16(n, trans_a, trans_b):
 
 
 @functools.cache
+def wgmma_bf16_acc(n, trans_a, trans_b):
+    """wgmma_bf16 whose scale-d is an operand: wgmma(smem, desc_a, desc_b, acc,
+    accumulate), D = A . B + D where accumulate is nonzero, D = A . B (acc's values
+    unread) where it is 0: the first of a chain overwrites the accumulators, which then
+    need no zeros written first."""
+    regs = n // 2
+    d = ",".join(f"${i}" for i in range(regs))
+    text = (f"{{ .reg .pred p; setp.ne.b32 p, ${regs + 2}, 0; "
+            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{d}}}, "
+            f"${regs}, ${regs + 1}, p, 1, 1, {int(trans_a)}, {int(trans_b)}; }}")
+
+    @intrinsic
+    def wgmma(typingctx, smem, desc_a, desc_b, acc, accumulate):
+        sig = types.void(smem, types.uint64, types.uint64, acc, types.uint32)
+
+        def codegen(context, builder, sig, args):
+            _tied(builder, context, sig.args[3], args[3], regs, text,
+                  (args[1], args[2], args[4]), ("l", "l", "r"))
+            return context.get_dummy_value()
+        return sig, codegen
+    return wgmma
+
+
+@functools.cache
 def wgmma_bf16_rs(n, trans_b):
     """The atom D(64 x n) += A . B for a warpgroup with A from registers:
     wgmma_rs(smem, a0, a1, a2, a3, desc_b, acc), a0..a3 the bf16 pairs of the thread's

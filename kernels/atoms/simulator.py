@@ -202,6 +202,18 @@ def wgmma_bf16(n, trans_a, trans_b):
 
 
 @functools.cache
+def wgmma_bf16_acc(n, trans_a, trans_b):
+    product = wgmma_bf16(n, trans_a, trans_b)
+
+    @cuda.jit(device=True)
+    def wgmma(smem, desc_a, desc_b, acc, accumulate):
+        if not accumulate:
+            acc[:] = np.float32(0.0)
+        product(smem, desc_a, desc_b, acc)
+    return wgmma
+
+
+@functools.cache
 def wgmma_bf16_rs(n, trans_b):
     @cuda.jit(device=True)
     def wgmma_rs(smem, a0, a1, a2, a3, desc_b, acc):

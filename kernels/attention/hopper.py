@@ -40,7 +40,7 @@ from numba import cuda, float32, int32, types, uint16, uint32, uint64
 from ..atoms import (exp2_ftz, fence_barrier_init, fence_tensor_map,
                      mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_try_wait,
                      pack_bf16x2, rcp_approx, shared_address, shuffle_xor, tma_load_2d,
-                     to_bf16, warpgroup_commit, warpgroup_fence, warpgroup_wait, wgmma_bf16,
+                     to_bf16, warpgroup_commit, warpgroup_fence, warpgroup_wait, wgmma_bf16_acc,
                      wgmma_bf16_rs)
 from ..cache import jit
 from ..common import ceil_div, device_address
@@ -59,10 +59,12 @@ WIDTHS = (64, 128)          # the head_dims this forward takes (others: flash's)
 
 class HopperTile(NamedTuple):
     """warpgroups: of 128 threads, each owning 64 query rows; step: key rows per stage;
-    stages: shared buffers of key and value tiles."""
+    stages: shared buffers of key and value tiles; producer: a warp of its own issues the
+    copies (else the first warpgroup's thread 0, between its products)."""
     warpgroups: int = 2
     step: int = 128
-    stages: int = 2
+    stages: int = 3
+    producer: bool = False
 
     @property
     def rows(self):
@@ -70,11 +72,11 @@ class HopperTile(NamedTuple):
 
     @property
     def threads(self):
-        return WARPGROUP * self.warpgroups
+        return WARPGROUP * self.warpgroups + (32 if self.producer else 0)
 
 
 def default_tile(D):
-    return HopperTile(2, 128, 2)
+    return HopperTile(2, 128, 3)
 
 
 def shared_bytes(tile, D):
@@ -84,7 +86,7 @@ def shared_bytes(tile, D):
 
 
 def check_tile(tile, D):
-    warpgroups, step, stages = tile
+    warpgroups, step, stages, producer = tile
     if D not in WIDTHS:
         raise ValueError(f"head_dim {D}: the wgmma forward takes {WIDTHS}")
     if not 1 <= warpgroups <= 4:
@@ -94,6 +96,10 @@ def check_tile(tile, D):
                          "at most 128 at head_dim 128 (its accumulators)")
     if not 2 <= stages <= 4:
         raise ValueError(f"tile {tile}: stages must be 2 to 4")
+    if producer and SIMULATOR:
+        # its copying thread spins on barriers while the warpgroups' twins of warp
+        # shuffles wait in syncthreads for every live thread of the block
+        raise ValueError(f"tile {tile}: a producer warp runs on the GPU only")
     check_block(f"tile {tile} with head_dim {D}", tile.threads, shared_bytes(tile, D),
                 DYNAMIC_SHARED_LIMIT)
 
@@ -112,10 +118,11 @@ def quad_sum(x):
 
 @functools.cache
 def forward_kernel(D, tile):
-    G, N, stages = tile
+    G, N, stages, producer = tile
     M = tile.rows
     panels = D // PANEL                     # 64-column panels of a head row
     s_regs, o_regs = N // 2, D // 2         # accumulators per thread: S (64 x N), O (64 x D)
+    p_regs = N // 4                         # P: bf16 pairs, 4 per 16 keys
     q_size = M * D                          # elements: q's tile, then the stages
     panel_rows = N * PANEL                  # one panel of a k or v tile
     stage_size = 2 * N * D
@@ -125,12 +132,16 @@ def forward_kernel(D, tile):
     q_fields, _ = wgmma_operand(64, PANEL, k_is_row=False)
     k_fields, _ = wgmma_operand(N, PANEL, k_is_row=False)
     v_fields, v_step = wgmma_operand(N, D, k_is_row=True)
-    qk = wgmma_bf16(N, False, False)
+    qk = wgmma_bf16_acc(N, False, False)
     pv = wgmma_bf16_rs(D, True)
-    s_fence, s_wait = warpgroup_fence(s_regs), warpgroup_wait(0, s_regs)
+    s_fence, s_wait_one = warpgroup_fence(s_regs), warpgroup_wait(1, s_regs)
+    s_wait_all = warpgroup_wait(0, s_regs)
     o_fence, o_wait = warpgroup_fence(o_regs), warpgroup_wait(0, o_regs)
     scale_log2 = np.float32(LOG2E / math.sqrt(D))
     ln2 = np.float32(math.log(2.0))
+    # the thread that issues the copies: lane 0 of the warp after the warpgroups, or the
+    # first consumer's thread 0
+    copier = G * WARPGROUP if producer else 0
 
     @cuda.jit(device=True, inline=True)
     def copy_keys(bars, stage, step, operands):
@@ -149,19 +160,75 @@ def forward_kernel(D, tile):
     Q_LANDED = pipe.barriers
     BARRIERS = pipe.barriers + 1
 
+    @cuda.jit(device=True, inline=True)
+    def scores(s, smem, q_desc, it):
+        """Issues s = q k^T of key step it (the warpgroup's 64 rows by the step's keys)."""
+        k_desc = descriptor(smem, int32(q_size + it % stages * stage_size), k_fields)
+        s_fence(s)
+        for kk in range(D // MMA_K):
+            qk(smem, q_desc + uint64(kk // 4 * (M * PANEL * 2 // 16) + kk % 4 * 2),
+               k_desc + uint64(kk // 4 * (panel_rows * 2 // 16) + kk % 4 * 2), s,
+               uint32(kk > 0))
+        warpgroup_commit()
+
+    @cuda.jit(device=True, inline=True)
+    def accumulate(o, p, smem, it):
+        """Issues o += p v of key step it."""
+        v_desc = descriptor(smem, int32(q_size + it % stages * stage_size + N * D), v_fields)
+        o_fence(o)
+        for kk in range(N // MMA_K):
+            pv(smem, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3],
+               v_desc + uint64(kk * v_step), o)
+        warpgroup_commit()
+
+    @cuda.jit(device=True, inline=True)
+    def softmax(s, m, l, rescale, key0, row, col, T):
+        """s = exp2 of the scaled scores less the new running max m (per half: the rows
+        row and row + 8), masked at the diagonal and past T; l and rescale (the old max's
+        factor, which o still has to take) updated."""
+        if key0 + N > row or key0 + N > T:
+            for j in range(N // 8):
+                for r in range(4):
+                    i = row + 8 * (r // 2)
+                    c = key0 + 8 * j + col + r % 2
+                    if c > i or c >= T:
+                        s[4 * j + r] = NEG_INF
+        for half in range(2):
+            top = NEG_INF
+            for j in range(N // 8):
+                top = max(top, max(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]))
+            new_max = max(m[half], quad_max(top) * scale_log2)
+            rescale[half] = exp2_ftz(m[half] - new_max)
+            total = l[half] * rescale[half]
+            for j in range(N // 8):
+                for e in range(2):
+                    r = 4 * j + 2 * half + e
+                    s[r] = exp2_ftz(cuda.fma(s[r], scale_log2, -new_max))
+                    total += s[r]
+            m[half], l[half] = new_max, total
+
+    @cuda.jit(device=True, inline=True)
+    def rescale_and_pack(o, p, s, rescale):
+        """o times the rescale of its rows; p = s as the bf16 A fragments of P v (the
+        accumulators of 16 keys, paired, are the A fragment of those 16)."""
+        for j in range(D // 8):
+            for r in range(4):
+                o[4 * j + r] *= rescale[r // 2]
+        for r in range(p_regs):
+            p[r] = pack_bf16x2(s[2 * r], s[2 * r + 1])
+
     @jit(**({} if SIMULATOR else {"launch_bounds": (tile.threads, 1)}))
     def hopper_attention_forward_kernel(out, lse, q, k, v, q_map, k_map, v_map, q_rb, q_rh,
                                         q_ch, kv_rb, kv_rh, kv_ch):
         # out (B, H, T, D) bf16 bits; lse (B, H, T); q, k, v the 2-D matrices the heads
         # are views of, (q_rb, q_rh, q_ch) and (kv_rb, kv_rh, kv_ch) where their heads'
-        # rows lie (the module's docstring). Block (x, h, b) owns query rows q0 .. q0 + M, the last
-        # tiles first (they walk the most keys).
+        # rows lie (the module's docstring). Block (x, h, b) owns query rows q0 .. q0 + M,
+        # the last tiles first (they walk the most keys).
         h, b = cuda.blockIdx.y, cuda.blockIdx.z
         T = out.shape[2]
         q0 = (cuda.gridDim.x - 1 - cuda.blockIdx.x) * M
         group = cuda.threadIdx.x // WARPGROUP
         thread = cuda.threadIdx.x % WARPGROUP
-        first = q0 + 64 * group                  # the warpgroup's first row
         bars = cuda.shared.array(BARRIERS, uint64)
         raw = cuda.shared.array(0, uint16)
         start = int32((SWIZZLE_BYTES - shared_address(raw, 0) % SWIZZLE_BYTES)
@@ -174,9 +241,8 @@ def forward_kernel(D, tile):
         cuda.syncthreads()
 
         steps = (min(T, q0 + M) + N - 1) // N
-        kv_row = b * kv_rb + h * kv_rh
-        operands = (smem, k, v, k_map, v_map, kv_row, h * kv_ch)
-        if cuda.threadIdx.x == 0:
+        operands = (smem, k, v, k_map, v_map, b * kv_rb + h * kv_rh, h * kv_ch)
+        if cuda.threadIdx.x == copier:
             fence_tensor_map(q_map)
             fence_tensor_map(k_map)
             fence_tensor_map(v_map)
@@ -186,13 +252,26 @@ def forward_kernel(D, tile):
                 tma_load_2d(smem, int32(p * M * PANEL), q, q_map, h * q_ch + p * PANEL,
                             q_row, bars, Q_LANDED)
             pipe.prologue(bars, steps, operands)
+            if producer:
+                for it in range(steps):
+                    pipe.refill(bars, it, steps, operands, True)
+        if group == G:                           # the producer warp
+            return
 
-        R = wgmma_accumulator_row(thread)
-        C = accumulator_col(thread)
+        # The warpgroup's rows first .. first + 63 walk the key steps to the one holding
+        # the last of them (a later step of the block's it passes by, releasing it). Per
+        # step, software-pipelined: the scores of step it are issued, then the product of
+        # step it - 1's P with its v; the softmax of step it runs while that product does.
+        first = q0 + 64 * group
+        own = (min(T, first + 64) + N - 1) // N
+        row = first + wgmma_accumulator_row(thread)
+        col = accumulator_col(thread)
         s = cuda.local.array(s_regs, float32)
         o = cuda.local.array(o_regs, float32)
+        p = cuda.local.array(p_regs, uint32)
         m = cuda.local.array(2, float32)        # running max of the scaled log2 scores
         l = cuda.local.array(2, float32)        # their exp2 summed, this lane's part
+        rescale = cuda.local.array(2, float32)
         for r in range(o_regs):
             o[r] = ZERO
         for half in range(2):
@@ -201,70 +280,48 @@ def forward_kernel(D, tile):
         while not mbarrier_try_wait(bars, Q_LANDED, 0):
             pass
 
-        for it in range(steps):
-            key0 = it * N
+        # (without a producer warp thread 0 refills the stage of step it - 1 once every
+        # warpgroup has released it: pipelines.tma)
+        pipe.wait(bars, 0)
+        scores(s, smem, q_desc, 0)
+        if not producer:
+            pipe.refill(bars, 0, steps, operands, cuda.threadIdx.x == 0)
+        s_wait_all(s)
+        softmax(s, m, l, rescale, 0, row, col, T)
+        rescale_and_pack(o, p, s, rescale)
+        for it in range(1, own):
             pipe.wait(bars, it)
-            if key0 <= first + 63:               # else wholly past this warpgroup's rows
-                base = q_size + it % stages * stage_size
-                k_desc = descriptor(smem, int32(base), k_fields)
-                for r in range(s_regs):
-                    s[r] = ZERO
-                s_fence(s)
-                for kk in range(D // MMA_K):
-                    at = uint64(kk // 4 * (M * PANEL * 2 // 16) + kk % 4 * 2)
-                    qk(smem, q_desc + at, k_desc + uint64(kk // 4 * (panel_rows * 2 // 16)
-                                                          + kk % 4 * 2), s)
-                warpgroup_commit()
+            scores(s, smem, q_desc, it)
+            accumulate(o, p, smem, it - 1)
+            s_wait_one(s)                        # the scores; the product runs on
+            softmax(s, m, l, rescale, it * N, row, col, T)
+            o_wait(o)
+            if thread == 0:
+                pipe.release(bars, it - 1)
+            if not producer:
                 pipe.refill(bars, it, steps, operands, cuda.threadIdx.x == 0)
-                s_wait(s)
-                if key0 + N > first or key0 + N > T:
-                    for j in range(N // 8):
-                        for r in range(4):
-                            i = first + R + 8 * (r // 2)
-                            c = key0 + 8 * j + C + r % 2
-                            if c > i or c >= T:
-                                s[4 * j + r] = NEG_INF
-                for half in range(2):
-                    top = NEG_INF
-                    for j in range(N // 8):
-                        top = max(top, max(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]))
-                    new_max = max(m[half], quad_max(top) * scale_log2)
-                    rescale = exp2_ftz(m[half] - new_max)
-                    total = l[half] * rescale
-                    for j in range(N // 8):
-                        for e in range(2):
-                            r = 4 * j + 2 * half + e
-                            s[r] = exp2_ftz(cuda.fma(s[r], scale_log2, -new_max))
-                            total += s[r]
-                    for j in range(D // 8):
-                        o[4 * j + 2 * half] *= rescale
-                        o[4 * j + 2 * half + 1] *= rescale
-                    m[half], l[half] = new_max, total
-                v_desc = descriptor(smem, int32(base + N * D), v_fields)
-                o_fence(o)
-                for kk in range(N // MMA_K):
-                    pv(smem, pack_bf16x2(s[8 * kk], s[8 * kk + 1]),
-                       pack_bf16x2(s[8 * kk + 2], s[8 * kk + 3]),
-                       pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]),
-                       pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]),
-                       v_desc + uint64(kk * v_step), o)
-                warpgroup_commit()
-                o_wait(o)
-            else:
+            rescale_and_pack(o, p, s, rescale)
+        accumulate(o, p, smem, own - 1)
+        o_wait(o)
+        if thread == 0:
+            pipe.release(bars, own - 1)
+        for it in range(own, steps):
+            if not producer:
                 pipe.refill(bars, it, steps, operands, cuda.threadIdx.x == 0)
+            pipe.wait(bars, it)
             if thread == 0:
                 pipe.release(bars, it)
 
         oh = out[b, h]
         for half in range(2):
             total = quad_sum(l[half])
-            i = first + R + 8 * half
+            i = row + 8 * half
             if i < T:
                 factor = rcp_approx(total)
                 for j in range(D // 8):
-                    oh[i, 8 * j + C] = to_bf16(o[4 * j + 2 * half] * factor)
-                    oh[i, 8 * j + C + 1] = to_bf16(o[4 * j + 2 * half + 1] * factor)
-                if C == 0:
+                    oh[i, 8 * j + col] = to_bf16(o[4 * j + 2 * half] * factor)
+                    oh[i, 8 * j + col + 1] = to_bf16(o[4 * j + 2 * half + 1] * factor)
+                if col == 0:
                     lse[b, h, i] = (m[half] + math.log2(total)) * ln2
 
     return hopper_attention_forward_kernel
