@@ -26,7 +26,7 @@ from test_kernels_mma import place
 from microgpt import reference as ref
 from microgpt.kernels.atoms import (fence_proxy_async, pack_bf16x2, shared_address,
                                     warpgroup_commit, warpgroup_fence, warpgroup_wait,
-                                    wgmma_bf16_rs)
+                                    wgmma_bf16_acc, wgmma_bf16_rs)
 from microgpt.kernels.attention import hopper
 from microgpt.kernels.attention.hopper import HopperTile
 
@@ -112,16 +112,20 @@ def test_hopper_attention_rejects_bad_arguments():
             np.ones((1, 2, 6, 64), np.uint16))[:, :, 1:4], x, x)
 
 
-# wgmma m64nNk16 with A from registers: thread i of the warpgroup holds the mma.sync A
+# wgmma m64nNk16 with A from registers (or with scale-d an operand, A from the image too):
+# thread i of the warpgroup holds the mma.sync A
 # fragment of its warp's 16 rows (w = i // 32, g and t of its lane), B lies in the image
 # as its descriptor says (test_kernels_mma.place)
-RS_N, RS_IMAGE = 32, 4096
+RS_N, RS_A, RS_IMAGE = 32, 2048, 4096
 
 
 @functools.cache
-def wgmma_rs_kernel(trans_b):
+def wgmma_rs_kernel(trans_b, accumulate=None):
+    """accumulate None: A from registers; 0 or 1: wgmma_bf16_acc with that scale-d, A
+    from byte RS_A of the image (its descriptor's fields: fields[1])."""
     regs = RS_N // 2
     mma = wgmma_bf16_rs(RS_N, trans_b)
+    mma_acc = wgmma_bf16_acc(RS_N, False, trans_b)
     fence, wait = warpgroup_fence(regs), warpgroup_wait(0, regs)
 
     @cuda.jit
@@ -147,7 +151,12 @@ def wgmma_rs_kernel(trans_b):
         a3 = pack_bf16x2(a[row + 8, 8 + 2 * t], a[row + 8, 9 + 2 * t])
         desc_b = uint64(shared_address(smem, int32(start)) >> 4 & 0x3FFF) | fields[0]
         fence(acc)
-        mma(smem, a0, a1, a2, a3, desc_b, acc)
+        if accumulate is None:
+            mma(smem, a0, a1, a2, a3, desc_b, acc)
+        else:
+            desc_a = uint64(shared_address(smem, int32(start + RS_A // 2)) >> 4
+                            & 0x3FFF) | fields[1]
+            mma_acc(smem, desc_a, desc_b, acc, uint32(accumulate))
         warpgroup_commit()
         wait(acc)
         for j in range(RS_N // 8):
@@ -173,3 +182,55 @@ def test_wgmma_rs_matches_numpy(seed, trans_b, row_bytes):
         d, cuda.to_device(a64.astype(np.float32)), cuda.to_device(image), cuda.to_device(c),
         cuda.to_device(fields))
     assert_close(d.copy_to_host(), a64 @ b64 + c, 1e-6, "wgmma m64n32k16, A in registers")
+
+
+@pytest.mark.parametrize("accumulate", [0, 1])
+def test_wgmma_acc_overwrites_or_accumulates(accumulate):
+    """scale-d 0: D = A . B whatever the accumulators held; 1: D = A . B + C."""
+    rng = np.random.default_rng(accumulate)
+    image = rng.integers(0, 2**16, RS_IMAGE // 2).astype(np.uint16)
+    a, a64 = bf16(randn(rng, 64, 16))
+    b, b64 = bf16(randn(rng, 16, RS_N))
+    fields = np.array([place(image, 0, b.T, True, 32), place(image, RS_A, a, False, 32)],
+                      np.uint64)
+    c = randn(rng, 64, RS_N)
+    d = cuda.to_device(poisoned((64, RS_N)))
+    wgmma_rs_kernel(True, accumulate)[1, 128, 0, RS_IMAGE + 1024](
+        d, cuda.to_device(a64.astype(np.float32)), cuda.to_device(image), cuda.to_device(c),
+        cuda.to_device(fields))
+    assert_close(d.copy_to_host(), a64 @ b64 + accumulate * c, 1e-6,
+                 f"wgmma m64n32k16, scale-d {accumulate}")
+
+
+def test_the_attention_op_sends_hopper_heads_here(monkeypatch):
+    """kernels.attention's forward, the op the model calls, runs bf16 heads of head_dim 64
+    and 128 here on a Hopper GPU and on flash's mma.sync kernels elsewhere (the simulator,
+    other GPUs, other widths): each launcher recorded, the results against float64."""
+    from microgpt.kernels import attention
+    from microgpt.kernels.attention import flash
+
+    calls = []
+
+    def recorded(module, name):
+        launcher = getattr(module, name)
+
+        def record(*args, **kwargs):
+            calls.append(name)
+            return launcher(*args, **kwargs)
+        monkeypatch.setattr(module, name, record)
+    recorded(hopper, "hopper_attention_forward")
+    recorded(flash, "flash_attention_forward")
+    hopper_gpu = ON_GPU and cuda.get_current_device().compute_capability[0] == 9
+    for D in (64, 32) if ON_GPU else (16,):      # (flash's D 64 block: a minute simulated)
+        shape = (1, 2, 5, D)
+        rng = np.random.default_rng(D)
+        (q, q64), (k, k64), (v, v64) = (bf16(randn(rng, *shape)) for _ in range(3))
+        out = cuda.to_device(poisoned(shape, np.uint16))
+        lse = cuda.to_device(poisoned(shape[:3]))
+        attention.attention_forward(out, lse, *map(cuda.to_device, (q, k, v)))
+        want = ("hopper_attention_forward" if hopper_gpu and D == 64
+                else "flash_attention_forward")
+        assert calls.pop() == want and calls == []
+        want_out, want_lse = ref.attention_forward(q64, k64, v64)
+        assert_close(from_bf16(out.copy_to_host()), want_out, TOL_OUT, f"the op's out, D {D}")
+        assert_close(lse.copy_to_host(), want_lse, TOL_F32_OP, f"the op's lse, D {D}")
