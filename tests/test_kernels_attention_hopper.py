@@ -205,7 +205,9 @@ def test_wgmma_acc_overwrites_or_accumulates(accumulate):
 def test_the_attention_op_sends_hopper_heads_here(monkeypatch):
     """kernels.attention's forward, the op the model calls, runs bf16 heads of head_dim 64
     and 128 here on a Hopper GPU and on flash's mma.sync kernels elsewhere (the simulator,
-    other GPUs, other widths): each launcher recorded, the results against float64."""
+    other GPUs, other widths): each launcher recorded and, on a GPU, run and its results
+    compared with float64 (in the simulator a recorded call launches nothing: flash's
+    tests run it)."""
     from microgpt.kernels import attention
     from microgpt.kernels.attention import flash
 
@@ -216,12 +218,13 @@ def test_the_attention_op_sends_hopper_heads_here(monkeypatch):
 
         def record(*args, **kwargs):
             calls.append(name)
-            return launcher(*args, **kwargs)
+            if ON_GPU:
+                launcher(*args, **kwargs)
         monkeypatch.setattr(module, name, record)
     recorded(hopper, "hopper_attention_forward")
     recorded(flash, "flash_attention_forward")
     hopper_gpu = ON_GPU and cuda.get_current_device().compute_capability[0] == 9
-    for D in (64, 32) if ON_GPU else (16,):      # (flash's D 64 block: a minute simulated)
+    for D in (64, 32):
         shape = (1, 2, 5, D)
         rng = np.random.default_rng(D)
         (q, q64), (k, k64), (v, v64) = (bf16(randn(rng, *shape)) for _ in range(3))
@@ -231,6 +234,8 @@ def test_the_attention_op_sends_hopper_heads_here(monkeypatch):
         want = ("hopper_attention_forward" if hopper_gpu and D == 64
                 else "flash_attention_forward")
         assert calls.pop() == want and calls == []
+        if not ON_GPU:
+            continue
         want_out, want_lse = ref.attention_forward(q64, k64, v64)
         assert_close(from_bf16(out.copy_to_host()), want_out, TOL_OUT, f"the op's out, D {D}")
         assert_close(lse.copy_to_host(), want_lse, TOL_F32_OP, f"the op's lse, D {D}")
