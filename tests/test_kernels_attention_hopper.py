@@ -24,7 +24,8 @@ from test_kernels_flash_attention import TOL_OUT, Heads, poisoned_heads
 from test_kernels_mma import place
 
 from microgpt import reference as ref
-from microgpt.kernels.atoms import (fence_proxy_async, pack_bf16x2, shared_address,
+from microgpt.kernels.atoms import (fence_proxy_async, named_barrier, named_barrier_arrive,
+                                    pack_bf16x2, shared_address,
                                     warpgroup_commit, warpgroup_fence, warpgroup_wait,
                                     wgmma_bf16_acc, wgmma_bf16_rs)
 from microgpt.kernels.attention import hopper
@@ -239,3 +240,22 @@ def test_the_attention_op_sends_hopper_heads_here(monkeypatch):
         want_out, want_lse = ref.attention_forward(q64, k64, v64)
         assert_close(from_bf16(out.copy_to_host()), want_out, TOL_OUT, f"the op's out, D {D}")
         assert_close(lse.copy_to_host(), want_lse, TOL_F32_OP, f"the op's lse, D {D}")
+
+
+@cuda.jit
+def arrive_kernel(out, value):
+    # warp 0 writes, arrives at barrier 1 of 64 threads and runs on; warp 1 waits there
+    cell = cuda.shared.array(1, int32)
+    if cuda.threadIdx.x < 32:
+        if cuda.threadIdx.x == 0:
+            cell[0] = value
+        named_barrier_arrive(1, 64)
+    else:
+        named_barrier(1, 64)
+        out[cuda.threadIdx.x - 32] = cell[0]
+
+
+def test_named_barrier_arrive_releases_the_waiting_warp():
+    out = cuda.to_device(np.full(32, -1, np.int32))
+    arrive_kernel[1, 64](out, 7)
+    np.testing.assert_array_equal(out.copy_to_host(), 7)

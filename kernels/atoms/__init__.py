@@ -57,6 +57,7 @@ The atoms, in the words of the PTX ISA (warp-collective ones marked):
                       matrix, clipped at its edges; grouped by bulk_commit, its shared
                       memory free again after bulk_wait
   named_barrier(id, n)  bar.sync among n threads (whole warps), not the whole block
+  named_barrier_arrive(id, n)  bar.arrive: an arrival at that barrier without the wait
 
 
 The loads and stores of activations in float32 or bf16 (``precision`` builds on them):
@@ -94,7 +95,7 @@ ATOMS = (
     "cp_async_commit", "cp_async_wait_group", "exp2_ftz", "rcp_approx", "pack_bf16x2",
     "to_bf16", "bits_to_float32", "shuffle_xor", "opaque", "shared_address",
     "wgmma_bf16", "warpgroup_fence", "warpgroup_commit", "warpgroup_wait",
-    "wgmma_bf16_acc", "wgmma_bf16_rs",
+    "wgmma_bf16_acc", "wgmma_bf16_rs", "named_barrier_arrive",
     "fence_proxy_async", "mbarrier_init", "mbarrier_arrive",
     "mbarrier_arrive_expect_tx", "mbarrier_try_wait", "fence_barrier_init",
     "tma_load_2d", "tma_store_2d", "tma_add_2d", "bulk_commit", "bulk_wait",

@@ -438,6 +438,18 @@ def named_barrier(typingctx, barrier, threads):
 
 
 @intrinsic
+def named_barrier_arrive(typingctx, barrier, threads):
+    # bar.arrive: this thread's arrival at a named barrier of `threads`, without waiting
+    # for it (the others' bar.sync wait): one warpgroup signals another's turn
+    sig = types.void(types.int32, types.int32)
+
+    def codegen(context, builder, sig, args):
+        _asm(builder, ir.VoidType(), list(args), "bar.arrive $0, $1;", "r,r,~{memory}")
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
 def fence_tensor_map(typingctx, tensor_map):
     def codegen(context, builder, sig, args):
         data = context.make_array(sig.args[0])(context, builder, args[0]).data

@@ -386,6 +386,15 @@ def named_barrier(barrier, threads):
 
 
 @cuda.jit(device=True)
+def named_barrier_arrive(barrier, threads):
+    # the arriving thread waits too: one of the schedules the hardware allows (the barrier
+    # completing before it runs on), and the race check's, which joins the clocks of a
+    # named barrier's threads (a kernel whose arriving warps must go on to do what the
+    # waiting ones wait for would deadlock here, not on the GPU)
+    _wait_named(barrier, threads)
+
+
+@cuda.jit(device=True)
 def fence_tensor_map(tensor_map):
     pass
 
