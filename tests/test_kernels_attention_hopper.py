@@ -36,13 +36,14 @@ SEEDS = st.integers(0, 2**32 - 1)
 if REAL_SHAPES:
     SHAPES = st.tuples(st.integers(1, 16), st.integers(1, 12), st.integers(1, 1024),
                        st.sampled_from([64, 128]))
-    TILES = st.sampled_from([None, HopperTile(1, 64, 2), HopperTile(2, 64, 3),
-                             HopperTile(3, 128, 2), HopperTile(2, 128, 2),
-                             HopperTile(2, 128, 3, True)])
+    TILES = st.sampled_from([None, HopperTile(1, 64, 3), HopperTile(2, 64, 4),
+                             HopperTile(3, 128, 3), HopperTile(2, 128, 3, True),
+                             HopperTile(2, 128, 3, False, True),
+                             HopperTile(2, 128, 4, True, True)])
 else:
     SHAPES = st.tuples(st.just(1), st.sampled_from([1, 2]), st.integers(1, 70),
                        st.just(64))
-    TILES = st.just(HopperTile(1, 64, 2))
+    TILES = st.just(HopperTile(1, 64, 3))
 
 
 def fits(tile, D):
@@ -70,13 +71,13 @@ def check_forward(shape, tile, seed, fused):
 
 @settings(max_examples=settings.default.max_examples if ON_GPU else 1)
 @given(shape=SHAPES, tile=TILES, seed=SEEDS, fused=st.booleans())
-# T = 1; three steps through two stages (one refilled), the last ragged; D 128 in two
+# T = 1; four steps through three stages (one refilled), the last ragged; D 128 in two
 # blocks (real shapes: eight steps through the stages)
-@example(shape=(1, 1, 1, 64), tile=None if REAL_SHAPES else HopperTile(1, 64, 2), seed=1,
+@example(shape=(1, 1, 1, 64), tile=None if REAL_SHAPES else HopperTile(1, 64, 3), seed=1,
          fused=False)
-@example(shape=(1, 1, 130, 64), tile=HopperTile(1, 64, 2), seed=3, fused=False)
+@example(shape=(1, 1, 200, 64), tile=HopperTile(1, 64, 3), seed=3, fused=False)
 @example(shape=(1, 2, 1000, 128) if REAL_SHAPES else (1, 1, 70, 128),
-         tile=None if REAL_SHAPES else HopperTile(1, 64, 2), seed=2, fused=True)
+         tile=None if REAL_SHAPES else HopperTile(1, 64, 3), seed=2, fused=True)
 def test_hopper_attention_forward(shape, tile, seed, fused):
     assume(fits(tile, shape[3]))
     check_forward(shape, tile, seed, fused)
@@ -103,8 +104,8 @@ def test_hopper_attention_rejects_bad_arguments():
         hopper.hopper_attention_forward(y, lse, y, y, y)
     with pytest.raises(ValueError, match="step must be"):
         hopper.hopper_attention_forward(x, lse, x, x, x, tile=HopperTile(2, 96, 2))
-    with pytest.raises(ValueError, match="stages must be 2 to 4"):
-        hopper.hopper_attention_forward(x, lse, x, x, x, tile=HopperTile(2, 64, 1))
+    with pytest.raises(ValueError, match="stages must be 3 or 4"):
+        hopper.hopper_attention_forward(x, lse, x, x, x, tile=HopperTile(2, 64, 2))
     with pytest.raises(ValueError, match="shared memory"):
         y = cuda.to_device(np.ones((1, 2, 3, 128), np.uint16))
         hopper.hopper_attention_forward(y, lse, y, y, y, tile=HopperTile(2, 128, 4))

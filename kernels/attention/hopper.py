@@ -39,6 +39,7 @@ from numba import cuda, float32, int32, types, uint16, uint32, uint64
 
 from ..atoms import (exp2_ftz, fence_barrier_init, fence_tensor_map,
                      mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_try_wait,
+                     named_barrier, named_barrier_arrive,
                      pack_bf16x2, rcp_approx, shared_address, shuffle_xor, tma_load_2d,
                      to_bf16, warpgroup_commit, warpgroup_fence, warpgroup_wait, wgmma_bf16_acc,
                      wgmma_bf16_rs)
@@ -60,11 +61,14 @@ WIDTHS = (64, 128)          # the head_dims this forward takes (others: flash's)
 class HopperTile(NamedTuple):
     """warpgroups: of 128 threads, each owning 64 query rows; step: key rows per stage;
     stages: shared buffers of key and value tiles; producer: a warp of its own issues the
-    copies (else the first warpgroup's thread 0, between its products)."""
+    copies (else the first warpgroup's thread 0, between its products); pingpong: two
+    warpgroups take turns to issue their products (each one's softmax then runs while
+    the other's products do)."""
     warpgroups: int = 2
     step: int = 128
     stages: int = 3
     producer: bool = False
+    pingpong: bool = False
 
     @property
     def rows(self):
@@ -86,7 +90,7 @@ def shared_bytes(tile, D):
 
 
 def check_tile(tile, D):
-    warpgroups, step, stages, producer = tile
+    warpgroups, step, stages, producer, pingpong = tile
     if D not in WIDTHS:
         raise ValueError(f"head_dim {D}: the wgmma forward takes {WIDTHS}")
     if not 1 <= warpgroups <= 4:
@@ -94,12 +98,15 @@ def check_tile(tile, D):
     if step not in (64, 128, 192, 256) or step * D > 128 * 128:
         raise ValueError(f"tile {tile}: step must be 64, 128, 192 or 256 keys (wgmma's n), "
                          "at most 128 at head_dim 128 (its accumulators)")
-    if not 2 <= stages <= 4:
-        raise ValueError(f"tile {tile}: stages must be 2 to 4")
-    if producer and SIMULATOR:
-        # its copying thread spins on barriers while the warpgroups' twins of warp
-        # shuffles wait in syncthreads for every live thread of the block
-        raise ValueError(f"tile {tile}: a producer warp runs on the GPU only")
+    if not 3 <= stages <= 4:
+        raise ValueError(f"tile {tile}: stages must be 3 or 4")
+    if pingpong and warpgroups != 2:
+        raise ValueError(f"tile {tile}: ping-pong takes two warpgroups")
+    if (producer or pingpong) and SIMULATOR:
+        # a copying thread spins on barriers, a warpgroup waits for its turn at a named
+        # barrier, while the other threads' twins of warp shuffles wait in syncthreads
+        # for every live thread of the block
+        raise ValueError(f"tile {tile}: a producer warp and ping-pong run on the GPU only")
     check_block(f"tile {tile} with head_dim {D}", tile.threads, shared_bytes(tile, D),
                 DYNAMIC_SHARED_LIMIT)
 
@@ -118,7 +125,7 @@ def quad_sum(x):
 
 @functools.cache
 def forward_kernel(D, tile):
-    G, N, stages, producer = tile
+    G, N, stages, producer, pingpong = tile
     M = tile.rows
     panels = D // PANEL                     # 64-column panels of a head row
     s_regs, o_regs = N // 2, D // 2         # accumulators per thread: S (64 x N), O (64 x D)
@@ -217,6 +224,19 @@ def forward_kernel(D, tile):
         for r in range(p_regs):
             p[r] = pack_bf16x2(s[2 * r], s[2 * r + 1])
 
+    @cuda.jit(device=True, inline=True)
+    def wait_turn(group, turn):
+        """Until warpgroup `group` may issue the products of its turn (the first
+        warpgroup's first turn is its own)."""
+        if pingpong and (group == 1 or turn > 0):
+            named_barrier(1 + group, 2 * WARPGROUP)
+
+    @cuda.jit(device=True, inline=True)
+    def take_turn(group, turn, turns):
+        """The other warpgroup's turn next (the second's last turn ends there)."""
+        if pingpong and (group == 0 or turn < turns - 1):
+            named_barrier_arrive(2 - group, 2 * WARPGROUP)
+
     @jit(**({} if SIMULATOR else {"launch_bounds": (tile.threads, 1)}))
     def hopper_attention_forward_kernel(out, lse, q, k, v, q_map, k_map, v_map, q_rb, q_rh,
                                         q_ch, kv_rb, kv_rh, kv_ch):
@@ -280,32 +300,45 @@ def forward_kernel(D, tile):
         while not mbarrier_try_wait(bars, Q_LANDED, 0):
             pass
 
-        # (without a producer warp thread 0 refills the stage of step it - 1 once every
-        # warpgroup has released it: pipelines.tma)
+        # Without a producer warp thread 0 refills the stage of step it - 2 in step it,
+        # once every warpgroup has released it (pipelines.tma: refill(it - 1)), so that
+        # it waits for no warpgroup still at work on step it - 1; three stages keep a
+        # step's copies one step ahead. With ping-pong each warpgroup waits for its turn
+        # at its named barrier before it issues products, and passes the turn on after:
+        # the first turn is the first warpgroup's, and the second's last is not passed.
+        turns = steps + 1
         pipe.wait(bars, 0)
+        wait_turn(group, 0)
         scores(s, smem, q_desc, 0)
-        if not producer:
-            pipe.refill(bars, 0, steps, operands, cuda.threadIdx.x == 0)
+        take_turn(group, 0, turns)
         s_wait_all(s)
         softmax(s, m, l, rescale, 0, row, col, T)
         rescale_and_pack(o, p, s, rescale)
         for it in range(1, own):
             pipe.wait(bars, it)
+            wait_turn(group, it)
             scores(s, smem, q_desc, it)
             accumulate(o, p, smem, it - 1)
+            take_turn(group, it, turns)
             s_wait_one(s)                        # the scores; the product runs on
             softmax(s, m, l, rescale, it * N, row, col, T)
             o_wait(o)
             if thread == 0:
                 pipe.release(bars, it - 1)
             if not producer:
-                pipe.refill(bars, it, steps, operands, cuda.threadIdx.x == 0)
+                pipe.refill(bars, it - 1, steps, operands, cuda.threadIdx.x == 0)
             rescale_and_pack(o, p, s, rescale)
+        wait_turn(group, own)
         accumulate(o, p, smem, own - 1)
+        take_turn(group, own, turns)
         o_wait(o)
         if thread == 0:
             pipe.release(bars, own - 1)
+        if not producer:
+            pipe.refill(bars, own - 1, steps, operands, cuda.threadIdx.x == 0)
         for it in range(own, steps):
+            wait_turn(group, it + 1)
+            take_turn(group, it + 1, turns)
             if not producer:
                 pipe.refill(bars, it, steps, operands, cuda.threadIdx.x == 0)
             pipe.wait(bars, it)

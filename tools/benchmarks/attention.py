@@ -93,7 +93,7 @@ def time_flash_attention(host, reps, sweep):
 
     row = dict(fwd=cuda_time(forward, reps), bwd=cuda_time(backward, reps),
                both=cuda_time(lambda: (forward(), backward()), reps))
-    row.update(time_hopper_attention((out, lse, q, k, v), backward, reps))
+    row.update(time_hopper_attention((out, lse, q, k, v), backward, reps, sweep))
     forward()
     if sweep:
         forward_tiles, backward_tiles = attention_candidates(shape[-1])
@@ -103,18 +103,20 @@ def time_flash_attention(host, reps, sweep):
     return row
 
 
-def hopper_variants(D):
-    """The wgmma forward's tiles the benchmark times, the default first: at D 64 also a
-    producer warp and two stages."""
+def hopper_variants(D, sweep):
+    """The wgmma forward's tiles the benchmark times, the default first; with sweep also
+    four stages, a producer warp (at D 64: at D 128 it spills), ping-pong, and both."""
     from microgpt.kernels.attention import hopper
+    from microgpt.kernels.attention.hopper import HopperTile as H
 
     tiles = [hopper.default_tile(D)]
-    if D == 64:
-        tiles += [hopper.HopperTile(2, 128, 3, True), hopper.HopperTile(2, 128, 2)]
-    return tiles
+    if sweep:
+        tiles += [H(2, 128, 3, False, True)] + (
+            [H(2, 128, 4), H(2, 128, 3, True), H(2, 128, 4, True, True)] if D == 64 else [])
+    return list(dict.fromkeys(tiles))
 
 
-def time_hopper_attention(arrays, backward, reps):
+def time_hopper_attention(arrays, backward, reps, sweep=False):
     """The wgmma forward (kernels/attention/hopper.py) where it runs (sm_90, its widths;
     {} elsewhere), each of hopper_variants, its out and lse first checked against the
     mma.sync forward's; and the default's forward, then the mma.sync backward."""
@@ -131,7 +133,7 @@ def time_hopper_attention(arrays, backward, reps):
     fa.flash_attention_forward(ref, ref_lse, q, k, v)
     want, want_lse = bf16_host(ref), ref_lse.copy_to_host()
     row = {}
-    for tile in hopper_variants(q.shape[-1]):
+    for tile in hopper_variants(q.shape[-1], sweep):
         def forward(tile=tile):
             hopper.hopper_attention_forward(out, lse, q, k, v, tile=tile)
         forward()
