@@ -41,7 +41,7 @@ if REAL_SHAPES:
                              HopperTile(2, 128, 3, False, True),
                              HopperTile(2, 128, 4, True, True)])
 else:
-    SHAPES = st.tuples(st.just(1), st.sampled_from([1, 2]), st.integers(1, 70),
+    SHAPES = st.tuples(st.just(1), st.sampled_from([1, 2]), st.integers(1, 64),
                        st.just(64))
     TILES = st.just(HopperTile(1, 64, 3))
 
@@ -71,11 +71,12 @@ def check_forward(shape, tile, seed, fused):
 
 @settings(max_examples=settings.default.max_examples if ON_GPU else 1)
 @given(shape=SHAPES, tile=TILES, seed=SEEDS, fused=st.booleans())
-# T = 1; four steps through three stages (one refilled), the last ragged; D 128 in two
-# blocks (real shapes: eight steps through the stages)
+# T = 1; in the simulator D 128 (two panels a row) in two blocks of 64 rows, the second
+# walking two steps, ragged at T. A refilled stage needs three steps and more: real
+# shapes only (eight steps and more, every stage refilled), a simulated block step
+# costing ~2 s
 @example(shape=(1, 1, 1, 64), tile=None if REAL_SHAPES else HopperTile(1, 64, 3), seed=1,
          fused=False)
-@example(shape=(1, 1, 200, 64), tile=HopperTile(1, 64, 3), seed=3, fused=False)
 @example(shape=(1, 2, 1000, 128) if REAL_SHAPES else (1, 1, 70, 128),
          tile=None if REAL_SHAPES else HopperTile(1, 64, 3), seed=2, fused=True)
 def test_hopper_attention_forward(shape, tile, seed, fused):
