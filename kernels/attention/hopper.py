@@ -374,10 +374,10 @@ def head_matrix(x):
     """(matrix, (rb, rh, ch)) of a head array (B, H, T, D) that is a view of a 2-D matrix
     the bulk copies can read (tma_ready), with its heads one after another or side by side
     (the module's docstring); None for any other."""
-    B, H, T, D = x.shape
-    sb, sh, st, se = x.strides
-    if se != 2 or x.size == 0:
+    if x.size == 0 or x.strides[3] != 2:
         return None
+    B, H, T, D = x.shape
+    sb, sh, st, _ = x.strides
     if (H == 1 or sh == T * st) and (B == 1 or sb == H * T * st):
         shape, layout = (B * H * T, D), (H * T, T, 0)
     elif (H == 1 or sh == 2 * D) and (B == 1 or sb == T * st) and (T == 1 or st >= 2 * H * D):
@@ -433,8 +433,14 @@ def hopper_attention_forward(out, lse, q, k, v, *, tile=None, stream=0):
     size = shared_bytes(tile, D)
     args = (out, lse, qm, km, vm, q_map, k_map, v_map, *q_layout, *kv_layout)
     # the overload this launch runs (its arrays' layouts, "C" or "A") is the one opted in
-    allow_dynamic_shared(kernel, tuple(map(numba.typeof, args)), size)
+    layouts = (kernel, *(x.is_c_contiguous() for x in (out, qm, km, vm)))
+    if layouts not in _opted_in:
+        allow_dynamic_shared(kernel, tuple(map(numba.typeof, args)), size)
+        _opted_in.add(layouts)
     kernel[(ceil_div(T, tile.rows), H, B), tile.threads, stream, size](*args)
+
+
+_opted_in = set()      # (kernel, whether each array is C-contiguous) launched before
 
 
 def _described(name, x):
