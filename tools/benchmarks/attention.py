@@ -4,7 +4,9 @@ the wgmma forward (kernels/attention/hopper.py) beside the mma.sync kernels."""
 
 import numpy as np
 
-from .timing import cuda_time, torch_time
+import functools
+
+from .timing import captured_time, cuda_time, torch_time
 
 ATTENTION_SHAPES = (("andrea-120m", 16, 12, 1024, 64), ("T 4096", 4, 12, 4096, 64),
                     ("D 128", 8, 16, 2048, 128), ("andrea-12m", 64, 12, 256, 32),
@@ -73,8 +75,24 @@ def bf16_host(array):
     return array.copy_to_host().view(ml_dtypes.bfloat16).astype(np.float64)
 
 
+@functools.cache
+def graph_ops():
+    """A cuda backend, whose stream and graphs captured_time times launches in."""
+    from microgpt.cuda_backend import CudaBackend
+
+    return CudaBackend()
+
+
+def graph_time(launch, reps):
+    """Milliseconds of one launch(stream) replayed in a CUDA graph, as the captured step
+    runs it: the GPU's time, without the host's (an eager launch of many arguments costs
+    numba tens of microseconds)."""
+    return captured_time(launch, reps, graph_ops())
+
+
 def time_flash_attention(host, reps, sweep):
-    """Our forward, backward and both, in ms; with sweep the best tiles of each."""
+    """Our forward, backward and both, in ms (the forwards also in a CUDA graph); with
+    sweep the best tiles of each."""
     import ml_dtypes
     from numba import cuda
     from microgpt.kernels.attention import flash as fa
@@ -92,7 +110,9 @@ def time_flash_attention(host, reps, sweep):
         fa.flash_attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, tiles=tiles)
 
     row = dict(fwd=cuda_time(forward, reps), bwd=cuda_time(backward, reps),
-               both=cuda_time(lambda: (forward(), backward()), reps))
+               both=cuda_time(lambda: (forward(), backward()), reps),
+               fwd_graph=graph_time(lambda stream: fa.flash_attention_forward(
+                   out, lse, q, k, v, stream=stream), reps))
     row.update(time_hopper_attention((out, lse, q, k, v), backward, reps, sweep))
     forward()
     if sweep:
@@ -144,9 +164,12 @@ def time_hopper_attention(arrays, backward, reps, sweep=False):
                   f"lse {lse_error:.2e}): not timed")
             continue
         ms = cuda_time(forward, reps)
-        print(f"    wgmma forward {tuple(tile)}: {ms:.4f} ms", flush=True)
+        graph_ms = graph_time(lambda stream, tile=tile: hopper.hopper_attention_forward(
+            out, lse, q, k, v, tile=tile, stream=stream), reps)
+        print(f"    wgmma forward {tuple(tile)}: {ms:.4f} ms, in a graph {graph_ms:.4f}",
+              flush=True)
         if "hopper_fwd" not in row:
-            row["hopper_fwd"] = ms
+            row["hopper_fwd"], row["hopper_fwd_graph"] = ms, graph_ms
             row["hopper_both"] = cuda_time(lambda: (forward(), backward()), reps)
     return row
 
@@ -235,15 +258,16 @@ def attention_report(rows, sweep):
     lines = ["## Flash attention (bf16, tensor cores) against SDPA bf16, causal",
              "",
              "microgpt: kernels/attention/flash.py (mma.sync) with its default tiles, and "
-             "the wgmma forward of kernels/attention/hopper.py where it runs (its default tile); "
-             "fwd+bwd = the mma.sync forward (or the wgmma one), then the dq and dk/dv "
-             "passes; the ratios take the faster forward. SDPA: PyTorch's flash and "
-             "cuDNN backends, each timed; ratios are microgpt / the faster SDPA's time "
-             "(issue 27's targets: fwd <= 0.8, fwd+bwd <= 0.9 at andrea-120m, <= 0.8 at "
-             "T 4096 and D 128, <= 1.0 at andrea-12m). TFLOP/s count the causal half "
-             "(fwd 4BHT²D/2, fwd+bwd 3.5x that).",
+             "the wgmma forward of kernels/attention/hopper.py where it runs (its default "
+             "tile); each forward eager and (in parentheses) replayed in a CUDA graph, as "
+             "the step runs it, the TFLOP/s of that; fwd+bwd = the mma.sync forward (or the "
+             "wgmma one), then the dq and dk/dv passes, eager. SDPA: PyTorch's flash and "
+             "cuDNN backends, each timed eagerly. Ratios: microgpt's faster forward (in the "
+             "graph) or fwd+bwd over the faster SDPA's time (issue 27's targets: fwd <= 0.8, "
+             "fwd+bwd <= 0.9 at andrea-120m, <= 0.8 at T 4096 and D 128, <= 1.0 at "
+             "andrea-12m). TFLOP/s count the causal half (fwd 4BHT²D/2, fwd+bwd 3.5x that).",
              "",
-             "| shape (B, H, T, D) | fwd ms | TFLOP/s | wgmma fwd ms | TFLOP/s | "
+             "| shape (B, H, T, D) | fwd ms (graph) | TFLOP/s | wgmma fwd ms (graph) | TFLOP/s | "
              "SDPA flash fwd ms | TFLOP/s | cuDNN fwd ms | TFLOP/s | fwd ratio | bwd ms | "
              "fwd+bwd ms | TFLOP/s | wgmma fwd + bwd ms | TFLOP/s | SDPA flash fwd+bwd ms | "
              "TFLOP/s | cuDNN fwd+bwd ms | TFLOP/s | fwd+bwd ratio | "
@@ -251,10 +275,12 @@ def attention_report(rows, sweep):
              + (" best fwd tile, ms | best bwd tiles, ms |" if sweep else ""),
              "|---|" + "---:|" * 20 + ("---|---|" if sweep else "")]
     for r in rows:
-        best_fwd = min(r["fwd"], r.get("hopper_fwd", np.inf))
+        best_fwd = min(r["fwd_graph"], r.get("hopper_fwd_graph", np.inf))
         best_both = min(r["both"], r.get("hopper_both", np.inf))
-        cells = [f"{r['config']} {r['shape']}", ms(r, "fwd"), tflops(r, "fwd", 1),
-                 ms(r, "hopper_fwd"), tflops(r, "hopper_fwd", 1),
+        cells = [f"{r['config']} {r['shape']}", f"{ms(r, 'fwd')} ({ms(r, 'fwd_graph')})",
+                 tflops(r, "fwd_graph", 1),
+                 f"{ms(r, 'hopper_fwd')} ({ms(r, 'hopper_fwd_graph')})",
+                 tflops(r, "hopper_fwd_graph", 1),
                  ms(r, "flash_fwd"), tflops(r, "flash_fwd", 1),
                  ms(r, "cudnn_fwd"), tflops(r, "cudnn_fwd", 1),
                  f"{best_fwd / r['sdpa_fwd']:.2f}", ms(r, "bwd"), ms(r, "both"),
