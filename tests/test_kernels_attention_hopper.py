@@ -36,10 +36,10 @@ SEEDS = st.integers(0, 2**32 - 1)
 if REAL_SHAPES:
     SHAPES = st.tuples(st.integers(1, 16), st.integers(1, 12), st.integers(1, 1024),
                        st.sampled_from([64, 128]))
-    TILES = st.sampled_from([None, HopperTile(1, 64, 3), HopperTile(2, 64, 4),
-                             HopperTile(3, 128, 3), HopperTile(2, 128, 3, True),
-                             HopperTile(2, 128, 3, False, True),
-                             HopperTile(2, 128, 4, True, True)])
+    TILES = st.sampled_from([None, HopperTile(1, 64, 3), HopperTile(3, 128, 3),
+                             HopperTile(2, 128, 3, True), HopperTile(2, 128, 3, False, True),
+                             HopperTile(2, 128, 4, True, True),
+                             HopperTile(2, 64, 4, False, True, 2)])
 else:
     SHAPES = st.tuples(st.just(1), st.sampled_from([1, 2]), st.integers(1, 64),
                        st.just(64))

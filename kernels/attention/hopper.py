@@ -63,12 +63,15 @@ class HopperTile(NamedTuple):
     stages: shared buffers of key and value tiles; producer: a warp of its own issues the
     copies (else the first warpgroup's thread 0, between its products); pingpong: two
     warpgroups take turns to issue their products (each one's softmax then runs while
-    the other's products do)."""
+    the other's products do); min_blocks: blocks per SM that the register allocation
+    must leave room for (the launch bounds), so that one block's start and end overlap
+    another's walk."""
     warpgroups: int = 2
     step: int = 128
     stages: int = 3
     producer: bool = False
     pingpong: bool = False
+    min_blocks: int = 1
 
     @property
     def rows(self):
@@ -90,7 +93,7 @@ def shared_bytes(tile, D):
 
 
 def check_tile(tile, D):
-    warpgroups, step, stages, producer, pingpong = tile
+    warpgroups, step, stages, producer, pingpong, min_blocks = tile
     if D not in WIDTHS:
         raise ValueError(f"head_dim {D}: the wgmma forward takes {WIDTHS}")
     if not 1 <= warpgroups <= 4:
@@ -107,8 +110,10 @@ def check_tile(tile, D):
         # barrier, while the other threads' twins of warp shuffles wait in syncthreads
         # for every live thread of the block
         raise ValueError(f"tile {tile}: a producer warp and ping-pong run on the GPU only")
+    if min_blocks not in (1, 2):
+        raise ValueError(f"tile {tile}: min_blocks must be 1 or 2")
     check_block(f"tile {tile} with head_dim {D}", tile.threads, shared_bytes(tile, D),
-                DYNAMIC_SHARED_LIMIT)
+                DYNAMIC_SHARED_LIMIT // min_blocks)
 
 
 @cuda.jit(device=True, inline=True)
@@ -125,7 +130,7 @@ def quad_sum(x):
 
 @functools.cache
 def forward_kernel(D, tile):
-    G, N, stages, producer, pingpong = tile
+    G, N, stages, producer, pingpong, min_blocks = tile
     M = tile.rows
     panels = D // PANEL                     # 64-column panels of a head row
     s_regs, o_regs = N // 2, D // 2         # accumulators per thread: S (64 x N), O (64 x D)
@@ -237,7 +242,7 @@ def forward_kernel(D, tile):
         if pingpong and (group == 0 or turn < turns - 1):
             named_barrier_arrive(2 - group, 2 * WARPGROUP)
 
-    @jit(**({} if SIMULATOR else {"launch_bounds": (tile.threads, 1)}))
+    @jit(**({} if SIMULATOR else {"launch_bounds": (tile.threads, min_blocks)}))
     def hopper_attention_forward_kernel(out, lse, q, k, v, q_map, k_map, v_map, q_rb, q_rh,
                                         q_ch, kv_rb, kv_rh, kv_ch):
         # out (B, H, T, D) bf16 bits; lse (B, H, T); q, k, v the 2-D matrices the heads

@@ -125,14 +125,15 @@ def time_flash_attention(host, reps, sweep):
 
 def hopper_variants(D, sweep):
     """The wgmma forward's tiles the benchmark times, the default first; with sweep also
-    four stages, a producer warp (at D 64: at D 128 it spills), ping-pong, and both."""
+    ping-pong, steps of 64 keys (two blocks an SM at D 64), a producer warp (at D 64: at
+    D 128 it spills)."""
     from microgpt.kernels.attention import hopper
     from microgpt.kernels.attention.hopper import HopperTile as H
 
     tiles = [hopper.default_tile(D)]
     if sweep:
-        tiles += [H(2, 128, 3, False, True)] + (
-            [H(2, 128, 4), H(2, 128, 3, True), H(2, 128, 4, True, True)] if D == 64 else [])
+        tiles += [H(2, 128, 3, False, True), H(2, 64, 4, False, True, 2 if D == 64 else 1)] + (
+            [H(2, 128, 3, True), H(2, 64, 4, False, False, 2)] if D == 64 else [])
     return list(dict.fromkeys(tiles))
 
 
