@@ -39,7 +39,9 @@ if REAL_SHAPES:
     TILES = st.sampled_from([None, HopperTile(1, 64, 3), HopperTile(3, 128, 3),
                              HopperTile(2, 128, 3, True), HopperTile(2, 128, 3, False, True),
                              HopperTile(2, 128, 4, True, True),
-                             HopperTile(2, 64, 4, False, True, 2)])
+                             HopperTile(2, 64, 4, False, True, 2),
+                             HopperTile(2, 128, 3, False, True, 1, True),
+                             HopperTile(2, 64, 4, False, True, 2, True)])
 else:
     SHAPES = st.tuples(st.just(1), st.sampled_from([1, 2]), st.integers(1, 64),
                        st.just(64))
@@ -82,6 +84,16 @@ def check_forward(shape, tile, seed, fused):
 def test_hopper_attention_forward(shape, tile, seed, fused):
     assume(fits(tile, shape[3]))
     check_forward(shape, tile, seed, fused)
+
+
+def test_persistent_blocks_walk_every_tile(monkeypatch):
+    """A persistent launch on one SM: its block walks every query tile of every head (the
+    tiles' order, q's two buffers, the copies of the next tile's steps under this one's
+    last: six steps through three stages, each refilled)."""
+    monkeypatch.setattr(hopper, "SMS", 1)
+    tile = HopperTile(1, 64, 3, persistent=True) if not REAL_SHAPES else HopperTile(
+        2, 128, 3, pingpong=True, persistent=True)
+    check_forward((1, 2, 70, 64) if not REAL_SHAPES else (2, 3, 1000, 64), tile, 4, False)
 
 
 def test_head_matrix_finds_both_layouts():

@@ -38,14 +38,14 @@ import numpy as np
 from numba import cuda, float32, int32, types, uint16, uint32, uint64
 
 from ..atoms import (exp2_ftz, fence_barrier_init, fence_tensor_map,
-                     mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_try_wait,
-                     named_barrier, named_barrier_arrive,
+                     mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
+                     mbarrier_try_wait, named_barrier, named_barrier_arrive,
                      pack_bf16x2, rcp_approx, shared_address, shuffle_xor, tma_load_2d,
                      to_bf16, warpgroup_commit, warpgroup_fence, warpgroup_wait, wgmma_bf16_acc,
                      wgmma_bf16_rs)
 from ..cache import jit
 from ..common import ceil_div, device_address
-from ..device import (DYNAMIC_SHARED_LIMIT, MMA_K, SIMULATOR, SWIZZLE_BYTES, WARPGROUP,
+from ..device import (DYNAMIC_SHARED_LIMIT, MMA_K, SIMULATOR, SMS, SWIZZLE_BYTES, WARPGROUP,
                       allow_dynamic_shared, check_block)
 from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
 from ..layouts.tensor_maps import tensor_map, tma_ready
@@ -65,13 +65,19 @@ class HopperTile(NamedTuple):
     warpgroups take turns to issue their products (each one's softmax then runs while
     the other's products do); min_blocks: blocks per SM that the register allocation
     must leave room for (the launch bounds), so that one block's start and end overlap
-    another's walk."""
+    another's walk; persistent: min_blocks blocks an SM walk all the query tiles, the
+    copies of the next one's q (two buffers) and first steps under this one's last."""
     warpgroups: int = 2
     step: int = 128
     stages: int = 3
     producer: bool = False
     pingpong: bool = False
     min_blocks: int = 1
+    persistent: bool = False
+
+    @property
+    def q_buffers(self):
+        return 2 if self.persistent else 1
 
     @property
     def rows(self):
@@ -87,13 +93,13 @@ def default_tile(D):
 
 
 def shared_bytes(tile, D):
-    """q's tile, then the stages of k and v, and room to align the start to a swizzle
+    """q's tiles, then the stages of k and v, and room to align the start to a swizzle
     pattern (the launch promises 16 bytes)."""
-    return 2 * D * (tile.rows + 2 * tile.stages * tile.step) + SWIZZLE_BYTES
+    return 2 * D * (tile.q_buffers * tile.rows + 2 * tile.stages * tile.step) + SWIZZLE_BYTES
 
 
 def check_tile(tile, D):
-    warpgroups, step, stages, producer, pingpong, min_blocks = tile
+    warpgroups, step, stages, producer, pingpong, min_blocks, persistent = tile
     if D not in WIDTHS:
         raise ValueError(f"head_dim {D}: the wgmma forward takes {WIDTHS}")
     if not 1 <= warpgroups <= 4:
@@ -130,12 +136,13 @@ def quad_sum(x):
 
 @functools.cache
 def forward_kernel(D, tile):
-    G, N, stages, producer, pingpong, min_blocks = tile
+    G, N, stages, producer, pingpong, min_blocks, persistent = tile
+    QB = tile.q_buffers
     M = tile.rows
     panels = D // PANEL                     # 64-column panels of a head row
     s_regs, o_regs = N // 2, D // 2         # accumulators per thread: S (64 x N), O (64 x D)
     p_regs = N // 4                         # P: bf16 pairs, 4 per 16 keys
-    q_size = M * D                          # elements: q's tile, then the stages
+    q_size = QB * M * D                     # elements: q's tiles, then the stages
     panel_rows = N * PANEL                  # one panel of a k or v tile
     stage_size = 2 * N * D
     stage_bytes = 2 * stage_size
@@ -169,13 +176,65 @@ def forward_kernel(D, tile):
                         row, bars, stage)
 
     pipe = tma_pipeline(stages, G, copy_keys)
-    Q_LANDED = pipe.barriers
-    BARRIERS = pipe.barriers + 1
+    Q_LANDED = pipe.barriers                # a barrier per q buffer, then its 'read'
+    Q_READ = Q_LANDED + QB
+    BARRIERS = Q_READ + QB
 
     @cuda.jit(device=True, inline=True)
-    def scores(s, smem, q_desc, it):
-        """Issues s = q k^T of key step it (the warpgroup's 64 rows by the step's keys)."""
-        k_desc = descriptor(smem, int32(q_size + it % stages * stage_size), k_fields)
+    def advance(tile_at, by, H, B):
+        """tile_at (query tile, h, b) moved `by` tiles on in the walk's order: every (batch,
+        head) of one query tile, the last query tile first; the query tile below 0 past
+        the end. By steps (no division by a variable: a 64-bit one is a call, which
+        serializes a kernel's wgmma)."""
+        tile_at[1] += by
+        while tile_at[1] >= H:
+            tile_at[1] -= H
+            tile_at[2] += 1
+            if tile_at[2] == B:
+                tile_at[2] = 0
+                tile_at[0] -= 1
+
+    @cuda.jit(device=True, inline=True)
+    def copy_ahead(bars, cur, limit, operands, H, B, T):
+        """The copier's walk: the copies of the block's steps (counted over its tiles) up
+        to limit (exclusive), each once its stage is released, and of each tile's q before
+        its first step's, once its buffer is. cur: (query tile, h, b, step in the tile,
+        steps of the tile, the block's step, tiles begun)."""
+        smem, q, k, v, q_map, k_map, v_map, q_rb, q_rh, q_ch, kv_rb, kv_rh, kv_ch = operands
+        while cur[0] >= 0 and cur[5] < limit:
+            h, b = cur[1], cur[2]
+            if cur[3] == 0:
+                n = cur[6]
+                buf = n % QB
+                while not mbarrier_try_wait(bars, Q_READ + buf, (n // QB + 1) % 2):
+                    pass
+                mbarrier_arrive_expect_tx(bars, Q_LANDED + buf, 2 * M * D)
+                for p in range(panels):
+                    tma_load_2d(smem, int32(buf * M * D + p * M * PANEL), q, q_map,
+                                h * q_ch + p * PANEL, b * q_rb + h * q_rh + cur[0] * M,
+                                bars, Q_LANDED + buf)
+                cur[4] = (min(T, cur[0] * M + M) + N - 1) // N
+            g = cur[5]
+            stage = g % stages
+            while not mbarrier_try_wait(bars, stages + stage, (g // stages + 1) % 2):
+                pass
+            copy_keys(bars, stage, cur[3], (smem, k, v, k_map, v_map, b * kv_rb + h * kv_rh,
+                                            h * kv_ch))
+            cur[3] += 1
+            cur[5] += 1
+            if cur[3] == cur[4]:
+                cur[3] = 0
+                cur[6] += 1
+                if persistent:
+                    advance(cur, cuda.gridDim.x, H, B)
+                else:
+                    cur[0] = -1
+
+    @cuda.jit(device=True, inline=True)
+    def scores(s, smem, q_desc, g):
+        """Issues s = q k^T of the block's step g (the warpgroup's 64 rows by the step's
+        keys)."""
+        k_desc = descriptor(smem, int32(q_size + g % stages * stage_size), k_fields)
         s_fence(s)
         for kk in range(D // MMA_K):
             qk(smem, q_desc + uint64(kk // 4 * (M * PANEL * 2 // 16) + kk % 4 * 2),
@@ -184,9 +243,9 @@ def forward_kernel(D, tile):
         warpgroup_commit()
 
     @cuda.jit(device=True, inline=True)
-    def accumulate(o, p, smem, it):
-        """Issues o += p v of key step it."""
-        v_desc = descriptor(smem, int32(q_size + it % stages * stage_size + N * D), v_fields)
+    def accumulate(o, p, smem, g):
+        """Issues o += p v of the block's step g."""
+        v_desc = descriptor(smem, int32(q_size + g % stages * stage_size + N * D), v_fields)
         o_fence(o)
         for kk in range(N // MMA_K):
             pv(smem, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3],
@@ -247,11 +306,11 @@ def forward_kernel(D, tile):
                                         q_ch, kv_rb, kv_rh, kv_ch):
         # out (B, H, T, D) bf16 bits; lse (B, H, T); q, k, v the 2-D matrices the heads
         # are views of, (q_rb, q_rh, q_ch) and (kv_rb, kv_rh, kv_ch) where their heads'
-        # rows lie (the module's docstring). Block (x, h, b) owns query rows q0 .. q0 + M,
-        # the last tiles first (they walk the most keys).
-        h, b = cuda.blockIdx.y, cuda.blockIdx.z
-        T = out.shape[2]
-        q0 = (cuda.gridDim.x - 1 - cuda.blockIdx.x) * M
+        # rows lie (the module's docstring). A block owns query rows q0 .. q0 + M of a
+        # (batch, head): block (x, h, b) the x-th query tile from the last (the longest
+        # walks first), or, persistent, the tiles from the x-th of the walk's order on,
+        # gridDim.x apart (advance).
+        B, H, T = out.shape[0], out.shape[1], out.shape[2]
         group = cuda.threadIdx.x // WARPGROUP
         thread = cuda.threadIdx.x % WARPGROUP
         bars = cuda.shared.array(BARRIERS, uint64)
@@ -261,35 +320,37 @@ def forward_kernel(D, tile):
         smem = raw[start:]
         if cuda.threadIdx.x == 0:
             pipe.init(bars)
-            mbarrier_init(bars, Q_LANDED, 1)
+            for buf in range(QB):
+                mbarrier_init(bars, Q_LANDED + buf, 1)
+                mbarrier_init(bars, Q_READ + buf, G)
             fence_barrier_init()
         cuda.syncthreads()
 
-        steps = (min(T, q0 + M) + N - 1) // N
-        operands = (smem, k, v, k_map, v_map, b * kv_rb + h * kv_rh, h * kv_ch)
+        # the tile walked (query tile, h, b), and the copier's cursor (copy_ahead)
+        at = cuda.local.array(3, int32)
+        cur = cuda.local.array(7, int32)
+        if persistent:
+            at[0], at[1], at[2] = (T + M - 1) // M - 1, 0, 0
+            advance(at, cuda.blockIdx.x, H, B)
+        else:
+            at[0], at[1], at[2] = (cuda.gridDim.x - 1 - cuda.blockIdx.x, cuda.blockIdx.y,
+                                   cuda.blockIdx.z)
+        for e in range(3):
+            cur[e] = at[e]
+        for e in range(3, 7):
+            cur[e] = 0
+        operands = (smem, q, k, v, q_map, k_map, v_map, q_rb, q_rh, q_ch, kv_rb, kv_rh, kv_ch)
         if cuda.threadIdx.x == copier:
             fence_tensor_map(q_map)
             fence_tensor_map(k_map)
             fence_tensor_map(v_map)
-            mbarrier_arrive_expect_tx(bars, Q_LANDED, 2 * q_size)
-            q_row = b * q_rb + h * q_rh + q0
-            for p in range(panels):
-                tma_load_2d(smem, int32(p * M * PANEL), q, q_map, h * q_ch + p * PANEL,
-                            q_row, bars, Q_LANDED)
-            pipe.prologue(bars, steps, operands)
-            if producer:
-                for it in range(steps):
-                    pipe.refill(bars, it, steps, operands, True)
+            # without a producer warp the prologue: the first stages - 1 steps
+            copy_ahead(bars, cur, stages - 1 if not producer else 1 << 30, operands, H, B,
+                       T)
         if group == G:                           # the producer warp
             return
 
-        # The warpgroup's rows first .. first + 63 walk the key steps to the one holding
-        # the last of them (a later step of the block's it passes by, releasing it). Per
-        # step, software-pipelined: the scores of step it are issued, then the product of
-        # step it - 1's P with its v; the softmax of step it runs while that product does.
-        first = q0 + 64 * group
-        own = (min(T, first + 64) + N - 1) // N
-        row = first + wgmma_accumulator_row(thread)
+        row_in = wgmma_accumulator_row(thread)
         col = accumulator_col(thread)
         s = cuda.local.array(s_regs, float32)
         o = cuda.local.array(o_regs, float32)
@@ -297,70 +358,97 @@ def forward_kernel(D, tile):
         m = cuda.local.array(2, float32)        # running max of the scaled log2 scores
         l = cuda.local.array(2, float32)        # their exp2 summed, this lane's part
         rescale = cuda.local.array(2, float32)
-        for r in range(o_regs):
-            o[r] = ZERO
-        for half in range(2):
-            m[half], l[half] = NEG_INF, ZERO
-        q_desc = descriptor(smem, int32(64 * group * PANEL), q_fields)
-        while not mbarrier_try_wait(bars, Q_LANDED, 0):
-            pass
+        copies = not producer and cuda.threadIdx.x == 0
+        g0 = 0                                   # the block's steps before this tile's
+        n = 0                                    # and its tiles
+        while at[0] >= 0:
+            h, b = at[1], at[2]
+            q0 = at[0] * M
+            steps = (min(T, q0 + M) + N - 1) // N
+            # The warpgroup's rows first .. first + 63 walk the key steps to the one
+            # holding the last of them (a later step of the block's it passes by,
+            # releasing it). Per step, software-pipelined: the scores of step it are
+            # issued, then the product of step it - 1's P with its v; the softmax of step
+            # it runs while that product does.
+            first = q0 + 64 * group
+            own = (min(T, first + 64) + N - 1) // N
+            row = first + row_in
+            for r in range(o_regs):
+                o[r] = ZERO
+            for half in range(2):
+                m[half], l[half] = NEG_INF, ZERO
+            buf = n % QB
+            q_desc = descriptor(smem, int32(buf * M * D + 64 * group * PANEL), q_fields)
+            while not mbarrier_try_wait(bars, Q_LANDED + buf, n // QB % 2):
+                pass
 
-        # Without a producer warp thread 0 refills the stage of step it - 2 in step it,
-        # once every warpgroup has released it (pipelines.tma: refill(it - 1)), so that
-        # it waits for no warpgroup still at work on step it - 1; three stages keep a
-        # step's copies one step ahead. With ping-pong each warpgroup waits for its turn
-        # at its named barrier before it issues products, and passes the turn on after:
-        # the first turn is the first warpgroup's, and the second's last is not passed.
-        turns = steps + 1
-        pipe.wait(bars, 0)
-        wait_turn(group, 0)
-        scores(s, smem, q_desc, 0)
-        take_turn(group, 0, turns)
-        s_wait_all(s)
-        softmax(s, m, l, rescale, 0, row, col, T)
-        rescale_and_pack(o, p, s, rescale)
-        for it in range(1, own):
-            pipe.wait(bars, it)
-            wait_turn(group, it)
-            scores(s, smem, q_desc, it)
-            accumulate(o, p, smem, it - 1)
-            take_turn(group, it, turns)
-            s_wait_one(s)                        # the scores; the product runs on
-            softmax(s, m, l, rescale, it * N, row, col, T)
+            # Without a producer warp thread 0 copies up to the block's step g + stages
+            # - 2 in step g, once every warpgroup has released step g - 2 (so that it
+            # waits for no warpgroup still at work on step g - 1); three stages keep the
+            # copies a step ahead, across tiles too. With ping-pong each warpgroup waits for its turn at
+            # its named barrier before it issues products, and passes the turn on after:
+            # the first turn is the first warpgroup's, and the second's last is not
+            # passed.
+            turns = steps + 1
+            pipe.wait(bars, g0)
+            wait_turn(group, 0)
+            scores(s, smem, q_desc, g0)
+            take_turn(group, 0, turns)
+            if copies:
+                copy_ahead(bars, cur, g0 + stages - 1, operands, H, B, T)
+            s_wait_all(s)
+            softmax(s, m, l, rescale, 0, row, col, T)
+            rescale_and_pack(o, p, s, rescale)
+            for it in range(1, own):
+                g = g0 + it
+                pipe.wait(bars, g)
+                wait_turn(group, it)
+                scores(s, smem, q_desc, g)
+                accumulate(o, p, smem, g - 1)
+                take_turn(group, it, turns)
+                s_wait_one(s)                    # the scores; the product runs on
+                softmax(s, m, l, rescale, it * N, row, col, T)
+                o_wait(o)
+                if thread == 0:
+                    pipe.release(bars, g - 1)
+                if copies:
+                    copy_ahead(bars, cur, g + stages - 1, operands, H, B, T)
+                rescale_and_pack(o, p, s, rescale)
+            wait_turn(group, own)
+            accumulate(o, p, smem, g0 + own - 1)
+            take_turn(group, own, turns)
             o_wait(o)
             if thread == 0:
-                pipe.release(bars, it - 1)
-            if not producer:
-                pipe.refill(bars, it - 1, steps, operands, cuda.threadIdx.x == 0)
-            rescale_and_pack(o, p, s, rescale)
-        wait_turn(group, own)
-        accumulate(o, p, smem, own - 1)
-        take_turn(group, own, turns)
-        o_wait(o)
-        if thread == 0:
-            pipe.release(bars, own - 1)
-        if not producer:
-            pipe.refill(bars, own - 1, steps, operands, cuda.threadIdx.x == 0)
-        for it in range(own, steps):
-            wait_turn(group, it + 1)
-            take_turn(group, it + 1, turns)
-            if not producer:
-                pipe.refill(bars, it, steps, operands, cuda.threadIdx.x == 0)
-            pipe.wait(bars, it)
-            if thread == 0:
-                pipe.release(bars, it)
+                pipe.release(bars, g0 + own - 1)
+                mbarrier_arrive(bars, Q_READ + buf, 1)
+            if copies:
+                copy_ahead(bars, cur, g0 + own + stages - 1, operands, H, B, T)
+            for it in range(own, steps):
+                wait_turn(group, it + 1)
+                take_turn(group, it + 1, turns)
+                if copies:
+                    copy_ahead(bars, cur, g0 + it + stages - 1, operands, H, B, T)
+                pipe.wait(bars, g0 + it)
+                if thread == 0:
+                    pipe.release(bars, g0 + it)
 
-        oh = out[b, h]
-        for half in range(2):
-            total = quad_sum(l[half])
-            i = row + 8 * half
-            if i < T:
-                factor = rcp_approx(total)
-                for j in range(D // 8):
-                    oh[i, 8 * j + col] = to_bf16(o[4 * j + 2 * half] * factor)
-                    oh[i, 8 * j + col + 1] = to_bf16(o[4 * j + 2 * half + 1] * factor)
-                if col == 0:
-                    lse[b, h, i] = (m[half] + math.log2(total)) * ln2
+            oh = out[b, h]
+            for half in range(2):
+                total = quad_sum(l[half])
+                i = row + 8 * half
+                if i < T:
+                    factor = rcp_approx(total)
+                    for j in range(D // 8):
+                        oh[i, 8 * j + col] = to_bf16(o[4 * j + 2 * half] * factor)
+                        oh[i, 8 * j + col + 1] = to_bf16(o[4 * j + 2 * half + 1] * factor)
+                    if col == 0:
+                        lse[b, h, i] = (m[half] + math.log2(total)) * ln2
+            g0 += steps
+            n += 1
+            if persistent:
+                advance(at, cuda.gridDim.x, H, B)
+            else:
+                at[0] = -1
 
     return hopper_attention_forward_kernel
 
@@ -442,7 +530,9 @@ def hopper_attention_forward(out, lse, q, k, v, *, tile=None, stream=0):
     if layouts not in _opted_in:
         allow_dynamic_shared(kernel, tuple(map(numba.typeof, args)), size)
         _opted_in.add(layouts)
-    kernel[(ceil_div(T, tile.rows), H, B), tile.threads, stream, size](*args)
+    grid = ((min(ceil_div(T, tile.rows) * H * B, SMS * tile.min_blocks),) if tile.persistent
+            else (ceil_div(T, tile.rows), H, B))
+    kernel[grid, tile.threads, stream, size](*args)
 
 
 _opted_in = set()      # (kernel, whether each array is C-contiguous) launched before
