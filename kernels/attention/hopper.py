@@ -111,11 +111,13 @@ def check_tile(tile, D):
         raise ValueError(f"tile {tile}: stages must be 3 or 4")
     if pingpong and warpgroups != 2:
         raise ValueError(f"tile {tile}: ping-pong takes two warpgroups")
-    if (producer or pingpong) and SIMULATOR:
-        # a copying thread spins on barriers, a warpgroup waits for its turn at a named
-        # barrier, while the other threads' twins of warp shuffles wait in syncthreads
-        # for every live thread of the block
-        raise ValueError(f"tile {tile}: a producer warp and ping-pong run on the GPU only")
+    if (producer or pingpong or persistent and warpgroups > 1) and SIMULATOR:
+        # a copying thread spins on barriers (a producer warp's, or across a persistent
+        # block's tiles, where the warpgroups fall out of step), a warpgroup waits for its
+        # turn at a named barrier, while the other threads' twins of warp shuffles wait in
+        # syncthreads for every live thread of the block
+        raise ValueError(f"tile {tile}: a producer warp, ping-pong and persistent blocks of "
+                         "two warpgroups run on the GPU only")
     if min_blocks not in (1, 2):
         raise ValueError(f"tile {tile}: min_blocks must be 1 or 2")
     check_block(f"tile {tile} with head_dim {D}", tile.threads, shared_bytes(tile, D),
