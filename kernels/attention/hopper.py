@@ -387,10 +387,10 @@ def forward_kernel(D, tile):
             # Without a producer warp thread 0 copies up to the block's step g + stages
             # - 2 in step g, once every warpgroup has released step g - 2 (so that it
             # waits for no warpgroup still at work on step g - 1); three stages keep the
-            # copies a step ahead, across tiles too. With ping-pong each warpgroup waits for its turn at
-            # its named barrier before it issues products, and passes the turn on after:
-            # the first turn is the first warpgroup's, and the second's last is not
-            # passed.
+            # copies a step ahead, across tiles too. With ping-pong each warpgroup waits
+            # for its turn at its named barrier before it issues products, and passes the
+            # turn on after: the first turn is the first warpgroup's, and the second's
+            # last is not passed.
             turns = steps + 1
             pipe.wait(bars, g0)
             wait_turn(group, 0)
