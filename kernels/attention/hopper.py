@@ -291,16 +291,19 @@ def forward_kernel(D, tile):
             p[r] = pack_bf16x2(s[2 * r], s[2 * r + 1])
 
     @cuda.jit(device=True, inline=True)
-    def wait_turn(group, turn):
-        """Until warpgroup `group` may issue the products of its turn (the first
-        warpgroup's first turn is its own)."""
-        if pingpong and (group == 1 or turn > 0):
+    def wait_turn(group):
+        """Until warpgroup `group` may issue the products of its turn."""
+        if pingpong:
             named_barrier(1 + group, 2 * WARPGROUP)
 
     @cuda.jit(device=True, inline=True)
-    def take_turn(group, turn, turns):
-        """The other warpgroup's turn next (the second's last turn ends there)."""
-        if pingpong and (group == 0 or turn < turns - 1):
+    def take_turn(group, final):
+        """The other warpgroup's turn next. The turns alternate over the block's tiles: the
+        second warpgroup gives the first its first turn at the start, and passes none
+        after its final one, so that every arrival at a barrier meets a wait there (a
+        barrier that counts the arrivals of one warpgroup twice would complete without
+        the other)."""
+        if pingpong and not (group == 1 and final):
             named_barrier_arrive(2 - group, 2 * WARPGROUP)
 
     @jit(**({} if SIMULATOR else {"launch_bounds": (tile.threads, min_blocks)}))
@@ -330,6 +333,7 @@ def forward_kernel(D, tile):
 
         # the tile walked (query tile, h, b), and the copier's cursor (copy_ahead)
         at = cuda.local.array(3, int32)
+        nxt = cuda.local.array(3, int32)
         cur = cuda.local.array(7, int32)
         if persistent:
             at[0], at[1], at[2] = (T + M - 1) // M - 1, 0, 0
@@ -363,9 +367,18 @@ def forward_kernel(D, tile):
         copies = not producer and cuda.threadIdx.x == 0
         g0 = 0                                   # the block's steps before this tile's
         n = 0                                    # and its tiles
+        if group == 1:
+            take_turn(group, False)              # the first warpgroup's first turn
         while at[0] >= 0:
             h, b = at[1], at[2]
             q0 = at[0] * M
+            for e in range(3):
+                nxt[e] = at[e]
+            if persistent:
+                advance(nxt, cuda.gridDim.x, H, B)
+            else:
+                nxt[0] = -1
+            last = nxt[0] < 0
             steps = (min(T, q0 + M) + N - 1) // N
             # The warpgroup's rows first .. first + 63 walk the key steps to the one
             # holding the last of them (a later step of the block's it passes by,
@@ -389,13 +402,11 @@ def forward_kernel(D, tile):
             # waits for no warpgroup still at work on step g - 1); three stages keep the
             # copies a step ahead, across tiles too. With ping-pong each warpgroup waits
             # for its turn at its named barrier before it issues products, and passes the
-            # turn on after: the first turn is the first warpgroup's, and the second's
-            # last is not passed.
-            turns = steps + 1
+            # turn on after (take_turn).
             pipe.wait(bars, g0)
-            wait_turn(group, 0)
+            wait_turn(group)
             scores(s, smem, q_desc, g0)
-            take_turn(group, 0, turns)
+            take_turn(group, False)
             if copies:
                 copy_ahead(bars, cur, g0 + stages - 1, operands, H, B, T)
             s_wait_all(s)
@@ -404,10 +415,10 @@ def forward_kernel(D, tile):
             for it in range(1, own):
                 g = g0 + it
                 pipe.wait(bars, g)
-                wait_turn(group, it)
+                wait_turn(group)
                 scores(s, smem, q_desc, g)
                 accumulate(o, p, smem, g - 1)
-                take_turn(group, it, turns)
+                take_turn(group, False)
                 s_wait_one(s)                    # the scores; the product runs on
                 softmax(s, m, l, rescale, it * N, row, col, T)
                 o_wait(o)
@@ -416,9 +427,9 @@ def forward_kernel(D, tile):
                 if copies:
                     copy_ahead(bars, cur, g + stages - 1, operands, H, B, T)
                 rescale_and_pack(o, p, s, rescale)
-            wait_turn(group, own)
+            wait_turn(group)
             accumulate(o, p, smem, g0 + own - 1)
-            take_turn(group, own, turns)
+            take_turn(group, last and own == steps)
             o_wait(o)
             if thread == 0:
                 pipe.release(bars, g0 + own - 1)
@@ -426,8 +437,8 @@ def forward_kernel(D, tile):
             if copies:
                 copy_ahead(bars, cur, g0 + own + stages - 1, operands, H, B, T)
             for it in range(own, steps):
-                wait_turn(group, it + 1)
-                take_turn(group, it + 1, turns)
+                wait_turn(group)
+                take_turn(group, last and it == steps - 1)
                 if copies:
                     copy_ahead(bars, cur, g0 + it + stages - 1, operands, H, B, T)
                 pipe.wait(bars, g0 + it)
@@ -447,10 +458,8 @@ def forward_kernel(D, tile):
                         lse[b, h, i] = (m[half] + math.log2(total)) * ln2
             g0 += steps
             n += 1
-            if persistent:
-                advance(at, cuda.gridDim.x, H, B)
-            else:
-                at[0] = -1
+            for e in range(3):
+                at[e] = nxt[e]
 
     return hopper_attention_forward_kernel
 
