@@ -219,8 +219,9 @@ def test_wgmma_acc_overwrites_or_accumulates(accumulate):
 
 def test_the_attention_op_sends_hopper_heads_here(monkeypatch):
     """kernels.attention's forward, the op the model calls, runs bf16 heads of head_dim 64
-    and 128 here on a Hopper GPU and on flash's mma.sync kernels elsewhere (the simulator,
-    other GPUs, other widths): each launcher recorded and, on a GPU, run and its results
+    and 128 from T = MIN_T on here on a Hopper GPU and on flash's mma.sync kernels
+    elsewhere (the simulator, other GPUs, other widths, shorter T): each launcher recorded
+    and, on a GPU, run and its results
     compared with float64 (in the simulator a recorded call launches nothing: flash's
     tests run it)."""
     from microgpt.kernels import attention
@@ -239,20 +240,20 @@ def test_the_attention_op_sends_hopper_heads_here(monkeypatch):
     recorded(hopper, "hopper_attention_forward")
     recorded(flash, "flash_attention_forward")
     hopper_gpu = ON_GPU and cuda.get_current_device().compute_capability[0] == 9
-    for D in (64, 32):
-        shape = (1, 2, 5, D)
+    for D, T in ((64, hopper.MIN_T), (32, hopper.MIN_T), (64, 5)):
+        shape = (1, 2, T, D)
         rng = np.random.default_rng(D)
         (q, q64), (k, k64), (v, v64) = (bf16(randn(rng, *shape)) for _ in range(3))
         out = cuda.to_device(poisoned(shape, np.uint16))
         lse = cuda.to_device(poisoned(shape[:3]))
         attention.attention_forward(out, lse, *map(cuda.to_device, (q, k, v)))
-        want = ("hopper_attention_forward" if hopper_gpu and D == 64
+        want = ("hopper_attention_forward" if hopper_gpu and D == 64 and T >= hopper.MIN_T
                 else "flash_attention_forward")
         assert calls.pop() == want and calls == []
         if not ON_GPU:
             continue
         want_out, want_lse = ref.attention_forward(q64, k64, v64)
-        assert_close(from_bf16(out.copy_to_host()), want_out, TOL_OUT, f"the op's out, D {D}")
+        assert_close(from_bf16(out.copy_to_host()), want_out, TOL_OUT, f"the op's out, D {D} T {T}")
         assert_close(lse.copy_to_host(), want_lse, TOL_F32_OP, f"the op's lse, D {D}")
 
 

@@ -4,9 +4,9 @@ the kernels around it.
 NumPy twins: ``microgpt.reference.attention_forward`` and ``attention_backward``.
 ``attention_forward`` and ``attention_backward`` route by dtype: float32 heads to the
 CUDA cores' kernels (``attention.fp32``, the seed's block per (batch, head)), bf16 heads
-(uint16 arrays) to the tensor cores: on Hopper the forward of head_dims 64 and 128 to
-``attention.hopper`` (wgmma), every other to ``attention.flash`` (mma.sync), with their
-default tiles.
+(uint16 arrays) to the tensor cores: on Hopper the forward of head_dims 64 and 128 at T
+of at least ``hopper.MIN_T`` to ``attention.hopper`` (wgmma), every other to
+``attention.flash`` (mma.sync), with their default tiles.
 
   fp32       the float32 kernels, one row per thread
   flash      flash attention on the mma.sync tensor cores (bf16)
@@ -30,7 +30,8 @@ def attention_forward(out, lse, q, k, v, *, block=None, blocks_per_head=None, st
     = each row's logsumexp of the scaled scores. block: query rows (threads) per block;
     blocks_per_head: 1 for one block per (batch, head), default by shape (``fp32``'s).
     bf16 heads (uint16 arrays) go to the tensor cores with the default tiles: ``hopper``
-    where it takes them (sm_90, head_dim 64 or 128), ``flash`` otherwise."""
+    where it takes them (sm_90, head_dim 64 or 128, T >= hopper.MIN_T), ``flash``
+    otherwise."""
     if q.dtype == np.uint16:
         _no_geometry(block, blocks_per_head)
         if hopper.takes(q, k, v):

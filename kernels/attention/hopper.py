@@ -507,12 +507,18 @@ def supports(D):
     return D in WIDTHS
 
 
+# The shortest T the op sends here: on the H200 (docs/flash-attention.md, call A) this
+# forward beat mma.sync's at T 2048 (D 128) and 4096 (D 64) and lost at andrea-120m's 1024
+MIN_T = 2048
+
+
 def takes(q, k, v):
-    """Whether this forward runs these heads: on sm_90, a width of WIDTHS, and each a view
-    of a matrix the bulk copies can read (head_matrix)."""
+    """Whether the op runs these heads here: on sm_90, a width of WIDTHS, T at least MIN_T,
+    and each a view of a matrix the bulk copies can read (head_matrix)."""
     if SIMULATOR or cuda.get_current_device().compute_capability[0] != 9:
         return False
-    return supports(q.shape[3]) and all(head_matrix(x) is not None for x in (q, k, v))
+    return (supports(q.shape[3]) and q.shape[2] >= MIN_T
+            and all(head_matrix(x) is not None for x in (q, k, v)))
 
 
 def hopper_attention_forward(out, lse, q, k, v, *, tile=None, stream=0):
