@@ -89,7 +89,14 @@ class HopperTile(NamedTuple):
 
 
 def default_tile(D):
-    return HopperTile(2, 128, 3)
+    """The fastest tiles of the H200 (docs/flash-attention.md, call B): at D 64 steps of 64
+    keys, ping-pong, two blocks an SM; at D 128 steps of 128, ping-pong. (The simulator,
+    which runs neither ping-pong nor two warpgroups at a pace, takes one warpgroup.)"""
+    if SIMULATOR:
+        return HopperTile(1, 64, 3)
+    if D == 64:
+        return HopperTile(2, 64, 4, pingpong=True, min_blocks=2)
+    return HopperTile(2, 128, 3, pingpong=True)
 
 
 def shared_bytes(tile, D):
@@ -507,9 +514,10 @@ def supports(D):
     return D in WIDTHS
 
 
-# The shortest T the op sends here: on the H200 (docs/flash-attention.md, call A) this
-# forward beat mma.sync's at T 2048 (D 128) and 4096 (D 64) and lost at andrea-120m's 1024
-MIN_T = 2048
+# The shortest T the op sends here: on the H200 (docs/flash-attention.md, call B) this
+# forward's default tiles beat mma.sync's at T 1024 and 4096 (D 64) and 2048 (D 128);
+# shorter walks were not compared
+MIN_T = 1024
 
 
 def takes(q, k, v):
