@@ -9,9 +9,11 @@ Seven sections:
            cores (kernels/gemm/), in TFLOP/s beside torch.mm in bf16 (cuBLAS);
            --gemm-sweep also times every tile and split-K candidate and reports the best;
            --gemm-captured times microgpt's launches in a CUDA graph, as the step runs;
-  attention  flash attention on the tensor cores (kernels/attention/flash.py), forward and
-           forward + backward, beside SDPA in bf16 (causal) at andrea-120m, andrea-12m and
-           head_dim 72 shapes; --attention-sweep also times the tile candidates;
+  attention  flash attention on the tensor cores (kernels/attention/flash.py, and the wgmma
+           forward of hopper.py on sm_90), forward and forward + backward, beside SDPA's
+           flash and cuDNN backends in bf16 (causal) at andrea-120m, T 4096, D 128,
+           andrea-12m and head_dim 72 shapes; --attention-sweep also times the tile
+           candidates;
   kernels  every backend op at andrea-120m shapes (B 16, T 1024, C 768, 12 heads of 64,
            V 50304), timed with CUDA events, beside the PyTorch op that does the same work
            in float32 (TF32 off);

@@ -37,6 +37,11 @@ The atoms, in the words of the PTX ISA (warp-collective ones marked):
                       64-bit matrix descriptors, bf16 in, float32 accumulate (warpgroup:
                       4 warps, sm_90a); asynchronous: ordered by warpgroup_fence(regs),
                       grouped by warpgroup_commit and waited on with warpgroup_wait(n, regs)
+  wgmma_bf16_acc(n, ta, tb)  the same with scale-d an operand: 0 overwrites D
+  wgmma_bf16_rs(n, tb)  the same with A from registers: each warp's 16 rows of the
+                      64 x 16 A as four bf16 pairs a thread, in the mma.sync A layout (so
+                      the accumulators of one wgmma, rounded and paired, are the A of the
+                      next: flash attention's P)
   fence_proxy_async   shared-memory writes of this thread (cp.async, st.shared) made
                       visible to the asynchronous proxy that wgmma and the bulk copies use
   mbarrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_try_wait
@@ -52,6 +57,7 @@ The atoms, in the words of the PTX ISA (warp-collective ones marked):
                       matrix, clipped at its edges; grouped by bulk_commit, its shared
                       memory free again after bulk_wait
   named_barrier(id, n)  bar.sync among n threads (whole warps), not the whole block
+  named_barrier_arrive(id, n)  bar.arrive: an arrival at that barrier without the wait
   bulk_wait_but_one   until every bulk group of this thread but the newest has read its
                       shared memory (double-buffered stores: the older buffer free again)
 
@@ -104,6 +110,7 @@ ATOMS = (
     "cp_async_commit", "cp_async_wait_group", "exp2_ftz", "rcp_approx", "pack_bf16x2",
     "to_bf16", "bits_to_float32", "shuffle_xor", "opaque", "shared_address",
     "wgmma_bf16", "warpgroup_fence", "warpgroup_commit", "warpgroup_wait",
+    "wgmma_bf16_acc", "wgmma_bf16_rs", "named_barrier_arrive",
     "fence_proxy_async", "mbarrier_init", "mbarrier_arrive",
     "mbarrier_arrive_expect_tx", "mbarrier_try_wait", "fence_barrier_init",
     "tma_load_2d", "tma_store_2d", "tma_add_2d", "bulk_commit", "bulk_wait",

@@ -243,6 +243,58 @@ def wgmma_bf16(n, trans_a, trans_b):
     return wgmma
 
 
+@functools.cache
+def wgmma_bf16_acc(n, trans_a, trans_b):
+    """wgmma_bf16 whose scale-d is an operand: wgmma(smem, desc_a, desc_b, acc,
+    accumulate), D = A . B + D where accumulate is nonzero, D = A . B (acc's values
+    unread) where it is 0: the first of a chain overwrites the accumulators, which then
+    need no zeros written first."""
+    regs = n // 2
+    d = ",".join(f"${i}" for i in range(regs))
+    text = (f"{{ .reg .pred p; setp.ne.b32 p, ${regs + 2}, 0; "
+            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{d}}}, "
+            f"${regs}, ${regs + 1}, p, 1, 1, {int(trans_a)}, {int(trans_b)}; }}")
+
+    @intrinsic
+    def wgmma(typingctx, smem, desc_a, desc_b, acc, accumulate):
+        sig = types.void(smem, types.uint64, types.uint64, acc, types.uint32)
+
+        def codegen(context, builder, sig, args):
+            _tied(builder, context, sig.args[3], args[3], regs, text,
+                  (args[1], args[2], args[4]), ("l", "l", "r"))
+            return context.get_dummy_value()
+        return sig, codegen
+    return wgmma
+
+
+@functools.cache
+def wgmma_bf16_rs(n, trans_b):
+    """The atom D(64 x n) += A . B for a warpgroup with A from registers:
+    wgmma_rs(smem, a0, a1, a2, a3, desc_b, acc), a0..a3 the bf16 pairs of the thread's
+    A fragment (the mma.sync A layout, per warp its 16 rows), B from shared memory through
+    its descriptor (smem is the twin's), acc a float32 array of n/2. Asynchronous as
+    wgmma_bf16; ptxas keeps the A registers live until the wait."""
+    regs = n // 2
+    d = ",".join(f"${i}" for i in range(regs))
+    a = ",".join(f"${regs + i}" for i in range(4))
+    text = (f"{{ .reg .pred p; setp.ne.b32 p, ${regs + 5}, 0; "
+            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{d}}}, "
+            f"{{{a}}}, ${regs + 4}, p, 1, 1, {int(trans_b)}; }}")
+
+    @intrinsic
+    def wgmma_rs(typingctx, smem, a0, a1, a2, a3, desc_b, acc):
+        u32 = types.uint32
+        sig = types.void(smem, u32, u32, u32, u32, types.uint64, acc)
+
+        def codegen(context, builder, sig, args):
+            one = ir.Constant(_i32, 1)       # scale-d: D = A.B + D
+            _tied(builder, context, sig.args[6], args[6], regs, text,
+                  (*args[1:6], one), ("r", "r", "r", "r", "l", "r"))
+            return context.get_dummy_value()
+        return sig, codegen
+    return wgmma_rs
+
+
 def _through_accumulators(text, regs):
     """An atom f(acc) that runs the inline asm `text` with acc's `regs` floats tied
     through it (_tied): no read or write of them moves across it."""
@@ -421,6 +473,18 @@ def named_barrier(typingctx, barrier, threads):
 
     def codegen(context, builder, sig, args):
         _asm(builder, ir.VoidType(), list(args), "bar.sync $0, $1;", "r,r,~{memory}")
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
+def named_barrier_arrive(typingctx, barrier, threads):
+    # bar.arrive: this thread's arrival at a named barrier of `threads`, without waiting
+    # for it (the others' bar.sync wait): one warpgroup signals another's turn
+    sig = types.void(types.int32, types.int32)
+
+    def codegen(context, builder, sig, args):
+        _asm(builder, ir.VoidType(), list(args), "bar.arrive $0, $1;", "r,r,~{memory}")
         return context.get_dummy_value()
     return sig, codegen
 

@@ -201,6 +201,44 @@ def wgmma_bf16(n, trans_a, trans_b):
     return wgmma
 
 
+@functools.cache
+def wgmma_bf16_acc(n, trans_a, trans_b):
+    product = wgmma_bf16(n, trans_a, trans_b)
+
+    @cuda.jit(device=True)
+    def wgmma(smem, desc_a, desc_b, acc, accumulate):
+        if not accumulate:
+            acc[:] = np.float32(0.0)
+        product(smem, desc_a, desc_b, acc)
+    return wgmma
+
+
+@functools.cache
+def wgmma_bf16_rs(n, trans_b):
+    @cuda.jit(device=True)
+    def wgmma_rs(smem, a0, a1, a2, a3, desc_b, acc):
+        # a thread's two rows of A come from the four lanes of its quad (the mma.sync A
+        # layout): each posts its registers between two barriers of its warpgroup
+        tid = cuda.threadIdx.x
+        _posted[tid, :4] = a0, a1, a2, a3
+        _wait_named(-100 - tid // 128, 128)
+        quad = _posted[tid - tid % 4:][:4, :4].copy()
+        _wait_named(-100 - tid // 128, 128)
+        a = np.zeros((2, MMA_K))
+        for t in range(4):
+            for r in range(4):      # a0: row g, cols 2t | a1: g + 8 | a2: g, 8 + 2t | a3
+                col = 8 * (r // 2) + 2 * t
+                a[r % 2, col: col + 2] = _pair(quad[t, r])
+        t = tid % 4
+        d = a @ _operand(smem, desc_b, n, trans_b).T      # (2, n), exact
+        for j in range(n // 8):
+            for h in range(2):
+                for e in range(2):
+                    r = 4 * j + 2 * h + e
+                    acc[r] = np.float32(d[h, 8 * j + 2 * t + e] + acc[r])
+    return wgmma_rs
+
+
 @cuda.jit(device=True)
 def _acc_no_op(acc):
     pass
@@ -385,6 +423,15 @@ def _wait_named(barrier, threads):
 
 @cuda.jit(device=True)
 def named_barrier(barrier, threads):
+    _wait_named(barrier, threads)
+
+
+@cuda.jit(device=True)
+def named_barrier_arrive(barrier, threads):
+    # the arriving thread waits too: one of the schedules the hardware allows (the barrier
+    # completing before it runs on), and the race check's, which joins the clocks of a
+    # named barrier's threads (a kernel whose arriving warps must go on to do what the
+    # waiting ones wait for would deadlock here, not on the GPU)
     _wait_named(barrier, threads)
 
 

@@ -4,16 +4,19 @@ the kernels around it.
 NumPy twins: ``microgpt.reference.attention_forward`` and ``attention_backward``.
 ``attention_forward`` and ``attention_backward`` route by dtype: float32 heads to the
 CUDA cores' kernels (``attention.fp32``, the seed's block per (batch, head)), bf16 heads
-(uint16 arrays) to the tensor cores (``attention.flash``) with its default tiles.
+(uint16 arrays) to the tensor cores: on Hopper the forward of head_dims 64 and 128 at T
+of at least ``hopper.MIN_T`` to ``attention.hopper`` (wgmma), every other to
+``attention.flash`` (mma.sync), with their default tiles.
 
   fp32       the float32 kernels, one row per thread
   flash      flash attention on the mma.sync tensor cores (bf16)
+  hopper     flash attention's forward on Hopper's wgmma (bf16, head_dim 64 and 128)
   heads      the fused QKV rows split into heads, and the heads merged back
   kv_cache   generation's cache: its write, and attention of new rows over it
 """
 import numpy as np
 
-from . import flash, fp32
+from . import flash, fp32, hopper
 
 
 def _no_geometry(block, blocks_per_head):
@@ -26,9 +29,13 @@ def attention_forward(out, lse, q, k, v, *, block=None, blocks_per_head=None, st
     """out (B, H, T, D) = causal softmax(q k^T / sqrt(D)) v per (batch, head); lse (B, H, T)
     = each row's logsumexp of the scaled scores. block: query rows (threads) per block;
     blocks_per_head: 1 for one block per (batch, head), default by shape (``fp32``'s).
-    bf16 heads (uint16 arrays) go to the tensor cores, ``flash`` with its default tiles."""
+    bf16 heads (uint16 arrays) go to the tensor cores with the default tiles: ``hopper``
+    where it takes them (sm_90, head_dim 64 or 128, T >= hopper.MIN_T), ``flash``
+    otherwise."""
     if q.dtype == np.uint16:
         _no_geometry(block, blocks_per_head)
+        if hopper.takes(q, k, v):
+            return hopper.hopper_attention_forward(out, lse, q, k, v, stream=stream)
         return flash.flash_attention_forward(out, lse, q, k, v, stream=stream)
     fp32.attention_forward(out, lse, q, k, v, block=block, blocks_per_head=blocks_per_head,
                            stream=stream)
