@@ -19,7 +19,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # launcher keywords that are the CUDA backend's alone: geometry and the stream
 # how a launch runs, not what it computes (split_k and deterministic the backend sets)
 LAUNCH_ONLY = {"stream", "block", "tile", "rows_per_block", "max_blocks", "split_k",
-               "blocks_per_head", "fused", "chunk", "deterministic"}
+               "blocks_per_head", "fused", "chunk", "deterministic",
+               "stage"}   # sampling: whether the keys are staged in shared memory
 
 
 def public_methods(cls):
