@@ -40,7 +40,7 @@ from numba import cuda, float32, int32, types, uint16, uint32, uint64
 from ..atoms import (exp2_ftz, fence_barrier_init, fence_tensor_map,
                      mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
                      mbarrier_try_wait, named_barrier, named_barrier_arrive,
-                     pack_bf16x2, rcp_approx, shared_address, shuffle_xor, tma_load_2d,
+                     pack_bf16x2, rcp_approx, shared_address, tma_load_2d,
                      to_bf16, warpgroup_commit, warpgroup_fence, warpgroup_wait, wgmma_bf16_acc,
                      wgmma_bf16_rs)
 from ..cache import jit
@@ -51,6 +51,7 @@ from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
 from ..layouts.tensor_maps import tensor_map, tma_ready
 from ..layouts.tiles import PANEL, descriptor, wgmma_operand
 from ..pipelines.tma import tma_pipeline
+from .flash import quad_max, quad_sum   # a row's 4 lanes, the same accumulator layout
 
 LOG2E = 1.4426950408889634
 NEG_INF = np.float32(-np.inf)
@@ -129,18 +130,6 @@ def check_tile(tile, D):
         raise ValueError(f"tile {tile}: min_blocks must be 1 or 2")
     check_block(f"tile {tile} with head_dim {D}", tile.threads, shared_bytes(tile, D),
                 DYNAMIC_SHARED_LIMIT // min_blocks)
-
-
-@cuda.jit(device=True, inline=True)
-def quad_max(x):
-    x = max(x, shuffle_xor(x, 1))
-    return max(x, shuffle_xor(x, 2))
-
-
-@cuda.jit(device=True, inline=True)
-def quad_sum(x):
-    x += shuffle_xor(x, 1)
-    return x + shuffle_xor(x, 2)
 
 
 @functools.cache
