@@ -61,11 +61,13 @@ def test_load_into_torch_refuses_a_parameter_it_did_not_copy():
         converge.check_holds(tmodel, broken)
 
 
-def test_both_trainers_on_the_cpu(tmp_path):
+def test_both_trainers_on_the_cpu(tmp_path, monkeypatch):
     """Two seeds of a few steps, each trainer in a process of its own: same init, same
     batches, same AdamW and schedule, so the float32 trajectories agree to rounding; each
     wall clock from its process's command, at step 1 and every log point; the report, the
     plot and the numbers written."""
+    # the trainers' processes inherit it: at this size threads only wait on each other
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     rng = np.random.default_rng(0)
     words = "def class return import self for in if else while yield lambda".split()
     (tmp_path / "corpus.txt").write_text("\n".join(

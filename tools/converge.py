@@ -183,8 +183,8 @@ def train_torch(run, seed, clock, work):
         torch.backends.cudnn.allow_tf32 = False
     tmodel = torch_gpt(run.config, device)
     with clock.pause():         # microgpt's init in place of PyTorch's own: not its cost
-        with np.load(work / f"init-{seed}.npz") as init:
-            init = dict(init)
+        with np.load(work / f"init-{seed}.npz") as saved:
+            init = dict(saved)
         load_into_torch(tmodel, init)
     forward = torch.compile(tmodel) if run.torch_compile else tmodel
     decay = [p for p in tmodel.parameters() if p.dim() == 2]
@@ -396,6 +396,7 @@ def run_seeds(run, argv, seed_done):
                       f"{step_ms(record):.2f} ms a step, {record.times[-1][1]:.1f} s",
                       flush=True)
                 records.append(record)
+            (Path(work) / f"init-{seed}.npz").unlink()
             seed_done(records, dict(windows=evaluator.windows))
 
 
