@@ -490,8 +490,9 @@ def report(run, records, extra, command, out):
                      f"{pt['ms'][i]:.2f} | {pt['wall'][i]:.1f} | {reach_text} |")
     (mm, ms), (pm, ps) = mean_spread(mg["final"]), mean_spread(pt["final"])
     lines += ["", f"Mean over seeds: microgpt {mm:.4f} ± {ms:.4f}, PyTorch {pm:.4f} ± {ps:.4f} "
-              f"(sample standard deviation): microgpt {100 * (mg_mean / pt_mean - 1):+.2f}%.",
-              ""]
+              f"(sample standard deviation): microgpt {100 * (mg_mean / pt_mean - 1):+.2f}%. "
+              "Wall to the last step, microgpt / PyTorch, summed over the seeds: "
+              f"{np.sum(mg['wall']) / np.sum(pt['wall']):.2f}.", ""]
     diffs = agreement(records)
     if diffs:
         lines += ["The training losses on the same batches, |microgpt - PyTorch| / PyTorch, the "
