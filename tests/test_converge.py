@@ -61,9 +61,13 @@ def test_load_into_torch_refuses_a_parameter_it_did_not_copy():
         converge.check_holds(tmodel, broken)
 
 
-def test_both_trainers_on_the_cpu(tmp_path):
-    """Two seeds of a few steps: same init, same batches, same AdamW and schedule, so the
-    float32 trajectories agree to rounding; the report, the plot and the numbers written."""
+def test_both_trainers_on_the_cpu(tmp_path, monkeypatch):
+    """Two seeds of a few steps, each trainer in a process of its own: same init, same
+    batches, same AdamW and schedule, so the float32 trajectories agree to rounding; each
+    wall clock from its process's command, at step 1 and every log point; the report, the
+    plot and the numbers written."""
+    # the trainers' processes inherit it: at this size threads only wait on each other
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     rng = np.random.default_rng(0)
     words = "def class return import self for in if else while yield lambda".split()
     (tmp_path / "corpus.txt").write_text("\n".join(
@@ -82,11 +86,16 @@ def test_both_trainers_on_the_cpu(tmp_path):
         assert len(mg["losses"]) == len(pt["losses"]) == 8
         np.testing.assert_allclose(mg["losses"], pt["losses"], rtol=1e-5)
         assert abs(mg["final"] - pt["final"]) <= 1e-5 * pt["final"]
-        assert [p[0] for p in mg["curve"]] == [4, 8]
+        assert [p[0] for p in mg["curve"]] == [p[0] for p in pt["curve"]] == [4, 8]
         assert mg["losses"][-1] < mg["losses"][0]          # it trained
+        for r in (mg, pt):
+            steps, walls = zip(*r["times"])
+            assert steps == (1, 2, 4, 6, 8)
+            assert 0 < walls[0] and np.all(np.diff(walls) > 0)     # the start-up counted
     assert records["microgpt", 0]["losses"] != records["microgpt", 1]["losses"]
     table = out.with_suffix(".md").read_text()
     assert "| 0 |" in table and "| 1 |" in table and "python tools/converge.py" in table
+    assert "PyTorch start-up s" in table
     assert out.with_suffix(".png").stat().st_size > 10_000
 
 

@@ -22,9 +22,14 @@ each trainer's parameters. Every --eval-every steps it scores --curve-windows wi
 the validation split (the curve, its time not counted); at the end, the final parameters
 on the whole validation split (every token once, BatchLoader.whole_split).
 
-Wall time is the number a user feels: from the trainer's start (its framework's import,
-the model's construction, kernel compilation or torch.compile) to each step. A seed after
-the first finds the kernels compiled; its start-up is counted as the first seed's.
+Each trainer and seed runs in a process of its own, started by this one, so that no
+trainer's steps share a process (a pool, a context, resident kernels) with the other's or
+with the evaluator's: its wall time runs from the command that started its process (the
+interpreter's start, its framework's import, the model's construction, kernel compilation
+or loading from the kernel cache, torch.compile) to each step, the number a user feels.
+The trainer writes its parameters at each curve point into a working directory, the
+clock paused; this process scores them after the trainer has exited. A seed after the
+first finds microgpt's kernels in the kernel cache, as a user's second run does.
 "Time to PyTorch's loss": when microgpt's curve first reaches the final curve loss of
 PyTorch's run of the same seed (interpolated between evaluations).
 
@@ -34,27 +39,26 @@ curve) and OUT.json (every number, to redraw or compare).
 """
 import argparse
 import datetime
+import importlib.metadata
+import importlib.util
 import json
 import math
 import platform
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-T0 = time.perf_counter()
-import microgpt  # noqa: E402  (timed: the import is part of microgpt's start-up)
-from microgpt import GPT, get_config  # noqa: E402
-from microgpt.cli import make_backend  # noqa: E402
-from microgpt.config import CONFIGS, ConfigError  # noqa: E402
-from microgpt.data import BatchLoader, default_cache_dir, load_tokens, mean_loss  # noqa: E402
-from microgpt.errors import UserError  # noqa: E402
-from microgpt.optim import AdamW, AdamWConfig, lr_at  # noqa: E402
-from microgpt.step import Step  # noqa: E402
-from microgpt.tokenizer import ByteTokenizer, BPETokenizer  # noqa: E402
+import microgpt
+from microgpt.config import CONFIGS, ConfigError, get_config
+from microgpt.data import BatchLoader, default_cache_dir, load_tokens, mean_loss
+from microgpt.errors import UserError
+from microgpt.optim import AdamWConfig, lr_at
+from microgpt.tokenizer import ByteTokenizer, BPETokenizer
 
-MICROGPT_IMPORT_S = time.perf_counter() - T0
 PROG = "converge.py"
 BPE_VOCAB = 4096        # a BPE tokenizer's size where neither the config nor --vocab-size fix it
 
@@ -116,17 +120,18 @@ def check_holds(tmodel, state):
 
 
 # ----------------------------------------------------------------------------------
-# the two trainers
+# the two trainers, each in a process of its own
 
 
 class Clock:
-    """Seconds of a trainer's own work: paused while the evaluator runs."""
+    """Seconds since the command that started this process (time.time(), the one clock two
+    processes share), less the pauses: the snapshots a trainer writes for the evaluator."""
 
-    def __init__(self, start_s):
-        self.paused, self.t0 = 0.0, time.perf_counter() - start_s
+    def __init__(self, started_at):
+        self.paused, self.t0 = 0.0, started_at
 
     def now(self):
-        return time.perf_counter() - self.t0 - self.paused
+        return time.time() - self.t0 - self.paused
 
     def pause(self):
         return _Pause(self)
@@ -137,19 +142,22 @@ class _Pause:
         self.clock = clock
 
     def __enter__(self):
-        self.t = time.perf_counter()
+        self.t = time.time()
 
     def __exit__(self, *exc):
-        self.clock.paused += time.perf_counter() - self.t
+        self.clock.paused += time.time() - self.t
 
 
-def train_microgpt(run, seed, evaluator, start_s):
-    """-> record of one seed: the training loss of every step, with the wall time at each
-    log point, the evaluator's curve and the final whole-split loss."""
-    clock = Clock(start_s)
-    model = GPT(run.config, backend=run.backend, seed=seed, precision=run.precision)
+def train_microgpt(run, seed, clock, work):
+    """-> record of one seed: the training loss of every step, the wall time at each log
+    point, and the curve points' parameters in work (init-SEED.npz too, for PyTorch)."""
+    from microgpt import GPT
+    from microgpt.optim import AdamW
+    from microgpt.step import Step
+
+    model = GPT(run.config, backend=run.make_backend(), seed=seed, precision=run.precision)
     with clock.pause():
-        init = model.state_dict()       # what the PyTorch trainer starts from
+        np.savez(work / f"init-{seed}.npz", **model.state_dict())
     optimizer = AdamW(model, run.adamw)
     step = Step(model, optimizer, run.B, run.config.context)
     loader = run.loader(seed)
@@ -158,23 +166,26 @@ def train_microgpt(run, seed, evaluator, start_s):
         step.run(*loader.next_batch())
         if not run.reads_at(n):
             continue
-        losses = step.metrics()["loss"]         # waits for the device
-        record.log(n, clock.now(), losses)
+        record.log(n, clock.now(), step.metrics()["loss"])     # waits for the device
         if run.evaluates_at(n):
             with clock.pause():
-                record.curve.append((n, clock.now(), evaluator.curve(model.state_dict())))
-    record.final = evaluator.whole(model.state_dict())
-    return record, init
+                record.snapshot(n, clock.now(), model.state_dict(), work)
+    return record
 
 
-def train_torch(run, seed, evaluator, start_s, init):
+def train_torch(run, seed, clock, work):
     import torch
     from torch_gpt import torch_gpt
 
-    clock = Clock(start_s)
-    device = "cuda" if run.backend.name == "cuda" else "cpu"
+    device = run.device
+    if device == "cuda":        # float32 is float32 (the evaluator's, microgpt's fp32)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     tmodel = torch_gpt(run.config, device)
-    load_into_torch(tmodel, init)
+    with clock.pause():         # microgpt's init in place of PyTorch's own: not its cost
+        with np.load(work / f"init-{seed}.npz") as saved:
+            init = dict(saved)
+        load_into_torch(tmodel, init)
     forward = torch.compile(tmodel) if run.torch_compile else tmodel
     decay = [p for p in tmodel.parameters() if p.dim() == 2]
     no_decay = [p for p in tmodel.parameters() if p.dim() != 2]
@@ -204,10 +215,37 @@ def train_torch(run, seed, evaluator, start_s, init):
         pending = []
         if run.evaluates_at(n):
             with clock.pause():
-                state = from_torch_model(tmodel, init)
-                record.curve.append((n, clock.now(), evaluator.curve(state)))
-    record.final = evaluator.whole(from_torch_model(tmodel, init))
+                record.snapshot(n, clock.now(), from_torch_model(tmodel, init), work)
     return record
+
+
+TRAINERS = {"microgpt": train_microgpt, "pytorch": train_torch}
+
+
+def train_one(args):
+    """The trainer's process (--trainer): one seed, its record written to WORK as JSON."""
+    clock = Clock(args.started_at)
+    run, work, (seed,) = Run(args), Path(args.work), args.seeds
+    record = TRAINERS[args.trainer](run, seed, clock, work)
+    record.path(work).write_text(json.dumps(record.as_dict()))
+    return 0
+
+
+class TrainerFailed(Exception):
+    """A trainer's process ended badly; it has said why on its stderr."""
+
+
+def spawn(trainer, seed, argv, work):
+    """Runs one trainer on one seed in a process of its own -> its record (curve points not
+    yet scored). Its wall clock starts here, before the interpreter does."""
+    sys.stdout.flush()
+    command = [sys.executable, str(Path(__file__).resolve()), *argv, "--trainer", trainer,
+               "--seeds", str(seed), "--work", str(work), "--started-at", repr(time.time())]
+    status = subprocess.run(command).returncode
+    if status:
+        raise TrainerFailed(f"the {trainer} trainer of seed {seed} exited with status "
+                            f"{status} (its output is above)")
+    return Record.load(Record(trainer, seed).path(work))
 
 
 class Record:
@@ -221,18 +259,51 @@ class Record:
         self.losses += [float(x) for x in losses]
         self.times.append((step, now))
 
+    def snapshot(self, step, now, state, work):
+        """A curve point: its parameters into work, for the evaluator to score."""
+        np.savez(self._snapshot_path(work, step), **state)
+        self.curve.append((step, now, None))
+
+    def _snapshot_path(self, work, step):
+        return Path(work) / f"{self.trainer}-{self.seed}-{step}.npz"
+
+    def path(self, work):
+        return Path(work) / f"{self.trainer}-{self.seed}.json"
+
+    def score(self, evaluator, work):
+        """The curve's points by the evaluator, the last on the whole split too; the
+        snapshots deleted as they are read."""
+        for i, (step, now, _) in enumerate(self.curve):
+            path = self._snapshot_path(work, step)
+            with np.load(path) as snapshot:
+                state = dict(snapshot)
+            path.unlink()
+            self.curve[i] = (step, now, evaluator.curve(state))
+        self.final = evaluator.whole(state)
+
     def as_dict(self):
         return dict(trainer=self.trainer, seed=self.seed, losses=self.losses,
                     times=self.times, curve=self.curve, final=self.final)
+
+    @classmethod
+    def load(cls, path):
+        d = json.loads(Path(path).read_text())
+        record = cls(d["trainer"], d["seed"])
+        record.losses, record.times, record.curve, record.final = (
+            d["losses"], [tuple(t) for t in d["times"]], [tuple(c) for c in d["curve"]],
+            d["final"])
+        return record
 
 
 class Evaluator:
     """One float32 model on the run's device that scores either trainer's parameters."""
 
-    def __init__(self, run, val):
-        self.model = GPT(run.config, backend=run.backend, precision="fp32")
-        loader = BatchLoader(val, run.B, run.config.context, run.config.vocab_size, 0,
-                             split="validation")
+    def __init__(self, run):
+        from microgpt import GPT
+
+        self.model = GPT(run.config, backend=run.make_backend(), precision="fp32")
+        loader = BatchLoader(run.data.val, run.B, run.config.context, run.config.vocab_size,
+                             0, split="validation")
         self.batches = loader.whole_split()
         windows = np.concatenate([x for x, _ in self.batches])
         targets = np.concatenate([y for _, y in self.batches])
@@ -261,17 +332,14 @@ class Run:
     """What both trainers share: the model, the data, the schedule, the device."""
 
     def __init__(self, args):
-        self.backend = make_backend(args.device, args.deterministic)
-        cuda = self.backend.name == "cuda"
+        self.device, self.deterministic = args.device, args.deterministic
+        cuda = args.device == "cuda"
         tokenizer = (None if args.tokenizer in (None, "bpe") else ByteTokenizer()
                      if args.tokenizer == "bytes"
                      else BPETokenizer.from_file(Path(args.tokenizer)))
         vocab = args.vocab_size or CONFIGS[args.config]["vocab_size"]
-        cache_dir = Path(args.cache_dir or default_cache_dir())
-        data = load_tokens(args.data, tokenizer, vocab or BPE_VOCAB, cache_dir)
-        if cuda:        # the trainer's compiled kernels, kept where it keeps them
-            from microgpt.kernels import cache as kernel_cache
-            kernel_cache.use(cache_dir / "kernels")
+        self.cache_dir = Path(args.cache_dir or default_cache_dir())
+        data = load_tokens(args.data, tokenizer, vocab or BPE_VOCAB, self.cache_dir)
         vocab = vocab or data.tokenizer.vocab_size
         overrides = {k: getattr(args, k) for k in ("n_layer", "d_model", "n_head", "context")}
         self.config = get_config(args.config, vocab_size=vocab, **overrides)
@@ -287,39 +355,49 @@ class Run:
         warmup = args.warmup if args.warmup is not None else max(1, args.steps // 20)
         self.adamw = AdamWConfig(lr=args.lr, warmup_steps=warmup, total_steps=args.steps)
 
+    def make_backend(self):
+        """microgpt's backend (the trainer's, the evaluator's): the PyTorch trainer's
+        process makes none, so it holds no context of numba's."""
+        from microgpt.cli import make_backend
+
+        backend = make_backend(self.device, self.deterministic)
+        if backend.name == "cuda":      # the trainer's compiled kernels, where it keeps them
+            from microgpt.kernels import cache as kernel_cache
+            kernel_cache.use(self.cache_dir / "kernels")
+        return backend
+
     def evaluates_at(self, n):
         """The evaluator's curve gets a point after step n."""
         return n == self.steps or bool(self.eval_every) and n % self.eval_every == 0
 
     def reads_at(self, n):
-        """The trainer reads its losses back (and the clock) after step n."""
-        return n % self.log_every == 0 or self.evaluates_at(n)
+        """The trainer reads its losses back (and the clock) after step n: the first step's
+        time is the start-up's."""
+        return n == 1 or n % self.log_every == 0 or self.evaluates_at(n)
 
     def loader(self, seed):
         return BatchLoader(self.data.train, self.B, self.config.context,
                            self.config.vocab_size, seed)
 
 
-def run_seeds(run, torch_import_s, seed_done):
-    """Both trainers for every seed, microgpt first, seed_done(records, extra) after each
-    (the report so far: a run cut short keeps its finished seeds)."""
-    import torch
-
-    if run.backend.name == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-    evaluator = Evaluator(run, run.data.val)
+def run_seeds(run, argv, seed_done):
+    """Both trainers for every seed, microgpt first (PyTorch starts from its init), each
+    in a process of its own and scored after it has exited; seed_done(records, extra)
+    after each seed (the report so far: a run cut short keeps its finished seeds)."""
+    evaluator = Evaluator(run)
     records = []
-    for i, seed in enumerate(run.seeds):
-        first = i == 0
-        mg, init = train_microgpt(run, seed, evaluator, MICROGPT_IMPORT_S if first else 0.0)
-        pt = train_torch(run, seed, evaluator, torch_import_s if first else 0.0, init)
-        for r in (mg, pt):
-            print(f"  seed {seed} {r.trainer:8s} final whole-split val {r.final:.4f}  "
-                  f"train {r.losses[-1]:.4f}  {r.times[-1][1]:.1f} s", flush=True)
-        records += [mg, pt]
-        seed_done(records, dict(microgpt_import_s=MICROGPT_IMPORT_S,
-                                torch_import_s=torch_import_s, windows=evaluator.windows))
+    with tempfile.TemporaryDirectory(prefix="converge-") as work:
+        for seed in run.seeds:
+            for trainer in TRAINERS:
+                record = spawn(trainer, seed, argv, work)
+                record.score(evaluator, work)
+                print(f"  seed {seed} {trainer:8s} final whole-split val {record.final:.4f}  "
+                      f"train {record.losses[-1]:.4f}  step 1 at {record.times[0][1]:.1f} s, "
+                      f"{step_ms(record):.2f} ms a step, {record.times[-1][1]:.1f} s",
+                      flush=True)
+                records.append(record)
+            (Path(work) / f"init-{seed}.npz").unlink()
+            seed_done(records, dict(windows=evaluator.windows))
 
 
 # ----------------------------------------------------------------------------------
@@ -340,9 +418,21 @@ def time_to(curve, target):
     return None
 
 
+def step_ms(record):
+    """Milliseconds a step after the first: the median over the intervals between log
+    points (a drift of the step's speed within a run shows against it in OUT.json)."""
+    (n0, t0), *rest = record.times
+    rates = []
+    for n, t in rest:
+        rates.append((t - t0) / (n - n0))
+        n0, t0 = n, t
+    return 1e3 * float(np.median(rates)) if rates else math.nan
+
+
 def summary(records):
-    """Per trainer: finals, walls, time to PyTorch's final curve loss, per seed."""
-    by = {t: [r for r in records if r.trainer == t] for t in ("microgpt", "pytorch")}
+    """Per trainer: finals, walls, start-ups, step times and the time to PyTorch's final
+    curve loss, per seed."""
+    by = {t: [r for r in records if r.trainer == t] for t in TRAINERS}
     out = {}
     for trainer, rs in by.items():
         reach = []
@@ -350,6 +440,7 @@ def summary(records):
             target = next(p for p in by["pytorch"] if p.seed == r.seed).curve[-1][2]
             reach.append(time_to(r.curve, target))
         out[trainer] = dict(final=[r.final for r in rs], wall=[r.times[-1][1] for r in rs],
+                            first=[r.times[0][1] for r in rs], ms=[step_ms(r) for r in rs],
                             reach=reach, seeds=[r.seed for r in rs])
     return out
 
@@ -367,35 +458,41 @@ def report(run, records, extra, command, out):
     c = run.config
     lines = [
         f"# Convergence: microgpt against PyTorch ({datetime.date.today().isoformat()})", "",
-        f"Machine: {versions(run.backend)}; {platform.node()}", "",
+        f"Machine: {versions(run.device)}; {platform.node()}", "",
         f"Command: `{command}`", "",
         f"Model: n_layer {c.n_layer}, d_model {c.d_model}, n_head {c.n_head}, context "
         f"{c.context}, vocab {c.vocab_size}. Data: {run.source}. {run.steps} steps of "
         f"{run.B} x {c.context} tokens, lr {run.adamw.lr:g} (warmup {run.adamw.warmup_steps}, "
         f"cosine to {run.adamw.min_lr_ratio:g}x), seeds {', '.join(map(str, mg['seeds']))}. "
-        f"microgpt in {run.precision}; PyTorch "
+        f"microgpt in {run.precision}"
+        + (" (--deterministic)" if run.deterministic else "") + "; PyTorch "
         + ("in bf16 autocast" if run.precision == "bf16" else "in float32 (TF32 off)")
         + (" under torch.compile" if run.torch_compile else "") + ".", "",
         f"Final loss: the float32 evaluator on the whole validation split ({extra['windows']} "
-        f"windows of {c.context}). Wall: the trainer's start (its import "
-        f"{extra['microgpt_import_s']:.1f} s for microgpt, {extra['torch_import_s']:.1f} s for "
-        "torch, counted in the first seed) to its last step; evaluations not counted. To "
-        "PyTorch's loss: when microgpt's evaluator curve first reached the final curve loss "
-        "of PyTorch's run of the same seed.", "",
-        "| seed | microgpt val | PyTorch val | microgpt / PyTorch | microgpt wall s | "
+        f"windows of {c.context}). Each trainer and seed ran in a process of its own; its "
+        "times run from the command that started it (the interpreter, the imports, the "
+        "model's construction, the kernels compiled or loaded from the cache, torch.compile) "
+        "to the end of step 1 (start-up) and of its last step (wall); the snapshots written "
+        "for the evaluator not counted. ms a step: the median between log points after step "
+        "1. To PyTorch's loss: when microgpt's evaluator curve first reached the final curve "
+        "loss of PyTorch's run of the same seed.", "",
+        "| seed | microgpt val | PyTorch val | microgpt / PyTorch | microgpt start-up s | "
+        "microgpt ms a step | microgpt wall s | PyTorch start-up s | PyTorch ms a step | "
         "PyTorch wall s | microgpt to PyTorch's loss, s | that / PyTorch wall |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for i, seed in enumerate(mg["seeds"]):
         reach = mg["reach"][i]
         reach_text = (f"{reach:.1f} | {reach / pt['wall'][i]:.2f}" if reach is not None
                       else "not reached | ")
         lines.append(f"| {seed} | {mg['final'][i]:.4f} | {pt['final'][i]:.4f} | "
-                     f"{mg['final'][i] / pt['final'][i]:.4f} | {mg['wall'][i]:.1f} | "
-                     f"{pt['wall'][i]:.1f} | {reach_text} |")
+                     f"{mg['final'][i] / pt['final'][i]:.4f} | {mg['first'][i]:.1f} | "
+                     f"{mg['ms'][i]:.2f} | {mg['wall'][i]:.1f} | {pt['first'][i]:.1f} | "
+                     f"{pt['ms'][i]:.2f} | {pt['wall'][i]:.1f} | {reach_text} |")
     (mm, ms), (pm, ps) = mean_spread(mg["final"]), mean_spread(pt["final"])
     lines += ["", f"Mean over seeds: microgpt {mm:.4f} ± {ms:.4f}, PyTorch {pm:.4f} ± {ps:.4f} "
-              f"(sample standard deviation): microgpt {100 * (mg_mean / pt_mean - 1):+.2f}%.",
-              ""]
+              f"(sample standard deviation): microgpt {100 * (mg_mean / pt_mean - 1):+.2f}%. "
+              "Wall to the last step, microgpt / PyTorch, summed over the seeds: "
+              f"{np.sum(mg['wall']) / np.sum(pt['wall']):.2f}.", ""]
     diffs = agreement(records)
     if diffs:
         lines += ["The training losses on the same batches, |microgpt - PyTorch| / PyTorch, the "
@@ -404,7 +501,8 @@ def report(run, records, extra, command, out):
     out.with_suffix(".md").write_text("\n".join(lines))
     out.with_suffix(".json").write_text(json.dumps(dict(
         command=command, config=c.__dict__, steps=run.steps, batch_size=run.B,
-        precision=run.precision, torch_compile=run.torch_compile, **extra,
+        precision=run.precision, deterministic=run.deterministic,
+        torch_compile=run.torch_compile, **extra,
         records=[r.as_dict() for r in records]), indent=1))
     plot(records, out.with_suffix(".png"), f"n_layer {c.n_layer}, d_model {c.d_model}, "
          f"{run.steps} steps of {run.B} x {c.context}, {len(mg['seeds'])} seeds")
@@ -470,13 +568,13 @@ def plot(records, path, title):
     fig.savefig(path, dpi=110)
 
 
-def versions(backend):
+def versions(device):
     import numba
-    import torch
 
     text = (f"python {platform.python_version()}, numpy {np.__version__}, numba "
-            f"{numba.__version__}, torch {torch.__version__}, microgpt {microgpt.__version__}")
-    if backend.name != "cuda":
+            f"{numba.__version__}, torch {importlib.metadata.version('torch')}, microgpt "
+            f"{microgpt.__version__}")
+    if device != "cuda":
         return f"CPU {platform.machine()}; {text}"
     from numba import cuda
     name = cuda.get_current_device().name
@@ -518,6 +616,11 @@ def parse_args(argv):
     p.add_argument("--curve-windows", type=int, default=64,
                    help="validation windows of a curve point (default: 64)")
     p.add_argument("--out", required=True, help="writes OUT.md, OUT.png and OUT.json")
+    # the trainer's process, as this one starts it (spawn): which trainer, where its
+    # record and snapshots go, and when the command that started it ran
+    p.add_argument("--trainer", choices=list(TRAINERS), help=argparse.SUPPRESS)
+    p.add_argument("--work", help=argparse.SUPPRESS)
+    p.add_argument("--started-at", type=float, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     for name in ("steps", "batch_size", "log_every", "curve_windows"):
         if getattr(args, name) <= 0:
@@ -530,28 +633,29 @@ def parse_args(argv):
 
 
 def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    if args.trainer:
+        return train_one(args)
     out = Path(args.out)
     if not out.parent.is_dir():
         print(f"{PROG}: --out {args.out}: the directory {out.parent} does not exist; create "
               "it or pass another --out", file=sys.stderr)
         return 2
-    t0 = time.perf_counter()
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("torch") is None:   # imported by its trainer's process only
         print(f"{PROG}: PyTorch is not installed; install it (pip install \".[bench]\") to "
               "compare against it", file=sys.stderr)
         return 2
-    torch_import_s = time.perf_counter() - t0
+    command = "python tools/converge.py " + " ".join(argv)
     try:
         run = Run(args)
+        run_seeds(run, argv, lambda records, extra: report(run, records, extra, command, out))
     except (UserError, ConfigError) as err:
         print(f"{PROG}: {err}", file=sys.stderr)
         return 2
-    command = "python tools/converge.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    run_seeds(run, torch_import_s, lambda records, extra: report(run, records, extra, command,
-                                                                  out))
+    except TrainerFailed as err:
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return 1
     return 0
 
 
