@@ -43,7 +43,7 @@ import functools
 import math
 
 import numpy as np
-from numba import boolean, cuda, float32, int32, uint16
+from numba import boolean, cuda, float32, int32, types, uint16
 
 from .cache import jit
 from .common import (REDUCE_SCRATCH, SIMULATOR, WARP, block_sum, ceil_div, check_array,
@@ -223,7 +223,9 @@ PTX_SIGNATURES = [
                                  (True, True, GELU_UNROLL)]
     for width, groups, x in [(GROUP, 1, float32[:, ::1]), (GROUP, 2, uint16[:, ::1]),
                              (1, 1, float32[:, ::1]), (1, 1, uint16[:, ::1])]
-]
+] + [   # the QKV bias's q part: a view of dqkv's first columns
+    (_column_sums_kernel(GROUP, 2, ROWS, UNROLL, True),
+     (float32[::1], float32[:, ::1], int32[::1]) + (types.Array(uint16, 2, "A"),) * 3)]
 
 
 # ----------------------------------------------------------------------------------
@@ -276,7 +278,11 @@ def _column_tiles(x, lane_bytes, *others):
     groups of GROUP where its rows divide into them and it and the others (arrays of its
     shape that the launch also reads or writes) start on a group (precision.group_width),
     else one column."""
-    width = group_width(x.shape[1], x, *others)
+    arrays = (x, *others)
+    # a view of a wider array's first columns (bias_backward's dout) is read in groups
+    # only where its rows start on a group too
+    pitched = any(arr.strides[0] % (GROUP * arr.dtype.itemsize) for arr in arrays)
+    width = 1 if pitched else group_width(x.shape[1], *arrays)
     groups = max(1, lane_bytes // (GROUP * x.dtype.itemsize)) if width == GROUP else 1
     return width, groups, ceil_div(x.shape[1], groups * WARP * width)
 
@@ -321,13 +327,14 @@ def column_sum_parts(x, max_blocks=COLUMN_BLOCKS, lane_bytes=LANE_BYTES, rows=RO
 
 def bias_backward(dbias, dout, *, stream=0, max_blocks=COLUMN_BLOCKS):
     """dbias (M,) += the column sums of dout (N, M), float32 or bf16, accumulated in
-    float32: the gradient of a bias added to every row of a layer's output. The rows are
+    float32: the gradient of a bias added to every row of a layer's output. dout may be a
+    view of some of a wider array's columns (the QKV bias's q part, model.py). The rows are
     summed in parts (column_sum_parts), and the parts by the last block of each column
     tile: one launch."""
     if len(dout.shape) != 2:
         raise ValueError(f"dout: expected shape (N, M), got {tuple(dout.shape)}")
     N, M = dout.shape
-    check_activation("dout", dout, (N, M))
+    check_activation("dout", dout, (N, M), strided=True)
     check_array("dbias", dbias, (M,))
     if N == 0 or M == 0:
         return

@@ -343,7 +343,7 @@ class GPT:
             if not a.heads_in_place:
                 ops.split_heads_backward(a.dqkv, a.dq, a.dk, a.dv)
             if h + "attn.b_qkv" in g:
-                ops.bias_backward(g[h + "attn.b_qkv"], rows(a.dqkv))
+                self._qkv_bias_backward(g, h, a)
             ops.matmul(rows(a.dln), rows(a.dqkv), w[h + "attn.w_qkv"], transpose_b=True)
             ops.matmul(g[h + "attn.w_qkv"], rows(a.ln_1[i]), rows(a.dqkv),
                        transpose_a=True, accumulate=True)
@@ -365,6 +365,23 @@ class GPT:
                        accumulate=True)
             sync.ready(*self.layout.rows("wte", lo, hi))
         sync.finish()
+
+    def _qkv_bias_backward(self, g, h, a):
+        """The QKV bias's gradient, [q | k | v] (3C,), after the attention backward: q's
+        is the column sums of dq, dqkv's first C columns; k's is 0 (a key bias adds
+        q . b_k to every score of a query's row, which the softmax takes away), so it
+        keeps the gradient's zeros; v's is W_O times b_o's gradient: each row of the
+        softmax sums to 1, so dv's column sums are the attention output's gradient's,
+        dmerged = dresid W_O^T, whose column sums are W_O times dresid's, which the
+        LayerNorm backward summed into b_o's gradient just before. That is a sum over
+        micro-batches, as v's must be: the product overwrites. A third of dqkv read (its
+        column sums were 24 us of each of 12 calls a step at andrea-120m) and a
+        vector-matrix product."""
+        C = self.config.d_model
+        dbias = g[h + "attn.b_qkv"]
+        self.backend.bias_backward(dbias[:C], rows(a.dqkv)[:, :C])
+        self.backend.matmul(dbias[2 * C:].reshape(1, C), g[h + "attn.b_o"].reshape(1, C),
+                            self.params[h + "attn.w_o"], transpose_b=True)
 
     def _logits_in_use(self, a):
         """The logits' rows (N, V), or of a padded vocabulary the columns of the tokens in

@@ -77,20 +77,25 @@ else:
     BIAS_BLOCKS = st.sampled_from([reductions.COLUMN_BLOCKS, 1, 3])
 
 
-@given(shape=BIAS_SHAPES, low=st.booleans(), max_blocks=BIAS_BLOCKS, seed=SEEDS)
-def test_bias_backward(shape, low, max_blocks, seed):
+@given(shape=BIAS_SHAPES, low=st.booleans(), max_blocks=BIAS_BLOCKS,
+       beside=st.sampled_from([0, 0, 3, 8]), seed=SEEDS)
+def test_bias_backward(shape, low, max_blocks, beside, seed):
     """dbias += the column sums of dout (float32, or bf16 as the mixed-precision step's
-    dfc and dqkv): added to what dbias held, the same bits on a second call."""
+    dfc and dqkv): added to what dbias held, the same bits on a second call. beside:
+    dout is the first columns of rows that many wider (the QKV bias's q part of dqkv;
+    3: rows that do not start on a group), the columns beside it drawn too."""
     rng = np.random.default_rng(seed)
-    dout, before = randn(rng, *shape), randn(rng, shape[1])
-    bits, values = bf16(dout) if low else (dout, dout.astype(np.float64))
+    N, M = shape
+    wide, before = randn(rng, N, M + beside), randn(rng, M)
+    bits, values = bf16(wide) if low else (wide, wide.astype(np.float64))
+    dout = cuda.to_device(bits)[:, :M]
     dbias = cuda.to_device(before)
-    reductions.bias_backward(dbias, cuda.to_device(bits), max_blocks=max_blocks)
-    want = before + ref.bias_backward(values)
+    reductions.bias_backward(dbias, dout, max_blocks=max_blocks)
+    want = before + ref.bias_backward(values[:, :M])
     got = dbias.copy_to_host()
     assert_close(got, want, TOL_F32_OP, "dbias")
     again = cuda.to_device(before)
-    reductions.bias_backward(again, cuda.to_device(bits), max_blocks=max_blocks)
+    reductions.bias_backward(again, dout, max_blocks=max_blocks)
     np.testing.assert_array_equal(again.copy_to_host(), got)
 
 

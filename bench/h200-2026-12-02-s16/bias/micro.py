@@ -2,7 +2,8 @@
 the LayerNorm backward with and without the residual stream's bias sums (dinp_sum) against
 it plus the column-sum pass it replaces; the MLP's GEMM + GELU backward with and without
 b_fc's sums (gelu_bias_backward, at 2 and 4 rows in flight) against the GEMM + GELU kernel
-+ bias_backward; the QKV bias's sums (bias_backward of dqkv) alone.
++ bias_backward; the QKV bias's sums (bias_backward of dqkv) against what replaced them
+(q's sums, and v's gradient as W_O times b_o's).
 usage: python micro.py [--sweep]   (from the tree's root)"""
 import sys
 import numpy as np
@@ -68,8 +69,15 @@ print(f"MLP: plain {g_plain:.4f}, +sums {g_plain + g_sums:.4f}, fused {g_fused:.
 
 dqkv = dev_bf16(N, 3 * C)
 qkv = t(lambda s: reductions.bias_backward(dbias[:3 * C], dqkv, stream=s))
-rows.append(("bias_backward(dqkv)", qkv, 12))
-print(f"QKV sums {qkv:.4f} ms (x12 {12 * qkv:.3f})", flush=True)
+# now: q's sums (dqkv's first C columns), v's W_O times b_o's gradient, k's nothing
+q_sums = t(lambda s: reductions.bias_backward(dbias[:C], dqkv[:, :C], stream=s))
+w_o, out1 = dev(C, C), dev(1, C)
+v_prod = t(lambda s: gemm.matmul(out1, dbias[:C].reshape(1, C), w_o, transpose_b=True,
+                                 stream=s))
+rows += [("bias_backward(dqkv) (before)", qkv, 12), ("bias_backward(dq) (now)", q_sums, 12),
+         ("  + W_O b_o's gradient (now)", v_prod, 12)]
+print(f"QKV sums {qkv:.4f} ms (x12 {12 * qkv:.3f}); now q's {q_sums:.4f} + v's product "
+      f"{v_prod:.4f} (x12 saves {12 * (qkv - q_sums - v_prod):.3f})", flush=True)
 
 print("\n| op | ms a call | calls a step | ms a step |\n|---|---:|---:|---:|")
 for name, ms, calls in rows:
