@@ -40,7 +40,11 @@ step.) No atomics: every run gives the same bits
 (the float atomics that did this took the blocks as they finished, so two runs of the
 same step differed by a rounding, and every later step with them).
 (Each warp's partials in shared memory, the version before, read and wrote them between
-the row's loads, which held the next load back.)
+the row's loads, which held the next load back.) With biases (GPT-2's), dinp's new value is
+the gradient of an output projection's output (the residual stream's), whose bias's
+gradient is its column sums: a third set of the same partial sums (dinp_sum), from the
+registers that hold dinp as it is written, where a column-sum pass of its own
+(reductions.bias_backward) reread dinp, 24 times a step.
 
 Mixed precision: `out` (forward) and `dout` (backward) may be bf16 (uint16 arrays, see
 ``kernels/precision.py``), since the forward's output is a GEMM operand and the backward's
@@ -222,22 +226,27 @@ def _residual_layernorm_forward_kernel(C, width, few=False):
 
 
 @functools.cache
-def _layernorm_backward_kernel(C, width, write_copy):
+def _layernorm_backward_kernel(C, width, write_copy, sum_dinp=False):
     """The backward for rows of C, read and written in groups of width; write_copy: also
-    write dinp's new value, rounded to bf16, into dinp_copy."""
+    write dinp's new value, rounded to bf16, into dinp_copy; sum_dinp: a third set of
+    partial sums, the column sums of dinp's new value (a bias's gradient, see
+    layernorm_backward)."""
     GROUPS, COLS = _lane_columns(C, width)
     load, store = group_loader(width), group_storer(width)
-    SUMS = 2 * C
+    SETS = 3 if sum_dinp else 2
+    SUMS = SETS * C
+    DS = COLS if sum_dinp else 1
 
     @jit
     def layernorm_backward_kernel(dinp, dinp_copy, partials, dout, inp, weight, mean, rstd,
                                   rows_per_block):
-        # dinp (N, C) +=, dinp_copy (N, C) bf16 (when write_copy), partials (blocks, 2C) =
-        # each block's dweight [0, C) and dbias [C, 2C), dout (N, C) float32 or bf16, inp
-        # (N, C), weight (C,), mean (N,), rstd (N,); block = rows [blockIdx *
-        # rows_per_block, ...), a warp per row at a time, its lanes' columns in registers
+        # dinp (N, C) +=, dinp_copy (N, C) bf16 (when write_copy), partials (blocks, SETS
+        # C) = each block's dweight [0, C), dbias [C, 2C) and (sum_dinp) column sums of
+        # the new dinp [2C, 3C), dout (N, C) float32 or bf16, inp (N, C), weight (C,),
+        # mean (N,), rstd (N,); block = rows [blockIdx * rows_per_block, ...), a warp per
+        # row at a time, its lanes' columns in registers
         scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
-        # the block's dweight [0, C) and dbias [C, 2C), summed from its warps' registers
+        # the block's sets of sums, summed from its warps' registers
         sums = cuda.shared.array(SUMS, float32)
         tid, n_threads = cuda.threadIdx.x, cuda.blockDim.x
         warp, lane, n_warps = tid // WARP, tid % WARP, n_threads // WARP
@@ -250,9 +259,14 @@ def _layernorm_backward_kernel(C, width, write_copy):
         # in every row
         dw = cuda.local.array(COLS, float32)
         db = cuda.local.array(COLS, float32)
+        # and of the new dinp: dinp is in registers when it is written, so its column
+        # sums cost no second pass over it (bias_backward's, 14 us a call at andrea-120m)
+        ds = cuda.local.array(DS, float32)
         for i in range(COLS):
             dw[i] = ZERO
             db[i] = ZERO
+        for i in range(DS):
+            ds[i] = ZERO
         for c in range(tid, SUMS, n_threads):
             sums[c] = ZERO
 
@@ -294,6 +308,8 @@ def _layernorm_backward_kernel(C, width, write_copy):
                     for e in range(width):
                         i = k * width + e
                         old[i] += row_rstd * (dy[i] - mean_dxhat - x[i] * mean_dxhat_xhat)
+                        if sum_dinp:
+                            ds[i] += old[i]
                     store(dinp, (row, col), old, k * width)
                     if write_copy:
                         store(dinp_copy, (row, col), old, k * width)
@@ -310,6 +326,8 @@ def _layernorm_backward_kernel(C, width, write_copy):
                         if col < C:
                             sums[col] += dw[k * width + e]
                             sums[C + col] += db[k * width + e]
+                            if sum_dinp:
+                                sums[2 * C + col] += ds[k * width + e]
             cuda.syncthreads()
         for c in range(tid, SUMS, n_threads):
             partials[cuda.blockIdx.x, c] = sums[c]
@@ -317,19 +335,23 @@ def _layernorm_backward_kernel(C, width, write_copy):
 
 
 @jit
-def _column_sums_kernel(dweight, dbias, partials):
-    # dweight (C,) += the column sums of partials (parts, 2C) [:, :C], dbias (C,) += those
-    # of [:, C:]; a thread per column, adding the parts in order: the same bits every run
+def _column_sums_kernel(dweight, dbias, dinp_sum, partials):
+    # dweight (C,) += the column sums of partials (parts, 2C or 3C) [:, :C], dbias (C,)
+    # += those of [:, C:2C], dinp_sum (C,) += those of [:, 2C:] where partials has them
+    # (else it is unread); a thread per column, adding the parts in order: the same bits
+    # every run
     c = cuda.grid(1)
     C = dweight.shape[0]
-    if c < 2 * C:
+    if c < partials.shape[1]:
         total = float32(0.0)
         for b in range(partials.shape[0]):
             total += partials[b, c]
         if c < C:
             dweight[c] += total
-        else:
+        elif c < 2 * C:
             dbias[c - C] += total
+        else:
+            dinp_sum[c - 2 * C] += total
 
 
 _ROWS, _VECTOR, _BF16_ROWS = float32[:, ::1], float32[::1], uint16[:, ::1]
@@ -349,8 +371,10 @@ PTX_SIGNATURES = [
         (_layernorm_backward_kernel(C, width, False),
          (_ROWS, _ROWS, _ROWS, _ROWS, _ROWS, _VECTOR, _VECTOR, _VECTOR, int64)),
         (_layernorm_backward_kernel(C, width, True),
+         (_ROWS, _BF16_ROWS, _ROWS, _BF16_ROWS, _ROWS, _VECTOR, _VECTOR, _VECTOR, int64)),
+        (_layernorm_backward_kernel(C, width, True, True),      # GPT-2's biases
          (_ROWS, _BF16_ROWS, _ROWS, _BF16_ROWS, _ROWS, _VECTOR, _VECTOR, _VECTOR, int64))]
-] + [(_column_sums_kernel, (_VECTOR, _VECTOR, _ROWS))]
+] + [(_column_sums_kernel, (_VECTOR, _VECTOR, _VECTOR, _ROWS))]
 
 
 # ----------------------------------------------------------------------------------
@@ -422,10 +446,13 @@ def residual_layernorm_forward(resid, out, mean, rstd, a, b, weight, bias, *, st
 
 
 def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, *, dinp_copy=None,
-                       stream=0, block=None, rows_per_block=ROWS_PER_BLOCK):
+                       dinp_sum=None, stream=0, block=None, rows_per_block=ROWS_PER_BLOCK):
     """dinp (N, C), dweight (C,) and dbias (C,) += the gradients of the forward given dout
     (N, C); all three accumulate (dinp is the residual stream's gradient). dout is float32
-    or bf16; dinp_copy (N, C), when given, is bf16 and receives dinp's new value rounded."""
+    or bf16; dinp_copy (N, C), when given, is bf16 and receives dinp's new value rounded;
+    dinp_sum (C,), when given, += the column sums of dinp's new value: the gradient of the
+    bias of the layer whose output dinp is the gradient of (GPT-2's attention and MLP
+    output projections write the residual stream), summed as dinp is written."""
     N, C = _check_rows(inp, weight, mean, rstd)
     check_array("dinp", dinp, (N, C))
     check_activation("dout", dout, (N, C))
@@ -433,22 +460,25 @@ def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, *, d
         check_array("dinp_copy", dinp_copy, (N, C), np.uint16)
     check_array("dweight", dweight, (C,))
     check_array("dbias", dbias, (C,))
+    if dinp_sum is not None:
+        check_array("dinp_sum", dinp_sum, (C,))
     if rows_per_block < 1:
         raise ValueError(f"rows_per_block must be at least 1, got {rows_per_block}")
-    _check_shared_bytes("layernorm_backward", C, 2)
+    sets = 2 if dinp_sum is None else 3
+    _check_shared_bytes("layernorm_backward", C, sets)
     block = _block(block, min(N, rows_per_block), BACKWARD_BLOCK, MAX_REGISTER_ROW_BLOCK)
     if N == 0:
         return
     copy = dinp if dinp_copy is None else dinp_copy
     width = group_width(C, dinp, copy, dout, inp, weight)
-    kernel = _layernorm_backward_kernel(C, width, dinp_copy is not None)
+    kernel = _layernorm_backward_kernel(C, width, dinp_copy is not None, dinp_sum is not None)
     blocks = ceil_div(N, rows_per_block)
     # kept with dweight's memory (the model's gradient buffer, which every LayerNorm's
     # dweight views): the launches of a step run in stream order, so they share it
-    partials = kept_with(dweight, ("layernorm partials", blocks, C),
-                         lambda: cuda.device_array((blocks, 2 * C), np.float32))
+    partials = kept_with(dweight, ("layernorm partials", blocks, sets, C),
+                         lambda: cuda.device_array((blocks, sets * C), np.float32))
     kernel[blocks, block, stream](dinp, copy, partials, dout, inp, weight, mean, rstd,
                                   rows_per_block)
     parts = column_parts(partials, dweight, SUM_PARTS, stream=stream)
-    _column_sums_kernel[ceil_div(2 * C, COLUMN_SUMS_BLOCK), COLUMN_SUMS_BLOCK, stream](
-        dweight, dbias, parts)
+    _column_sums_kernel[ceil_div(sets * C, COLUMN_SUMS_BLOCK), COLUMN_SUMS_BLOCK, stream](
+        dweight, dbias, dbias if dinp_sum is None else dinp_sum, parts)

@@ -79,15 +79,19 @@ class NumpyBackend:
             a, b, weight, bias)
 
     def layernorm_backward(self, dinp, dweight, dbias, dout, inp, weight, mean, rstd, *,
-                           dinp_copy=None):
+                           dinp_copy=None, dinp_sum=None):
         """dinp, dweight, dbias += the gradients; dinp_copy, if given, = the new dinp (in
-        its own dtype: the mixed-precision step's bf16 operand of the next GEMMs)."""
+        its own dtype: the mixed-precision step's bf16 operand of the next GEMMs);
+        dinp_sum, if given, += the new dinp's column sums (the gradient of the bias of the
+        layer whose output dinp is the gradient of)."""
         dx, dw, db = ref.layernorm_backward(dout, inp, weight, mean, rstd)
         dinp += dx
         dweight += dw
         dbias += db
         if dinp_copy is not None:
             dinp_copy[...] = dinp
+        if dinp_sum is not None:
+            dinp_sum += ref.bias_backward(dinp)
 
     def matmul(self, out, a, b, transpose_a=False, transpose_b=False, accumulate=False,
                bias=None):
@@ -109,10 +113,13 @@ class NumpyBackend:
         """dbias (N,) += the column sums of dout (M, N): a bias's gradient."""
         dbias += ref.bias_backward(dout)
 
-    def matmul_gelu_backward(self, dpre, dout, b, pre):
+    def matmul_gelu_backward(self, dpre, dout, b, pre, dbias=None):
         """dpre (M, N) = (dout @ b^T) * gelu'(pre): the gradient through the MLP's down
-        projection (weight b) and its activation."""
+        projection (weight b) and its activation; dbias (N,), if given, += dpre's column
+        sums (the up projection's bias's gradient)."""
         dpre[...] = ref.gelu_backward(dout @ b.T, pre)
+        if dbias is not None:
+            dbias += ref.bias_backward(dpre)
 
     def split_heads_forward(self, q, k, v, qkv):
         q[...], k[...], v[...] = ref.split_heads_forward(qkv, q.shape[1])

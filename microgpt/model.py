@@ -311,26 +311,28 @@ class GPT:
                                           1.0 / (count * a.losses.size))
         ops.matmul(rows(a.dln), dlogits, w["wte"])      # the head's dW comes last, below
         ops.fill_zero(a.dresid)
+        # each LayerNorm backward but the first block's ln_1 writes the gradient of an
+        # output projection's output (the residual stream's): with biases it sums that
+        # bias's gradient too, as it writes dresid (dinp_sum)
+        last = f"h.{cfg.n_layer - 1}."
         ops.layernorm_backward(rows(a.dresid), g["ln_f.weight"], g["ln_f.bias"], rows(a.dln),
                                rows(a.resid[-1]), p["ln_f.weight"], a.ln_f_mean, a.ln_f_rstd,
-                               dinp_copy=copy)
+                               dinp_copy=copy, dinp_sum=g.get(last + "mlp.b_proj"))
         for i in reversed(range(cfg.n_layer)):
             h = f"h.{i}."
             # MLP: dresid is the gradient of the block's output and of its MLP branch
-            self._bias_backward(g, h + "mlp.b_proj", a.dresid)
             ops.matmul_gelu_backward(rows(a.dfc), rows(a.dresid_mm), w[h + "mlp.w_proj"],
-                                     rows(a.fc[i]))                       # through gelu too
-            self._bias_backward(g, h + "mlp.b_fc", a.dfc)
+                                     rows(a.fc[i]), dbias=g.get(h + "mlp.b_fc"))  # gelu too
             ops.matmul(g[h + "mlp.w_proj"], rows(a.fc_gelu[i]), rows(a.dresid_mm),
                        transpose_a=True, accumulate=True)
             ops.matmul(rows(a.dln), rows(a.dfc), w[h + "mlp.w_fc"], transpose_b=True)
             ops.matmul(g[h + "mlp.w_fc"], rows(a.ln_2[i]), rows(a.dfc),
                        transpose_a=True, accumulate=True)
+            # attention: dresid is now the gradient of mid, W_O's output
             ops.layernorm_backward(rows(a.dresid), g[h + "ln_2.weight"], g[h + "ln_2.bias"],
                                    rows(a.dln), rows(a.mid[i]), p[h + "ln_2.weight"],
-                                   a.ln_2_mean[i], a.ln_2_rstd[i], dinp_copy=copy)
-            # attention: dresid is now the gradient of mid
-            self._bias_backward(g, h + "attn.b_o", a.dresid)
+                                   a.ln_2_mean[i], a.ln_2_rstd[i], dinp_copy=copy,
+                                   dinp_sum=g.get(h + "attn.b_o"))
             ops.matmul(rows(a.dmerged), rows(a.dresid_mm), w[h + "attn.w_o"], transpose_b=True)
             ops.matmul(g[h + "attn.w_o"], rows(a.att_merged[i]), rows(a.dresid_mm),
                        transpose_a=True, accumulate=True)
@@ -340,13 +342,16 @@ class GPT:
                                    a.v[i], a.att[i], a.att_lse[i])
             if not a.heads_in_place:
                 ops.split_heads_backward(a.dqkv, a.dq, a.dk, a.dv)
-            self._bias_backward(g, h + "attn.b_qkv", a.dqkv)
+            if h + "attn.b_qkv" in g:
+                self._qkv_bias_backward(g, h, a)
             ops.matmul(rows(a.dln), rows(a.dqkv), w[h + "attn.w_qkv"], transpose_b=True)
             ops.matmul(g[h + "attn.w_qkv"], rows(a.ln_1[i]), rows(a.dqkv),
                        transpose_a=True, accumulate=True)
+            # dresid is now the gradient of the block's input: block i - 1's output
             ops.layernorm_backward(rows(a.dresid), g[h + "ln_1.weight"], g[h + "ln_1.bias"],
                                    rows(a.dln), rows(a.resid[i]), p[h + "ln_1.weight"],
-                                   a.ln_1_mean[i], a.ln_1_rstd[i], dinp_copy=copy)
+                                   a.ln_1_mean[i], a.ln_1_rstd[i], dinp_copy=copy,
+                                   dinp_sum=g.get(f"h.{i - 1}.mlp.b_proj") if i else None)
             sync.ready(*self.layout.block_matrices(i))
         ops.encoder_backward(g["wte"], g["wpe"], a.dresid, a.batch[0])
         sync.ready(*self.layout.rows("wpe"))
@@ -361,18 +366,29 @@ class GPT:
             sync.ready(*self.layout.rows("wte", lo, hi))
         sync.finish()
 
+    def _qkv_bias_backward(self, g, h, a):
+        """The QKV bias's gradient, [q | k | v] (3C,), after the attention backward: q's
+        is the column sums of dq, dqkv's first C columns; k's is 0 (a key bias adds
+        q . b_k to every score of a query's row, which the softmax takes away), so it
+        keeps the gradient's zeros; v's is W_O times b_o's gradient: each row of the
+        softmax sums to 1, so dv's column sums are the attention output's gradient's,
+        dmerged = dresid W_O^T, whose column sums are W_O times dresid's, which the
+        LayerNorm backward summed into b_o's gradient just before. That is a sum over
+        micro-batches, as v's must be: the product overwrites. A third of dqkv read (its
+        column sums were 24 us of each of 12 calls a step at andrea-120m) and a
+        vector-matrix product."""
+        C = self.config.d_model
+        dbias = g[h + "attn.b_qkv"]
+        self.backend.bias_backward(dbias[:C], rows(a.dqkv)[:, :C])
+        self.backend.matmul(dbias[2 * C:].reshape(1, C), g[h + "attn.b_o"].reshape(1, C),
+                            self.params[h + "attn.w_o"], transpose_b=True)
+
     def _logits_in_use(self, a):
         """The logits' rows (N, V), or of a padded vocabulary the columns of the tokens in
         use: the loss and its gradient see those alone."""
         logits = rows(a.logits)
         return logits if self.config.tokens == self.config.vocab_size \
             else logits[:, :self.config.tokens]
-
-    def _bias_backward(self, g, name, dout):
-        """The named bias's gradient from dout (B, T, X), the gradient of the layer's
-        output; nothing for a model without biases."""
-        if name in g:
-            self.backend.bias_backward(g[name], rows(dout))
 
     # the public calls: one pass each, on host or backend arrays ----------------------
     def forward(self, idx):

@@ -127,10 +127,18 @@ def check_gelu_products(dtype, fused, rows, width, seed, biased=False):
                  f"fc ({dtype}, biased {biased})")
     assert_close(read(fc_gelu.copy_to_host()), ref.gelu_forward(stored), tol, f"gelu ({dtype})")
     dfc = cuda.to_device(poisoned((N, 4 * C), out_dtype))
+    # where biased, b_fc's gradient too: dbias started from random values += dfc's column
+    # sums (of the float32 values before a bf16 dfc's rounding: each within tol_backward
+    # of the reference's, so their sums are)
+    start = randn(rng, 4 * C)
+    dbias = cuda.to_device(start) if biased else None
     gemm.matmul_gelu_backward(dfc, cuda.to_device(dy), cuda.to_device(w_proj), fc,
-                              fused=fused)
-    assert_close(read(dfc.copy_to_host()), ref.gelu_backward(dy64 @ w_proj64.T, stored),
-                 tol_backward, f"dfc ({dtype})")
+                              dbias=dbias, fused=fused)
+    want = ref.gelu_backward(dy64 @ w_proj64.T, stored)
+    assert_close(read(dfc.copy_to_host()), want, tol_backward, f"dfc ({dtype})")
+    if biased:
+        assert_close(dbias.copy_to_host(), start + ref.bias_backward(want), tol_backward,
+                     f"b_fc's gradient ({dtype}, fused {fused})")
 
 
 # The products in the simulator fit one output tile of each GEMM (rows <= 16, width <= 8):
@@ -161,8 +169,8 @@ def test_gelu_products_in_either_precision(dtype, fused, rows, width, seed):
 @given(rows=GELU_ROWS, width=GELU_WIDTHS, seed=SEEDS)
 def test_the_mlp_up_projection_adds_its_bias_before_the_gelu(dtype, fused, rows, width, seed):
     """GPT-2's c_fc: the bias in the GEMM's epilogue (the fused GELU epilogue's too), then
-    the GELU of the sum (in the simulator one product each: the bias's epilogues have
-    tests of their own)."""
+    the GELU of the sum; backward, the bias's gradient beside dfc (in the simulator one
+    product each: the bias's epilogues and the sums have tests of their own)."""
     check_gelu_products(dtype, fused, rows, width, seed, biased=True)
 
 

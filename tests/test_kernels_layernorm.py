@@ -87,28 +87,34 @@ def check_residual_forward(shape, block, out_dtype, seed, place=cuda.to_device):
 
 
 def check_backward(shape, block, rows_per_block, seed, dout_dtype=np.float32, copy=False,
-                   place=cuda.to_device):
+                   place=cuda.to_device, sum_dinp=False):
     """dout_dtype bf16: the kernel reads bf16 dout, the reference the same values; copy:
-    the kernel also writes dinp's new value in bf16; place: how dout goes to the device."""
+    the kernel also writes dinp's new value in bf16; place: how dout goes to the device;
+    sum_dinp: it also adds the new dinp's column sums into dinp_sum (a bias's gradient,
+    accumulated: started from random values), float32 sums of float32 values, TOL_F32_OP."""
     N, C = shape
     rng = np.random.default_rng(seed)
     x, weight, dy = draw_rows(rng, N, C), randn(rng, C), randn(rng, N, C)
     dy, dy64 = bf16(dy) if dout_dtype == BF16 else (dy, dy.astype(np.float64))
     x64 = x.astype(np.float64)
     _, mean, rstd = ref.layernorm_forward(x64, weight.astype(np.float64), np.zeros(C))
-    starts = randn(rng, N, C), randn(rng, C), randn(rng, C)      # dinp, dweight, dbias
-    dinp, dweight, dbias = (cuda.to_device(s) for s in starts)
+    # dinp, dweight, dbias, dinp_sum
+    starts = randn(rng, N, C), randn(rng, C), randn(rng, C), randn(rng, C)
+    dinp, dweight, dbias, dinp_sum = (cuda.to_device(s) for s in starts)
     dinp_copy = cuda.to_device(poisoned((N, C), BF16)) if copy else None
     layernorm.layernorm_backward(
         dinp, dweight, dbias, place(dy), cuda.to_device(x), cuda.to_device(weight),
         cuda.to_device(mean.astype(np.float32)), cuda.to_device(rstd.astype(np.float32)),
-        dinp_copy=dinp_copy, block=block, rows_per_block=rows_per_block)
+        dinp_copy=dinp_copy, dinp_sum=dinp_sum if sum_dinp else None, block=block,
+        rows_per_block=rows_per_block)
     expected = ref.layernorm_backward(dy64, x64, weight.astype(np.float64), mean, rstd)
     for name, got, start, want in zip(("dinp", "dweight", "dbias"), (dinp, dweight, dbias),
                                       starts, expected):
         assert_close(got.copy_to_host(), start + want, TOL_F32_OP, f"layernorm backward {name}")
     if copy:
         assert_output_close(dinp_copy, starts[0] + expected[0], "layernorm backward dinp_copy")
+    want_sum = starts[3] + ref.bias_backward(starts[0] + expected[0]) if sum_dinp else starts[3]
+    assert_close(dinp_sum.copy_to_host(), want_sum, TOL_F32_OP, "layernorm backward dinp_sum")
 
 
 @given(shape=SHAPES, block=FORWARD_BLOCKS, out_dtype=DTYPES, seed=SEEDS)
@@ -129,9 +135,10 @@ def test_residual_layernorm_forward_of_few_rows_and_more(N):
 
 
 @given(shape=SHAPES, block=BLOCKS, rows_per_block=ROWS_PER_BLOCK, dout_dtype=DTYPES,
-       copy=st.booleans(), seed=SEEDS)
-def test_layernorm_backward_accumulates(shape, block, rows_per_block, dout_dtype, copy, seed):
-    check_backward(shape, block, rows_per_block, seed, dout_dtype, copy)
+       copy=st.booleans(), sum_dinp=st.booleans(), seed=SEEDS)
+def test_layernorm_backward_accumulates(shape, block, rows_per_block, dout_dtype, copy,
+                                        sum_dinp, seed):
+    check_backward(shape, block, rows_per_block, seed, dout_dtype, copy, sum_dinp=sum_dinp)
 
 
 def ones(*shape, dtype=np.float32):
@@ -162,6 +169,8 @@ def test_default_blocks_at_their_caps():
     check_residual_forward((2, 300), None, BF16, seed=6)
     check_backward((2, 300), None, layernorm.ROWS_PER_BLOCK, seed=4)
     check_backward((2, 300), None, layernorm.ROWS_PER_BLOCK, 7, BF16, copy=True)
+    check_backward((2, 300), None, layernorm.ROWS_PER_BLOCK, 8, BF16, copy=True,
+                   sum_dinp=True)
 
 
 @pytest.mark.parametrize("C,off_group,width", [(64, False, GROUP), (66, False, 1),
@@ -172,7 +181,7 @@ def test_rows_in_groups_or_element_by_element(C, off_group, width):
     place = to_device_off_group if off_group else cuda.to_device
     assert group_width(C, place(np.ones((3, C), BF16))) == width
     check_residual_forward((3, C), 64, BF16, seed=C, place=place)
-    check_backward((5, C), 64, 3, C, BF16, copy=True, place=place)
+    check_backward((5, C), 64, 3, C, BF16, copy=True, place=place, sum_dinp=True)
 
 
 def test_backward_at_the_shared_memory_limit():
@@ -186,6 +195,14 @@ def test_backward_at_the_shared_memory_limit():
     with pytest.raises(ValueError, match="C = 6129 needs 49032 bytes of shared memory"):
         layernorm.layernorm_backward(wide, wide_vec, wide_vec, wide, wide, wide_vec, stats,
                                      stats)
+    # with dinp_sum, a third set of sums (12 bytes a column): 4086 columns do not fit;
+    # 4084 (49008 bytes), the widest row in groups that does, runs (4085 fits too, read
+    # element by element: 5x the simulator's 21 s)
+    check_backward((1, 4084), None, 1, seed=6, sum_dinp=True)
+    wide, wide_vec = ones(1, 4086), ones(4086)
+    with pytest.raises(ValueError, match="C = 4086 needs 49032 bytes of shared memory"):
+        layernorm.layernorm_backward(wide, wide_vec, wide_vec, wide, wide, wide_vec, stats,
+                                     stats, dinp_sum=wide_vec)
 
 
 def test_no_rows_launch_nothing(no_launches):
@@ -202,7 +219,7 @@ def test_no_rows_launch_nothing(no_launches):
 
 # good shapes for (N, C) = (4, 8); each case changes some
 GOOD = dict(out=(4, 8), dinp=(4, 8), dout=(4, 8), inp=(4, 8), weight=(8,), bias=(8,),
-            dweight=(8,), dbias=(8,), mean=(4,), rstd=(4,))
+            dweight=(8,), dbias=(8,), dinp_sum=(8,), mean=(4,), rstd=(4,))
 PASSES = ["forward", "residual", "backward"]
 
 
@@ -214,7 +231,8 @@ def launch(kind, block=None, rows_per_block=1, dtypes=None, **shapes):
     if kind == "backward":
         layernorm.layernorm_backward(a["dinp"], a["dweight"], a["dbias"], a["dout"], a["inp"],
                                      a["weight"], a["mean"], a["rstd"],
-                                     dinp_copy=a.get("dinp_copy"), block=block,
+                                     dinp_copy=a.get("dinp_copy"),
+                                     dinp_sum=a["dinp_sum"], block=block,
                                      rows_per_block=rows_per_block)
     elif kind == "residual":
         layernorm.residual_layernorm_forward(a.get("resid", a["inp"]), a["out"], a["mean"],
@@ -262,6 +280,7 @@ def test_rows_in_registers_refuse_blocks_above_256(kind):
     ("backward", dict(dinp_copy=(4, 7)), r"dinp_copy: expected shape \(4, 8\)"),
     ("backward", dict(dweight=(4,)), r"dweight: expected shape \(8,\)"),
     ("backward", dict(dbias=(9,)), r"dbias: expected shape \(8,\)"),
+    ("backward", dict(dinp_sum=(4,)), r"dinp_sum: expected shape \(8,\)"),
     ("backward", dict(rows_per_block=0), "rows_per_block must be at least 1, got 0"),
     ("backward", dict(rows_per_block=-1), "rows_per_block must be at least 1, got -1"),
 ])

@@ -1,4 +1,5 @@
-"""The device reductions (the sums, a bias's gradient as column sums), the global gradient
+"""The device reductions (the sums, a bias's gradient as column sums, alone and with the
+GELU's backward), the global gradient
 norm and the fused clip + AdamW kernel against the float64 reference
 (kernels/reductions.py, kernels/adamw.py).
 
@@ -9,7 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from helpers import (BF16, REAL_SHAPES, TOL_BF16_OUT, TOL_F32_OP, assert_close, bf16,
-                     from_bf16, poisoned, randn)
+                     from_bf16, poisoned, randn, to_device_off_group)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import cuda
@@ -76,20 +77,25 @@ else:
     BIAS_BLOCKS = st.sampled_from([reductions.COLUMN_BLOCKS, 1, 3])
 
 
-@given(shape=BIAS_SHAPES, low=st.booleans(), max_blocks=BIAS_BLOCKS, seed=SEEDS)
-def test_bias_backward(shape, low, max_blocks, seed):
+@given(shape=BIAS_SHAPES, low=st.booleans(), max_blocks=BIAS_BLOCKS,
+       beside=st.sampled_from([0, 0, 3, 8]), seed=SEEDS)
+def test_bias_backward(shape, low, max_blocks, beside, seed):
     """dbias += the column sums of dout (float32, or bf16 as the mixed-precision step's
-    dfc and dqkv): added to what dbias held, the same bits on a second call."""
+    dfc and dqkv): added to what dbias held, the same bits on a second call. beside:
+    dout is the first columns of rows that many wider (the QKV bias's q part of dqkv;
+    3: rows that do not start on a group), the columns beside it drawn too."""
     rng = np.random.default_rng(seed)
-    dout, before = randn(rng, *shape), randn(rng, shape[1])
-    bits, values = bf16(dout) if low else (dout, dout.astype(np.float64))
+    N, M = shape
+    wide, before = randn(rng, N, M + beside), randn(rng, M)
+    bits, values = bf16(wide) if low else (wide, wide.astype(np.float64))
+    dout = cuda.to_device(bits)[:, :M]
     dbias = cuda.to_device(before)
-    reductions.bias_backward(dbias, cuda.to_device(bits), max_blocks=max_blocks)
-    want = before + ref.bias_backward(values)
+    reductions.bias_backward(dbias, dout, max_blocks=max_blocks)
+    want = before + ref.bias_backward(values[:, :M])
     got = dbias.copy_to_host()
     assert_close(got, want, TOL_F32_OP, "dbias")
     again = cuda.to_device(before)
-    reductions.bias_backward(again, cuda.to_device(bits), max_blocks=max_blocks)
+    reductions.bias_backward(again, dout, max_blocks=max_blocks)
     np.testing.assert_array_equal(again.copy_to_host(), got)
 
 
@@ -102,6 +108,59 @@ def test_bias_backward_rejects_bad_arguments(changes, message):
     args = {"dbias": np.zeros(4, np.float32), "dout": np.ones((3, 4), np.float32), **changes}
     with pytest.raises((ValueError, TypeError), match=message):
         reductions.bias_backward(**{k: cuda.to_device(v) for k, v in args.items()})
+
+
+def check_gelu_bias_backward(shape, dtypes, in_place, max_blocks, seed, place=cuda.to_device):
+    """dinp = dout * gelu'(inp) and dbias += its column sums, in one launch; dtypes (dinp,
+    dout, inp) float32 or bf16; in_place: dinp is dout. The reference takes the bf16 inputs'
+    rounded values: dinp within TOL_F32_OP (TOL_BF16_OUT for a bf16 dinp, the float32
+    product rounded), dbias, float32 sums of the float32 products, within TOL_F32_OP; a
+    second call the same bits. place: how inp goes to the device."""
+    rng = np.random.default_rng(seed)
+    dy, x, before = randn(rng, *shape), randn(rng, *shape, scale=3.0), randn(rng, shape[1])
+    (dy, dy64), (x, x64) = (bf16(v) if dtype == BF16 else (v, v.astype(np.float64))
+                            for v, dtype in zip((dy, x), dtypes[1:]))
+    want = ref.gelu_backward(dy64, x64)
+    got = []
+    for _ in range(2):
+        dout = cuda.to_device(dy)
+        dinp = dout if in_place else cuda.to_device(poisoned(shape, dtypes[0]))
+        dbias = cuda.to_device(before)
+        reductions.gelu_bias_backward(dinp, dbias, dout, place(x), max_blocks=max_blocks)
+        got.append(dbias.copy_to_host())
+    assert_close(from_bf16(dinp.copy_to_host()) if dtypes[0] == BF16 else dinp.copy_to_host(),
+                 want, TOL_BF16_OUT if dtypes[0] == BF16 else TOL_F32_OP, "dinp")
+    assert_close(got[0], before + ref.bias_backward(want), TOL_F32_OP, "dbias")
+    np.testing.assert_array_equal(got[1], got[0])
+
+
+@given(shape=BIAS_SHAPES, dtypes=st.tuples(*[st.sampled_from([np.float32, BF16])] * 3),
+       in_place=st.booleans(), max_blocks=BIAS_BLOCKS, seed=SEEDS)
+def test_gelu_bias_backward(shape, dtypes, in_place, max_blocks, seed):
+    """As the mixed-precision step runs it (bf16 throughout, dinp the GEMM's dout, in
+    place), and every other mix of float32 and bf16."""
+    check_gelu_bias_backward(shape, (dtypes[1],) + dtypes[1:] if in_place else dtypes,
+                             in_place, max_blocks, seed)
+
+
+def test_gelu_bias_backward_of_an_array_off_its_group():
+    """inp one element past a group's boundary: no array is read in groups (a vector
+    access must be aligned), though dout and dinp are aligned."""
+    check_gelu_bias_backward((5, 8), (BF16, BF16, BF16), True, reductions.COLUMN_BLOCKS, 3,
+                             place=to_device_off_group)
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(inp=np.zeros((3, 5), np.float32)), r"inp: expected shape \(3, 4\)"),
+    (dict(dinp=np.zeros((3, 4), np.float64)), "dinp: expected dtype float32 or bf16"),
+    (dict(dbias=np.zeros(3, np.float32)), r"dbias: expected shape \(4,\)"),
+    (dict(dout=np.zeros(4, np.float32)), r"dout: expected shape \(N, M\)"),
+])
+def test_gelu_bias_backward_rejects_bad_arguments(changes, message):
+    args = {"dinp": np.zeros((3, 4), np.float32), "dbias": np.zeros(4, np.float32),
+            "dout": np.ones((3, 4), np.float32), "inp": np.ones((3, 4), np.float32), **changes}
+    with pytest.raises((ValueError, TypeError), match=message):
+        reductions.gelu_bias_backward(**{k: cuda.to_device(v) for k, v in args.items()})
 
 
 @PARAM_EXAMPLES

@@ -1,6 +1,8 @@
 """microgpt.step.Step on the NumPy backend: the same arithmetic as the model's own calls,
 the metrics log read back in order, and its limits. (On the cuda backend, captured against
 eager: tests/test_cuda_model.py.)"""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -172,14 +174,17 @@ def test_a_step_destroys_its_graph_before_it_releases_the_sync():
     assert events == ["replayed"] * 2 + ["graph destroyed", "sync released"]
 
 
-@pytest.mark.parametrize("accum", [2, 3])
-def test_accumulating_micro_batches_equals_one_step_on_the_whole_batch(accum):
+@pytest.mark.parametrize("accum,bias", [(2, False), (3, False), (3, True)])
+def test_accumulating_micro_batches_equals_one_step_on_the_whole_batch(accum, bias):
     """Three steps of `accum` micro-batches of 2 sequences, and three of one batch of
     2 x accum: the same gradients (summed over the micro-batches), losses (the mean over
     every micro-batch), norms and parameters, to float32 round-off; the evaluation of a
     micro-batch is the model's. (A parameter's AdamW step is m / sqrt(v), which scales a
-    gradient's round-off up where the gradient is near 0: parameters agree to 1e-4 of lr.)"""
-    model, twin = GPT(CFG, seed=6), GPT(CFG, seed=6)
+    gradient's round-off up where the gradient is near 0: parameters agree to 1e-4 of lr.)
+    bias: GPT-2's biases, whose V part of the QKV bias's gradient each micro-batch
+    overwrites from b_o's gradient so far (model._qkv_bias_backward)."""
+    cfg = dataclasses.replace(CFG, bias=bias)
+    model, twin = GPT(cfg, seed=6), GPT(cfg, seed=6)
     step = Step(model, AdamW(model, OPT), 2, 8, accum=accum)
     whole = Step(twin, AdamW(twin, OPT), 2 * accum, 8)
     for tokens, targets in batches(3, B=2 * accum, seed=7):

@@ -17,7 +17,8 @@ mixed-precision step calls the same op. ``matmul_gelu_forward`` and
 """
 import numpy as np
 
-from .. import elementwise
+from .. import elementwise, reductions
+from ..common import check_array
 from . import bf16, fp32, skinny
 from .tuning import wgmma_takes
 
@@ -86,14 +87,24 @@ def matmul_gelu_forward(out, pre, a, b, bias=None, *, fused=None, stream=0):
     elementwise.gelu_forward(out, pre, stream=stream)
 
 
-def matmul_gelu_backward(dpre, dout, b, pre, *, fused=None, stream=0):
+def matmul_gelu_backward(dpre, dout, b, pre, dbias=None, *, fused=None, stream=0):
     """The gradient through the MLP's down projection and its GELU: dpre (M, N) =
-    (dout @ b^T) * gelu'(pre), b (N, K) the down projection's weight. fused (default
+    (dout @ b^T) * gelu'(pre), b (N, K) the down projection's weight; dbias (N,), when
+    given, += dpre's column sums (the up projection's bias's gradient). fused (default
     GELU_IN_EPILOGUE), where the wgmma kernel runs the product: one GEMM whose epilogue
-    reads pre (gemm.bf16); otherwise the GEMM into dpre, then ``elementwise.gelu_backward``
-    in place."""
+    reads pre (gemm.bf16), then any dbias by ``reductions.bias_backward``; otherwise the
+    GEMM into dpre, then ``elementwise.gelu_backward`` in place, or with a dbias
+    ``reductions.gelu_bias_backward``, which sums dpre as it writes it."""
+    if dbias is not None:
+        check_array("dbias", dbias, (dpre.shape[1],))
     if _gelu_in_epilogue(fused, dout, b, dpre, pre):
-        return bf16.matmul_bf16(dpre, dout, b, transpose_b=True, gelu="backward",
-                                     pre=pre, stream=stream)
+        bf16.matmul_bf16(dpre, dout, b, transpose_b=True, gelu="backward", pre=pre,
+                         stream=stream)
+        if dbias is not None:
+            reductions.bias_backward(dbias, dpre, stream=stream)
+        return
     matmul(dpre, dout, b, transpose_b=True, stream=stream)
-    elementwise.gelu_backward(dpre, dpre, pre, stream=stream)
+    if dbias is None:
+        elementwise.gelu_backward(dpre, dpre, pre, stream=stream)
+    else:
+        reductions.gelu_bias_backward(dpre, dbias, dpre, pre, stream=stream)
