@@ -18,8 +18,9 @@ Seven sections:
            V 50304), timed with CUDA events, beside the PyTorch op that does the same work
            in float32 (TF32 off);
   steps    tokens/s and peak device memory of a whole training step (forward, backward,
-           AdamW) for andrea-12m (B 64, T 256) and andrea-120m (B 16, T 1024) in fp32 and
-           bf16, beside a PyTorch model of the same architecture in float32 (TF32 off), bf16
+           AdamW) for andrea-12m (B 64, T 256), andrea-120m (B 16, T 1024; and B 4, T 4096)
+           and the GPT-2 medium and XL geometries (B 16 and 8, T 1024) in bf16 (fp32 too at
+           the andrea sizes), beside a PyTorch model of the same architecture in float32 (TF32 off), bf16
            autocast, and bf16 autocast under torch.compile;
   fused    the fused kernels of mixed precision (residual + LayerNorm, cross-entropy
            forward + backward, bf16 outputs) at andrea-120m shapes, beside the unfused
@@ -50,7 +51,7 @@ from benchmarks.fused import bench_fused, fused_report
 from benchmarks.gemm import bench_gemm, gemm_report
 from benchmarks.generate import bench_generate, generate_report
 from benchmarks.kernels import bench_kernels, kernels_report
-from benchmarks.steps import bench_steps, steps_report
+from benchmarks.steps import GEOMETRIES, bench_steps, steps_report
 from benchmarks.timing import CAPTURED_LAUNCHES
 
 
@@ -129,6 +130,9 @@ def main(argv=None):
                         help="steps: leave out torch.compile (its compilation takes ~1 minute)")
     parser.add_argument("--bf16-only", action="store_true",
                         help="steps: leave out the float32 steps (microgpt's and PyTorch's)")
+    parser.add_argument("--steps-geometries", nargs="+", metavar="LABEL",
+                        choices=[g[0] for g in GEOMETRIES],
+                        help="steps: only these rows (default: all of them)")
     parser.add_argument("--reps", type=int, default=10, help="timed repetitions per measurement")
     parser.add_argument("--out", default="bench/RESULTS.md", help="markdown file to write")
     args = parser.parse_args(argv)
@@ -149,8 +153,8 @@ def main(argv=None):
     attention = (bench_flash_attention(args.reps, args.attention_sweep)
                  if args.only in (None, "attention") else [])
     kernels = bench_kernels(args.reps) if args.only in (None, "kernels") else []
-    steps = (bench_steps(max(2, args.reps // 2), not args.no_torch_compile, not args.bf16_only)
-             if args.only in (None, "steps") else [])
+    steps = (bench_steps(max(2, args.reps // 2), not args.no_torch_compile, not args.bf16_only,
+                         args.steps_geometries) if args.only in (None, "steps") else [])
     fused = bench_fused(args.reps) if args.only in (None, "fused") else []
     generation = (bench_generate("cuda", args.gen_tokens)
                   if args.only in (None, "generate") else [])
