@@ -6,16 +6,13 @@ distribution the draws follow; ``uniforms``, the generator).
 
 sample_tokens: grid (B,), a block per sequence, each thread reading STRIP consecutive
 logits at a time (their loads in flight together) on every pass. Temperature 0 is greedy
-(the first of the largest logits), in the one pass that checks them finite. Otherwise
-the logits are divided by the temperature, then kept: the top_k largest (0: all, ties
-at the k-th kept too), then among those the smallest set of the largest whose
-probabilities sum to at least top_p (1: all; ties kept too). The thresholds are found
-by bisection on the logits' order-preserving 32-bit keys (32 block reductions each, of
-counts for top_k and of masses for top_p: exact, with no sort). The first pass keeps the
-keys in shared memory (where they fit: STAGED_KEYS), which every later pass reads: a
-pass is then a shared load, a compare and an add per logit, where reading the logit
-again and making its key took about three times as many instructions on the one SM a
-sequence has. The token is then drawn by the Gumbel-max trick, argmax over the kept logits of
+(the first of the largest logits). Otherwise the logits are divided by the temperature,
+then kept: the
+top_k largest (0: all, ties at the k-th kept too), then among those the smallest set of
+the largest whose probabilities sum to at least top_p (1: all; ties kept too). The
+thresholds are found by bisection on the logits' order-preserving 32-bit keys (32 block
+reductions each, of counts for top_k and of masses for top_p: exact, with no sort). The
+token is then drawn by the Gumbel-max trick, argmax over the kept logits of
 x - log(-log(u)), which samples softmax(x) over them in one pass; u is a counter-based
 generator, a hash of (seed, sequence, draw number, token id), so a draw depends on
 nothing but its place, and a captured graph draws new numbers every step.
@@ -28,20 +25,16 @@ sequence with left = NOT_FINITE for the host to report.
 import math
 
 import numpy as np
-from numba import boolean, cuda, float32, int32, int64, uint16, uint32
+from numba import cuda, float32, int32, int64, uint16, uint32
 
 from .cache import jit
 from .common import (REDUCE_SCRATCH, SIMULATOR, WARP, block_max, block_sum, check_array,
                      check_block_size, shared_reduction, shuffle_reduction)
-from .device import DYNAMIC_SHARED_LIMIT, SHARED_LIMIT, allow_dynamic_shared
 from .precision import check_activation, load_float32
 from microgpt.reference import DRAWN, LEFT, NOT_FINITE, POSITION, SEQ_COLUMNS, TOKEN
 
 BLOCK = 32 if SIMULATOR else 1024     # the simulator runs a thread at a time
 STRIP = 8                   # consecutive logits a thread reads at a time: loads in flight
-# the most keys a block keeps in shared memory (int32 each, beside the reduction's
-# scratch): 57,856, andrea-120m's 50,304 among them
-STAGED_KEYS = (DYNAMIC_SHARED_LIMIT - 1024) // 4
 NEG_INF = np.float32(-np.inf)
 ZERO = np.float32(0.0)
 ONE = np.float32(1.0)
@@ -68,11 +61,6 @@ if not SIMULATOR:
         return i if i >= 0 else i ^ int32(SIGN)
 
     @cuda.jit(device=True, inline=True)
-    def key_float(key):
-        """The float32 whose float_key is key."""
-        return libdevice.int_as_float(key if key >= 0 else key ^ int32(SIGN))
-
-    @cuda.jit(device=True, inline=True)
     def hash32(x):
         # numba types integer arithmetic 64 bits wide: each step is cut back to 32
         x = uint32(x)
@@ -86,10 +74,6 @@ else:
     def float_key(x):
         i = int(np.float32(x).view(np.int32))
         return i if i >= 0 else i ^ SIGN
-
-    @cuda.jit(device=True)
-    def key_float(key):
-        return np.int32(key if key >= 0 else key ^ SIGN).view(np.float32)
 
     @cuda.jit(device=True)
     def hash32(x):
@@ -108,30 +92,18 @@ def uniform(base, i):
     return (float32(hash32(base ^ hash32(i)) >> uint32(8)) + np.float32(0.5)) * _U24
 
 
-@cuda.jit(device=True, inline=True)
-def _key(logits, keys, b, i, inv_t, staged):
-    """The key of logit i / temperature: from the staged keys, or from the logits."""
-    if staged:
-        return keys[i]
-    return float_key(load_float32(logits, (b, i)) * inv_t)
-
-
 @jit
 def _sample_tokens_kernel(seq, logits, capacity, vocab, temperature, top_k, top_p, seed,
-                          stop_id, staged):
-    # seq (B, 4) int32, logits (B, V): the first vocab logits are eligible; staged: the
-    # first pass keeps their keys in the dynamic shared memory (vocab int32), which every
-    # later pass reads instead of the logits
+                          stop_id):
+    # seq (B, 4) int32, logits (B, V): the first vocab logits are eligible
     b, tid, threads = cuda.blockIdx.x, cuda.threadIdx.x, cuda.blockDim.x
     scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
-    keys = cuda.shared.array(0, int32)
     pos, left, drawn = seq[b, POSITION], seq[b, LEFT], seq[b, DRAWN]
     if left <= 0 or pos >= capacity:
         return                      # done, or waiting for its window to slide
     greedy = temperature == ZERO
     inv_t = ONE if greedy else ONE / temperature
     top = NEG_INF
-    top_i = vocab                   # the thread's first of its largest: greedy's token
     finite = ONE
     for start in range(tid * STRIP, vocab, threads * STRIP):
         for i in range(start, start + STRIP):
@@ -139,70 +111,49 @@ def _sample_tokens_kernel(seq, logits, capacity, vocab, temperature, top_k, top_
                 x = load_float32(logits, (b, i))
                 if not math.isfinite(x):
                     finite = ZERO
-                if x * inv_t > top:
-                    top, top_i = x * inv_t, i
-                if staged:
-                    keys[i] = float_key(x * inv_t)
-    most = block_max(top, scratch)              # syncs: the keys are seen
+                top = max(top, x * inv_t)
+    top = block_max(top, scratch)
     finite = -block_max(-finite, scratch)       # the minimum
     if finite == ZERO:
         if tid == 0:
             seq[b, LEFT] = NOT_FINITE
         return
-    if greedy:                      # one pass: the first of the largest
-        _advance(seq, b, _first_at(top, top_i, most, vocab, scratch), stop_id)
-        return
-    top = most
     # keep the keys >= floor: bisections on int32 keys, held in int64
     floor = int64(-2**31)
-    if 0 < top_k < vocab:
-        floor = _bisect_count(logits, keys, b, vocab, inv_t, staged, floor, float32(top_k),
-                              scratch)
-    if top_p < ONE:
+    if not greedy and 0 < top_k < vocab:
+        floor = _bisect_count(logits, b, vocab, inv_t, floor, float32(top_k), scratch)
+    if not greedy and top_p < ONE:
         total = ZERO
         for start in range(tid * STRIP, vocab, threads * STRIP):
             for i in range(start, start + STRIP):
                 if i < vocab:
-                    key = _key(logits, keys, b, i, inv_t, staged)
-                    if key >= floor:
-                        total += math.exp(key_float(key) - top)
+                    x = load_float32(logits, (b, i)) * inv_t
+                    if float_key(x) >= floor:
+                        total += math.exp(x - top)
         total = block_sum(total, scratch)
-        floor = _bisect_mass(logits, keys, b, vocab, inv_t, staged, top, floor,
-                             top_p * total, scratch)
+        floor = _bisect_mass(logits, b, vocab, inv_t, top, floor, top_p * total, scratch)
     base = hash32(hash32(hash32(seed) ^ uint32(b)) ^ uint32(drawn))
     best = NEG_INF
     best_i = vocab
     for start in range(tid * STRIP, vocab, threads * STRIP):
         for i in range(start, start + STRIP):
             if i < vocab:
-                key = _key(logits, keys, b, i, inv_t, staged)
-                if key >= floor:
-                    score = key_float(key) - math.log(-math.log(uniform(base, i)))
+                x = load_float32(logits, (b, i)) * inv_t
+                if float_key(x) >= floor:
+                    score = x if greedy else x - math.log(-math.log(uniform(base, i)))
                     if score > best:
                         best, best_i = score, i
-    _advance(seq, b, _first_at(best, best_i, block_max(best, scratch), vocab, scratch),
-             stop_id)
-
-
-@cuda.jit(device=True, inline=True)
-def _first_at(best, best_i, most, vocab, scratch):
-    """The least index whose thread's best is the block's most (every thread calls)."""
-    return int32(block_min(float32(best_i) if best == most else float32(vocab), scratch))
-
-
-@cuda.jit(device=True, inline=True)
-def _advance(seq, b, token, stop_id):
-    """Sequence b drew token: its state advanced (by thread 0)."""
-    if cuda.threadIdx.x == 0:
-        left = seq[b, LEFT]
+    most = block_max(best, scratch)
+    token = int32(block_min(float32(best_i) if best == most else float32(vocab), scratch))
+    if tid == 0:
         seq[b, TOKEN] = token
-        seq[b, POSITION] += 1
+        seq[b, POSITION] = pos + 1
         seq[b, LEFT] = 0 if token == stop_id else left - 1
-        seq[b, DRAWN] += 1
+        seq[b, DRAWN] = drawn + 1
 
 
 @cuda.jit(device=True)
-def _bisect_count(logits, keys, b, vocab, inv_t, staged, floor, k, scratch):
+def _bisect_count(logits, b, vocab, inv_t, floor, k, scratch):
     """The largest key t >= floor such that at least k of the keys are >= t."""
     lo, hi = floor, int64(2**31)
     while hi - lo > 1:
@@ -210,7 +161,7 @@ def _bisect_count(logits, keys, b, vocab, inv_t, staged, floor, k, scratch):
         count = ZERO
         for start in range(cuda.threadIdx.x * STRIP, vocab, cuda.blockDim.x * STRIP):
             for i in range(start, start + STRIP):
-                if i < vocab and _key(logits, keys, b, i, inv_t, staged) >= mid:
+                if i < vocab and float_key(load_float32(logits, (b, i)) * inv_t) >= mid:
                     count += ONE
         if block_sum(count, scratch) >= k:
             lo = mid
@@ -220,7 +171,7 @@ def _bisect_count(logits, keys, b, vocab, inv_t, staged, floor, k, scratch):
 
 
 @cuda.jit(device=True)
-def _bisect_mass(logits, keys, b, vocab, inv_t, staged, top, floor, target, scratch):
+def _bisect_mass(logits, b, vocab, inv_t, top, floor, target, scratch):
     """The largest key t >= floor such that the keys >= t hold at least target of the
     mass exp(x - top)."""
     lo, hi = floor, int64(2**31)
@@ -230,9 +181,9 @@ def _bisect_mass(logits, keys, b, vocab, inv_t, staged, top, floor, target, scra
         for start in range(cuda.threadIdx.x * STRIP, vocab, cuda.blockDim.x * STRIP):
             for i in range(start, start + STRIP):
                 if i < vocab:
-                    key = _key(logits, keys, b, i, inv_t, staged)
-                    if key >= mid:
-                        mass += math.exp(key_float(key) - top)
+                    x = load_float32(logits, (b, i)) * inv_t
+                    if float_key(x) >= mid:
+                        mass += math.exp(x - top)
         if block_sum(mass, scratch) >= target:
             lo = mid
         else:
@@ -241,19 +192,17 @@ def _bisect_mass(logits, keys, b, vocab, inv_t, staged, top, floor, target, scra
 
 
 PTX_SIGNATURES = [(_sample_tokens_kernel, (int32[:, ::1], logits, int64, int64, float32,
-                                           int64, float32, int64, int64, boolean))
+                                           int64, float32, int64, int64))
                   for logits in (float32[:, ::1], uint16[:, ::1])]
 
 
 def sample_tokens(seq, logits, capacity, *, vocab=None, temperature=0.0, top_k=0,
-                  top_p=1.0, seed=0, stop_id=-1, block=BLOCK, stage=None, stream=0):
+                  top_p=1.0, seed=0, stop_id=-1, block=BLOCK, stream=0):
     """The next token of each active sequence of seq (B, 4) from its row of logits (B, V),
     float32 or bf16, the first vocab of them eligible (default V): greedy at temperature
     0, else sampled after temperature, top_k (0: all) and top_p (1: all); seq advanced
     (kernels/decode.py's SEQ_COLUMNS). capacity: the cache's positions; a sequence at it
-    is left as it is. stop_id: the token that ends a sequence (-1: none). stage: whether
-    a sampling with thresholds keeps the keys in shared memory for its bisections
-    (default: where vocab of them fit, STAGED_KEYS)."""
+    is left as it is. stop_id: the token that ends a sequence (-1: none)."""
     if len(logits.shape) != 2:
         raise ValueError(f"logits: expected shape (B, V), got {tuple(logits.shape)}")
     B, V = logits.shape
@@ -268,12 +217,6 @@ def sample_tokens(seq, logits, capacity, *, vocab=None, temperature=0.0, top_k=0
     check_block_size(block, WARP)
     if B == 0:
         return
-    thresholds = temperature > 0 and (0 < top_k < vocab or top_p < 1)
-    staged = thresholds and (vocab <= STAGED_KEYS if stage is None else stage)
-    args = (seq, logits, capacity, vocab, np.float32(temperature), top_k, np.float32(top_p),
-            seed & 0xFFFFFFFF, stop_id, staged)
-    shared = 4 * vocab if staged else 0
-    if shared > SHARED_LIMIT:   # the opt-in for the overload this launch runs, as typed
-        allow_dynamic_shared(_sample_tokens_kernel, tuple(
-            _sample_tokens_kernel.typeof_pyval(arg) for arg in args), shared)
-    _sample_tokens_kernel[B, block, stream, shared](*args)
+    _sample_tokens_kernel[B, block, stream](seq, logits, capacity, vocab,
+                                            np.float32(temperature), top_k,
+                                            np.float32(top_p), seed & 0xFFFFFFFF, stop_id)

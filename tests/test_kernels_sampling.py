@@ -39,11 +39,9 @@ def launch(seq, logits, capacity, **kwargs):
 
 
 @given(B=st.integers(1, 4), V=V_S, settings=SETTINGS, bf16_logits=st.booleans(),
-       stop=st.booleans(), stage=st.sampled_from([None, False]), data=st.data(), seed=SEEDS)
-def test_sample_tokens_draw_the_references_tokens(B, V, settings, bf16_logits, stop, stage,
-                                                  data, seed):
-    """The same tokens with the keys kept in shared memory (stage None: they fit) or
-    made again from the logits on every pass (False)."""
+       stop=st.booleans(), data=st.data(), seed=SEEDS)
+def test_sample_tokens_draw_the_references_tokens(B, V, settings, bf16_logits, stop, data,
+                                                  seed):
     temperature, top_k, top_p = settings
     rng = np.random.default_rng(seed)
     vocab = data.draw(st.integers(1, V), label="vocab")
@@ -55,7 +53,7 @@ def test_sample_tokens_draw_the_references_tokens(B, V, settings, bf16_logits, s
     stop_id = int(rng.integers(0, vocab)) if stop else -1
     kwargs = dict(vocab=vocab, temperature=temperature, top_k=top_k, top_p=top_p,
                   seed=seed, stop_id=stop_id)
-    got = launch(seq, logits, 8, stage=stage, **kwargs)
+    got = launch(seq, logits, 8, **kwargs)
     want = ref.sample_tokens(seq, values.astype(np.float32), 8, **kwargs)
     np.testing.assert_array_equal(got, want)
 
@@ -67,6 +65,27 @@ def test_logits_that_are_not_finite_mark_the_sequence(temperature):
     seq = np.array([[0, 0, 3, 0], [0, 0, 3, 0]], np.int32)
     got = launch(seq, logits, 4, temperature=temperature)
     assert got[1, ref.LEFT] == ref.NOT_FINITE and got[0, ref.LEFT] == 2
+
+
+# ties where the thresholds fall, as bf16 rounding makes them in a real model: every logit
+# equal; the largest twice (greedy's first, top-p 0.5 cutting between them), the fourth
+# largest twice (top-k 4; its neighbours one bf16 step away)
+TIES = np.array([[1.5] * 6, [2.0, 0.5, 2.0, 0.5078125, 0.5, 0.49609375]], np.float32)
+
+
+@pytest.mark.parametrize("temperature, top_k, top_p, bf16_logits", [
+    (0.0, 0, 1.0, True), (2.0, 4, 1.0, False), (1.0, 0, 0.5, True)])
+def test_ties_at_the_thresholds_draw_the_references_tokens(temperature, top_k, top_p,
+                                                           bf16_logits):
+    """Greedy's first of the largest, a top-k or a top-p that cuts through tied logits
+    (all kept): every sequence draws the reference's token and advances."""
+    logits = bf16(TIES)[0] if bf16_logits else TIES     # (TIES are bf16 values)
+    seq = np.array([[9, 0, 2, 5], [9, 1, 3, 0]], np.int32)
+    kwargs = dict(vocab=6, temperature=temperature, top_k=top_k, top_p=top_p, seed=11,
+                  stop_id=-1)
+    got = launch(seq, logits, 4, **kwargs)
+    np.testing.assert_array_equal(got, ref.sample_tokens(seq, TIES, 4, **kwargs))
+    assert (got[:, ref.DRAWN] == seq[:, ref.DRAWN] + 1).all()
 
 
 def chi_square(counts, p):
