@@ -10,15 +10,16 @@ call them.
 
 conftest turns the simulator on for the test process, so the compile runs in subprocesses
 without NUMBA_ENABLE_CUDASIM: this file run as a script, one process per CPU that the
-test's pytest worker has to itself (under CI's two xdist workers one process, which
-leaves the other CPU to the other worker: ~7.5 minutes on the CPU machine for the 168
-kernels, more on CI's), each compiling its share of the kernels. There the warp shuffles
-and every other GPU-only path are type-checked and lowered to PTX by NVVM from the numba-cuda[cu13] wheels; the PTX is also checked for what a kernel of this
-engine should never need: local memory (a register array that did not stay in registers)
-and float64 arithmetic (a Python float that slipped into float32 math). Then nvJitLink
-(from the same wheels) assembles the PTX into sm_90a machine code, as the driver would on
-the H200: that checks the inline-asm PTX of the tensor-core atoms, which NVVM passes
-through unread, and reports spills (a stack frame) that the PTX cannot show.
+test's pytest worker has to itself (under CI's two xdist workers one process, which leaves
+the other CPU to the other worker: ~7.5 minutes on the CPU machine for the 168 kernels,
+more on CI's), each compiling its share of the kernels. There the warp shuffles and every
+other GPU-only path are type-checked and lowered to PTX by NVVM from the numba-cuda[cu13]
+wheels; the PTX is also checked for what a kernel of this engine should never need: local
+memory (a register array that did not stay in registers) and float64 arithmetic (a Python
+float that slipped into float32 math). Then nvJitLink (from the same wheels) assembles the
+PTX into sm_90a machine code, as the driver would on the H200: that checks the inline-asm
+PTX of the tensor-core atoms, which NVVM passes through unread, and reports spills (a
+stack frame) that the PTX cannot show.
 """
 import importlib
 import json
