@@ -45,23 +45,42 @@ def _pair(reg):
     return _bf16_value(int(reg) & 0xFFFF), _bf16_value(int(reg) >> 16)
 
 
+def _fragment_places():
+    """Where each lane's registers of an m16n8k16 mma go: the flat index into A (16 x 16)
+    of the two bf16 halves (low, high) of each of its 4 A registers, and into B (16 x 8,
+    row-major) of those of its 2 B registers: the PTX ISA's fragment layout."""
+    lane = np.arange(WARP)[:, None, None]
+    g, t, half = lane // 4, lane % 4, np.arange(2)[None, None, :]
+    reg = np.arange(4)[None, :, None]
+    a_row = g + 8 * (reg % 2)
+    a_col = 8 * (reg // 2) + 2 * t + half
+    b_row = 8 * np.arange(2)[None, :, None] + 2 * t + half
+    return (a_row * MMA_K + a_col).reshape(-1), (b_row * MMA_N + g).reshape(-1)
+
+
+_A_PLACES, _B_PLACES = _fragment_places()
+
+
+def _halves(regs):
+    """The bf16 values of 32-bit registers, low half first, as float64."""
+    bits = np.asarray(regs, np.int64).astype(np.uint32).view(np.uint16)
+    return bits.view(ml_dtypes.bfloat16).astype(np.float64).reshape(-1)
+
+
 @cuda.jit(device=True)
 def mma_bf16_16816(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
     tid = cuda.threadIdx.x
     _posted[tid] = a0, a1, a2, a3, b0, b1
     cuda.syncthreads()
     warp = _posted[tid - tid % WARP:][:WARP]
-    a = np.zeros((MMA_M, MMA_K))
-    b = np.zeros((MMA_K, MMA_N))
-    for lane in range(WARP):
-        g, t = lane // 4, lane % 4
-        for r, (row, col) in enumerate(((g, 0), (g + 8, 0), (g, 8), (g + 8, 8))):
-            a[row, col + 2 * t: col + 2 * t + 2] = _pair(warp[lane, r])
-        for r in range(2):
-            b[8 * r + 2 * t: 8 * r + 2 * t + 2, g] = _pair(warp[lane, 4 + r])
+    a = np.empty(MMA_M * MMA_K)
+    b = np.empty(MMA_K * MMA_N)
+    a[_A_PLACES] = _halves(warp[:, :4])
+    b[_B_PLACES] = _halves(warp[:, 4:6])
     cuda.syncthreads()
     g, t = tid % WARP // 4, tid % 4
-    d = a @ b       # exact in float64 for bf16 products of 16 terms, then one rounding
+    # exact in float64 for bf16 products of 16 terms, then one rounding
+    d = a.reshape(MMA_M, MMA_K) @ b.reshape(MMA_K, MMA_N)
     return (np.float32(d[g, 2 * t] + c0), np.float32(d[g, 2 * t + 1] + c1),
             np.float32(d[g + 8, 2 * t] + c2), np.float32(d[g + 8, 2 * t + 1] + c3))
 
