@@ -27,9 +27,9 @@ import dataclasses
 import enum
 import functools
 import hashlib
+import math
 import os
 import pickle
-import subprocess
 import sys
 import time
 import types
@@ -42,6 +42,7 @@ from numba import config, cuda
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 FORMAT = 1                  # of the entries: a change of it is a change of every key
 SUFFIX = ".kernel"
+UNWRITABLE = "kernel cache: cannot write to"
 _IMPORTED_AT = time.time()  # a source file modified later is not the code running
 
 
@@ -54,6 +55,7 @@ class _Settings:
     directory: Path | None = None       # None: off
     report: object = None               # report(kernel name, "cache" | "compiled", seconds)
     writable: bool = True
+    say: object = None                  # say(line) for the cache's one-line notes (stderr)
 
 
 _settings = _Settings()
@@ -134,6 +136,13 @@ class DispatcherCache:
     def flush(self):
         """numba's recompile() flushes its cache; entries here are found by key, not by
         dispatcher, so there is nothing of this dispatcher's alone to drop."""
+
+
+def _say(line):
+    if _settings.say is not None:
+        _settings.say(line)
+    else:
+        print(line, file=sys.stderr, flush=True)
 
 
 def _report(dispatcher, how, started):
@@ -319,8 +328,8 @@ def read_entry(path):
     try:
         return _Kernel._rebuild(**pickle.loads(data))
     except Exception as error:      # a damaged or foreign entry: compiled again, replaced
-        print(f"kernel cache: ignoring {path} ({type(error).__name__}: {error}); compiling "
-              "it again", file=sys.stderr, flush=True)
+        _say(f"kernel cache: ignoring {path} ({type(error).__name__}: {error}); compiling it "
+             "again")
         return None
 
 
@@ -341,8 +350,8 @@ def write_entry(path, kernel):
             temporary.unlink(missing_ok=True)
         except OSError:
             pass
-        print(f"kernel cache: cannot write to {path.parent} ({error.strerror or error}); "
-              "compiling without storing kernels in this run", file=sys.stderr, flush=True)
+        _say(f"{UNWRITABLE} {path.parent} ({error.strerror or error}); compiling without "
+             "storing kernels in this run")
 
 
 # ----------------------------------------------------------------------------------
@@ -388,7 +397,7 @@ def make(recipe):
 
 def write_manifest(path):
     """Record the kernels this process loaded or compiled (those made by a recipe) at
-    path, for missing(): a pickle of (stamp, [(recipe, signature, entry name, seconds)])."""
+    path, for stale_jobs(): a pickle of (stamp, [(recipe, signature, entry name, seconds)])."""
     path = Path(path)
     old = {name: seconds for _, _, name, seconds in read_manifest(path)[1]}
     entries = [(recipe, sig, name, seconds if seconds is not None else old.get(name))
@@ -419,83 +428,200 @@ def read_manifest(path):
 
 
 def _stamp(entries):
-    """What the entries' keys depend on beyond each kernel: while it is the same, the
-    names in a manifest are the names that the kernels would look up now."""
+    """What the entries' keys depend on beyond each kernel, (code, target): while it is the
+    same, the names in a manifest are the names that the kernels would look up now."""
+    return (_code_stamp(entries), device_target())
+
+
+def _code_stamp(entries):
+    """The stamp's part that needs no GPU: the versions, and the sources of the kernels'
+    modules (imported here if they are not yet: a module that is gone raises)."""
+    import importlib
+
     import llvmlite
     import numba
     import numba_cuda
 
     modules = sorted({recipe[1] for recipe, _, _, _ in entries})
+    for module in modules:
+        importlib.import_module(module)
     return (FORMAT, sys.version, numba.__version__, numba_cuda.__version__,
-            llvmlite.__version__, device_target(),
-            tuple((m, sources_digest(m)) for m in modules if m in sys.modules))
+            llvmlite.__version__, tuple((m, sources_digest(m)) for m in modules))
 
 
-def missing(path):
-    """The kernels that the manifest at path lists and the cache lacks (a changed source,
-    another numba), as jobs for compile_ahead, the longest to compile first. When nothing
-    is missing this costs a look at the entries the manifest names."""
-    directory = _settings.directory
-    stamp, manifest = read_manifest(path)
-    if directory is None or not manifest:
-        return []
-    try:
-        unchanged = stamp == _stamp(manifest)
-    except Uncacheable:
-        return []
-    if unchanged and all((directory / name).exists() for _, _, name, _ in manifest):
-        return []
-    jobs = []
-    for recipe, sig, _, seconds in manifest:
+def manifest_jobs(path):
+    """The (recipe, signature) pairs that the manifest at path lists."""
+    return {(recipe, sig) for recipe, sig, _, _ in read_manifest(path)[1]}
+
+
+def stale_jobs(directory):
+    """The kernels that the manifests in directory/manifests list and the cache may lack,
+    as jobs (recipe, signature), the longest to compile first (as the manifests timed
+    them; one never timed first of all). Found without CUDA (a process forks its
+    compilers before CUDA starts): a manifest whose versions and sources are today's
+    lists the entries its kernels would look up on the same GPU, and only those absent
+    are jobs; every kernel of any other manifest is (a compiler skips it if its key is
+    there after all)."""
+    seconds = {}
+    for path in sorted((Path(directory) / "manifests").glob("*.pkl")):
+        stamp, entries = read_manifest(path)
+        try:
+            today = stamp is not None and stamp[0] == _code_stamp(entries)
+        except Exception:           # a module gone or changed while running: not ahead
+            continue
+        for recipe, sig, name, took in entries:
+            if not today or not (Path(directory) / name).exists():
+                took = math.inf if took is None else took
+                seconds[recipe, sig] = max(seconds.get((recipe, sig), 0.0), took)
+    return sorted(seconds, key=lambda job: -seconds[job])
+
+
+def start_compiling(directory, processes=None):
+    """Fork up to `processes` (default: one per CPU) processes that compile, longest first,
+    the kernels that the manifests of earlier runs list and the cache lacks, while this
+    process goes on with its set-up: Compilers, or None when there is nothing to compile.
+    Call it before CUDA starts in this process: a fork after that is unsafe; each
+    compiler starts CUDA on its own. Then Compilers.wait before the first step."""
+    if SIMULATOR:
+        return None
+    import multiprocessing
+
+    jobs = stale_jobs(directory)
+    if not jobs:
+        return None
+    context = multiprocessing.get_context("fork")
+    events, next_job = context.SimpleQueue(), context.Value("i", 0)
+    wanted = context.Array("b", [1] * len(jobs))
+    compilers = [context.Process(target=_compile_claimed, daemon=True,
+                                 args=(directory, jobs, next_job, wanted, events))
+                 for _ in range(min(len(jobs), processes or os.cpu_count() or 1))]
+    for process in compilers:
+        process.start()
+    return Compilers(jobs, compilers, events, next_job, wanted)
+
+
+class Compilers:
+    """The forked compilers of start_compiling. Each claims the next job of the list
+    (shared counter: the longest first, over all of them) that the run still wants, and
+    tells this process what it did through a queue: ("compiling", job) as it starts one,
+    (state, job) when done ("cache", "compiled", "failed"), ("said", line) for the lines
+    the cache prints (said here once, whichever compilers said them)."""
+    POLL = 0.05                 # s between looks at the queue and the processes
+    LOG_EVERY = 10.0
+
+    def __init__(self, jobs, processes, events, next_job, wanted):
+        self.jobs, self.processes = jobs, processes
+        self.states = [None] * len(jobs)        # by the events: None is not yet claimed
+        self._events, self._next, self._wanted = events, next_job, wanted
+        self._said = set()
+
+    def wait(self, manifest, log=print):
+        """Until the compilers have done the jobs that the manifest at path lists (they skip
+        the rest from now on), with progress lines; what a compiler that died left undone,
+        or every job of the manifest if the cache cannot be written, is then compiled in
+        this process (after one line that says why)."""
+        wanted = manifest_jobs(manifest)
+        for i, job in enumerate(self.jobs):
+            self._wanted[i] = int(job in wanted)
+        todo = [i for i, job in enumerate(self.jobs) if job in wanted]
+        if not todo:
+            self.stop()
+            return
+        started = logged = time.perf_counter()
+        there = {i for i in todo if self._entry_exists(i)}
+        self._drain(log)        # after the look: an entry written since was said compiling
+        cached = sum(1 for i in there if self.states[i] in (None, "cache"))
+        log(f"kernels: compiling {len(todo) - cached} kernels (cached: {cached}) in "
+            f"{len(self.processes)} processes ...", flush=True)
+        while any(self.states[i] not in ("cache", "compiled", "failed") for i in todo):
+            if not _settings.writable or not any(p.is_alive() for p in self.processes):
+                break
+            time.sleep(self.POLL)
+            self._drain(log)
+            if time.perf_counter() - logged > self.LOG_EVERY:
+                logged = time.perf_counter()
+                done = sum(self.states[i] in ("cache", "compiled") for i in todo)
+                log(f"kernels: {done} of {len(todo)} ahead so far, "
+                    f"{time.perf_counter() - started:.0f}s", flush=True)
+        self._drain(log)
+        if not _settings.writable:      # the cache's line said why; "compiled" there may
+            left = [i for i in todo     # not be stored
+                    if self.states[i] != "failed" and not self._entry_exists(i)]
+        else:
+            left = [i for i in todo if self.states[i] not in ("cache", "compiled", "failed")]
+            if left:
+                log(f"kernels: a compiling process ended ({self._ended()}); this process "
+                    f"compiles the {len(left)} left", flush=True)
+        self.stop()
+        for i in left:
+            self.states[i] = _compile_job(self.jobs[i], _say)
+        compiled = sum(self.states[i] == "compiled" for i in todo)
+        log(f"kernels: {compiled} compiled ahead in {time.perf_counter() - started:.1f} s",
+            flush=True)
+
+    def stop(self):
+        """No more jobs: each compiler ends after the one it is compiling."""
+        with self._next.get_lock():
+            self._next.value = len(self.jobs)
+
+    def _ended(self):
+        codes = [p.exitcode for p in self.processes if p.exitcode]
+        if not codes:
+            return "without a word"
+        return f"signal {-codes[0]}" if codes[0] < 0 else f"status {codes[0]}"
+
+    def _entry_exists(self, i):
+        recipe, sig = self.jobs[i]
         dispatcher = make(recipe)
-        if dispatcher is not None:
-            entry = dispatcher._cache._path(sig)
-            if entry is not None and not entry.exists():
-                jobs.append((seconds or 0.0, recipe, sig))
-    return [(recipe, sig) for _, recipe, sig in sorted(jobs, key=lambda job: -job[0])]
+        entry = dispatcher._cache._path(sig) if dispatcher is not None else None
+        return entry is not None and entry.exists()
+
+    def _drain(self, log):
+        while not self._events.empty():
+            what, *rest = self._events.get()
+            if what == "said":
+                if rest[0] not in self._said:       # once, whichever compilers said it
+                    self._said.add(rest[0])
+                    print(rest[0], file=sys.stderr, flush=True)
+                if rest[0].startswith(UNWRITABLE):
+                    _settings.writable = False
+            else:
+                self.states[rest[0]] = what
 
 
-WORKER = [sys.executable, "-c", "from microgpt.kernels import cache; cache._worker()"]
-
-
-def compile_ahead(jobs, processes, worker=WORKER):
-    """Compile jobs (from missing) into the cache in up to `processes` processes, each
-    taking every processes-th job (0: in this process), before the run asks for them.
-    worker: the command of one such process, which takes four more arguments."""
-    if processes == 0 or len(jobs) < 2:
-        _compile_jobs(jobs)
-        return
-    parts = min(processes, len(jobs))
-    job_file = _settings.directory / f".jobs.{uuid.uuid4().hex[:12]}.tmp"
-    try:
-        job_file.parent.mkdir(parents=True, exist_ok=True)
-        job_file.write_bytes(pickle.dumps(jobs, protocol=pickle.HIGHEST_PROTOCOL))
-    except OSError:
-        return              # unwritable: the run compiles what it needs, as before
-    try:
-        workers = [subprocess.Popen([*worker, str(_settings.directory), str(job_file),
-                                     str(part), str(parts)]) for part in range(parts)]
-        for worker in workers:
-            worker.wait()
-    finally:
-        job_file.unlink(missing_ok=True)
-
-
-def _compile_jobs(jobs):
-    for recipe, sig in jobs:
-        dispatcher = make(recipe)
-        if dispatcher is not None:
-            try:
-                dispatcher.compile(sig)
-            except Exception as error:      # the run that needs it will say so, if real
-                print(f"kernel cache: could not compile {recipe[-1]} ahead of the run "
-                      f"({type(error).__name__}); the run compiles it", file=sys.stderr)
-
-
-def _worker():
-    """A compile_ahead process: its last four arguments are the directory, the job file,
-    its part and the number of parts."""
-    directory, job_file, part, parts = sys.argv[-4:]
+def _compile_claimed(directory, jobs, next_job, wanted, events):
+    """A forked compiler: the next job that the run wants, until none is left or the cache
+    cannot be written (there is then no point to compiling here)."""
     use(directory)
-    jobs = pickle.loads(Path(job_file).read_bytes())
-    _compile_jobs(jobs[int(part)::int(parts)])
+
+    def say(line):
+        events.put(("said", line))
+    _settings.say = say
+    while _settings.writable:
+        with next_job.get_lock():
+            i = next_job.value
+            next_job.value += 1
+        if i >= len(jobs):
+            return
+        if wanted[i]:
+            events.put((_compile_job(jobs[i], say, events.put, i), i))
+
+
+def _compile_job(job, say, tell=lambda event: None, i=None):
+    """Compile job (recipe, signature) into the cache unless its entry is there -> "cache",
+    "compiled" or "failed" (said in one line: the run compiles it, and fails if it must)."""
+    recipe, sig = job
+    try:
+        dispatcher = make(recipe)
+        entry = dispatcher._cache._path(sig) if dispatcher is not None else None
+        if entry is None:
+            return "failed"
+        if entry.exists():
+            return "cache"
+        tell(("compiling", i))
+        dispatcher.compile(sig)
+        return "compiled"
+    except Exception as error:
+        say(f"kernel cache: could not compile {recipe[-1]} ahead of the run "
+            f"({type(error).__name__}: {error}); the run compiles it")
+        return "failed"

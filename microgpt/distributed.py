@@ -296,7 +296,7 @@ def _handle(stream):
     return int(getattr(handle, "value", handle) or 0)
 
 
-def _launched_by_mpi():
+def launched_by_mpi():
     return any(k in os.environ for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK",
                                          "MPI_LOCALNRANKS"))
 
@@ -306,7 +306,7 @@ def init(backend):
 
     Outside mpirun (or with one rank) this is SingleProcess. On cuda, each rank selects the
     GPU of its local rank before any CUDA memory is allocated."""
-    if not _launched_by_mpi():
+    if not launched_by_mpi():
         return SingleProcess()
     try:
         from mpi4py import MPI

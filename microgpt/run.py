@@ -5,12 +5,12 @@ import hashlib
 import math
 import os
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from microgpt import distributed
 from microgpt.checkpoint import load_checkpoint
 from microgpt.cli import choose_precision
 from microgpt.config import CONFIGS, DEFAULT_CONFIG, get_config
@@ -97,10 +97,11 @@ class Run:
         return self.world.rank == 0
 
 
-def setup(ns, world, backend, resources):
+def setup(ns, world, backend, resources, compilers=None):
     """Check every input, then load or build everything the loop needs -> Run. The run
     directory's lock is entered into resources (a contextlib.ExitStack) and held to the end.
-    Under mpirun the ranks fail together (on_every_rank) and check that they agree."""
+    Under mpirun the ranks fail together (on_every_rank) and check that they agree.
+    compilers: start_compiling's, waited for before the model is built."""
     ckpt, args = on_every_rank(world, lambda: resume_args(ns))
     # --zero too: ranks that shard and ranks that do not would wait in other collectives
     check_ranks_agree(world, "arguments", {**dataclasses.asdict(args), "zero": ns.zero})
@@ -141,8 +142,10 @@ def setup(ns, world, backend, resources):
                    else val_loader.whole_split())
     precision = choose_precision(ns.precision, backend, config)
     if kernels:
-        compile_ahead(kernels, f"{config} {precision} {args.batch_size // world.world_size} "
-                      f"x {T}", lead=world.rank == 0)
+        name_manifest(kernels, f"{config} {precision} {args.batch_size // world.world_size} "
+                      f"x {T}")
+        if compilers is not None:
+            compilers.wait(kernels.manifest)
     model = GPT(config, backend=backend, seed=args.seed, precision=precision)
     if initial is not None:
         model.load_state_dict(initial)
@@ -184,24 +187,27 @@ def sharded(ns, world):
     return ns.zero == 1 and world.world_size > 1
 
 
-def compile_ahead(kernels, shape, lead):
-    """Name the manifest of the kernels that a step of this shape (model, precision,
-    batch) needs, which the first run of it records; when the cache lacks some that it
-    lists (a source changed, numba was upgraded), compile them now in a process per CPU
-    rather than one by one in the first step."""
+def start_compiling(ns):
+    """Before CUDA starts in this process (a fork after it is unsafe): the processes that
+    compile, while the set-up goes on, the kernels that earlier runs' manifests list and
+    the cache lacks (a source was edited, numba upgraded), or None. One process trains;
+    under mpirun the ranks compile in their first step, as a first run does."""
+    if ns.device == "cpu" or distributed.launched_by_mpi():
+        return None
+    directory = Path(ns.cache_dir or default_cache_dir()) / "kernels"
+    if not any((directory / "manifests").glob("*.pkl")):
+        return None                     # no earlier run: nothing known to compile
     from microgpt.kernels import cache as kernel_cache
 
+    return kernel_cache.start_compiling(directory)
+
+
+def name_manifest(kernels, shape):
+    """Where the kernels that a step of this shape (model, precision, batch) needs are
+    listed: the first run of it records them, a later one compiles ahead what the cache
+    lacks of them (start_compiling)."""
     name = hashlib.sha256(shape.encode()).hexdigest()[:16]
     kernels.manifest = kernels.directory / "manifests" / f"{name}.pkl"
-    jobs = kernel_cache.missing(kernels.manifest) if lead else []
-    if len(jobs) > 1:
-        processes = min(len(jobs), os.cpu_count() or 1)
-        print(f"kernels: compiling {len(jobs)} that the cache lacks, in {processes} "
-              "processes ...", flush=True)
-        started = time.perf_counter()
-        kernel_cache.compile_ahead(jobs, processes)
-        print(f"kernels: {len(jobs)} compiled ahead in {time.perf_counter() - started:.1f} s",
-              flush=True)
 
 
 def adamw_config(args):

@@ -28,7 +28,7 @@ from microgpt.errors import BackendError, UserError
 from microgpt.metrics import METRICS, MetricsLog, Utilisation, plot_losses, read_metrics
 from microgpt.progress import Progress, StopRequest, format_duration
 from microgpt.ranks import on_every_rank
-from microgpt.run import setup
+from microgpt.run import setup, start_compiling
 from microgpt.sample import sample_text
 from microgpt.step import LOG_ROWS
 from microgpt.train_args import PROG, parse_args
@@ -240,16 +240,19 @@ def finish(run, progress, elapsed, steps_taken):
 
 def run_training(argv):
     ns = parse_args(argv)
+    compilers = start_compiling(ns)     # forks: before anything here starts CUDA
     # under mpirun this also picks the rank's GPU, before the backend allocates anything;
     # a device that cannot run here fails now, before any data work
     world = distributed.init(backend_for(ns.device))
     try:
         with contextlib.ExitStack() as resources, warnings.catch_warnings():
+            if compilers is not None:
+                resources.callback(compilers.stop)
             # numba's advice for small launches (the microgpt config's) is not the user's
             warnings.filterwarnings("ignore", message=r"(?s).*Grid size \d+ will likely "
                                     "result in GPU under-utilization")
             backend = make_backend(ns.device, ns.deterministic)
-            run = setup(ns, world, backend, resources)
+            run = setup(ns, world, backend, resources, compilers)
             return train(run, ns.stop_at)
     except distributed.CollectiveError:
         if world.rank != 0:

@@ -9,10 +9,13 @@ the second loads every kernel, and after an edit of a helper the kernels that im
 compile afresh while the others still load. The fallbacks (a directory that cannot be
 written, a full disk, a damaged entry, sources edited while a run was going) print one
 line each and compile."""
+import contextlib
 import errno
 import hashlib
 import json
 import os
+import pickle
+import signal
 import subprocess
 import sys
 import textwrap
@@ -106,8 +109,8 @@ def write_package(root):
 def runs(tmp_path_factory):
     """The runs on one cache: first, second, after an edit of the helper (with a damaged
     entry of a kernel that does not use it), after another edit with the kernels that the
-    manifest lists and the cache lacks compiled ahead (each run a process of its own: ~2 s,
-    most of it numba's import)."""
+    manifest lists and the cache lacks compiled ahead by two forked compilers, one of
+    which dies (each run a process of its own: ~2 s, most of it numba's import)."""
     root = write_package(tmp_path_factory.mktemp("kernels"))
     directory = root / "cache"
     first, first_err = run_kernels(root, directory, "first")
@@ -136,7 +139,7 @@ def test_a_second_run_loads_every_kernel_the_first_compiled(runs):
         assert second[name]["cubin"] == first[name]["cubin"], name
         assert second[name]["ptx"] == first[name]["ptx"], name
     assert runs["errors"]["first"] == runs["errors"]["second"] == ""
-    entries = {p.name for p in runs["directory"].iterdir()} - {"manifest"}
+    entries = {p.name for p in runs["directory"].iterdir()} - {"manifests"}
     # the first run's, and the two edited runs' of the three kernels that read the helper
     assert entries == ({r["entry"] for r in first.values()}
                        | {r["entry"] for r in runs["edited"].values()}
@@ -171,9 +174,16 @@ def test_editing_a_helper_compiles_the_kernels_that_import_it_afresh(runs):
 
 
 def test_the_manifest_makes_the_missing_kernels_again_and_compiles_them_ahead(runs):
-    ahead, edited = runs["ahead"], runs["edited"]
-    assert runs["compiled_ahead"] == 3      # the three that read the edited helper
-    assert {r["how"] for r in ahead.values()} == {"cache"}    # made by their recipes
+    ahead, edited, told = runs["ahead"], runs["edited"], runs["compiled_ahead"]
+    # the three that read the edited helper; copied and bounded share one recipe
+    assert len(told["jobs"]) == 4
+    assert told["log"][0] == "kernels: compiling 3 kernels (cached: 1) in 2 processes ..."
+    # the compiler that took scaled was killed: the one line, and this process made it
+    assert told["log"][1] == ("kernels: a compiling process ended (signal 9); this process "
+                              "compiles the 1 left")
+    assert told["log"][2].startswith("kernels: 3 compiled ahead in ") and len(told["log"]) == 3
+    assert ahead["scaled"]["how"] == "made before"
+    assert {r["how"] for name, r in ahead.items() if name != "scaled"} == {"cache"}
     assert ahead["scaled"]["ptx"] != edited["scaled"]["ptx"]  # x * 4.0 now
     assert ahead["bounded"]["entry"] == edited["bounded"]["entry"]
     assert runs["errors"]["ahead"] == ""
@@ -222,13 +232,85 @@ def test_a_full_disk_leaves_no_partial_entry_and_says_so_once(tmp_path, monkeypa
 def test_a_manifest_that_cannot_be_read_or_written_only_costs_its_time(tmp_path, monkeypatch):
     monkeypatch.setattr(cache, "_settings", cache._Settings(directory=tmp_path))
     monkeypatch.setattr(cache, "device_target", lambda: (CC, "runtime", "nvvm"))
-    damaged = tmp_path / "damaged.pkl"
+    damaged = tmp_path / "manifests" / "damaged.pkl"
+    damaged.parent.mkdir()
     damaged.write_bytes(b"not a manifest")
-    assert cache.read_manifest(damaged) == (None, []) and cache.missing(damaged) == []
+    assert cache.read_manifest(damaged) == (None, []) and cache.stale_jobs(tmp_path) == []
     lock = __import__("threading").Lock()       # a factory argument pickle cannot take
     monkeypatch.setattr(cache, "_used", {"k.kernel": (("global", "tests", "k", lock), (), 1.0)})
-    cache.write_manifest(tmp_path / "manifest.pkl")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged.pkl"]
+    cache.write_manifest(tmp_path / "manifests" / "shape.pkl")
+    assert [p.name for p in damaged.parent.iterdir()] == ["damaged.pkl"]
+
+
+def test_the_jobs_ahead_are_the_kernels_the_cache_lacks_the_longest_first(tmp_path):
+    module = "microgpt.kernels.elementwise"
+
+    def listed(name, seconds):
+        return (("global", module, name), ("float32[::1]",), f"{name}-key.kernel", seconds)
+    (tmp_path / "manifests").mkdir()
+    other = [listed("a", 1.0), listed("b", 5.0), listed("c", None)]     # c never timed
+    (tmp_path / "manifests" / "other.pkl").write_bytes(
+        pickle.dumps(((("other sources",), "target"), other)))
+    today = [listed("b", 7.0), listed("d", 2.0), listed("e", 9.0)]
+    (tmp_path / "e-key.kernel").write_bytes(b"an entry")                  # cached
+    (tmp_path / "manifests" / "today.pkl").write_bytes(
+        pickle.dumps(((cache._code_stamp(today), "target"), today)))
+    assert [recipe[2] for recipe, _ in cache.stale_jobs(tmp_path)] == ["c", "b", "d", "a"]
+
+
+class _Told(list):
+    """The compilers' queue, as this process reads it."""
+
+    def empty(self):
+        return not self
+
+    def get(self):
+        return self.pop(0)
+
+
+def _jobs(n):
+    return [(("global", "kpkg.ops", f"k{i}"), ("float32[::1]",)) for i in range(n)]
+
+
+def test_an_unwritable_cache_is_said_once_and_this_process_compiles_the_rest(
+        tmp_path, monkeypatch, capsys):
+    jobs = _jobs(3)
+    monkeypatch.setattr(cache, "_settings", cache._Settings(directory=tmp_path))
+    monkeypatch.setattr(cache, "manifest_jobs", lambda path: set(jobs))
+    monkeypatch.setattr(cache.Compilers, "_entry_exists", lambda self, i: i == 0)
+    here = []
+    monkeypatch.setattr(cache, "_compile_job",
+                        lambda job, say: here.append(job[0][2]) or "compiled")
+    line = (f"{cache.UNWRITABLE} {tmp_path} (Read-only file system); compiling without "
+            "storing kernels in this run")
+    # both compilers found the cache unwritable, one after compiling k1 (not stored)
+    told = _Told([("cache", 0), ("compiling", 1), ("said", line), ("compiled", 1),
+                  ("said", line)])
+    ended = types.SimpleNamespace(is_alive=lambda: False, exitcode=0)
+    claimed = types.SimpleNamespace(value=2, get_lock=contextlib.nullcontext)
+    compilers = cache.Compilers(jobs, [ended, ended], told, claimed, [1, 1, 1])
+    log = []
+    compilers.wait(tmp_path / "shape.pkl", log=lambda text, flush: log.append(text))
+    assert capsys.readouterr().err.splitlines() == [line]
+    assert here == ["k1", "k2"] and not cache._settings.writable
+    assert claimed.value == 3                   # the compilers take no more
+    assert log[0] == "kernels: compiling 2 kernels (cached: 1) in 2 processes ..."
+
+
+def test_a_compiler_stops_at_an_unwritable_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(cache, "_settings", cache._Settings())
+
+    def unwritable(job, say, tell, i):
+        cache._settings.writable = False
+        say("kernel cache: cannot write to ...")
+        return "compiled"
+    monkeypatch.setattr(cache, "_compile_job", unwritable)
+    told = []
+    claimed = types.SimpleNamespace(value=0, get_lock=contextlib.nullcontext)
+    cache._compile_claimed(tmp_path, _jobs(3), claimed, [1, 1, 1],
+                           types.SimpleNamespace(put=told.append))
+    assert told == [("said", "kernel cache: cannot write to ..."), ("compiled", 0)]
+    assert claimed.value == 1
 
 
 # ----------------------------------------------------------------------------------
@@ -329,13 +411,20 @@ def _main(package, directory, mode):
     how = {}
     cache.use(directory, report=lambda name, done, seconds: how.update({name: done}))
     records = {}
+    manifest = directory / "manifests" / "shape.pkl"
     if mode == "ahead":
-        for module in ("kpkg.ops", "kpkg.other"):
-            importlib.import_module(module)
-        jobs = cache.missing(directory / "manifest")
-        records["ahead"] = len(jobs)
-        # two processes like a trainer's, but compiling without a GPU as this one does
-        cache.compile_ahead(jobs, 2, worker=[sys.executable, __file__, "--worker", package])
+        compile_job = cache._compile_job
+
+        def dies_at_scaled(job, say, tell=lambda event: None, i=None):
+            if i is not None and job[0][-1] == "scaled":      # in a compiler
+                os.kill(os.getpid(), signal.SIGKILL)
+            return compile_job(job, say, tell, i)
+        cache._compile_job = dies_at_scaled
+        # forked, compiling without a GPU as this process does
+        compilers = cache.start_compiling(directory, processes=2)
+        log = []
+        compilers.wait(manifest, log=lambda text, flush: log.append(text))
+        records["ahead"] = {"jobs": [recipe[-1] for recipe, _ in compilers.jobs], "log": log}
     for module in ("kpkg.ops", "kpkg.other"):
         for name, (kernel, sig) in importlib.import_module(module).KERNELS.items():
             how.clear()
@@ -344,10 +433,11 @@ def _main(package, directory, mode):
             cubin = library.get_cubin()         # cuda.core's ObjectCode
             entry = cache.entry_path(directory, kernel, cache.describe(kernel), sig,
                                      cache.device_target()).name
-            records[name] = {"how": how[kernel.py_func.__name__], "entry": entry,
+            records[name] = {"how": how.get(kernel.py_func.__name__, "made before"),
+                             "entry": entry,
                              "ptx": hashlib.sha256(library.get_asm_str().encode()).hexdigest(),
                              "cubin": hashlib.sha256(bytes(cubin.code)).hexdigest()}
-    cache.write_manifest(directory / "manifest")
+    cache.write_manifest(manifest)
     if mode == "first":
         records["listed"] = _key_every_listed_kernel()
     print(json.dumps(records))
@@ -377,9 +467,4 @@ def _key_every_listed_kernel():
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--worker":        # a compile_ahead process: package, then its four
-        _compile_without_a_gpu()
-        sys.path.insert(0, sys.argv[2])
-        cache._worker()
-    else:
-        _main(sys.argv[1], Path(sys.argv[2]), sys.argv[3])
+    _main(sys.argv[1], Path(sys.argv[2]), sys.argv[3])
