@@ -592,6 +592,12 @@ class Compilers:
 def _compile_claimed(directory, jobs, next_job, wanted, events):
     """A forked compiler: the next job that the run wants, until none is left or the cache
     cannot be written (there is then no point to compiling here)."""
+    import signal
+
+    # the trainer's handlers are not this process's: Ctrl-C is the trainer's to handle,
+    # and the end of the trainer's process ends this one (a daemon) by SIGTERM, quietly
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     use(directory)
 
     def say(line):

@@ -299,6 +299,7 @@ def test_an_unwritable_cache_is_said_once_and_this_process_compiles_the_rest(
 
 def test_a_compiler_stops_at_an_unwritable_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(cache, "_settings", cache._Settings())
+    monkeypatch.setattr(signal, "signal", lambda signum, handler: None)    # pytest's own
 
     def unwritable(job, say, tell, i):
         cache._settings.writable = False
