@@ -147,7 +147,7 @@ class KernelProgress:
 
     def record(self):
         """List the kernels this run has used in its manifest, for a later run that finds
-        the cache without them to compile ahead (microgpt.run.compile_ahead)."""
+        the cache without them to compile ahead (microgpt.run.start_compiling)."""
         if self.manifest is not None and not self.silent:
             from microgpt.kernels import cache
             cache.write_manifest(self.manifest)
