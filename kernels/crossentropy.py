@@ -45,20 +45,69 @@ overwritten by its bf16 gradient in place: no float32 copy of the logits exists.
 import functools
 import math
 
+import numba
 import numpy as np
-from numba import cuda, float32, int32, uint16
+from numba import cuda, float32, int32, int64, uint16, uint32
 
-from .atoms import load_float32, store_float32
+from .atoms import (cp_async_16, cp_async_commit, cp_async_wait_group, load_float32,
+                    load_words4, pack_bf16x2, shared_address, store_float32, store_words4)
 from .cache import jit
 from .common import (REDUCE_SCRATCH, WARP, block_max, block_sum, check_array,
-                     check_block_size, check_not_empty, row_block)
-from .precision import GROUP, check_activation, exp_approx, group_loader, group_storer, group_width
+                     check_block_size, check_not_empty, device_address, row_block)
+from .device import DYNAMIC_SHARED_LIMIT, allow_dynamic_shared
+from .precision import (GROUP, check_activation, exp_approx, group_loader, group_storer,
+                        group_width, is_bf16, unpack_bf16x2)
 
 ONE = np.float32(1.0)
 ZERO = np.float32(0.0)
 
 BLOCK = 512      # V = 50304 gives each thread ~100 columns
 UNROLL = 4       # groups of a row a thread reads together
+
+
+# ----------------------------------------------------------------------------------
+# the online statistics both fused kernels share: a thread's (running max, sum of
+# exp(x - max) over its other columns), then the block's row max and log of the rest
+
+@functools.cache
+def _online_pair(length):
+    """The device function (x, running max, running rest) -> the pair updated by the
+    length values of x (its first one a column of the row; -inf fills the others)."""
+    @cuda.jit(device=True, inline=True)
+    def accumulate(x, running_max, running_rest):
+        chunk_max = x[0]
+        for i in range(length):
+            chunk_max = max(chunk_max, x[i])
+        # a new max: the old one joins the rest, and the first column holding the new one
+        # stays out of it (its term is exactly 1, kept out so that log1p can resolve a
+        # sum of 1 + tiny: the loss of a confidently right token)
+        skip = chunk_max > running_max
+        if skip:
+            running_rest = (running_rest + ONE) * exp_approx(running_max - chunk_max)
+            running_max = chunk_max
+        for i in range(length):
+            if skip and x[i] == running_max:
+                skip = False
+            else:
+                running_rest += exp_approx(x[i] - running_max)
+        return running_max, running_rest
+    return accumulate
+
+
+@cuda.jit(device=True, inline=True)
+def row_log_sum(running_max, running_rest, scratch):
+    """(row max, log of sum(exp(x - row max))) from every thread's online pair; every
+    thread of the block calls. Every thread's own max joins the row's rest, except one
+    thread holding the row's max: the lowest-numbered one. A thread that saw no column
+    has rescale exp(-inf) = 0."""
+    tid = cuda.threadIdx.x
+    row_max = block_max(running_max, scratch)
+    holds_row_max = running_max == row_max
+    owner = -block_max(float32(-tid) if holds_row_max else float32(-math.inf), scratch)
+    rescale = exp_approx(running_max - row_max)
+    own_max_term = ZERO if float32(tid) == owner else rescale
+    row_rest = block_sum(running_rest * rescale + own_max_term, scratch)
+    return row_max, math.log1p(row_rest)
 
 
 # ----------------------------------------------------------------------------------
@@ -71,6 +120,7 @@ def _crossentropy_kernels(width):
     """(forward, backward, forward + backward) over rows read in groups of width."""
     load, store = group_loader(width), group_storer(width)
     CHUNK = UNROLL * width         # a thread's elements read together
+    accumulate = _online_pair(CHUNK)
 
     @cuda.jit(device=True, inline=True)
     def load_chunk(x, logits, row, chunk, fill):
@@ -92,41 +142,17 @@ def _crossentropy_kernels(width):
         hold it, (target // width) % blockDim, the one that writes the loss and the
         target's gradient (0 elsewhere): it reads the column before it writes it."""
         tid, n_threads = cuda.threadIdx.x, cuda.blockDim.x
-        # online over this thread's chunks: the running max, and the sum of exp(x - max)
-        # over every column but the max itself (its term is exactly 1, kept out so that
-        # log1p can resolve a sum of 1 + tiny: the loss of a confidently right token)
+        # online over this thread's chunks
         running_max = float32(-math.inf)
         running_rest = float32(0.0)
         x = cuda.local.array(CHUNK, float32)
         for chunk in range(tid, logits.shape[1] // width, UNROLL * n_threads):
             load_chunk(x, logits, row, chunk, float32(-math.inf))
-            chunk_max = x[0]        # the chunk's first group is in the row
-            for i in range(CHUNK):
-                chunk_max = max(chunk_max, x[i])
-            # a new max: the old one joins the rest, and the first column holding the new
-            # one stays out of it
-            skip = chunk_max > running_max
-            if skip:
-                running_rest = (running_rest + ONE) * exp_approx(running_max - chunk_max)
-                running_max = chunk_max
-            for i in range(CHUNK):
-                if skip and x[i] == running_max:
-                    skip = False
-                else:
-                    running_rest += exp_approx(x[i] - running_max)
-        row_max = block_max(running_max, scratch)
-
-        # every thread's own max joins the row's rest, except one thread holding the
-        # row's max: the lowest-numbered one. A thread that saw no column has rescale
-        # exp(-inf) = 0.
-        holds_row_max = running_max == row_max
-        owner = -block_max(float32(-tid) if holds_row_max else float32(-math.inf), scratch)
-        rescale = exp_approx(running_max - row_max)
-        own_max_term = ZERO if float32(tid) == owner else rescale
-        row_rest = block_sum(running_rest * rescale + own_max_term, scratch)
+            running_max, running_rest = accumulate(x, running_max, running_rest)
+        row_max, log_sum = row_log_sum(running_max, running_rest, scratch)
         target_logit = (load_float32(logits, (row, target))
                         if tid == (target // width) % n_threads else ZERO)
-        return row_max, math.log1p(row_rest), target_logit
+        return row_max, log_sum, target_logit
 
     @cuda.jit(device=True, inline=True)
     def write_row_gradient(dlogits, logits, row, shift, log_sum, target, target_logit,
@@ -199,6 +225,121 @@ def _crossentropy_kernels(width):
             crossentropy_forward_backward_kernel)
 
 
+# ----------------------------------------------------------------------------------
+# the forward + backward over a row staged in shared memory: the row read from global
+# memory once (cp.async, 16-byte chunks), both passes over shared memory
+
+CHUNK_BYTES = 16                 # one cp.async, one vector access of shared memory
+STAGED_BYTES = DYNAMIC_SHARED_LIMIT - 1024    # the widest row staged (the rest: scratch)
+wait_first, wait_all = cp_async_wait_group(1), cp_async_wait_group(0)
+
+
+@cuda.jit(device=True, inline=True)
+def _unpack_bf16_words(x, words):
+    """x[:8] = the 4 bf16 pairs of words as float32."""
+    for w in range(GROUP):
+        x[2 * w], x[2 * w + 1] = unpack_bf16x2(words[w])
+
+
+@cuda.jit(device=True, inline=True)
+def _pack_bf16_words(x):
+    return (pack_bf16x2(x[0], x[1]), pack_bf16x2(x[2], x[3]), pack_bf16x2(x[4], x[5]),
+            pack_bf16x2(x[6], x[7]))
+
+
+@cuda.jit(device=True, inline=True)
+def _bf16_element(words, i):
+    """Element i of the bf16 pairs in words, as float32."""
+    low, high = unpack_bf16x2(words[i // 2])
+    return high if i % 2 else low
+
+
+@cuda.jit(device=True, inline=True)
+def _float32_element(words, i):
+    return words[i]
+
+
+@cuda.jit(device=True, inline=True)
+def _unpack_float32_words(x, words):
+    for w in range(GROUP):
+        x[w] = words[w]
+
+
+@cuda.jit(device=True, inline=True)
+def _pack_float32_words(x):
+    return x[0], x[1], x[2], x[3]
+
+
+@functools.cache
+def _staged_kernel(bf16):
+    """The forward + backward over rows of words: uint32 bf16 pairs (bf16) or float32."""
+    word = uint32 if bf16 else float32
+    unpack = _unpack_bf16_words if bf16 else _unpack_float32_words
+    pack = _pack_bf16_words if bf16 else _pack_float32_words
+    element = _bf16_element if bf16 else _float32_element
+    E = GROUP * (2 if bf16 else 1)        # elements of a chunk (GROUP words)
+    accumulate = _online_pair(E)
+
+    @jit
+    def crossentropy_forward_backward_staged_kernel(losses, rows, targets, dloss):
+        # losses (N,), rows (N, W) the logits' words, W a multiple of GROUP, overwritten
+        # by dlogits; targets (N,) int32, dloss float32; block = row; dynamic shared
+        # memory: a row and CHUNK_BYTES. Chunk c (GROUP words) is copied, read and
+        # written by thread c % blockDim alone, so the staging needs no barrier: a
+        # thread's cp.async wait makes its own copies visible to it.
+        scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
+        raw = cuda.shared.array(0, word)
+        staged = raw[int32((CHUNK_BYTES - shared_address(raw, 0) % CHUNK_BYTES)
+                           % CHUNK_BYTES // 4):]
+        row, tid, n_threads = cuda.blockIdx.x, cuda.threadIdx.x, cuda.blockDim.x
+        target = targets[row]
+        n_chunks = rows.shape[1] // GROUP
+        start = int64(row) * rows.shape[1]
+        # the first half of each thread's chunks in one group of copies, the rest in a
+        # second: the first half's statistics run while the second lands
+        split = (n_chunks + n_threads - 1) // n_threads // 2 * n_threads
+        for c in range(tid, split, n_threads):
+            cp_async_16(staged, int32(c * GROUP), rows, start + c * GROUP, uint32(16))
+        cp_async_commit()
+        for c in range(tid + split, n_chunks, n_threads):
+            cp_async_16(staged, int32(c * GROUP), rows, start + c * GROUP, uint32(16))
+        cp_async_commit()
+
+        x = cuda.local.array(E, float32)
+        running_max = float32(-math.inf)
+        running_rest = float32(0.0)
+        wait_first()
+        for c in range(tid, split, n_threads):
+            unpack(x, load_words4(staged, c * GROUP))
+            running_max, running_rest = accumulate(x, running_max, running_rest)
+        wait_all()
+        for c in range(tid + split, n_chunks, n_threads):
+            unpack(x, load_words4(staged, c * GROUP))
+            running_max, running_rest = accumulate(x, running_max, running_rest)
+        row_max, log_sum = row_log_sum(running_max, running_rest, scratch)
+
+        # the target's chunk is its owner's: the loss, and p - 1 at the target as expm1
+        # (exact when the target is all but certain) in that chunk's gradient
+        # (x is indexed by constants alone, so that it stays in registers)
+        target_chunk, target_at = target // E, target % E
+        target_logit = ZERO
+        if tid == target_chunk % n_threads:
+            target_logit = element(staged, target)
+            losses[row] = (row_max - target_logit) + log_sum
+        for c in range(tid, n_chunks, n_threads):
+            unpack(x, load_words4(staged, c * GROUP))
+            for i in range(E):
+                x[i] = dloss * exp_approx((x[i] - row_max) - log_sum)
+            if c == target_chunk:
+                target_grad = dloss * math.expm1((target_logit - row_max) - log_sum)
+                for i in range(E):
+                    x[i] = target_grad if i == target_at else x[i]
+            store_words4(rows, (row, c * GROUP), pack(x))
+
+    return crossentropy_forward_backward_staged_kernel
+
+
+
 _ROWS, _BF16_ROWS, _VECTOR, _TARGETS = float32[:, ::1], uint16[:, ::1], float32[::1], int32[::1]
 PTX_SIGNATURES = [
     signature for width in (1, GROUP) for signature in [
@@ -212,7 +353,9 @@ PTX_SIGNATURES = [
     # a padded vocabulary: the tokens' columns of the logits, a view
     (_crossentropy_kernels(1)[i], (*head, rows, _TARGETS, *tail))
     for rows in (float32[:, :], uint16[:, :])
-    for i, head, tail in ((0, (_VECTOR, _VECTOR), ()), (2, (_VECTOR,), (float32,)))]
+    for i, head, tail in ((0, (_VECTOR, _VECTOR), ()), (2, (_VECTOR,), (float32,)))] + [
+    (_staged_kernel(bf16), (_VECTOR, words, _TARGETS, float32))
+    for bf16, words in ((True, uint32[:, ::1]), (False, _ROWS))]
 
 
 # ----------------------------------------------------------------------------------
@@ -266,14 +409,38 @@ def crossentropy_backward(dlogits, logits, lse, targets, dloss, *, stream=0, blo
                                                       np.float32(dloss))
 
 
-def crossentropy_forward_backward(losses, logits, targets, dloss, *, stream=0, block=None):
+def can_stage(logits):
+    """Whether the forward + backward can stage these rows in shared memory: contiguous
+    rows of whole 16-byte chunks from a 16-byte boundary, each within STAGED_BYTES."""
+    row_bytes = logits.shape[1] * logits.dtype.itemsize
+    return (logits.is_c_contiguous() and row_bytes % CHUNK_BYTES == 0
+            and row_bytes <= STAGED_BYTES and device_address(logits) % CHUNK_BYTES == 0)
+
+
+def crossentropy_forward_backward(losses, logits, targets, dloss, *, stream=0, block=None,
+                                  staged=None):
     """losses (N,) as crossentropy_forward's, and logits (N, V), float32 or bf16,
-    overwritten by dlogits = dloss * (softmax(logits) - onehot(targets)), in one launch."""
+    overwritten by dlogits = dloss * (softmax(logits) - onehot(targets)), in one launch.
+    staged: the row in shared memory, read from global memory once (None: where
+    can_stage allows), or False: read twice, the second time mostly from L2 (rows too
+    wide for shared memory, views of a padded vocabulary)."""
     N, V = _check_rows(logits, targets)
-    block = row_block(V, BLOCK) if block is None else block
+    staged = can_stage(logits) if staged is None else staged
+    if staged and not can_stage(logits):
+        raise ValueError(f"logits: rows of {V} x {logits.dtype.itemsize} bytes cannot be "
+                         f"staged (contiguous, 16-byte chunks, at most {STAGED_BYTES} bytes)")
+    words = V * logits.dtype.itemsize // 4
+    block = row_block(words // GROUP if staged else V, BLOCK) if block is None else block
     check_block_size(block, WARP)
     check_array("losses", losses, (N,))
     if N == 0:
         return
-    _crossentropy_kernels(_width(V, logits))[2][N, block, stream](
-        losses, logits, targets, np.float32(dloss))
+    if not staged:
+        _crossentropy_kernels(_width(V, logits))[2][N, block, stream](
+            losses, logits, targets, np.float32(dloss))
+        return
+    rows = logits.view(np.uint32) if is_bf16(logits) else logits
+    args = (losses, rows, targets, np.float32(dloss))
+    kernel, shared = _staged_kernel(is_bf16(logits)), 4 * words + CHUNK_BYTES
+    allow_dynamic_shared(kernel, tuple(map(numba.typeof, args)), shared)
+    kernel[N, block, stream, shared](*args)

@@ -80,6 +80,8 @@ The loads and stores of activations in float32 or bf16 (``precision`` builds on 
                       is bf16 (a uint16 array of the bit patterns)
   copy_element        dst[i] = src[j] through float32, or the bits when the dtypes match
   load_group4, store_group4   GROUP (4) consecutive elements by one aligned vector access
+  load_words4, store_words4   the same without conversion, a tuple of the array's dtype
+                      (bf16 pairs as uint32 words: 16 bytes, 8 elements)
 
 Fragment layouts of mma.m16n8k16 (lane = threadIdx.x % 32, g = lane // 4, t = lane % 4;
 each register holds the pair at columns 2t, 2t+1 of its row, or rows 2t, 2t+1 for B):
@@ -115,7 +117,7 @@ ATOMS = (
     "mbarrier_arrive_expect_tx", "mbarrier_try_wait", "fence_barrier_init",
     "tma_load_2d", "tma_store_2d", "tma_add_2d", "bulk_commit", "bulk_wait",
     "named_barrier", "fence_tensor_map", "load_float32", "store_float32",
-    "copy_element", "load_group4", "store_group4",
+    "copy_element", "load_group4", "store_group4", "load_words4", "store_words4",
     "bulk_wait_but_one", "cluster_rank", "cluster_index", "cluster_count", "cluster_sync",
     "tma_load_2d_multicast", "mbarrier_arrive_cluster",
 )

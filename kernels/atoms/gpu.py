@@ -564,8 +564,9 @@ def _vector_pointer(context, builder, aryty, ary, indexty, index):
 
 
 @intrinsic
-def _load_vector(typingctx, arr, index):
-    """arr[index], ... arr[index + GROUP - 1] (along the last axis) by one aligned load."""
+def load_words4(typingctx, arr, index):
+    """arr[index], ... arr[index + GROUP - 1] (along the last axis) as they are, a tuple,
+    by one aligned load (the bits of bf16 pairs in a uint32 array read unconverted)."""
     sig = types.UniTuple(arr.dtype, GROUP)(arr, index)
 
     def codegen(context, builder, sig, args):
@@ -578,8 +579,9 @@ def _load_vector(typingctx, arr, index):
 
 
 @intrinsic
-def _store_vector(typingctx, arr, index, values):
-    """The GROUP values into arr[index], ... by one aligned store."""
+def store_words4(typingctx, arr, index, values):
+    """The GROUP values (a tuple of arr's dtype) into arr[index], ... as they are, by one
+    aligned store."""
     sig = types.void(arr, index, values)
 
     def codegen(context, builder, sig, args):
@@ -608,7 +610,7 @@ def store_group4(arr, index, values, at):
 def _load_group4(out, at, arr, index):
     if arr.dtype == types.uint16:
         def load_bf16(out, at, arr, index):
-            v = _load_vector(arr, index)
+            v = load_words4(arr, index)
             out[at] = bits_to_float32(uint32(v[0]) << 16)
             out[at + 1] = bits_to_float32(uint32(v[1]) << 16)
             out[at + 2] = bits_to_float32(uint32(v[2]) << 16)
@@ -616,7 +618,7 @@ def _load_group4(out, at, arr, index):
         return load_bf16
 
     def load(out, at, arr, index):
-        v = _load_vector(arr, index)
+        v = load_words4(arr, index)
         out[at] = v[0]
         out[at + 1] = v[1]
         out[at + 2] = v[2]
@@ -628,12 +630,12 @@ def _load_group4(out, at, arr, index):
 def _store_group4(arr, index, values, at):
     if arr.dtype == types.uint16:
         def store_bf16(arr, index, values, at):
-            _store_vector(arr, index, (to_bf16(values[at]), to_bf16(values[at + 1]),
+            store_words4(arr, index, (to_bf16(values[at]), to_bf16(values[at + 1]),
                                        to_bf16(values[at + 2]), to_bf16(values[at + 3])))
         return store_bf16
 
     def store(arr, index, values, at):
-        _store_vector(arr, index, (values[at], values[at + 1], values[at + 2],
+        store_words4(arr, index, (values[at], values[at + 1], values[at + 2],
                                    values[at + 3]))
     return store
 

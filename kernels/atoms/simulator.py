@@ -475,6 +475,19 @@ def _flat(arr, index):
 
 
 @cuda.jit(device=True)
+def load_words4(arr, index):
+    flat = _flat(arr, index)
+    words = arr.reshape(-1)[flat: flat + GROUP]
+    return words[0], words[1], words[2], words[3]
+
+
+@cuda.jit(device=True)
+def store_words4(arr, index, values):
+    flat = _flat(arr, index)
+    arr.reshape(-1)[flat: flat + GROUP] = values
+
+
+@cuda.jit(device=True)
 def load_group4(out, at, arr, index):
     flat = _flat(arr, index)
     for i in range(GROUP):
