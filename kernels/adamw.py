@@ -8,8 +8,9 @@ global_norm_squared reduces the flat gradient to one float on the device
 (kernels.reductions). adamw_schedule advances a (4,) device array of hyper-parameters
 (microgpt.ops.HPARAMS) to the next update: its number, learning rate (linear warmup, then
 cosine decay) and bias corrections. adamw_update is one launch over the model's flat
-buffers, one thread per element on a GPU (a grid capped by max_blocks strides over them):
-it reads that array and the squared norm, computes the
+buffers, four elements a thread on a GPU, each array moved in 16-byte accesses (element
+by element where an array does not start on a 16-byte boundary; a grid capped by
+max_blocks strides over them): it reads that array and the squared norm, computes the
 clip scale min(1, max_norm / (norm + 1e-6)) itself (so the host never waits for the norm),
 clips the gradient, updates both moments and the parameter, and applies weight decay to
 the elements [0, n_decay) only, which params.ParamLayout fills with the matrices. Nothing
@@ -27,8 +28,9 @@ import numpy as np
 from numba import cuda, float32, int64, uint16
 
 from . import reductions
-from .common import SIMULATOR, ceil_div, check_array, check_block_size
-from .atoms import to_bf16
+from .atoms import load_group4, store_group4, to_bf16
+from .common import SIMULATOR, ceil_div, check_array, check_block_size, device_address
+from .device import GROUP
 from .cache import jit
 
 if SIMULATOR:
@@ -46,7 +48,7 @@ HALF = np.float32(0.5)
 PI = np.float32(math.pi)
 
 BLOCK = 256
-# No cap on a GPU: one thread per element. The simulator pays ~1 ms per simulated thread
+# No cap on a GPU: one thread per group. The simulator pays ~1 ms per simulated thread
 # (a 15,000-parameter model's update was 18 s a step), so there two blocks stride over the
 # buffers: the loop that a capped grid takes on a GPU, which the kernel tests draw there.
 MAX_BLOCKS = 2 if SIMULATOR else None
@@ -78,47 +80,88 @@ def _schedule_kernel(hparams, lr, warmup_steps, total_steps, min_lr_ratio, one_m
     hparams[3] = -math.expm1(step * math.log1p(-one_minus_beta2))
 
 
+@cuda.jit(device=True, inline=True)
+def _adamw_element(g, m, v, p, decay, clip, lr, bias_correction1, bias_correction2, beta1,
+                   beta2, eps):
+    """(m, v, param) of one element after the step, from its gradient g, moments and
+    parameter p; decay the element's weight decay."""
+    g = g * clip
+    m = beta1 * m + (ONE - beta1) * g
+    v = beta2 * v + (ONE - beta2) * g * g
+    m_hat = m / bias_correction1
+    v_hat = v / bias_correction2
+    return m, v, p - lr * (m_hat / (math.sqrt(v_hat) + eps) + decay * p)
+
+
 @functools.cache
-def _adamw_kernel(write_bf16):
-    """write_bf16: also write the updated matrices, [0, n_decay), rounded to bf16."""
+def _adamw_kernel(write_bf16, width):
+    """write_bf16: also write the updated matrices, [0, n_decay), rounded to bf16; width:
+    the elements of a thread, GROUP (one 16-byte access of each float32 array, 8 bytes of
+    the bf16 copy) or 1 (arrays that do not start on a group's boundary)."""
     @cuda.jit(device=True)
-    def update(i, param, param_bf16, grad, m, v, clip, lr, bias_correction1,
-               bias_correction2, beta1, beta2, eps, weight_decay, n_decay):
-        g = grad[i] * clip
-        m_i = beta1 * m[i] + (ONE - beta1) * g
-        v_i = beta2 * v[i] + (ONE - beta2) * g * g
-        m[i] = m_i
-        v[i] = v_i
-        m_hat = m_i / bias_correction1
-        v_hat = v_i / bias_correction2
+    def update_one(i, param, param_bf16, grad, m, v, clip, lr, bias_correction1,
+                   bias_correction2, beta1, beta2, eps, weight_decay, n_decay):
         decay = weight_decay if i < n_decay else ZERO
-        p = param[i]
-        p = p - lr * (m_hat / (math.sqrt(v_hat) + eps) + decay * p)
+        m[i], v[i], p = _adamw_element(grad[i], m[i], v[i], param[i], decay, clip, lr,
+                                       bias_correction1, bias_correction2, beta1, beta2, eps)
         param[i] = p
         if write_bf16 and i < n_decay:
             param_bf16[i] = to_bf16(p)
+
+    @cuda.jit(device=True)
+    def update(first, param, param_bf16, grad, m, v, clip, lr, bias_correction1,
+               bias_correction2, beta1, beta2, eps, weight_decay, n_decay):
+        """Elements [first, first + width) that lie in the buffers: a whole group by
+        vector accesses, every load before the first store, or the ragged tail's
+        elements one by one."""
+        if width == 1 or first + width > param.size:
+            for i in range(first, min(first + width, param.size)):
+                update_one(i, param, param_bf16, grad, m, v, clip, lr, bias_correction1,
+                           bias_correction2, beta1, beta2, eps, weight_decay, n_decay)
+            return
+        g, m4, v4, p4 = (cuda.local.array(GROUP, float32), cuda.local.array(GROUP, float32),
+                         cuda.local.array(GROUP, float32), cuda.local.array(GROUP, float32))
+        load_group4(g, 0, grad, first)
+        load_group4(m4, 0, m, first)
+        load_group4(v4, 0, v, first)
+        load_group4(p4, 0, param, first)
+        for e in range(GROUP):
+            decay = weight_decay if first + e < n_decay else ZERO
+            m4[e], v4[e], p4[e] = _adamw_element(g[e], m4[e], v4[e], p4[e], decay, clip, lr,
+                                                 bias_correction1, bias_correction2, beta1,
+                                                 beta2, eps)
+        store_group4(m, first, m4, 0)
+        store_group4(v, first, v4, 0)
+        store_group4(param, first, p4, 0)
+        if write_bf16:
+            if first + GROUP <= n_decay:
+                store_group4(param_bf16, first, p4, 0)
+            else:               # the group that n_decay ends in (param_bf16's last one)
+                for e in range(GROUP):
+                    if first + e < n_decay:
+                        param_bf16[first + e] = to_bf16(p4[e])
 
     @jit
     def adamw_kernel(param, param_bf16, grad, m, v, norm_squared, hparams, beta1, beta2, eps,
                      weight_decay, n_decay, max_norm):
         # param, grad, m, v (n,); param_bf16 (n_decay,) uint16 when write_bf16 (else a
         # placeholder never touched); norm_squared (1,); hparams (4,); the rest float32
-        # scalars, n_decay int64
+        # scalars, n_decay int64. Thread t takes elements [t width, (t + 1) width).
         lr, bias_correction1, bias_correction2 = hparams[1], hparams[2], hparams[3]
         clip = min(ONE, max_norm / (math.sqrt(norm_squared[0]) + CLIP_EPS))
-        i, stride = cuda.grid(1), cuda.gridsize(1)
+        first, stride = cuda.grid(1) * width, cuda.gridsize(1) * width
         args = (param, param_bf16, grad, m, v, clip, lr, bias_correction1, bias_correction2,
                 beta1, beta2, eps, weight_decay, n_decay)
         if stride >= param.size:
-            # a thread per element, a GPU's launch: no loop, whose trip count LLVM computes
+            # a thread per group, a GPU's launch: no loop, whose trip count LLVM computes
             # by a 64-bit division before the first load (a loop there made the update
             # 1.04 -> 1.38 ms at andrea-120m on the H200)
-            if i < param.size:
-                update(i, *args)
+            if first < param.size:
+                update(first, *args)
             return
-        while i < param.size:           # a capped grid (the simulator's) strides
-            update(i, *args)
-            i += stride
+        while first < param.size:       # a capped grid (the simulator's) strides
+            update(first, *args)
+            first += stride
     return adamw_kernel
 
 
@@ -126,9 +169,9 @@ _FLAT = float32[::1]
 _ADAMW_SCALARS = (_FLAT,) * 5 + (float32,) * 4 + (int64, float32)
 PTX_SIGNATURES = [
     (_schedule_kernel, (_FLAT,) + (float32,) * 6),
-    (_adamw_kernel(False), (_FLAT, _FLAT) + _ADAMW_SCALARS),
-    (_adamw_kernel(True), (_FLAT, uint16[::1]) + _ADAMW_SCALARS),
-]
+] + [signature for width in (1, GROUP) for signature in [
+    (_adamw_kernel(False, width), (_FLAT, _FLAT) + _ADAMW_SCALARS),
+    (_adamw_kernel(True, width), (_FLAT, uint16[::1]) + _ADAMW_SCALARS)]]
 
 
 # ----------------------------------------------------------------------------------
@@ -178,7 +221,12 @@ def adamw_update(param, grad, m, v, norm_squared, hparams, *, weight_decay, n_de
     if n == 0:
         return
     scalars = (beta1, beta2, eps, weight_decay)
-    grid = ceil_div(n, block) if max_blocks is None else min(ceil_div(n, block), max_blocks)
-    _adamw_kernel(param_bf16 is not None)[grid, block, stream](
+    # groups where every array starts on a group's boundary (a ZeRO-1 shard's view may
+    # not); the last group may be short
+    width = GROUP if all(device_address(a) % (GROUP * a.dtype.itemsize) == 0 for a in (
+        param, grad, m, v) + (() if param_bf16 is None else (param_bf16,))) else 1
+    grid = ceil_div(ceil_div(n, width), block)
+    grid = grid if max_blocks is None else min(grid, max_blocks)
+    _adamw_kernel(param_bf16 is not None, width)[grid, block, stream](
         param, param if param_bf16 is None else param_bf16, grad, m, v, norm_squared,
         hparams, *map(np.float32, scalars), int(n_decay), np.float32(max_norm))

@@ -199,9 +199,10 @@ def test_adamw_update(n, decay_fraction, clipped, clip_ratio, grad_norm, step, l
 
 
 def check_adamw(n, decay_fraction, clipped, clip_ratio, grad_norm, step, lr, weight_decay,
-                beta1, beta2, block, seed, bf16_copy=False, **launch):
+                beta1, beta2, block, seed, bf16_copy=False, place=cuda.to_device, **launch):
     """block None: the launcher's default; bf16_copy: ask for the matrices in bf16 too;
-    launch: the launcher's other launch arguments (max_blocks: a grid that strides)."""
+    place: how param, grad, m and v go to the device; launch: the launcher's other launch
+    arguments (max_blocks: a grid that strides)."""
     rng = np.random.default_rng(seed)
     param, grad = randn(rng, n), randn(rng, n)
     if grad_norm is not None:
@@ -217,9 +218,9 @@ def check_adamw(n, decay_fraction, clipped, clip_ratio, grad_norm, step, lr, wei
     hp = dict(weight_decay=weight_decay, n_decay=round(decay_fraction * n), max_norm=max_norm,
               beta1=beta1, beta2=beta2, eps=1e-8)
     hparams = np.array([step, lr, 1 - beta1 ** step, 1 - beta2 ** step], np.float32)
-    d_param, d_m, d_v = cuda.to_device(param), cuda.to_device(m), cuda.to_device(v)
+    d_param, d_m, d_v = place(param), place(m), place(v)
     d_bf16 = cuda.to_device(poisoned(hp["n_decay"], BF16)) if bf16_copy else None
-    adamw.adamw_update(d_param, cuda.to_device(grad), d_m, d_v,
+    adamw.adamw_update(d_param, place(grad), d_m, d_v,
                        cuda.to_device(np.array([norm_squared])), cuda.to_device(hparams),
                        **({} if block is None else {"block": block}),
                        **({"param_bf16": d_bf16} if bf16_copy else {}), **hp, **launch)
@@ -235,6 +236,17 @@ def check_adamw(n, decay_fraction, clipped, clip_ratio, grad_norm, step, lr, wei
         assert_sum_close(from_bf16(got), expected[0][matrices],
                          [t[matrices] for t in terms["param"]], "param_bf16",
                          rounding=TOL_BF16_OUT - TOL_F32_OP)
+
+
+@pytest.mark.parametrize("n,decay_fraction,off_group", [(301, 0.5, False), (7, 0.3, False),
+                                                        (300, 0.5, True)])
+def test_adamw_in_groups_or_element_by_element(n, decay_fraction, off_group):
+    """Four elements a thread by 16-byte accesses where every array starts on a group's
+    boundary: n not a multiple of 4 (the last group short) and n_decay inside a group
+    (150 of 301, 2 of 7: the bf16 copy's last group short); element by element for
+    arrays off their group (a ZeRO-1 shard's view may start anywhere)."""
+    check_adamw(n, decay_fraction, True, 0.5, None, 3, 1e-3, 0.1, 0.9, 0.95, 32, seed=n,
+                bf16_copy=True, place=to_device_off_group if off_group else cuda.to_device)
 
 
 def update_terms(param, grad, m, v, norm, hp):
