@@ -418,14 +418,14 @@ def can_stage(logits):
 
 
 def crossentropy_forward_backward(losses, logits, targets, dloss, *, stream=0, block=None,
-                                  staged=None):
+                                  stage=None):
     """losses (N,) as crossentropy_forward's, and logits (N, V), float32 or bf16,
     overwritten by dlogits = dloss * (softmax(logits) - onehot(targets)), in one launch.
-    staged: the row in shared memory, read from global memory once (None: where
-    can_stage allows), or False: read twice, the second time mostly from L2 (rows too
+    stage: the row in shared memory, read from global memory once (None: where can_stage
+    allows), or False: read twice, the second time mostly from L2 (rows too
     wide for shared memory, views of a padded vocabulary)."""
     N, V = _check_rows(logits, targets)
-    staged = can_stage(logits) if staged is None else staged
+    staged = can_stage(logits) if stage is None else stage
     if staged and not can_stage(logits):
         raise ValueError(f"logits: rows of {V} x {logits.dtype.itemsize} bytes cannot be "
                          f"staged (contiguous, 16-byte chunks, at most {STAGED_BYTES} bytes)")

@@ -83,13 +83,13 @@ def check_backward(shape, block, scale, ties, in_place, seed, dtype=np.float32):
 
 
 def check_forward_backward(shape, block, scale, ties, seed, dtype=np.float32,
-                           place=cuda.to_device, staged=None):
-    """place: how the logits go to the device; staged: the launcher's choice of kernel."""
+                           place=cuda.to_device, stage=None):
+    """place: how the logits go to the device; stage: the launcher's choice of kernel."""
     N, V = shape
     logits, exact, targets = draw_case(seed, N, V, scale, ties, dtype)
     losses, d_logits = cuda.to_device(poisoned(N)), place(logits)
     crossentropy.crossentropy_forward_backward(losses, d_logits, cuda.to_device(targets),
-                                               1.0 / N, block=block, staged=staged)
+                                               1.0 / N, block=block, stage=stage)
     losses_ref, dlogits_ref = ref.crossentropy_forward_backward(exact, targets, 1.0 / N)
     assert_close(losses.copy_to_host(), losses_ref, TOL_F32_OP, "fused losses")
     assert_output_close(d_logits, dlogits_ref, f"fused dlogits, {np.dtype(dtype)}")
@@ -107,11 +107,11 @@ def test_crossentropy_backward(shape, block, scale, ties, in_place, dtype, seed)
 
 
 @given(shape=SHAPES, block=BLOCKS, scale=SCALES, ties=TIES, dtype=DTYPES,
-       staged=st.sampled_from([None, False]), seed=SEEDS)
-def test_crossentropy_forward_backward(shape, block, scale, ties, dtype, staged, seed):
-    """staged None: the row in shared memory where it can be (V a multiple of 8 for bf16,
+       stage=st.sampled_from([None, False]), seed=SEEDS)
+def test_crossentropy_forward_backward(shape, block, scale, ties, dtype, stage, seed):
+    """stage None: the row in shared memory where it can be (V a multiple of 8 for bf16,
     of 4 for float32: the model's), else, as with False, the two passes over the row."""
-    check_forward_backward(shape, block, scale, ties, seed, dtype, staged=staged)
+    check_forward_backward(shape, block, scale, ties, seed, dtype, stage=stage)
 
 
 # (N, 16-byte chunks of a row): up to 2 chunks a thread of a 32-thread block, or none
@@ -127,7 +127,7 @@ def test_staged_forward_backward(shape, block, scale, ties, dtype, seed):
     V = n if REAL_SHAPES else n * 16 // np.dtype(dtype).itemsize
     V -= V % (16 // np.dtype(dtype).itemsize)
     check_forward_backward((N, max(V, 16 // np.dtype(dtype).itemsize)), block, scale, ties,
-                           seed, dtype, staged=True)
+                           seed, dtype, stage=True)
 
 
 def test_staged_only_where_the_rows_allow():
@@ -143,7 +143,7 @@ def test_staged_only_where_the_rows_allow():
     targets, losses = cuda.to_device(np.zeros(2, np.int32)), cuda.to_device(poisoned(2))
     with pytest.raises(ValueError, match="cannot be staged"):
         crossentropy.crossentropy_forward_backward(losses, wide[:, :44], targets, 0.5,
-                                                   staged=True)
+                                                   stage=True)
 
 
 @given(shape=SHAPES, padding=st.integers(1, 9), block=BLOCKS, dtype=DTYPES, seed=SEEDS)

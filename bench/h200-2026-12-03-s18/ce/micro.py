@@ -1,6 +1,7 @@
 """Session 18's memory-bound kernels at andrea-120m shapes beside the device's copy: the
-cross-entropy forward + backward staged and read twice (staged=False, the kernel before
-this session), by block size; each timed as tools/bench.py times (CUDA events around
+cross-entropy forward + backward staged and read twice (stage=False, the kernel before
+this session), by block size; AdamW with its bf16 copy, and as the module given by
+--adamw-main PATH (a copy of the kernels/adamw.py before it) has it; each timed as tools/bench.py times (CUDA events around
 `reps` launches) and captured (tools/benchmarks/timing.captured_time: 20 launches in a
 graph, the best of the replays). GB/s: the bytes the op must read and write once."""
 import sys
@@ -22,7 +23,42 @@ def row(name, ms, nbytes):
     print(f"| {name} | {ms:.4f} | {nbytes / ms / 1e6:.0f} |", flush=True)
 
 
-def main(which):
+def load_module(path, name):
+    """The kernels module at path, imported as microgpt.kernels.<name> (its relative
+    imports resolved in the package)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"microgpt.kernels.{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def bench_adamw(ops, adamw_main, n=124_392_960, n_decay=124_392_960 - 50 * 768):
+    from microgpt.kernels import adamw
+    rng = np.random.default_rng(1)
+
+    def dev(scale):
+        return cuda.to_device(np.resize(rng.standard_normal(1 << 20, dtype=np.float32) * scale, n))
+    param, grad, m, v = dev(0.02), dev(0.02), dev(0.02), cuda.to_device(np.full(n, 1e-4, np.float32))
+    norm_squared = cuda.to_device(np.ones(1, np.float32))
+    hparams = cuda.to_device(np.array([1, 1e-4, 0.1, 0.05], np.float32))
+    param16 = cuda.to_device(np.zeros(n_decay, np.uint16))
+    modules = [("this tree", adamw)] + ([("before (main)", load_module(adamw_main, "adamw_main"))]
+                                        if adamw_main else [])
+    for label, module in modules:
+        for copy in (True, False):
+            def update(stream=0):
+                module.adamw_update(param, grad, m, v, norm_squared, hparams, weight_decay=0.1,
+                                    n_decay=n_decay, max_norm=1.0, beta1=0.9, beta2=0.95,
+                                    eps=1e-8, param_bf16=param16 if copy else None,
+                                    stream=stream)
+            name = f"AdamW 124M{' + bf16 matrices' if copy else ''}, {label}"
+            nbytes = n * 7 * 4 + (n_decay * 2 if copy else 0)
+            row(name + " (events)", cuda_time(update, REPS), nbytes)
+            row(name + " (captured)", captured_time(update, 5, ops), nbytes)
+
+
+def main(which, adamw_main=None):
     ops = CudaBackend()
     rng = np.random.default_rng(0)
     print("| op | ms | GB/s |\n|---|---:|---:|")
@@ -49,12 +85,19 @@ def main(which):
                 def fb(stream=0):
                     crossentropy.crossentropy_forward_backward(losses, logits, targets, 1.0 / N,
                                                                stream=stream, block=b,
-                                                               staged=staged)
+                                                               stage=staged)
                 name = f"crossentropy fwd+bwd {label}, staged {staged}, block {b}"
                 row(name + " (events)", cuda_time(fb, REPS), nbytes)
                 row(name + " (captured)", captured_time(fb, 5, ops), nbytes)
         del logits
+    if "adamw" in which:
+        bench_adamw(ops, adamw_main)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["copy", "bf16", "float32"])
+    import argparse
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("which", nargs="*", default=["copy", "bf16", "float32", "adamw"])
+    parser.add_argument("--adamw-main", help="a copy of the AdamW module to time beside")
+    args = parser.parse_args()
+    main(args.which, args.adamw_main)
