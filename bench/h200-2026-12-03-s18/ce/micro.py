@@ -29,6 +29,7 @@ def load_module(path, name):
     import importlib.util
     spec = importlib.util.spec_from_file_location(f"microgpt.kernels.{name}", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module         # the kernel cache hashes its module's sources
     spec.loader.exec_module(module)
     return module
 
