@@ -136,3 +136,28 @@ def test_the_tensor_cores_take_bf16_products(transpose_b, gelu, out_dtype, M, K,
         assert_result(out, ref.gelu_forward(product), "GELU of the product")
     else:
         assert_result(out, product, "the product")
+
+
+
+def test_the_cuda_cores_kernels_compile_per_power_of_two_of_rows():
+    assert [skinny.row_bound(M) for M in range(1, 17)] == [1, 2, 4, 4] + [8] * 4 + [16] * 8
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the simulator compiles nothing; its mma cases above "
+                    "run rows 3 and 16 through the one kernel")
+def test_one_compilation_serves_every_row_count():
+    """The tensor cores' kernels read the row count at run time: products of 1, 5 and 16
+    rows are right (out holds M rows exactly: a write past them fails) and add no
+    overload to the kernel's first."""
+    K, N = 776, 200
+    rng = np.random.default_rng(K)
+    b, b64 = device(randn(rng, K, N), BF16)
+    kernel = skinny._skinny_mma_kernel(False)
+    compiled = None
+    for M in (1, 5, 16):
+        a, a64 = device(randn(rng, M, K), BF16)
+        out = cuda.to_device(poisoned((M, N)))
+        skinny.skinny_matmul(out, a, b)
+        assert_result(out, ref.matmul_forward(a64, b64), f"the product of {M} rows")
+        compiled = len(kernel.overloads) if compiled is None else compiled
+        assert len(kernel.overloads) == compiled, f"{M} rows compiled again"

@@ -22,6 +22,12 @@ block of a column tile to finish (a ticket from an atomic counter, after a fence
 them in split order, so the result has the same bits whichever finishes last, runs the
 epilogue and resets the counter. Epilogue "gelu": pre = the product, out = gelu(pre)
 (the MLP's up projection).
+
+The row count M is read from out at run time, so a batch of any size runs kernels already
+compiled: the tensor cores' kernels take 16 rows whatever M is (one compilation each); the
+CUDA cores' keep a lane's M sums in registers, which needs a bound known when they compile,
+so they compile per power of two of rows (row_bound: 1, 2, 4, 8, 16) and leave the rows
+past M alone.
 """
 import functools
 
@@ -59,9 +65,14 @@ _HEAD_WORDS = HEAD_UNROLL * 8
 _UNROLLED, _COLUMNS_LOADED = UNROLL * GROUP, COLUMNS_PER_WARP * GROUP   # local arrays' sizes
 
 
+def row_bound(M):
+    """The rows the CUDA cores' kernel for M rows is compiled for: the power of two >= M."""
+    return 1 << (M - 1).bit_length()
+
+
 @functools.cache
-def _combine(M, columns, gelu_epilogue):
-    """The end of a (K, N) kernel's block, sums (M, columns) in shared memory holding its
+def _combine(columns, gelu_epilogue):
+    """The end of a (K, N) kernel's block, sums (>= M, columns) in shared memory holding its
     split's sums of the column tile blockIdx.x: with one split, the epilogue into out;
     with several, the partials, and the last block of the tile to finish adds them in
     split order, runs the epilogue and resets the ticket. Every thread calls it."""
@@ -78,7 +89,7 @@ def _combine(M, columns, gelu_epilogue):
     def combine(out, pre, sums, last, partial, tickets):
         tile, split = cuda.blockIdx.x, cuda.blockIdx.y
         tid, splits = cuda.threadIdx.x, cuda.gridDim.y
-        N = out.shape[1]
+        M, N = out.shape
         for e in range(tid, M * columns, cuda.blockDim.x):
             m, t = e // columns, e % columns
             if splits == 1:
@@ -107,22 +118,24 @@ def _combine(M, columns, gelu_epilogue):
 
 
 @functools.cache
-def _skinny_kernel(M, width, gelu_epilogue):
-    """b (K, N); width GROUP: b's rows load in vectors of 4."""
-    combine = _combine(M, TILE, gelu_epilogue)
+def _skinny_kernel(R, width, gelu_epilogue):
+    """b (K, N), at most R rows (row_bound); width GROUP: b's rows load in vectors of 4."""
+    combine = _combine(TILE, gelu_epilogue)
 
     @jit
     def skinny_matmul_kernel(out, pre, a, b, rows_per_split, partial, tickets):
-        # out, pre (M, N) (pre: gelu's, else out again); a (M, K); b (K, N); partial
-        # (splits, M, N) float32 scratch, tickets (tiles,) int32 (zero between launches)
+        # out, pre (M, N) (pre: gelu's, else out again), M <= R; a (M, K); b (K, N);
+        # partial (splits, M, N) float32 scratch, tickets (tiles,) int32 (zero between
+        # launches)
         tile, split = cuda.blockIdx.x, cuda.blockIdx.y
         tid = cuda.threadIdx.x
         lane, warp = tid % WARP, tid // WARP
         K, N = b.shape
+        M = out.shape[0]
         col = tile * TILE + lane * GROUP
-        acc = cuda.local.array((M, GROUP), float32)
+        acc = cuda.local.array((R, GROUP), float32)
         w = cuda.local.array(_UNROLLED, float32)
-        for m in range(M):
+        for m in range(R):
             for j in range(GROUP):
                 acc[m, j] = ZERO
         k_end = min(K, (split + 1) * rows_per_split)
@@ -139,17 +152,18 @@ def _skinny_kernel(M, width, gelu_epilogue):
                 for u in range(UNROLL):
                     k = k0 + u * WARPS
                     if k < k_end:
-                        for m in range(M):
-                            x = load_float32(a, (m, k))
-                            for j in range(GROUP):
-                                acc[m, j] += x * w[u * GROUP + j]
+                        for m in range(R):
+                            if m < M:
+                                x = load_float32(a, (m, k))
+                                for j in range(GROUP):
+                                    acc[m, j] += x * w[u * GROUP + j]
         # the warps' sums into shared memory, warp after warp (a fixed order; acc is
         # indexed by constants only, so it stays in registers)
-        sums = cuda.shared.array((M, TILE), float32)
+        sums = cuda.shared.array((R, TILE), float32)
         last = cuda.shared.array(1, int32)
         for w in range(WARPS):
             if warp == w:
-                for m in range(M):
+                for m in range(R):
                     for j in range(GROUP):
                         if w == 0:
                             sums[m, lane * GROUP + j] = acc[m, j]
@@ -162,21 +176,23 @@ def _skinny_kernel(M, width, gelu_epilogue):
 
 
 @functools.cache
-def _skinny_transposed_kernel(M, width):
-    """b (N, K): a warp per COLUMNS_PER_WARP columns; width GROUP: a's and b's rows load in
-    vectors of 4."""
+def _skinny_transposed_kernel(R, width):
+    """b (N, K): a warp per COLUMNS_PER_WARP columns, at most R rows (row_bound); width
+    GROUP: a's and b's rows load in vectors of 4."""
     @jit
     def skinny_matmul_transposed_kernel(out, a, b):
-        # out (M, N), a (M, K), b (N, K)
+        # out (M, N), M <= R, a (M, K), b (N, K)
         tid = cuda.threadIdx.x
         lane, warp = tid % WARP, tid // WARP
         N, K = b.shape
+        M = out.shape[0]
         scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
-        acc = cuda.local.array((M, COLUMNS_PER_WARP), float32)
+        acc = cuda.local.array((R, COLUMNS_PER_WARP), float32)
         w = cuda.local.array(_COLUMNS_LOADED, float32)
         x = cuda.local.array(GROUP, float32)
+        mine = cuda.local.array(COLUMNS_PER_WARP, float32)
         first = (cuda.blockIdx.x * (cuda.blockDim.x // WARP) + warp) * COLUMNS_PER_WARP
-        for m in range(M):
+        for m in range(R):
             for c in range(COLUMNS_PER_WARP):
                 acc[m, c] = ZERO
         for k in range(lane * GROUP, K, WARP * GROUP):
@@ -188,20 +204,27 @@ def _skinny_transposed_kernel(M, width):
                     for j in range(GROUP):
                         w[c * GROUP + j] = load_float32(b, (n, k + j)) if n < N and k + j < K \
                             else ZERO
-            for m in range(M):
-                if width == GROUP:
+            for m in range(R):      # (the rows past M: zeros)
+                if m < M and width == GROUP:
                     load_group4(x, 0, a, (m, k))
                 else:
                     for j in range(GROUP):
-                        x[j] = load_float32(a, (m, k + j)) if k + j < K else ZERO
+                        x[j] = load_float32(a, (m, k + j)) if m < M and k + j < K else ZERO
                 for c in range(COLUMNS_PER_WARP):
                     for j in range(GROUP):
                         acc[m, c] += x[j] * w[c * GROUP + j]
-        for m in range(M):          # every warp reduces as often (the twin syncs)
+        # every warp reduces as often (the twin syncs); lane m keeps row m's sums and
+        # stores them (a store in this loop guarded by M took acc out of registers)
+        for m in range(R):
+            if m < M:
+                for c in range(COLUMNS_PER_WARP):
+                    total = warp_sum(acc[m, c], scratch)
+                    if lane == m:
+                        mine[c] = total
+        if lane < M:
             for c in range(COLUMNS_PER_WARP):
-                total = warp_sum(acc[m, c], scratch)
-                if lane == 0 and first + c < N:
-                    store_float32(out, (m, first + c), total)
+                if first + c < N:
+                    store_float32(out, (lane, first + c), mine[c])
 
     return skinny_matmul_transposed_kernel
 
@@ -235,12 +258,12 @@ else:
 
 
 @functools.cache
-def _skinny_mma_kernel(M, gelu_epilogue):
+def _skinny_mma_kernel(gelu_epilogue):
     """b (K, N) bf16: a warp per MMA_COLUMNS columns and k-blocks of 16 rows, lane (g, t)
     loading its 8 adjacent columns g * 8 .. g * 8 + 7 of rows 2t, 2t+1, 2t+8, 2t+9 (four
     16-byte loads); mma tile j's column g is the lane's column j, so its B fragment is
     the j-th bf16 of each row, paired by rows."""
-    combine = _combine(M, MMA_COLUMNS, gelu_epilogue)
+    combine = _combine(MMA_COLUMNS, gelu_epilogue)
 
     @jit
     def skinny_mma_kernel(out, pre, a, b, blocks_per_split, partial, tickets):
@@ -250,7 +273,7 @@ def _skinny_mma_kernel(M, gelu_epilogue):
         tid = cuda.threadIdx.x
         lane, warp = tid % WARP, tid // WARP
         g, t = lane // 4, lane % 4
-        K, N = b.shape[0], out.shape[1]
+        K, (M, N) = b.shape[0], out.shape
         word = (tile * MMA_COLUMNS + g * MMA_N) // 2        # the lane's first word of b
         acc = cuda.local.array((MMA_TILES, 4), float32)
         wb = cuda.local.array(_MMA_B_WORDS, uint32)         # per k-block: 4 rows of 4
@@ -289,8 +312,8 @@ def _skinny_mma_kernel(M, gelu_epilogue):
         # the warps' sums, each in its own slice, then added in warp order: c0, c1 are
         # row g, logical columns 2t, 2t + 1, c2, c3 row g + 8; logical column n of tile j
         # is column n * 8 + j of the warp's
-        parts = cuda.shared.array((WARPS, M, _PARTS_PITCH), float32)
-        sums = cuda.shared.array((M, MMA_COLUMNS), float32)
+        parts = cuda.shared.array((WARPS, ROWS, _PARTS_PITCH), float32)
+        sums = cuda.shared.array((ROWS, MMA_COLUMNS), float32)
         last = cuda.shared.array(1, int32)
         for j in range(MMA_TILES):
             for r in range(4):
@@ -311,7 +334,7 @@ def _skinny_mma_kernel(M, gelu_epilogue):
 
 
 @functools.cache
-def _skinny_mma_transposed_kernel(M):
+def _skinny_mma_transposed_kernel():
     """b (N, K) bf16 (the tied head): a warp per 8 columns (rows of b) over all of K, in
     chunks of 64: lane (g, t) loads 16 adjacent elements of row g of b, and of rows g
     and g + 8 of a, from 16t on (two 16-byte loads each); k-block j of the chunk takes
@@ -324,6 +347,7 @@ def _skinny_mma_transposed_kernel(M):
         lane, warp = tid % WARP, tid // WARP
         g, t = lane // 4, lane % 4
         N, K2 = b.shape
+        M = out.shape[0]
         n0 = (cuda.blockIdx.x * (cuda.blockDim.x // WARP) + warp) * MMA_N
         wb = cuda.local.array(_HEAD_WORDS, uint32)
         wa = cuda.local.array(_HEAD_WORDS, uint32)
@@ -377,20 +401,19 @@ _DTYPES = (np.dtype(np.float32), np.dtype(np.uint16))
 _PARTIAL, _TICKETS = float32[:, :, ::1], int32[::1]
 _WORDS = uint32[:, ::1]
 PTX_SIGNATURES = (
-    # andrea-120m's decoding in bf16 (qkv and fc bf16, proj float32) at batch 1 and 16 on
-    # the tensor cores; the CUDA cores' kernels in float32 (rows that do not divide into
-    # groups too) and in a mix of bf16 and float32
-    [(_skinny_mma_kernel(M, False), (out, out, _WORDS, _WORDS, int32, _PARTIAL, _TICKETS))
-     for M in (1, 16) for out in (_BF16, _F32)] +
-    [(_skinny_mma_kernel(M, True), (_BF16, _BF16, _WORDS, _WORDS, int32, _PARTIAL,
-                                    _TICKETS)) for M in (1, 16)] +
-    [(_skinny_mma_transposed_kernel(M), (_BF16, _WORDS, _WORDS)) for M in (1, 16)] +
+    # andrea-120m's decoding in bf16 (qkv and fc bf16, proj float32) on the tensor cores,
+    # every batch size; the CUDA cores' kernels in float32 (rows that do not divide into
+    # groups too) and in a mix of bf16 and float32, at the row bounds 16 and 4
+    [(_skinny_mma_kernel(False), (out, out, _WORDS, _WORDS, int32, _PARTIAL, _TICKETS))
+     for out in (_BF16, _F32)] +
+    [(_skinny_mma_kernel(True), (_BF16, _BF16, _WORDS, _WORDS, int32, _PARTIAL, _TICKETS)),
+     (_skinny_mma_transposed_kernel(), (_BF16, _WORDS, _WORDS))] +
     [(_skinny_kernel(16, GROUP, False), (_F32, _F32, _BF16, _BF16, int32, _PARTIAL,
                                          _TICKETS)),
-     (_skinny_kernel(3, 1, False), (_F32, _F32, _F32, _F32, int32, _PARTIAL, _TICKETS)),
-     (_skinny_kernel(3, GROUP, True), (_F32, _F32, _F32, _F32, int32, _PARTIAL, _TICKETS))] +
+     (_skinny_kernel(4, 1, False), (_F32, _F32, _F32, _F32, int32, _PARTIAL, _TICKETS)),
+     (_skinny_kernel(4, GROUP, True), (_F32, _F32, _F32, _F32, int32, _PARTIAL, _TICKETS))] +
     [(_skinny_transposed_kernel(16, GROUP), (_BF16, _BF16, _F32))] +
-    [(_skinny_transposed_kernel(3, width), (_F32, _F32, _F32)) for width in (1, GROUP)])
+    [(_skinny_transposed_kernel(4, width), (_F32, _F32, _F32)) for width in (1, GROUP)])
 
 
 def takes(out, a, b, transpose_a=False, accumulate=False, *others):
@@ -432,7 +455,7 @@ def skinny_matmul(out, a, b, transpose_b=False, *, gelu_pre=None, stream=0):
         width = GROUP if K % GROUP == 0 and group_width(K, a, b) == GROUP else 1
         threads = WARPS * WARP
         grid = ceil_div(N, threads // WARP * COLUMNS_PER_WARP)
-        _skinny_transposed_kernel(M, width)[grid, threads, stream](out, a, b)
+        _skinny_transposed_kernel(row_bound(M), width)[grid, threads, stream](out, a, b)
         return
     width = group_width(N, b)
     tiles = ceil_div(N, TILE)
@@ -442,8 +465,9 @@ def skinny_matmul(out, a, b, transpose_b=False, *, gelu_pre=None, stream=0):
     splits = ceil_div(K, rows_per_split) if K else 1
     partial, tickets = _scratch(out, splits, tiles)
     pre = out if gelu_pre is None else gelu_pre
-    _skinny_kernel(M, width, gelu_pre is not None)[(tiles, splits), WARPS * WARP, stream](
-        out, pre, a, b, rows_per_split, partial, tickets)
+    kernel = _skinny_kernel(row_bound(M), width, gelu_pre is not None)
+    kernel[(tiles, splits), WARPS * WARP, stream](out, pre, a, b, rows_per_split, partial,
+                                                  tickets)
 
 
 def _scratch(out, splits, tiles):
@@ -476,7 +500,7 @@ def _skinny_mma(out, a, b, transpose_b, gelu_pre, stream):
     threads = WARPS * WARP
     if transpose_b:
         grid = ceil_div(N, WARPS * MMA_N)
-        _skinny_mma_transposed_kernel(M)[grid, threads, stream](out, a32, b32)
+        _skinny_mma_transposed_kernel()[grid, threads, stream](out, a32, b32)
         return
     tiles, k_blocks = ceil_div(N, MMA_COLUMNS), ceil_div(K, MMA_K)
     # splits of at least a k-block for each warp's loads in flight
@@ -485,5 +509,5 @@ def _skinny_mma(out, a, b, transpose_b, gelu_pre, stream):
     splits = ceil_div(k_blocks, per_split)
     partial, tickets = _scratch(out, splits, tiles)
     pre = out if gelu_pre is None else gelu_pre
-    _skinny_mma_kernel(M, gelu_pre is not None)[(tiles, splits), threads, stream](
+    _skinny_mma_kernel(gelu_pre is not None)[(tiles, splits), threads, stream](
         out, pre, a32, b32, per_split, partial, tickets)
