@@ -30,9 +30,9 @@ settings.load_profile("gpu" if ON_GPU else "sim")
 
 
 if not ON_GPU:
-    import simulator_calls
+    import simulator_overheads
     import simulator_racecheck
-    simulator_calls.install()
+    simulator_overheads.install()
     simulator_racecheck.install()
 elif os.environ.get("MICROGPT_TEST_KERNEL_CACHE"):
     # pytest-xdist's workers each compile the same kernels, and a machine lent for an hour
