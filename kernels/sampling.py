@@ -7,11 +7,13 @@ distribution the draws follow; ``uniforms``, the generator).
 sample_tokens: grid (B,), a block per sequence, each thread reading STRIP consecutive
 logits at a time (their loads in flight together) on every pass. Temperature 0 is greedy
 (the first of the largest logits). Otherwise the logits are divided by the temperature,
-then kept: the
-top_k largest (0: all, ties at the k-th kept too), then among those the smallest set of
-the largest whose probabilities sum to at least top_p (1: all; ties kept too). The
-thresholds are found by bisection on the logits' order-preserving 32-bit keys (32 block
-reductions each, of counts for top_k and of masses for top_p: exact, with no sort). The
+then kept: the top_k largest (0: all, ties at the k-th kept too), then among those the
+smallest set of the largest whose probabilities sum to at least top_p (1: all; ties kept
+too). The thresholds are exact, with no sort, on the logits' order-preserving 32-bit
+keys: top_k's is the k-th largest key, found a byte at a time from the most significant
+(4 passes, each a histogram in shared memory of the next byte of the keys that match
+the bytes found so far: integer counts, the same whatever order the atomics come in);
+top_p's by bisection (32 block reductions of the masses, added in a fixed order). The
 token is then drawn by the Gumbel-max trick, argmax over the kept logits of
 x - log(-log(u)), which samples softmax(x) over them in one pass; u is a counter-based
 generator, a hash of (seed, sequence, draw number, token id), so a draw depends on
@@ -35,6 +37,9 @@ from microgpt.reference import DRAWN, LEFT, NOT_FINITE, POSITION, SEQ_COLUMNS, T
 
 BLOCK = 32 if SIMULATOR else 1024     # the simulator runs a thread at a time
 STRIP = 8                   # consecutive logits a thread reads at a time: loads in flight
+RADIX = 256                 # top_k's threshold a byte of the key at a time
+RADIX_GROUP = 16            # bytes a thread sums before the scan for the threshold's byte
+RADIX_GROUPS = RADIX // RADIX_GROUP
 NEG_INF = np.float32(-np.inf)
 ZERO = np.float32(0.0)
 ONE = np.float32(1.0)
@@ -121,7 +126,7 @@ def _sample_tokens_kernel(seq, logits, capacity, vocab, temperature, top_k, top_
     # keep the keys >= floor: bisections on int32 keys, held in int64
     floor = int64(-2**31)
     if not greedy and 0 < top_k < vocab:
-        floor = _bisect_count(logits, b, vocab, inv_t, floor, float32(top_k), scratch)
+        floor = _kth_largest_key(logits, b, vocab, inv_t, top_k)
     if not greedy and top_p < ONE:
         total = ZERO
         for start in range(tid * STRIP, vocab, threads * STRIP):
@@ -153,21 +158,50 @@ def _sample_tokens_kernel(seq, logits, capacity, vocab, temperature, top_k, top_
 
 
 @cuda.jit(device=True)
-def _bisect_count(logits, b, vocab, inv_t, floor, k, scratch):
-    """The largest key t >= floor such that at least k of the keys are >= t."""
-    lo, hi = floor, int64(2**31)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        count = ZERO
-        for start in range(cuda.threadIdx.x * STRIP, vocab, cuda.blockDim.x * STRIP):
+def _kth_largest_key(logits, b, vocab, inv_t, k):
+    """The k-th largest key (the largest t such that at least k of the keys are >= t), k
+    in [1, vocab): its bytes from the most significant, each the byte at which the count
+    of the keys that match the bytes above it, from the largest byte down, reaches the k
+    still to find. Keys in the unsigned order (key + 2^31), held in int64."""
+    tid, threads = cuda.threadIdx.x, cuda.blockDim.x
+    hist = cuda.shared.array(RADIX, int32)
+    groups = cuda.shared.array(RADIX_GROUPS, int32)
+    found = cuda.shared.array(2, int64)         # the byte, the k left to find below it
+    prefix, left = int64(0), int64(k)
+    for shift in range(24, -8, -8):
+        for i in range(tid, RADIX, threads):
+            hist[i] = 0
+        cuda.syncthreads()
+        for start in range(tid * STRIP, vocab, threads * STRIP):
             for i in range(start, start + STRIP):
-                if i < vocab and float_key(load_float32(logits, (b, i)) * inv_t) >= mid:
-                    count += ONE
-        if block_sum(count, scratch) >= k:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+                if i < vocab:
+                    u = int64(float_key(load_float32(logits, (b, i)) * inv_t)) + 2**31
+                    if u >> (shift + 8) == prefix >> (shift + 8):
+                        cuda.atomic.add(hist, (u >> shift) & (RADIX - 1), 1)
+        cuda.syncthreads()
+        # the groups' counts in parallel, then one thread walks down the groups and the
+        # bytes of the group where the count reaches left
+        for g in range(tid, RADIX_GROUPS, threads):
+            count = 0
+            for j in range(RADIX_GROUP):
+                count += hist[RADIX - 1 - g * RADIX_GROUP - j]
+            groups[g] = count
+        cuda.syncthreads()
+        if tid == 0:                # (bounded: the counts reach left by the last group)
+            above, g = int64(0), 0
+            while g < RADIX_GROUPS - 1 and above + groups[g] < left:
+                above += groups[g]
+                g += 1
+            byte = RADIX - 1 - g * RADIX_GROUP
+            while byte > RADIX - (g + 1) * RADIX_GROUP and above + hist[byte] < left:
+                above += hist[byte]
+                byte -= 1
+            found[0], found[1] = byte, left - above
+        cuda.syncthreads()
+        prefix |= found[0] << shift
+        left = found[1]
+        cuda.syncthreads()          # found and hist are rewritten by the next byte's pass
+    return prefix - 2**31
 
 
 @cuda.jit(device=True)

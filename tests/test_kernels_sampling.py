@@ -88,6 +88,20 @@ def test_ties_at_the_thresholds_draw_the_references_tokens(temperature, top_k, t
     assert (got[:, ref.DRAWN] == seq[:, ref.DRAWN] + 1).all()
 
 
+def test_top_k_finds_a_threshold_in_the_keys_last_byte():
+    """Logits one float32 step apart on either side of 0 (keys that differ in their last
+    byte only, and across the sign): top-k's threshold found through all four bytes; the
+    draws, nearly uniform over the kept, are the reference's."""
+    up = np.nextafter(np.float32(1), np.float32(2)) - np.float32(1)
+    row = np.concatenate([1 + up * np.arange(5), -1 - up * np.arange(3)]).astype(np.float32)
+    logits = np.tile(np.random.default_rng(2).permutation(row), (3, 1))
+    seq = np.zeros((3, len(ref.SEQ_COLUMNS)), np.int32)
+    seq[:, ref.LEFT] = 1
+    kwargs = dict(vocab=8, temperature=1.0, top_k=3, top_p=1.0, seed=4, stop_id=-1)
+    np.testing.assert_array_equal(launch(seq, logits, 2, **kwargs),
+                                  ref.sample_tokens(seq, logits, 2, **kwargs))
+
+
 def chi_square(counts, p):
     """Pearson's statistic of counts against probabilities p; infinite when a token of
     probability 0 was drawn."""
