@@ -97,7 +97,9 @@ def uniform(base, i):
     return (float32(hash32(base ^ hash32(i)) >> uint32(8)) + np.float32(0.5)) * _U24
 
 
-@jit
+# BLOCK threads leave a thread 64 registers: the bound holds ptxas to them (the H200's
+# compile without it took more, and the launch failed for want of registers)
+@(jit if SIMULATOR else jit(launch_bounds=BLOCK))
 def _sample_tokens_kernel(seq, logits, capacity, vocab, temperature, top_k, top_p, seed,
                           stop_id):
     # seq (B, 4) int32, logits (B, V): the first vocab logits are eligible
