@@ -1,15 +1,20 @@
-"""The fused kernels of mixed precision against the unfused launches they replace."""
+"""The fused kernels of mixed precision against the unfused launches they replace, and
+against PyTorch where it does the same work (the cross-entropy forward + backward on bf16
+logits, fused AdamW), beside the device's copy: the rate a memory-bound kernel's GB/s
+compares with."""
 
 import numpy as np
 
-from .timing import cuda_time
+from .timing import cuda_time, torch_time
 
 
 def bench_fused(reps, shape=(16, 1024, 768, 50304), n_params=124_392_960):
-    """(name, ms, the unfused launches' ms or None, bytes each must move) at shape (B, T,
-    C, V) and n_params, andrea-120m's (heads of 64). bf16 arrays are uint16 device
-    arrays. The bf16 head copies and AdamW's bf16 matrices replace no launch: beside them,
-    the same launch in float32 (in the unfused column)."""
+    """(name, ms, the unfused launches' ms or None, bytes each must move, PyTorch's ms or
+    None) at shape (B, T, C, V) and n_params, andrea-120m's (heads of 64). bf16 arrays are
+    uint16 device arrays. The bf16 head copies and AdamW's bf16 matrices replace no
+    launch: beside them, the same launch in float32 (in the unfused column)."""
+    import torch
+    import torch.nn.functional as F
     from numba import cuda
 
     from microgpt.kernels import adamw, crossentropy, elementwise, gemm, layernorm
@@ -66,11 +71,26 @@ def bench_fused(reps, shape=(16, 1024, 768, 50304), n_params=124_392_960):
         elementwise.residual_forward(resid, a, b)
         layernorm.layernorm_forward(ln_out, mean, rstd, resid, w, bias)
 
+    copy_from, copy_to = dev(N, V // 2), dev(N, V // 2)     # a bf16 logits' bytes
+    tlogits16 = torch.randn(N, V, device="cuda", dtype=torch.bfloat16).requires_grad_()
+    ttargets = torch.randint(0, V, (N,), device="cuda")
+    tparam = torch.nn.Parameter(torch.randn(n_params, device="cuda") * 0.02)
+    tparam.grad = torch.randn_like(tparam) * 0.02
+    topt = torch.optim.AdamW([tparam], lr=1e-4, betas=(0.9, 0.95), eps=1e-8,
+                             weight_decay=0.1, fused=True)
+    tcopy_from, tcopy_to = (torch.empty(N * V // 2, device="cuda") for _ in range(2))
+
+    def torch_crossentropy():
+        tlogits16.grad = None       # written afresh, as microgpt's dlogits (not accumulated)
+        F.cross_entropy(tlogits16, ttargets).backward()
+
     def crossentropy_pair():
         crossentropy.crossentropy_forward(losses, lse, logits, targets)
         crossentropy.crossentropy_backward(logits, logits, lse, targets, 1.0 / N)
 
     rows = [
+        ("device-to-device copy, 1.65 GB", lambda: copy_to.copy_to_device(copy_from), None,
+         2 * nv * bf16, lambda: tcopy_to.copy_(tcopy_from)),
         ("residual + layernorm forward, float32 out",
          lambda: layernorm.residual_layernorm_forward(resid, ln_out, mean, rstd, a, b, w, bias),
          residual_pair, nc * 4 * f32),
@@ -90,7 +110,11 @@ def bench_fused(reps, shape=(16, 1024, 768, 50304), n_params=124_392_960):
          crossentropy_pair, nv * 2 * f32),
         ("crossentropy forward + backward, bf16 logits",
          lambda: crossentropy.crossentropy_forward_backward(losses, logits16, targets, 1.0 / N),
-         crossentropy_pair, nv * 2 * bf16),
+         crossentropy_pair, nv * 2 * bf16, torch_crossentropy),
+        ("crossentropy forward + backward, bf16 logits, read twice (stage=False)",
+         lambda: crossentropy.crossentropy_forward_backward(losses, logits16, targets, 1.0 / N,
+                                                            stage=False),
+         None, nv * 2 * bf16),
         ("gelu forward, float32 -> float32", lambda: elementwise.gelu_forward(fc_out, fc), None,
          nf * 2 * f32),
         ("gelu forward, float32 -> bf16", lambda: elementwise.gelu_forward(fc_out16, fc), None,
@@ -123,25 +147,33 @@ def bench_fused(reps, shape=(16, 1024, 768, 50304), n_params=124_392_960):
          lambda: heads.split_heads_backward(qkv, q, k, v), 3 * nc * 2 * bf16),
         ("AdamW update + bf16 matrices", lambda: adamw_update(param_bf16=param16), adamw_update,
          n_params * 7 * f32 + n_decay * bf16),
+        ("AdamW update", adamw_update, None, n_params * 7 * f32, topt.step),
     ]
     out = []
-    for name, fused, unfused, nbytes in rows:
+    for name, fused, unfused, nbytes, *theirs in rows:
         ms = cuda_time(fused, reps)
         pair_ms = cuda_time(unfused, reps) if unfused else None
-        out.append((name, ms, pair_ms, nbytes))
+        torch_ms = torch_time(theirs[0], reps) if theirs else None
+        out.append((name, ms, pair_ms, nbytes, torch_ms))
         print(f"  {name:52s} {ms:8.3f} ms  {nbytes / ms / 1e6:6.0f} GB/s"
-              + (f"   unfused {pair_ms:8.3f} ms" if pair_ms else ""), flush=True)
+              + (f"   unfused {pair_ms:8.3f} ms" if pair_ms else "")
+              + (f"   torch {torch_ms:8.3f} ms" if torch_ms else ""), flush=True)
     return out
 
 
 def fused_report(rows):
     lines = ["## Fused kernels of mixed precision at andrea-120m shapes "
              "(N = B·T = 16384 rows, C 768, V 50304)", "",
-             "GB/s: the bytes the kernel must read and write once each, over its time.", "",
+             "GB/s: the bytes the kernel must read and write once each, over its time; the "
+             "copy's row is the device's rate for them. PyTorch: the same work in the same "
+             "dtypes (`F.cross_entropy` forward and backward on bf16 logits, "
+             "`torch.optim.AdamW(fused=True)`; the copy `Tensor.copy_`).", "",
              "| kernel | ms | GB/s | the unfused launches it replaces (for the bf16 head copies "
-             "and AdamW, the same launch in float32), ms | unfused / fused |",
-             "|---|---:|---:|---:|---:|"]
-    for name, ms, pair_ms, nbytes in rows:
+             "and AdamW, the same launch in float32), ms | unfused / fused | PyTorch ms | "
+             "PyTorch / microgpt |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, ms, pair_ms, nbytes, torch_ms in rows:
         pair = f"{pair_ms:.3f} | {pair_ms / ms:.2f}" if pair_ms else "n/a | "
-        lines.append(f"| {name} | {ms:.3f} | {nbytes / ms / 1e6:.0f} | {pair} |")
+        theirs = f"{torch_ms:.3f} | {torch_ms / ms:.2f}" if torch_ms else "n/a | "
+        lines.append(f"| {name} | {ms:.3f} | {nbytes / ms / 1e6:.0f} | {pair} | {theirs} |")
     return lines + [""]
