@@ -1,7 +1,8 @@
 """Session 18's memory-bound kernels at andrea-120m shapes beside the device's copy: the
 cross-entropy forward + backward staged and read twice (stage=False, the kernel before
 this session), by block size; AdamW with its bf16 copy, and as the module given by
---adamw-main PATH (a copy of the kernels/adamw.py before it) has it; each timed as tools/bench.py times (CUDA events around
+--adamw-main PATH (a copy of the kernels/adamw.py before it) has it; the step's other
+memory-bound launches (LayerNorm, GELU: "rest"); each timed as tools/bench.py times (CUDA events around
 `reps` launches) and captured (tools/benchmarks/timing.captured_time: 20 launches in a
 graph, the best of the replays). GB/s: the bytes the op must read and write once."""
 import sys
@@ -59,6 +60,45 @@ def bench_adamw(ops, adamw_main, n=124_392_960, n_decay=124_392_960 - 50 * 768):
             row(name + " (captured)", captured_time(update, 5, ops), nbytes)
 
 
+def bench_rest(ops, C=768):
+    """The step's other memory-bound launches, with its dtypes: the LayerNorm backward
+    (float32 dout, the bf16 copy of dinp), the residual + LayerNorm forward (bf16 out),
+    GELU forward bf16 -> bf16 and its backward in place on bf16."""
+    from microgpt.kernels import elementwise, layernorm
+    rng = np.random.default_rng(2)
+
+    def dev(*shape, bf16=False):
+        x = rng.standard_normal(shape, dtype=np.float32)
+        if bf16:
+            import ml_dtypes
+            x = x.astype(ml_dtypes.bfloat16).view(np.uint16)
+        return cuda.to_device(x)
+    a, b, resid, dln, dresid = (dev(N, C) for _ in range(5))
+    out16, dresid16, fc16, dfc16, gelu16 = (dev(N, C, bf16=True), dev(N, C, bf16=True),
+                                            dev(N, 4 * C, bf16=True), dev(N, 4 * C, bf16=True),
+                                            dev(N, 4 * C, bf16=True))
+    w, bias, dw, db = dev(C), dev(C), dev(C), dev(C)
+    mean, rstd = dev(N), cuda.to_device(np.abs(rng.standard_normal(N, dtype=np.float32)) + 1)
+    nc, f32, bf16 = N * C, 4, 2
+    launches = [
+        ("layernorm backward, float32 dout, bf16 copy of dinp",
+         lambda stream=0: layernorm.layernorm_backward(dresid, dw, db, dln, resid, w, mean, rstd,
+                                                       dinp_copy=dresid16, stream=stream),
+         nc * (4 * f32 + bf16)),
+        ("residual + layernorm forward, bf16 out",
+         lambda stream=0: layernorm.residual_layernorm_forward(resid, out16, mean, rstd, a, b, w,
+                                                               bias, stream=stream),
+         nc * (3 * f32 + bf16)),
+        ("gelu forward, bf16 -> bf16",
+         lambda stream=0: elementwise.gelu_forward(gelu16, fc16, stream=stream), 4 * nc * 2 * bf16),
+        ("gelu backward in place, bf16",
+         lambda stream=0: elementwise.gelu_backward(dfc16, dfc16, fc16, stream=stream),
+         4 * nc * 3 * bf16),
+    ]
+    for name, launch, nbytes in launches:
+        row(name + " (captured)", captured_time(launch, 5, ops), nbytes)
+
+
 def main(which, adamw_main=None):
     ops = CudaBackend()
     rng = np.random.default_rng(0)
@@ -93,12 +133,14 @@ def main(which, adamw_main=None):
         del logits
     if "adamw" in which:
         bench_adamw(ops, adamw_main)
+    if "rest" in which:
+        bench_rest(ops)
 
 
 if __name__ == "__main__":
     import argparse
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("which", nargs="*", default=["copy", "bf16", "float32", "adamw"])
+    parser.add_argument("which", nargs="*", default=["copy", "bf16", "float32", "adamw", "rest"])
     parser.add_argument("--adamw-main", help="a copy of the AdamW module to time beside")
     args = parser.parse_args()
     main(args.which, args.adamw_main)
