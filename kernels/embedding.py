@@ -2,7 +2,9 @@
 
 NumPy twins: ``microgpt.reference.encoder_forward`` and ``encoder_backward``.
 
-Forward: one thread per output element, out[b, t, c] = wte[idx[b, t], c] + wpe[t, c].
+Forward: out[b, t, c] = wte[idx[b, t], c] + wpe[t, c], a thread per 4 columns of one
+position in one 16-byte access of each array (``precision.group_width``: C a multiple of 4,
+the arrays on 16-byte boundaries; else a thread per element).
 
 Backward, two ways. The same token may appear anywhere in the batch, and wte also
 receives the tied LM head's gradient:
@@ -32,11 +34,15 @@ Consecutive threads take consecutive columns, so the reads of dout and the write
 dwte are coalesced. The sorted order and the chunks' sums are scratch kept with dwte's
 memory (common.kept_with).
 """
+import functools
+
 import numpy as np
 from numba import cuda, float32, int32, int64
 
 from .cache import jit
 from .common import SIMULATOR, ceil_div, check_array, check_block_size, fill_zero, kept_with
+from .device import GROUP
+from .precision import group_loader, group_storer, group_width
 
 BLOCK = 256
 CHUNK = 32          # sorted positions per thread of the run sums
@@ -48,15 +54,29 @@ SORT_TILE = 4 if SIMULATOR else 256
 # ----------------------------------------------------------------------------------
 # kernels
 
-@jit
-def _encoder_forward_kernel(out, idx, wte, wpe):
-    # out (B, T, C), idx (B, T) int32, wte (V, C), wpe (context, C)
-    B, T, C = out.shape
-    i = cuda.grid(1)
-    if i < B * T * C:
-        bt, c = divmod(i, C)
-        b, t = divmod(bt, T)
-        out[b, t, c] = wte[idx[b, t], c] + wpe[t, c]
+@functools.cache
+def _encoder_forward_kernel(width):
+    """The forward with a thread per width columns of one position (1, or GROUP in one
+    16-byte access of each array)."""
+    load, store = group_loader(width), group_storer(width)
+
+    @jit
+    def encoder_forward_kernel(out, idx, wte, wpe):
+        # out (B, T, C), idx (B, T) int32, wte (V, C), wpe (context, C)
+        B, T, C = out.shape
+        groups = C // width
+        i = cuda.grid(1)
+        if i < B * T * groups:
+            bt, g = divmod(i, groups)
+            b, t = divmod(bt, T)
+            x = cuda.local.array(width, float32)
+            p = cuda.local.array(width, float32)
+            load(x, 0, wte, (idx[b, t], g * width))
+            load(p, 0, wpe, (t, g * width))
+            for e in range(width):
+                x[e] += p[e]
+            store(out, (b, t, g * width), x, 0)
+    return encoder_forward_kernel
 
 
 @jit
@@ -188,8 +208,8 @@ def _position_sums_kernel(dwpe, dout):
 
 
 PTX_SIGNATURES = [
-    (_encoder_forward_kernel, (float32[:, :, ::1], int32[:, ::1], float32[:, ::1],
-                               float32[:, ::1])),
+    *[(_encoder_forward_kernel(width), (float32[:, :, ::1], int32[:, ::1], float32[:, ::1],
+                                         float32[:, ::1])) for width in (1, GROUP)],
     (_encoder_backward_atomic_kernel, (float32[:, ::1], float32[:, ::1], float32[:, :, ::1],
                                         int32[:, ::1])),
     (_rank_positions_kernel, (int32[::1], int32[::1])),
@@ -231,7 +251,9 @@ def encoder_forward(out, idx, wte, wpe, *, stream=0, block=BLOCK):
     B, T, C = _check_shapes("out", out, idx, wte, wpe, "wte", "wpe")
     if out.size == 0:
         return
-    _encoder_forward_kernel[ceil_div(B * T * C, block), block, stream](out, idx, wte, wpe)
+    width = group_width(C, out, wte, wpe)
+    _encoder_forward_kernel(width)[ceil_div(B * T * (C // width), block), block, stream](
+        out, idx, wte, wpe)
 
 
 def encoder_backward(dwte, dwpe, dout, idx, *, deterministic=False, stream=0, block=BLOCK,

@@ -78,6 +78,13 @@ def test_encoder_forward(shape, extra_context, block, seed):
     check_forward(shape, extra_context, block, seed)
 
 
+@pytest.mark.parametrize("C", [8, 6])
+def test_encoder_forward_in_groups_or_element_by_element(C):
+    """A thread per 4 columns where C divides into them (the model's), else per element;
+    2 positions of 8 columns are 4 groups across a 32-thread block's threads."""
+    check_forward((1, 2, C, 3), 1, 32, seed=C)
+
+
 @given(shape=SHAPES, extra_context=st.integers(0, 3), block=BLOCKS, chunk=CHUNKS, seed=SEEDS)
 def test_encoder_backward_accumulates(shape, extra_context, block, chunk, seed):
     """The sorted, deterministic backward."""

@@ -2,7 +2,7 @@
 cross-entropy forward + backward staged and read twice (stage=False, the kernel before
 this session), by block size; AdamW with its bf16 copy, and as the module given by
 --adamw-main PATH (a copy of the kernels/adamw.py before it) has it; the step's other
-memory-bound launches (LayerNorm, GELU: "rest"); each timed as tools/bench.py times (CUDA events around
+memory-bound launches (the embedding, LayerNorm, GELU: "rest"); each timed as tools/bench.py times (CUDA events around
 `reps` launches) and captured (tools/benchmarks/timing.captured_time: 20 launches in a
 graph, the best of the replays). GB/s: the bytes the op must read and write once."""
 import sys
@@ -61,10 +61,10 @@ def bench_adamw(ops, adamw_main, n=124_392_960, n_decay=124_392_960 - 50 * 768):
 
 
 def bench_rest(ops, C=768):
-    """The step's other memory-bound launches, with its dtypes: the LayerNorm backward
-    (float32 dout, the bf16 copy of dinp), the residual + LayerNorm forward (bf16 out),
-    GELU forward bf16 -> bf16 and its backward in place on bf16."""
-    from microgpt.kernels import elementwise, layernorm
+    """The step's other memory-bound launches, with its dtypes: the embedding, the
+    LayerNorm backward (float32 dout, the bf16 copy of dinp), the residual + LayerNorm
+    forward (bf16 out), GELU forward bf16 -> bf16 and its backward in place on bf16."""
+    from microgpt.kernels import elementwise, embedding, layernorm
     rng = np.random.default_rng(2)
 
     def dev(*shape, bf16=False):
@@ -80,7 +80,14 @@ def bench_rest(ops, C=768):
     w, bias, dw, db = dev(C), dev(C), dev(C), dev(C)
     mean, rstd = dev(N), cuda.to_device(np.abs(rng.standard_normal(N, dtype=np.float32)) + 1)
     nc, f32, bf16 = N * C, 4, 2
+    T, V = 1024, 50304
+    idx = cuda.to_device(rng.integers(0, V, (N // T, T)).astype(np.int32))
+    wte, wpe = dev(V, C), dev(T, C)
     launches = [
+        ("encoder forward (token + position embedding)",
+         lambda stream=0: embedding.encoder_forward(a.reshape(N // T, T, C), idx, wte, wpe,
+                                                    stream=stream),
+         nc * 2 * f32 + T * C * f32),
         ("layernorm backward, float32 dout, bf16 copy of dinp",
          lambda stream=0: layernorm.layernorm_backward(dresid, dw, db, dln, resid, w, mean, rstd,
                                                        dinp_copy=dresid16, stream=stream),
