@@ -80,19 +80,15 @@ def _online_pair(length):
             chunk_max = max(chunk_max, x[i])
         # a new max: the old one joins the rest, and the first column holding the new one
         # stays out of it (its term is exactly 1, kept out so that log1p can resolve a
-        # sum of 1 + tiny: the loss of a confidently right token). Most chunks hold no new
-        # max: their loop has no compare per column.
-        if chunk_max > running_max:
+        # sum of 1 + tiny: the loss of a confidently right token)
+        skip = chunk_max > running_max
+        if skip:
             running_rest = (running_rest + ONE) * exp_approx(running_max - chunk_max)
             running_max = chunk_max
-            skip = True
-            for i in range(length):
-                if skip and x[i] == running_max:
-                    skip = False
-                else:
-                    running_rest += exp_approx(x[i] - running_max)
-        else:
-            for i in range(length):
+        for i in range(length):
+            if skip and x[i] == running_max:
+                skip = False
+            else:
                 running_rest += exp_approx(x[i] - running_max)
         return running_max, running_rest
     return accumulate
