@@ -237,7 +237,9 @@ def test_a_manifest_that_cannot_be_read_or_written_only_costs_its_time(tmp_path,
     damaged.write_bytes(b"not a manifest")
     assert cache.read_manifest(damaged) == (None, []) and cache.stale_jobs(tmp_path) == []
     lock = __import__("threading").Lock()       # a factory argument pickle cannot take
-    monkeypatch.setattr(cache, "_used", {"k.kernel": (("global", "tests", "k", lock), (), 1.0)})
+    # (the stamp imports a recipe's module: one that an installed package has, as CI's)
+    recipe = ("global", "microgpt.kernels.elementwise", "k", lock)
+    monkeypatch.setattr(cache, "_used", {"k.kernel": (recipe, (), 1.0)})
     cache.write_manifest(tmp_path / "manifests" / "shape.pkl")
     assert [p.name for p in damaged.parent.iterdir()] == ["damaged.pkl"]
 
