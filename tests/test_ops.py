@@ -20,7 +20,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # how a launch runs, not what it computes (split_k and deterministic the backend sets)
 LAUNCH_ONLY = {"stream", "block", "tile", "rows_per_block", "max_blocks", "split_k",
                "blocks_per_head", "fused", "chunk", "deterministic",
-               "stage"}   # sampling: whether the keys are staged in shared memory
+               "stage"}   # cross-entropy: whether a row is staged in shared memory
 
 
 def public_methods(cls):
