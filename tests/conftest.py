@@ -44,8 +44,8 @@ elif os.environ.get("MICROGPT_TEST_KERNEL_CACHE"):
 
 # pytest-xdist's workers take whole files (--dist loadfile), by default those with the most
 # tests first. The suite's time is set by its longest files: they go first instead, the
-# compile check's one process above all (~8 of CI's minutes; when it was scheduled last it
-# ran alone at the end). The rest keep their order. Both hooks run where xdist does not.
+# compile check's one process above all (~10 minutes of one CPU; when scheduled last it
+# ran alone at the end). The rest keep their order. Without xdist both are harmless.
 LONGEST_FIRST = ("test_compile.py", "test_cuda_model.py", "test_kernels_gemm_bf16.py",
                  "test_generate.py", "test_kernels_flash_attention.py", "test_train_cli.py",
                  "test_kernels_layernorm.py", "test_kernels_gemm.py")

@@ -11,7 +11,7 @@ call them.
 conftest turns the simulator on for the test process, so the compile runs in subprocesses
 without NUMBA_ENABLE_CUDASIM: this file run as a script, one process per CPU that the
 test's pytest worker has to itself (under CI's two xdist workers one process, which leaves
-the other CPU to the other worker: ~7.5 minutes on the CPU machine for the 168 kernels,
+the other CPU to the other worker: ~10 minutes on the CPU machine for the 169 kernels,
 more on CI's), each compiling its share of the kernels. There the warp shuffles and every
 other GPU-only path are type-checked and lowered to PTX by NVVM from the numba-cuda[cu13]
 wheels; the PTX is also checked for what a kernel of this engine should never need: local
