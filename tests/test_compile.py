@@ -10,16 +10,15 @@ call them.
 
 conftest turns the simulator on for the test process, so the compile runs in subprocesses
 without NUMBA_ENABLE_CUDASIM: this file run as a script, one process per CPU that the
-test's pytest worker has to itself (under CI's two xdist workers one process, which leaves
-the other CPU to the other worker: ~10 minutes on the CPU machine for the 169 kernels,
-more on CI's), each compiling its share of the kernels. There the warp shuffles and every
-other GPU-only path are type-checked and lowered to PTX by NVVM from the numba-cuda[cu13]
-wheels; the PTX is also checked for what a kernel of this engine should never need: local
-memory (a register array that did not stay in registers) and float64 arithmetic (a Python
-float that slipped into float32 math). Then nvJitLink (from the same wheels) assembles the
-PTX into sm_90a machine code, as the driver would on the H200: that checks the inline-asm
-PTX of the tensor-core atoms, which NVVM passes through unread, and reports spills (a
-stack frame) that the PTX cannot show.
+test's pytest worker has to itself, two at least (~10 CPU-minutes on the CPU machine for
+the 169 kernels, more on CI's), each compiling its share of the kernels. There the warp
+shuffles and every other GPU-only path are type-checked and lowered to PTX by NVVM from
+the numba-cuda[cu13] wheels; the PTX is also checked for what a kernel of this engine
+should never need: local memory (a register array that did not stay in registers) and
+float64 arithmetic (a Python float that slipped into float32 math). Then nvJitLink (from
+the same wheels) assembles the PTX into sm_90a machine code, as the driver would on the
+H200: that checks the inline-asm PTX of the tensor-core atoms, which NVVM passes through
+unread, and reports spills (a stack frame) that the PTX cannot show.
 """
 import importlib
 import json
@@ -135,10 +134,12 @@ def compile_all(part=0, parts=1):
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
     """Every record of compile_all, from one subprocess per CPU that this pytest has to
-    itself (at most 4: each holds numba and NVVM, some hundreds of MB; pytest-xdist's
-    workers share the CPUs out), each compiling its share of the kernels."""
+    itself (two at least, at most 4: each holds numba and NVVM, some hundreds of MB;
+    pytest-xdist's workers share the CPUs out), each compiling its share of the kernels."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", 1))
-    parts = max(1, min((os.cpu_count() or 1) // workers, 4))
+    # two at least: under CI's two workers one process took ~13 minutes beside the other
+    # worker's files, the suite's longest pole; two halves share the CPUs with them instead
+    parts = max(2, min((os.cpu_count() or 1) // workers, 4))
     folder = tmp_path_factory.mktemp("ptx")
     paths = [folder / f"records-{part}.json" for part in range(parts)]
     env = {name: value for name, value in os.environ.items()
