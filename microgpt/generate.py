@@ -33,6 +33,7 @@ from microgpt.model import Buffers, activation_specs, rows
 from microgpt.reference import DRAWN, LEFT, NOT_FINITE, POSITION, SEQ_COLUMNS, TOKEN
 
 AHEAD = 2       # decoding steps enqueued before the host reads a step's tokens
+PREFILL_STEP = 64   # captured prefills' lengths are padded to a multiple: a graph for each
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,25 @@ class Sampling:
                              f"{self.vocab_limit}")
 
 
+class Replayed:
+    """enqueue(), whose launches' arguments never change, as one CUDA graph: run eagerly the
+    first time (its kernels compile), captured the second, replayed after; eager on every
+    call where graphs are off."""
+
+    def __init__(self, ops, enqueue):
+        self.ops, self.enqueue = ops, enqueue
+        self.ran, self.captured = False, None
+
+    def __call__(self, graph):
+        if not graph or not self.ran:
+            self.enqueue()
+            self.ran = True
+            return
+        if self.captured is None:
+            self.captured = self.ops.capture(self.enqueue)
+        self.captured.replay()
+
+
 class Decoder:
     """B sequences' KV caches, state and step buffers; ``start`` loads prompts, ``step``
     runs one position of every active sequence, ``state`` reads the state back."""
@@ -70,9 +90,9 @@ class Decoder:
                    for _ in range(cfg.n_layer)]
         self.seq = ops.zeros((batch, len(SEQ_COLUMNS)), np.dtype(np.int32))
         self.acts = Buffers(ops, activation_specs(cfg, batch, 1, model.precision))
-        self._prefills = {}         # (n, T) -> the buffers of a prefill of that shape
+        self._prefills = {}         # (n, T) -> (buffers, slots, its Replayed) of that shape
         self.graph = graph and ops.graphs
-        self._captured, self._ran = {}, set()
+        self._steps = {}            # sampling -> its step's Replayed
 
     def start(self, b, ids, left, drawn=0):
         """Sequence b continues ids (its newest context tokens), with left tokens to draw:
@@ -94,24 +114,37 @@ class Decoder:
         T = max(len(ids) for ids in prompts) - 1
         if T > 0:
             n = len(prompts)
+            if self.graph:          # padded, so that prompts of near lengths share a graph
+                T = min(cfg.context, -(-T // PREFILL_STEP) * PREFILL_STEP)
             if (n, T) not in self._prefills:
-                self._prefills[(n, T)] = Buffers(ops, activation_specs(cfg, n, T,
-                                                                       self.model.precision))
-            a = self._prefills[(n, T)]
+                self._prefills[(n, T)] = self._prefill(n, T)
+            a, slots_dev, prefill = self._prefills[(n, T)]
             ids = np.zeros((n, T), np.int32)
             for r, prompt in enumerate(prompts):
                 ids[r, :len(prompt) - 1] = prompt[:-1]
             ops.copy(a.batch[0], ids)
-            slots_dev = ops.to_device(np.array(slots, np.int32))
-
-            def store_then_attend(a, i):        # the prompt's keys and values, then the
-                ops.kv_cache_write(self.kv[i], a.qkv[i], slots_dev)     # training attention
-                self.model.enqueue_attention(a, i)
-            p = self.model.params
-            ops.encoder_forward(a.resid[0], a.batch[0], p["wte"], p["wpe"])
-            self.model.enqueue_blocks(a, attention=store_then_attend)
+            ops.copy(slots_dev, np.array(slots, np.int32))
+            prefill(self.graph)
         for b, ids, n_left, n_drawn in zip(slots, prompts, left, drawn):
             ops.copy(self.seq[b], np.array([ids[-1], len(ids) - 1, n_left, n_drawn], np.int32))
+
+    def _prefill(self, n, T):
+        """The buffers, slots (n,) on the device and the enqueue (a Replayed) of a prefill
+        of n prompts of T tokens, their ids in the buffers' batch[0]: the model's forward,
+        each block's keys and values into the cache rows of the slots."""
+        ops, model = self.ops, self.model
+        a = Buffers(ops, activation_specs(model.config, n, T, model.precision))
+        slots = ops.zeros((n,), np.dtype(np.int32))
+
+        def store_then_attend(a, i):        # the prompt's keys and values, then the
+            ops.kv_cache_write(self.kv[i], a.qkv[i], slots)         # training attention
+            model.enqueue_attention(a, i)
+
+        def enqueue():
+            ops.encoder_forward(a.resid[0], a.batch[0], model.params["wte"],
+                                model.params["wpe"])
+            model.enqueue_blocks(a, attention=store_then_attend)
+        return a, slots, Replayed(ops, enqueue)
 
     def step(self, sampling):
         """Enqueue one position of every active sequence and its draw (captured once per
@@ -124,13 +157,9 @@ class Decoder:
                               vocab=sampling.vocab_limit, temperature=sampling.temperature,
                               top_k=sampling.top_k, top_p=sampling.top_p, seed=sampling.seed,
                               stop_id=-1 if sampling.stop_id is None else sampling.stop_id)
-        if not self.graph or sampling not in self._ran:
-            enqueue()
-            self._ran.add(sampling)
-            return
-        if sampling not in self._captured:
-            self._captured[sampling] = self.ops.capture(enqueue)
-        self._captured[sampling].replay()
+        if sampling not in self._steps:
+            self._steps[sampling] = Replayed(self.ops, enqueue)
+        self._steps[sampling](self.graph)
 
     def _attend(self, a, i):
         self.ops.attention_decode(a.att_merged[i], self.kv[i], a.qkv[i], self.seq,
