@@ -33,7 +33,8 @@ from microgpt.model import Buffers, activation_specs, rows
 from microgpt.reference import DRAWN, LEFT, NOT_FINITE, POSITION, SEQ_COLUMNS, TOKEN
 
 AHEAD = 2       # decoding steps enqueued before the host reads a step's tokens
-PREFILL_STEP = 64   # captured prefills' lengths are padded to a multiple: a graph for each
+PREFILL_STEP = 64   # prefills longer than this are padded to a multiple, shorter ones to a
+                    # power of two: a captured graph serves every prompt of its length
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,14 @@ class Sampling:
         if self.vocab_limit is not None and not 1 <= self.vocab_limit <= vocab_size:
             raise ValueError(f"vocab_limit must lie in [1, {vocab_size}], got "
                              f"{self.vocab_limit}")
+
+
+def prefill_length(T, context):
+    """The positions a prefill of T runs: T padded (PREFILL_STEP), at most context. Eager
+    and captured steps pad alike, so that they give the same bits."""
+    if T <= PREFILL_STEP:
+        return min(context, 1 << (T - 1).bit_length())
+    return min(context, -(-T // PREFILL_STEP) * PREFILL_STEP)
 
 
 class Replayed:
@@ -114,8 +123,7 @@ class Decoder:
         T = max(len(ids) for ids in prompts) - 1
         if T > 0:
             n = len(prompts)
-            if self.graph:          # padded, so that prompts of near lengths share a graph
-                T = min(cfg.context, -(-T // PREFILL_STEP) * PREFILL_STEP)
+            T = prefill_length(T, cfg.context)
             if (n, T) not in self._prefills:
                 self._prefills[(n, T)] = self._prefill(n, T)
             a, slots_dev, prefill = self._prefills[(n, T)]

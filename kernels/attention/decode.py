@@ -22,18 +22,21 @@ kv_cache_write: grid (ceil(2C / block), T, n), one thread per copied element: th
 prompt positions of qkv row r go to cache row slots[r], positions 0 .. T-1 (the prefill).
 
 attention_decode: one new position per sequence, flash-decoding: grid (splits, H, B),
-block THREADS, split s takes the keys [s * keys, (s + 1) * keys) (keys = THREADS / 2)
-of the positions 0 .. position. The split that holds the new position first copies its
-key and value from qkv into the cache (the block reads them back after a barrier, and
-no other block reads that row). The splits past the position return at once (the
-grid covers the whole cache, since a captured launch cannot depend on the position), and
-the others count only themselves. A thread takes a key for its score (the split's max and
-sum by block reductions), then thread (g, d) accumulates p . v of column d over every
-(THREADS / D)-th key from g, four loads in flight, and the groups' sums meet in shared
-memory. Each split writes its (max, sum, D partial outputs) to a scratch array; the last
-split of a (sequence, head) to finish (a ticket from an atomic counter, after a fence)
-combines them in split order, so the result has the same bits whichever finishes last,
-and resets the counter for the next launch.
+block THREADS, split s takes the keys [s * THREADS, (s + 1) * THREADS) of the positions
+0 .. position. The split that holds the new position first copies its key and value from
+qkv into the cache (the block reads them back after a barrier, and no other block reads
+that row). The splits past the position return at once (the grid covers the whole cache,
+since a captured launch cannot depend on the position), and the others count only
+themselves. A thread takes a key for its score (its row's loads all in flight, GROUP
+elements each; the split's max and sum by block reductions); then thread (r, c) takes
+GROUP columns from c * GROUP of every (THREADS // ceil(D / GROUP))-th value row from r,
+every load in flight before its first product (a chain of dependent loads was most of
+the kernel's time), and the rows' sums meet in shared memory. A split alone (positions
+below THREADS) writes the output itself; otherwise each split writes its (max, sum, D
+partial outputs) to a scratch array, and the last split of a (sequence, head) to finish
+(a ticket from an atomic counter, after a fence) combines them in split order, so the
+result has the same bits whichever finishes last, and resets the counter for the next
+launch.
 """
 import functools
 import math
@@ -45,11 +48,13 @@ from ..atoms import copy_element
 from ..cache import jit
 from ..common import (REDUCE_SCRATCH, SIMULATOR, WARP, block_max, block_sum, ceil_div,
                       check_array, check_block_size, kept_with, row_block)
-from ..precision import check_activation, load_float32, store_float32
+from ..device import GROUP
+from ..precision import (check_activation, group_width, load_float32, load_group4,
+                         store_float32)
 from microgpt.reference import POSITION, SEQ_COLUMNS, TOKEN
 
 BLOCK = 256                 # the copies
-THREADS = 32 if SIMULATOR else 128  # attention_decode's block; a split is half as many keys
+THREADS = 32 if SIMULATOR else 128  # attention_decode's block, and a split's keys
 NEG_INF = np.float32(-np.inf)
 ZERO = np.float32(0.0)
 
@@ -78,10 +83,24 @@ def _kv_cache_write_kernel(kv_cache, qkv, slots):
 
 
 @functools.cache
-def _attention_decode_kernel(D, threads):
+def _attention_decode_kernel(D, threads, width):
+    """Head size D, a block of threads (a split of as many keys); width GROUP: the rows'
+    head slices load in groups of GROUP elements (D a multiple of GROUP, aligned), else 1."""
     scale = np.float32(1.0 / math.sqrt(D))
-    keys = threads // 2             # of a split: a thread a key for the scores
-    groups = threads // D           # of threads over the split's keys for p . v
+    keys = threads                  # of a split: a thread a key for the scores
+    lanes = ceil_div(D, GROUP)      # threads over a value row for p . v, GROUP columns each
+    per_pass = threads // lanes     # value rows a pass of the block takes
+    passes = ceil_div(keys, per_pass)
+    padded, loaded = lanes * GROUP, passes * GROUP
+
+    @cuda.jit(device=True, inline=True)
+    def load_slice(out, at, arr, b, key, col, n):
+        """out[at:at + GROUP] = arr[b, key, col:col + GROUP], the columns past n zeros."""
+        if width == GROUP:
+            load_group4(out, at, arr, (b, key, col))
+        else:
+            for j in range(GROUP):
+                out[at + j] = load_float32(arr, (b, key, col + j)) if j < n else ZERO
 
     @jit
     def attention_decode_kernel(out, kv_cache, qkv, seq, partial, tickets):
@@ -98,11 +117,11 @@ def _attention_decode_kernel(D, threads):
             return
         q_row = cuda.shared.array(D, float32)
         p_tile = cuda.shared.array(keys, float32)
-        sums = cuda.shared.array((groups, D), float32)
+        sums = cuda.shared.array((per_pass, padded), float32)
         scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
         last = cuda.shared.array(1, int32)
         key0 = s * keys
-        n_keys = max(0, min(keys, pos + 1 - key0))      # this split's keys
+        n_keys = min(keys, pos + 1 - key0)              # this split's keys
         if tid < D:
             q_row[tid] = load_float32(qkv, (b, 0, h * D + tid)) * scale
             if key0 <= pos < key0 + keys:   # the new key and value into the cache, which
@@ -111,40 +130,53 @@ def _attention_decode_kernel(D, threads):
                 copy_element(kv_cache, (b, pos, C + h * D + tid), qkv,
                              (b, 0, 2 * C + h * D + tid))
         cuda.syncthreads()
+        k_row = cuda.local.array(padded, float32)
+        v = cuda.local.array(loaded, float32)
+        acc = cuda.local.array(GROUP, float32)
         score = NEG_INF
-        if tid < n_keys:
+        if tid < n_keys:            # the key's row, every load in flight, then the dot
+            for i in range(lanes):
+                load_slice(k_row, i * GROUP, kv_cache, b, key0 + tid, h * D + i * GROUP,
+                           D - i * GROUP)
             score = ZERO
             for d in range(D):
-                score += q_row[d] * load_float32(kv_cache, (b, key0 + tid, h * D + d))
+                score += q_row[d] * k_row[d]
         top = block_max(score, scratch)
         p = ZERO
         if tid < n_keys:
             p = math.exp(score - top)
-        if tid < keys:
-            p_tile[tid] = p
+        p_tile[tid] = p
         total = block_sum(p, scratch)               # syncs: p_tile is seen
-        g, d = tid // D, tid % D    # thread (g, d): keys g, g + groups, ... of column d
-        if g < groups:
-            acc = ZERO
-            jj = g
-            while jj + 3 * groups < n_keys:         # four loads in flight
-                v0 = load_float32(kv_cache, (b, key0 + jj, C + h * D + d))
-                v1 = load_float32(kv_cache, (b, key0 + jj + groups, C + h * D + d))
-                v2 = load_float32(kv_cache, (b, key0 + jj + 2 * groups, C + h * D + d))
-                v3 = load_float32(kv_cache, (b, key0 + jj + 3 * groups, C + h * D + d))
-                acc += (p_tile[jj] * v0 + p_tile[jj + groups] * v1
-                        + p_tile[jj + 2 * groups] * v2 + p_tile[jj + 3 * groups] * v3)
-                jj += 4 * groups
-            while jj < n_keys:
-                acc += p_tile[jj] * load_float32(kv_cache, (b, key0 + jj, C + h * D + d))
-                jj += groups
-            sums[g, d] = acc
+        # p . v: thread (r, c) takes GROUP columns from c * GROUP of the value rows r,
+        # r + per_pass, ...; all its rows' loads first, in flight together
+        r, c = tid // lanes, tid % lanes
+        if r < per_pass:
+            for i in range(passes):
+                key = r + i * per_pass
+                if key < n_keys:
+                    load_slice(v, i * GROUP, kv_cache, b, key0 + key, C + h * D + c * GROUP,
+                               D - c * GROUP)
+            for j in range(GROUP):
+                acc[j] = ZERO
+            for i in range(passes):
+                key = r + i * per_pass
+                if key < n_keys:
+                    weight = p_tile[key]
+                    for j in range(GROUP):
+                        acc[j] += weight * v[i * GROUP + j]
+            for j in range(GROUP):
+                sums[r, c * GROUP + j] = acc[j]
         cuda.syncthreads()
-        if tid < D:
-            acc = ZERO
-            for i in range(groups):
-                acc += sums[i, tid]
-            partial[b, h, s, tid] = acc
+        if tid < D:                 # the rows' sums in row order
+            acc0 = ZERO
+            for i in range(per_pass):
+                acc0 += sums[i, tid]
+            if splits == 1:
+                store_float32(out, (b, 0, h * D + tid), acc0 / total)
+            else:
+                partial[b, h, s, tid] = acc0
+        if splits == 1:
+            return                  # the only split: nothing to combine
         if tid == 0:
             partial[b, h, s, D] = top
             partial[b, h, s, D + 1] = total
@@ -159,13 +191,13 @@ def _attention_decode_kernel(D, threads):
             top = NEG_INF
             for i in range(splits):
                 top = max(top, partial[b, h, i, D])
-            acc = ZERO
+            acc0 = ZERO
             total = ZERO
             for i in range(splits):
                 weight = math.exp(partial[b, h, i, D] - top)
-                acc += partial[b, h, i, tid] * weight
+                acc0 += partial[b, h, i, tid] * weight
                 total += partial[b, h, i, D + 1] * weight
-            store_float32(out, (b, 0, h * D + tid), acc / total)
+            store_float32(out, (b, 0, h * D + tid), acc0 / total)
         if tid == 0:
             tickets[b, h] = 0
     return attention_decode_kernel
@@ -178,7 +210,7 @@ PTX_SIGNATURES = [
     (_decode_embedding_kernel, (_F32, _SEQ, float32[:, ::1], float32[:, ::1])),
     (_kv_cache_write_kernel, (_F32, _F32, _SLOTS)),
     (_kv_cache_write_kernel, (_BF16, _BF16, _SLOTS)),
-] + [(_attention_decode_kernel(D, THREADS), (out, cache, qkv, _SEQ, _PARTIAL, _TICKETS))
+] + [(_attention_decode_kernel(D, THREADS, GROUP), (out, cache, qkv, _SEQ, _PARTIAL, _TICKETS))
      for D, (out, cache, qkv) in ((64, (_BF16, _BF16, _BF16)), (32, (_F32, _F32, _F32)),
                                   (72, (_F32, _F32, _F32)))]
 
@@ -236,7 +268,7 @@ def attention_decode(out, kv_cache, qkv, seq, n_head, *, block=THREADS, stream=0
     positions 0 .. position (kv_cache (B, S, 2C)), the new one's key and value read from
     qkv and written into the cache -> out (B, 1, C), the heads merged. A sequence whose
     position is past the cache is left as it is (out too). block: the threads of a
-    split's block, a multiple of 32 and at least head_dim; a split is block // 2 keys."""
+    split's block, a multiple of 32 and at least head_dim; a split is block keys."""
     if len(qkv.shape) != 3 or qkv.shape[1] != 1 or qkv.shape[2] % 3:
         raise ValueError(f"qkv: expected shape (B, 1, 3C), got {tuple(qkv.shape)}")
     B, _, C3 = qkv.shape
@@ -258,12 +290,13 @@ def attention_decode(out, kv_cache, qkv, seq, n_head, *, block=THREADS, stream=0
                          "column; pass a larger block")
     if B == 0 or S == 0:
         return
-    splits = ceil_div(S, block // 2)
+    splits = ceil_div(S, block)
+    width = group_width(D, kv_cache, qkv)
     # scratch kept with the output, so that a captured graph's addresses stay valid;
     # the tickets start at zero and every launch leaves them so
     partial = kept_with(out, ("attention_decode", B, n_head, splits, D), lambda: cuda.device_array(
         (B, n_head, splits, D + 2), np.float32))
     tickets = kept_with(out, ("attention_decode_tickets", B, n_head), lambda: cuda.to_device(
         np.zeros((B, n_head), np.int32)))
-    _attention_decode_kernel(D, block)[(splits, n_head, B), block, stream](
+    _attention_decode_kernel(D, block, width)[(splits, n_head, B), block, stream](
         out, kv_cache, qkv, seq, partial, tickets)
