@@ -231,8 +231,9 @@ def cuda_available():
 
 
 def get_backend(name, dtype=np.float32, deterministic=False):
-    """deterministic: the cuda backend's GEMMs take no split-K and its embedding backward
-    sorts (CudaBackend); NumPy gives the same bits every run anyway."""
+    """deterministic: the cuda backend's split-K adds its parts in a fixed order and its
+    embedding backward takes no float atomics (CudaBackend); NumPy gives the same bits
+    every run anyway."""
     if name == "numpy":
         return NumpyBackend(dtype)
     if name == "cuda":

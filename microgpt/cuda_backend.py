@@ -22,17 +22,12 @@ from microgpt.ops import OPS
 
 
 def _on_stream(launcher):
-    """A backend method that runs a kernel launcher on the backend's stream; a
-    deterministic backend's GEMMs take no split-K (its blocks add their parts by float
-    atomics, in the order they finish: a rounding apart from run to run), and a launcher
-    with a deterministic option (the embedding's backward) is told."""
-    parameters = inspect.signature(launcher).parameters
-    splits, exact = "split_k" in parameters, "deterministic" in parameters
+    """A backend method that runs a kernel launcher on the backend's stream; a launcher
+    with a deterministic option (the GEMM's split-K, the embedding's backward) is told."""
+    exact = "deterministic" in inspect.signature(launcher).parameters
 
     @functools.wraps(launcher)
     def op(self, *args, **kwargs):
-        if splits and self.deterministic:
-            kwargs.setdefault("split_k", 1)
         if exact:
             kwargs.setdefault("deterministic", self.deterministic)
         return launcher(*args, stream=self.stream, **kwargs)
@@ -45,8 +40,8 @@ class CudaBackend:
     graphs = not SIMULATOR      # the simulator runs each launch at once: nothing to capture
 
     def __init__(self, deterministic=False):
-        """deterministic: the same bits for the same inputs every run (no split-K, the
-        embedding's backward without float atomics)."""
+        """deterministic: the same bits for the same inputs every run (split-K's parts
+        added in a fixed order, the embedding's backward without float atomics)."""
         if not cuda.is_available():
             raise BackendError("no usable CUDA GPU found; use --device cpu (or check the "
                                "NVIDIA driver with nvidia-smi)")

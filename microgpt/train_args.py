@@ -112,9 +112,10 @@ def build_parser():
                    help="under mpirun, 1 shards AdamW's moments over the ranks (ZeRO-1), "
                    "each rank keeping and updating its shard; the same steps as 0 (default: 0)")
     g.add_argument("--deterministic", action="store_true",
-                   help="the same bits for the same seed on one GPU: the GEMMs take no "
-                   "split-K and the embedding's backward sorts its positions, where both "
-                   "add by float atomics by default (docs/convergence.md has the cost)")
+                   help="the same bits for the same seed on one GPU: split-K's parts are "
+                   "added in the order of the splits and the embedding's backward sorts "
+                   "its positions, where both add by float atomics by default "
+                   "(docs/convergence.md has the cost)")
     g.add_argument("--steps", type=positive_int, metavar="N",
                    help="optimizer steps in all" + by_default("steps"))
     g.add_argument("--batch-size", type=positive_int, metavar="B",

@@ -107,11 +107,14 @@ def compile_all(part=0, parts=1):
                 continue
             closure = dict(zip(kernel.py_func.__code__.co_freevars,
                                (c.cell_contents for c in kernel.py_func.__closure__ or ())))
+            allowed = getattr(module, "FLOAT_ATOMICS", ())
             record = {"module": name, "kernel": kernel.py_func.__name__,
                       "signature": str(signature), "head_dim": closure.get("D"),
-                      # a kernel its module names as taking float atomics on purpose
-                      "atomics_allowed": kernel.py_func.__name__ in getattr(
-                          module, "FLOAT_ATOMICS", ())}
+                      "epilogue": closure.get("epilogue"),
+                      # a kernel its module names (or lists) as taking float atomics on
+                      # purpose
+                      "atomics_allowed": (kernel.py_func.__name__ in allowed
+                                          or any(kernel is k for k in allowed))}
             try:
                 # the launch bounds (a register cap) are the dispatcher's, not the function's
                 ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=CC, launch_bounds=(
@@ -124,6 +127,12 @@ def compile_all(part=0, parts=1):
                 # float atomics only: an integer's adds are exact in any order
                 record["float_atomics"] = re.search(
                     r"\b(atom|red)(\.\w+)*\.(f16|bf16|f32|f64)\b", ptx) is not None
+                # the bulk tensor adds, and the ordered split-K's turns around them (an
+                # integer exchange passes a turn, after a wait for the adds' writes)
+                record["bulk_adds"] = "cp.reduce.async.bulk" in ptx
+                record["turns"] = (re.search(r"\batom\.global\.exch\.b32\b", ptx) is not None
+                                   and re.search(r"cp\.async\.bulk\.wait_group 0;", ptx)
+                                   is not None)
                 (record["assembly_error"], record["stack_bytes"],
                  record["wgmma_serialized"]) = assemble(ptx)
             records.append(record)
@@ -202,8 +211,10 @@ def test_kernels_use_registers_and_float32_only(records):
 # the embedding's sort counts ranks with integer atomics). And the gradient's own kernels,
 # the embedding's and the LayerNorm weights', which give a run the same bits every time
 # (issue 31: two runs of one seed and data ended at 3.2523 and 3.2354): the embedding's
-# default scatter alone takes float atomics (FLOAT_ATOMICS; --deterministic sorts instead)
-SAME_BITS_EVERY_TIME = {"reductions", "adamw", "embedding", "layernorm"}
+# default scatter alone takes float atomics (FLOAT_ATOMICS; --deterministic sorts instead).
+# The mma.sync GEMM: its split-K's atomic epilogue alone (the deterministic backend's
+# splits take the ordered one, tests/test_kernels_gemm_bf16.py)
+SAME_BITS_EVERY_TIME = {"reductions", "adamw", "embedding", "layernorm", "gemm.mma_sync"}
 
 
 def test_the_update_kernels_use_no_float_atomics(records):
@@ -211,6 +222,17 @@ def test_the_update_kernels_use_no_float_atomics(records):
     assert {r["module"] for r in kernels} == SAME_BITS_EVERY_TIME
     assert [f"{r['module']}.{r['kernel']}" for r in kernels
             if "error" not in r and r["float_atomics"] != r["atomics_allowed"]] == []
+
+
+def test_the_wgmma_split_k_adds_in_turn_when_ordered(records):
+    """The wgmma GEMM adds into out by bulk tensor adds, whose PTX does not say in what
+    order they come: its ordered epilogue's kernels (the deterministic backend's split-K)
+    take turns around them, its atomic epilogue's do not, and no kernel of it takes a
+    float atomic instruction."""
+    kernels = [r for r in records if r.get("module") == "gemm.wgmma" and "kernel" in r]
+    turns = {(r["epilogue"], r["bulk_adds"], r["turns"], r["float_atomics"])
+             for r in kernels if r["epilogue"] in ("ordered", "atomic")}
+    assert turns == {("ordered", True, True, False), ("atomic", True, False, False)}
 
 
 if __name__ == "__main__":

@@ -392,8 +392,8 @@ def test_two_runs_of_a_seed_give_the_same_bits(precision, case, steps):
     """Two runs of a few Steps from one seed on the same batches end with the same
     parameters and moments, bit for bit: no float atomics in the gradient (the LayerNorm
     weights' sums run in a fixed order; the deterministic backend sorts the embedding's
-    positions instead of scattering them by atomics, and takes no split-K, whose blocks
-    add their parts by atomics). On a GPU, where
+    positions instead of scattering them by atomics, and its split-K's blocks add their
+    parts in the order of their splits, not by atomics). On a GPU, where
     atomics add in the order the blocks finish, this is the check that means most."""
     name, overrides, B, T = case
     cfg = get_config(name, **overrides)
@@ -414,9 +414,10 @@ def test_two_runs_of_a_seed_give_the_same_bits(precision, case, steps):
         np.testing.assert_array_equal(first.view(np.uint32), second.view(np.uint32))
 
 
-def test_a_deterministic_backend_takes_no_split_k(monkeypatch):
-    """The op hands the bf16 GEMM split_k=1 on a deterministic backend (its default, a split
-    where the output has few tiles, otherwise): recorded, not run."""
+def test_a_deterministic_backend_orders_its_split_k(monkeypatch):
+    """The op hands the bf16 GEMM deterministic=True on a deterministic backend (its
+    splits then add in a fixed order), and its default split either way: recorded, not
+    run."""
     from microgpt.kernels.gemm import bf16
 
     calls = []
@@ -426,4 +427,5 @@ def test_a_deterministic_backend_takes_no_split_k(monkeypatch):
     for deterministic in (True, False):
         CudaBackend(deterministic=deterministic).matmul(out, a, b, transpose_a=True,
                                                         accumulate=True)
-    assert [call["split_k"] for call in calls] == [1, None]
+    assert [(call["split_k"], call["deterministic"]) for call in calls] == [
+        (None, True), (None, False)]

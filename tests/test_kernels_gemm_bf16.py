@@ -32,6 +32,7 @@ from microgpt.kernels.gemm import bf16 as gemm_bf16
 from microgpt.kernels.gemm import fp32, persistent, tuning
 from microgpt.kernels.gemm.tiles import (BF16_OUT, FOLD_STEPS, GROUP, MmaTile, PersistentTile,
                                          WgmmaTile)
+from microgpt.kernels.gemm.turns import split_turns
 
 EPILOGUES = ["float32", "bf16", "accumulate", "split_k"]
 TOL_GELU_BACKWARD = 2.0**-7 + 3 * TOL_F32_OP
@@ -63,13 +64,15 @@ SEEDS = st.integers(0, 2**32 - 1)
 
 
 def check_matmul_bf16(M, N, K, transpose_a, transpose_b, epilogue, tile, seed, split_k,
-                      max_chain=tuning.MAX_CHAIN, pitched=False, biased=False):
+                      max_chain=tuning.MAX_CHAIN, pitched=False, biased=False,
+                      deterministic=False):
     """epilogue: "float32" or "bf16" (out written), "accumulate" or "split_k" (a float32
     out added to); split_k None takes the launcher's default; a short max_chain makes the
     kernel fold its accumulators. pitched: a and b are views of some of wider matrices'
     columns (drawn values beside them, which must not be read), starting on a 16-byte
     boundary where the sizes are multiples of 8, anywhere otherwise. biased: a drawn bias
-    (N,) added to every row (a written out only)."""
+    (N,) added to every row (a written out only). deterministic: split-K's parts added in
+    the order of the splits."""
     rng = np.random.default_rng(seed)
     a, a64, d_a = operand(rng, *((K, M) if transpose_a else (M, K)), pitched)
     b, b64, d_b = operand(rng, *((N, K) if transpose_b else (K, N)), pitched)
@@ -87,14 +90,14 @@ def check_matmul_bf16(M, N, K, transpose_a, transpose_b, epilogue, tile, seed, s
             expected += out0
     gemm_bf16.matmul_bf16(out, d_a, d_b, transpose_a, transpose_b, accumulate,
                           None if bias is None else cuda.to_device(bias), tile=tile,
-                          split_k=split_k, max_chain=max_chain)
+                          split_k=split_k, deterministic=deterministic, max_chain=max_chain)
     got = out.copy_to_host()
     if epilogue == "bf16":
         got = from_bf16(got)
     assert_close(got, expected, TOL_BF16_OUT if epilogue == "bf16" else TOL_F32_OP,
                  f"matmul_bf16 {M}x{N}x{K} ta={transpose_a} tb={transpose_b} {epilogue} "
                  f"{tile} split_k={split_k} max_chain={max_chain} pitched={pitched} "
-                 f"biased={biased}")
+                 f"biased={biased} deterministic={deterministic}")
 
 
 def operand(rng, rows, cols, pitched):
@@ -307,11 +310,13 @@ def test_hopper_takes_the_wgmma_tiles():
                                   bf16_out=True) == tuning.FOLD_TILE
 
 
-@pytest.mark.parametrize("transpose_b", [False, True])
-def test_a_written_float32_out_sums_split_k(monkeypatch, transpose_b):
+@pytest.mark.parametrize("transpose_b, deterministic", [(False, False), (True, False),
+                                                        (False, True)])
+def test_a_written_float32_out_sums_split_k(monkeypatch, transpose_b, deterministic):
     """A wgmma tile writing a float32 out with K longer than one chain (the LM head's dX)
-    zeroes the poisoned out and adds chains of split-K into it, folding none; a bf16 out
-    of the same product folds (there is no adding into bf16)."""
+    zeroes the poisoned out and adds chains of split-K into it, folding none (in the order
+    of the splits when deterministic); a bf16 out of the same product folds (there is no
+    adding into bf16)."""
     kernels, make = [], gemm_bf16._kernel
 
     def recorded(transpose_a, transpose_b, epilogue, aligned, fold, tile, biased):
@@ -321,10 +326,90 @@ def test_a_written_float32_out_sums_split_k(monkeypatch, transpose_b):
     tile = WgmmaTile(64, 16, 16, 3, 1)
     M, N, K = 16, 16, 5 * tile.depth + 8          # chains of 2 slabs: 3 splits
     check_matmul_bf16(M, N, K, False, transpose_b, "float32", tile, seed=6, split_k=None,
-                      max_chain=2 * tile.depth)
+                      max_chain=2 * tile.depth, deterministic=deterministic)
     check_matmul_bf16(M, N, K, False, transpose_b, "bf16", tile, seed=6, split_k=None,
-                      max_chain=2 * tile.depth)
-    assert kernels == [("atomic", False), ("bf16", True)]
+                      max_chain=2 * tile.depth, deterministic=deterministic)
+    assert kernels == [("ordered" if deterministic else "atomic", False), ("bf16", True)]
+
+
+if REAL_SHAPES:     # a weight gradient's shape, and the tiles that run it
+    ORDERED_SIZES = st.tuples(st.sampled_from([768, 1024]), st.sampled_from([768, 2304]),
+                              st.sampled_from([4096, 16384]))
+    ORDERED_TILES = st.sampled_from([tuning.WIDE_TILE, tuning.TALL_TILE,
+                                     tuning.LARGE_TILE, tuning.SMALL_TILE])
+else:               # several tiles each way, a ragged last slab; one and two warpgroups
+    ORDERED_SIZES = st.tuples(st.integers(0, 1), st.integers(1, 2), st.integers(3, 7)).map(
+        lambda s: (16 * s[0] + 8, 16 * s[1], 8 * s[2]))
+    ORDERED_TILES = st.sampled_from([MmaTile(16, 16, 16, 16, 16, 2),
+                                     WgmmaTile(64, 16, 16, 3, 1), WgmmaTile(128, 16, 16, 4, 2)])
+
+
+@settings(max_examples=settings.default.max_examples if ON_GPU else 3)
+@given(sizes=ORDERED_SIZES, transpose_a=st.booleans(), tile=ORDERED_TILES,
+       splits=st.integers(2, 4), seed=SEEDS)
+def test_ordered_split_k_adds_its_parts_in_order(sizes, transpose_a, tile, splits, seed):
+    """Deterministic split-K: out is ((out + part 0) + part 1) + ... in float32, bit for
+    bit, each part the product over its split's K (the same kernel, unsplit, into a
+    poisoned out), and within TOL_F32_OP of float64; the turns are back at 0 after it, and
+    a second launch gives the same bits."""
+    M, N, K = sizes
+    rng = np.random.default_rng(seed)
+    a, a64, d_a = operand(rng, *((K, M) if transpose_a else (M, K)), False)
+    b, b64, d_b = operand(rng, K, N, False)
+    out0 = randn(rng, M, N)
+    steps = -(-K // tile.depth)
+    per_split = -(-steps // splits)
+    expected = out0.astype(np.float32)
+    for k0 in range(0, K, per_split * tile.depth):
+        k1 = min(K, k0 + per_split * tile.depth)
+        part = cuda.to_device(poisoned((M, N)))
+        gemm_bf16.matmul_bf16(part, d_a[k0:k1] if transpose_a else d_a[:, k0:k1],
+                              d_b[k0:k1], transpose_a, tile=tile, split_k=1)
+        expected = expected + part.copy_to_host()
+    what = f"ordered split-K {M}x{N}x{K} ta={transpose_a} {tile} {splits} splits"
+    for _ in range(2):
+        out = cuda.to_device(out0)
+        gemm_bf16.matmul_bf16(out, d_a, d_b, transpose_a, accumulate=True, tile=tile,
+                              split_k=splits, deterministic=True)
+        got = out.copy_to_host()
+        np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32), what)
+        units = -(-M // tile.rows) * -(-N // tile.cols) * getattr(tile, "warpgroups", 1)
+        assert not split_turns(out, units).copy_to_host().any(), what
+    assert_close(got, out0 + (a64.T if transpose_a else a64) @ b64, TOL_F32_OP, what)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the simulator runs one block at a time: its splits "
+                    "always add in the same order")
+@pytest.mark.parametrize("split_k", [None, 3, 8])
+def test_ordered_split_k_gives_the_same_bits_every_run(split_k):
+    """An andrea-120m weight gradient (W_O's, 768 x 768 over K 16384) on the GPU, its
+    split-K ordered: the same bits in five launches and in two replays of a captured one
+    (the turns left at 0 for the next)."""
+    from microgpt.cuda_backend import CudaBackend
+
+    backend = CudaBackend()
+    rng = np.random.default_rng(11)
+    M = N = 768
+    K = 16384
+    d_a, d_b = (operand(rng, K, n, False)[2] for n in (M, N))
+    out0 = randn(rng, M, N)
+    out = cuda.to_device(out0)
+
+    def launch():
+        gemm_bf16.matmul_bf16(out, d_a, d_b, True, accumulate=True, split_k=split_k,
+                              deterministic=True, stream=backend.stream)
+    runs = []
+    for _ in range(5):
+        out.copy_to_device(out0, stream=backend.stream)
+        launch()
+        runs.append(backend.to_host(out))
+    graph = backend.capture(launch)
+    for _ in range(2):
+        out.copy_to_device(out0, stream=backend.stream)
+        graph.replay()
+        runs.append(backend.to_host(out))
+    for run in runs[1:]:
+        np.testing.assert_array_equal(run.view(np.uint32), runs[0].view(np.uint32))
 
 
 def test_matmul_bf16_rejects_bad_arguments():
@@ -433,7 +518,8 @@ def test_the_matmul_op_sends_bf16_operands_here(monkeypatch):
     a, b = cuda.to_device(a), cuda.to_device(b)
     via_op = cuda.to_device(poisoned((20, 24)))
     gemm.matmul(via_op, a, b)
-    assert calls == [((via_op, a, b, False, False, False, None), {"split_k": None, "stream": 0})]
+    assert calls == [((via_op, a, b, False, False, False, None),
+                      {"split_k": None, "deterministic": False, "stream": 0})]
     assert_close(via_op.copy_to_host(), a64 @ b64, TOL_F32_OP, "the matmul op on bf16 operands")
     with pytest.raises(ValueError, match="a GemmTile is the float32 kernel's"):
         gemm.matmul(via_op, a, b, tile=fp32.default_tile(20, 24))

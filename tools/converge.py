@@ -600,8 +600,9 @@ def parse_args(argv):
     p.add_argument("--precision", choices=["bf16", "fp32"],
                    help="microgpt's; PyTorch's follows (default: bf16 on cuda, fp32 on cpu)")
     p.add_argument("--deterministic", action="store_true",
-                   help="microgpt's GEMMs without split-K and its embedding backward "
-                   "sorted: the same bits every run, as the trainer's --deterministic")
+                   help="microgpt's split-K added in a fixed order and its embedding "
+                   "backward sorted: the same bits every run, as the trainer's "
+                   "--deterministic")
     p.add_argument("--no-torch-compile", action="store_true",
                    help="PyTorch eager on the GPU (default: torch.compile)")
     p.add_argument("--steps", type=int, default=1000)

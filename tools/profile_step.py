@@ -127,11 +127,14 @@ def main(argv=None):
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="bf16")
     parser.add_argument("--bias", action="store_true",
                         help="GPT-2's biases in every linear layer (the config's bias=True)")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="the backend that gives the same bits every run (the "
+                        "trainer's --deterministic)")
     parser.add_argument("--out", help="markdown file to write (default: print only)")
     args = parser.parse_args(argv)
 
     from microgpt import GPT, get_config
-    from microgpt.backend import cuda_available
+    from microgpt.backend import cuda_available, get_backend
     from microgpt.optim import AdamW, AdamWConfig
     from microgpt.step import Step
 
@@ -143,7 +146,8 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     idx = rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
     targets = rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
-    model = GPT(cfg, backend="cuda", precision=args.precision)
+    model = GPT(cfg, backend=get_backend("cuda", deterministic=args.deterministic),
+                precision=args.precision)
     backend = model.backend
     step = Step(model, AdamW(model, AdamWConfig(total_steps=10**6)), B, T)
 

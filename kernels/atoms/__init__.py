@@ -60,6 +60,11 @@ The atoms, in the words of the PTX ISA (warp-collective ones marked):
   named_barrier_arrive(id, n)  bar.arrive: an arrival at that barrier without the wait
   bulk_wait_but_one   until every bulk group of this thread but the newest has read its
                       shared memory (double-buffered stores: the older buffer free again)
+  bulk_wait_written   until every bulk group of this thread has completed its writes
+                      (bulk_wait only waits for its reads of shared memory)
+  fence_proxy_async_global  this thread's accesses of global memory ordered with the
+                      asynchronous proxy's (the bulk copies'): a bulk add completed before
+                      a flag is released, or one issued after a flag is seen
 
 Thread block clusters (sm_90; a launch with a cluster shape, gemm.bf16's for the
 persistent kernel's clustered tiles; the twins are those of a cluster of one block):
@@ -119,7 +124,8 @@ ATOMS = (
     "named_barrier", "fence_tensor_map", "load_float32", "store_float32",
     "copy_element", "load_group4", "store_group4", "load_words4", "store_words4",
     "bulk_wait_but_one", "cluster_rank", "cluster_index", "cluster_count", "cluster_sync",
-    "tma_load_2d_multicast", "mbarrier_arrive_cluster",
+    "tma_load_2d_multicast", "mbarrier_arrive_cluster", "bulk_wait_written",
+    "fence_proxy_async_global",
 )
 
 if SIMULATOR:

@@ -335,6 +335,7 @@ def warpgroup_wait(n, regs):
     return _through_accumulators(f"wgmma.wait_group.sync.aligned {n};", regs)
 
 fence_proxy_async = _ordered_asm("fence.proxy.async.shared::cta;")
+fence_proxy_async_global = _ordered_asm("fence.proxy.async.global;")
 
 # mbarriers and the bulk tensor copy (sm_90) ----------------------------------------
 
@@ -424,6 +425,7 @@ tma_add_2d = _tma_store(
 bulk_commit = _ordered_asm("cp.async.bulk.commit_group;")
 bulk_wait = _ordered_asm("cp.async.bulk.wait_group.read 0;")
 bulk_wait_but_one = _ordered_asm("cp.async.bulk.wait_group.read 1;")
+bulk_wait_written = _ordered_asm("cp.async.bulk.wait_group 0;")
 
 # thread block clusters (sm_90) ------------------------------------------------------
 

@@ -283,6 +283,7 @@ warpgroup_commit = _nothing
 
 
 fence_proxy_async = _nothing
+fence_proxy_async_global = _nothing
 
 # The mbarrier twins keep each barrier's state here, keyed by its address: (phase
 # parity, arrivals pending, arrivals expected, bytes pending). The simulator runs a
@@ -388,6 +389,7 @@ bulk_commit = _nothing
 
 bulk_wait = _nothing
 bulk_wait_but_one = _nothing        # (the twins' stores are done when issued)
+bulk_wait_written = _nothing
 
 # thread block clusters: the twins are a cluster of one block (the simulator runs blocks
 # one after another, so no two blocks could wait on each other)

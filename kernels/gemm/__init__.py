@@ -24,7 +24,7 @@ from .tuning import wgmma_takes
 
 
 def matmul(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, bias=None, *,
-           tile=None, split_k=None, stream=0):
+           tile=None, split_k=None, deterministic=False, stream=0):
     """out (M, N) = op(a) @ op(b) (+ bias (N,) on every row, in the epilogue: GPT-2's
     linear layers), op transposing when asked; += when accumulate (then without a bias).
 
@@ -32,8 +32,9 @@ def matmul(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, bi
     a matrix or a view of some of a wider one's columns. float32 operands take
     ``fp32.matmul`` (tile, a GemmTile, overrides its shape-based default; it never splits
     K); bf16 operands (uint16 arrays) go to the tensor cores, ``bf16.matmul_bf16`` with
-    its own defaults, or split_k (1: no split-K, whose blocks add their parts by float
-    atomics in the order they finish, so the same bits every run). By default (no tile,
+    its own defaults, or split_k (1: no split-K), and deterministic (split-K's blocks add
+    their parts in the order of their splits, not by float atomics in the order they
+    finish: the same bits every run). By default (no tile,
     split_k None or 1) a product of at most skinny.ROWS rows (a decoding step's) goes to
     ``skinny``, which reads the weights at the memory's rate (its splits of K are added in
     a fixed order: the same bits every run); a product with a bias does not (skinny has no
@@ -46,7 +47,7 @@ def matmul(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, bi
             raise ValueError("tile: a GemmTile is the float32 kernel's; bf16 operands take "
                              "gemm.bf16's tiles (call gemm.bf16.matmul_bf16 to choose one)")
         return bf16.matmul_bf16(out, a, b, transpose_a, transpose_b, accumulate, bias,
-                                split_k=split_k, stream=stream)
+                                split_k=split_k, deterministic=deterministic, stream=stream)
     if split_k not in (None, 1):
         raise ValueError(f"split_k={split_k}: the float32 kernel does not split K")
     fp32.matmul(out, a, b, transpose_a, transpose_b, accumulate, bias, tile=tile,

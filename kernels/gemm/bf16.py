@@ -5,7 +5,8 @@ float32 family of ``gemm`` is the other twin, and the ``--precision fp32`` path)
 operands are bf16 matrices held in uint16 device arrays (``ml_dtypes.bfloat16`` on the
 host, viewed as uint16). The epilogue, what happens to each float32 result, is one of
 EPILOGUES: written as float32, written as bf16 (an activation that feeds the next
-matmul), or added into a float32 out (a weight gradient; "atomic" when split-K); or the
+matmul), or added into a float32 out (a weight gradient; "atomic" when split-K, or
+"ordered", the same bits every run: ``gemm.turns``); or the
 MLP's GELU around it (the wgmma kernel's): "gelu" writes the product (the pre-activation,
 which the backward reads) to `pre` and gelu of it to out, "gelu_backward" writes the
 product times gelu' of `pre`. These fold the two GELU kernels of ``elementwise`` into the
@@ -29,6 +30,7 @@ from .bias import check_bias, unread_bias
 from .mma_sync import mma_sync_kernel
 from .tiles import GROUP, MmaTile, PersistentTile, WgmmaTile, check_tile
 from .tuning import MAX_CHAIN, default_split_k, default_tile, splits_written, wgmma_takes
+from .turns import split_turns
 from .wgmma import wgmma_kernel
 
 
@@ -43,7 +45,7 @@ def _kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile, biased):
 
 def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=False,
                 bias=None, *, gelu=None, pre=None, tile=None, split_k=None,
-                max_chain=MAX_CHAIN, stream=0):
+                deterministic=False, max_chain=MAX_CHAIN, stream=0):
     """out (M, N) = op(a) @ op(b) (+ bias (N,) float32 on every row, in the epilogue), op
     transposing when asked; += when accumulate (then without a bias).
 
@@ -55,7 +57,10 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
     out = (op(a) @ op(b)) * gelu'(pre); out and pre bf16 (the MLP's GELU, see EPILOGUES: in
     the wgmma kernel's epilogue, so a wgmma tile, given or the default, and K > 0).
     tile (a WgmmaTile, or an MmaTile for the mma.sync kernel) and split_k (blocks along K,
-    accumulating products only) override the shape-based defaults; max_chain (the most K
+    accumulating products only) override the shape-based defaults; deterministic: the
+    splits add their parts in the order of their index (gemm.turns), so the same inputs
+    give the same bits every run, where by default they add them by float atomics in the
+    order they finish (a rounding apart from run to run); max_chain (the most K
     the tensor cores sum in one chain: a longer K is split, or folded into float32) is
     there for the tests."""
     for name, arr in (("out", out), ("a", a), ("b", b)):
@@ -124,12 +129,16 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
     steps_per_split = ceil_div(ceil_div(K, tile.depth), split_k)
     split_k = ceil_div(ceil_div(K, tile.depth), steps_per_split) if K else 1
     epilogue = ("gelu" if gelu == "forward" else "gelu_backward" if gelu == "backward"
-                else "atomic" if split_k > 1 else "accumulate" if accumulate
+                else ("ordered" if deterministic else "atomic") if split_k > 1
+                else "accumulate" if accumulate
                 else "bf16" if out_bf16 else "float32")
     aligned = all(arr.shape[1] % CHUNK == 0 and arr.strides[0] % 16 == 0
                   and device_address(arr) % 16 == 0 for arr in (a, b))
     fold = steps_per_split * tile.depth > max_chain
     if isinstance(tile, PersistentTile):
+        if epilogue == "ordered":
+            raise ValueError(f"tile {tile}: the persistent kernel adds its splits by "
+                             "atomics; deterministic split-K is the other kernels'")
         if fold:
             raise ValueError(f"tile {tile}: the persistent kernel sums each split of K in "
                              f"one chain (here {steps_per_split * tile.depth} of K against "
@@ -139,6 +148,9 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
     kernel = _kernel(bool(transpose_a), bool(transpose_b), epilogue, aligned, fold, tile,
                      bias is not None)
     bias = unread_bias(out) if bias is None else bias
+    units = ceil_div(M, tile.rows) * ceil_div(N, tile.cols) * (
+        tile.warpgroups if isinstance(tile, WgmmaTile) else 1)
+    turns = split_turns(out, units if epilogue == "ordered" else 1)
     layouts = tuple("C" if arr.is_c_contiguous() else "A" for arr in (a, b))
     # an int32, as the kernels' signature says: the launch then runs the overload compiled for it
     # (a Python int would compile another, for int64, without the shared-memory opt-in)
@@ -149,14 +161,16 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
         b_map = tensor_map(b, *((cols, depth) if transpose_b else (depth, min(cols, PANEL))))
         out_map, pre_map = (tensor_map(arr, 64, min(cols, 64 if out_bf16 else 32))
                             for arr in (out, pre))
-        grid = (GROUP * split_k, ceil_div(N, cols), ceil_div(M, GROUP * rows))
+        tiles_n, groups_m = ceil_div(N, cols), ceil_div(M, GROUP * rows)
+        grid = ((GROUP * tiles_n, groups_m, split_k) if epilogue == "ordered"
+                else (GROUP * split_k, tiles_n, groups_m))
         allow_dynamic_shared(kernel, wgmma.signature(epilogue, *layouts),
                              tile.shared_bytes)
         kernel[grid, tile.threads, stream, tile.shared_bytes](
-            out, pre, a, b, bias, a_map, b_map, out_map, pre_map, steps_per_split)
+            out, pre, a, b, bias, turns, a_map, b_map, out_map, pre_map, steps_per_split)
     else:
         grid = (ceil_div(N, tile.cols), ceil_div(M, tile.rows), split_k)
-        kernel[grid, tile.threads, stream](out, a, b, bias, steps_per_split)
+        kernel[grid, tile.threads, stream](out, a, b, bias, turns, steps_per_split)
 
 
 def _launch_persistent(out, a, b, bias, transpose_a, transpose_b, epilogue, tile, splits,

@@ -24,14 +24,17 @@ from ..layouts.tiles import tile_copier
 from ..pipelines.multistage import multistage
 from .tiles import BF16_OUT, FOLD_STEPS, GROUP
 from .tuning import LARGE_TILE, LEAN_TILE, SMALL_TILE
+from .turns import block_turns
 
 
 def _storer(epilogue):
+    adds = epilogue in ("accumulate", "ordered")    # (a constant: the branches fold)
+
     @cuda.jit(device=True, inline=True)
     def store(out, row, col, value):
         if epilogue == "atomic":
             cuda.atomic.add(out, (row, col), value)
-        elif epilogue == "accumulate":
+        elif adds:
             out[row, col] += value
         elif epilogue == "float32":
             out[row, col] = value
@@ -89,13 +92,15 @@ def mma_sync_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile, bia
 
     pipe = multistage(STAGES, copy_slab)
     store = _storer(epilogue)
+    take_turn, give_turn = block_turns(epilogue == "ordered")
     block_tile = _block_tiler(BM, BN)
 
     @jit(**({} if SIMULATOR else {"launch_bounds": (threads, MIN_BLOCKS)}))
-    def matmul_bf16_kernel(out, a, b, bias, steps_per_split):
+    def matmul_bf16_kernel(out, a, b, bias, turns, steps_per_split):
         # out (M, N) float32 or bf16; a (M, K) or (K, M); b (K, N) or (N, K), bf16 as
         # uint16; bias (N,) float32, added to every row when biased (by the blocks of
-        # the first K steps alone), else not read. Block (x, y, z) owns a tile of out
+        # the first K steps alone), else not read; turns (tiles,) int32, the "ordered"
+        # epilogue's (gemm.turns), else not read. Block (x, y, z) owns a tile of out
         # (block_tile) and K steps z*steps_per_split on.
         M, N = out.shape
         K = a.shape[0] if transpose_a else a.shape[1]
@@ -163,6 +168,8 @@ def mma_sync_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile, bia
                     for half in range(2):
                         acc[i, j, 2 * half] += lo
                         acc[i, j, 2 * half + 1] += hi
+        unit = m0 // BM * cuda.gridDim.x + n0 // BN     # the tile's turn ("ordered")
+        take_turn(turns, unit)
         for i in range(MT):
             for half in range(2):
                 row = row0 + i * MMA_M + 8 * half
@@ -173,6 +180,7 @@ def mma_sync_kernel(transpose_a, transpose_b, epilogue, aligned, fold, tile, bia
                             store(out, row, col, acc[i, j, 2 * half])
                         if col + 1 < N:
                             store(out, row, col + 1, acc[i, j, 2 * half + 1])
+        give_turn(turns, unit)
 
     return matmul_bf16_kernel
 
@@ -183,7 +191,7 @@ def signature(epilogue, a_layout="C", b_layout="C"):
     or "A" for a view of some of a wider matrix's columns)."""
     out = types.uint16[:, ::1] if epilogue in BF16_OUT else types.float32[:, ::1]
     a, b = (types.Array(types.uint16, 2, layout) for layout in (a_layout, b_layout))
-    return (out, a, b, types.float32[::1], types.int32)
+    return (out, a, b, types.float32[::1], types.int32[::1], types.int32)
 
 
 # the tiles given explicitly (the sweep's), and a of a view of some of a wider matrix's
@@ -193,9 +201,13 @@ PTX_SIGNATURES = [
     for ta, tb, epilogue, aligned, fold, tile, layouts in [
         (False, False, "bf16", True, False, LARGE_TILE, ()),
         (True, False, "atomic", True, False, SMALL_TILE, ()),
+        (True, False, "ordered", True, False, SMALL_TILE, ()),
         (True, True, "accumulate", True, True, LEAN_TILE, ()),
         (False, False, "float32", False, False, SMALL_TILE, ()),
         (True, False, "atomic", True, False, SMALL_TILE, ("A",)),
     ]
 ] + [   # a config with biases: X @ W + b, into bf16
     (mma_sync_kernel(False, False, "bf16", True, False, SMALL_TILE, True), signature("bf16"))]
+# split-K's float atomics, which a deterministic backend's GEMMs never launch (its splits
+# take the ordered epilogue): the listed kernel that adds by them (tests/test_compile.py)
+FLOAT_ATOMICS = {mma_sync_kernel(True, False, "atomic", True, False, SMALL_TILE)}

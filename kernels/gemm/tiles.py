@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 from ..device import DYNAMIC_SHARED_LIMIT, MMA_K, MMA_M, SWIZZLE_BYTES, WARPGROUP, check_block
 
-EPILOGUES = ("float32", "bf16", "accumulate", "atomic", "gelu", "gelu_backward")
+EPILOGUES = ("float32", "bf16", "accumulate", "atomic", "ordered", "gelu", "gelu_backward")
 BF16_OUT = ("bf16", "gelu", "gelu_backward")
 GROUP = 8     # tiles of out down a column that consecutive blocks take (block_tile)
 FOLD_STEPS = 4     # slabs between folds of the mma accumulators, when folding

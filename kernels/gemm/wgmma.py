@@ -16,11 +16,12 @@ from typing import NamedTuple
 from numba import cuda, float32, int32, types, uint16, uint32, uint64
 
 from .. import elementwise
-from ..atoms import (bulk_commit, bulk_wait, fence_barrier_init, fence_proxy_async,
-                     fence_tensor_map, mbarrier_arrive_expect_tx, mbarrier_init,
-                     mbarrier_try_wait, named_barrier, pack_bf16x2, shared_address,
-                     tma_add_2d, tma_load_2d, tma_load_2d_multicast, tma_store_2d,
-                     warpgroup_commit, warpgroup_fence, warpgroup_wait, wgmma_bf16)
+from ..atoms import (bulk_commit, bulk_wait, bulk_wait_written, fence_barrier_init,
+                     fence_proxy_async, fence_proxy_async_global, fence_tensor_map,
+                     mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_try_wait,
+                     named_barrier, pack_bf16x2, shared_address, tma_add_2d, tma_load_2d,
+                     tma_load_2d_multicast, tma_store_2d, warpgroup_commit, warpgroup_fence,
+                     warpgroup_wait, wgmma_bf16)
 from ..cache import jit
 from ..common import ceil_div
 from ..device import MMA_K, SIMULATOR, SWIZZLE_BYTES, WARPGROUP, swizzle
@@ -30,6 +31,7 @@ from ..pipelines.tma import tma_pipeline
 from ..precision import unpack_bf16x2
 from .tiles import BF16_OUT, FOLD_STEPS, GROUP
 from .tuning import FOLD_TILE, TALL_TILE, WIDE_TILE
+from .turns import pass_turn, wait_turn
 
 
 class Slabs(NamedTuple):
@@ -116,7 +118,8 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile, biased=False):
                                  warpgroup_wait(1, regs))
     # the epilogue: each warpgroup lays its 64 x BN of out in shared memory as boxes of
     # 64 x `panel` (128-byte rows at most, swizzled), which one thread then writes, or
-    # adds (float32, "accumulate" and "atomic" alike), into out by bulk tensor copies.
+    # adds (float32, "accumulate", "atomic" and "ordered" alike), into out by bulk tensor
+    # copies ("ordered": each warpgroup's rows in the turn of its split, gemm.turns).
     # "gelu" lays the pre-activation there, then gelu of it one tile further on, and writes
     # both; "gelu_backward" first has the copy engine bring the tile of pre there, in the
     # same layout, replaces it by gelu' of it and multiplies the accumulators by that
@@ -127,7 +130,8 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile, biased=False):
     chunk = 8 if bf16_out else 4                  # elements in 16 bytes
     js = panel // 8                               # pairs of 8 columns per box row
     rows_per_line, phases = swizzle(panel // chunk)
-    store_box = tma_add_2d if epilogue in ("accumulate", "atomic") else tma_store_2d
+    store_box = (tma_add_2d if epilogue in ("accumulate", "atomic", "ordered")
+                 else tma_store_2d)
 
     @cuda.jit(device=True, inline=True)
     def place(base, swap, h, j):
@@ -168,7 +172,7 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile, biased=False):
     BARRIERS = pipe.barriers + GROUPS
 
     @jit(**({} if SIMULATOR else {"launch_bounds": (threads, 1)}))
-    def matmul_wgmma_kernel(out, pre, a, b, bias, a_map, b_map, out_map, pre_map,
+    def matmul_wgmma_kernel(out, pre, a, b, bias, turns, a_map, b_map, out_map, pre_map,
                             steps_per_split):
         # as matmul_bf16_kernel, but block (x, y, z) owns the tile (z * GROUP + x % GROUP,
         # y) of out and K steps x // GROUP * steps_per_split on: consecutive blocks take
@@ -184,14 +188,26 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile, biased=False):
         # warpgroup, and would hold every thread to the registers of 128 more, as
         # setmaxnreg, which would let a copying warpgroup give its registers to the
         # others, is ignored in the relocatable compilation that linking the kernel takes.)
+        # The ordered epilogue's grid is (GROUP * tiles along N, groups of tiles along M,
+        # splits): split z of every tile launches before split z + 1 of any, so where the
+        # blocks take several waves a split's turn has mostly come by the time it ends
+        # (gemm.turns); its unit is a warpgroup's rows of a tile.
         M, N = out.shape
         K = a.shape[0] if transpose_a else a.shape[1]
-        m0 = (cuda.blockIdx.z * GROUP + cuda.blockIdx.x % GROUP) * BM
-        n0 = cuda.blockIdx.y * BN
+        if epilogue == "ordered":
+            tile_m = cuda.blockIdx.y * GROUP + cuda.blockIdx.x % GROUP
+            tile_n, tiles_n = cuda.blockIdx.x // GROUP, cuda.gridDim.x // GROUP
+            split, splits = cuda.blockIdx.z, cuda.gridDim.z
+        else:
+            tile_m = cuda.blockIdx.z * GROUP + cuda.blockIdx.x % GROUP
+            tile_n, tiles_n = cuda.blockIdx.y, cuda.gridDim.y
+            split, splits = cuda.blockIdx.x // GROUP, cuda.gridDim.x // GROUP
+        m0 = tile_m * BM
+        n0 = tile_n * BN
         if m0 >= M:                          # past the last group's last tile
             return
         group = cuda.threadIdx.x // WARPGROUP
-        first = cuda.blockIdx.x // GROUP * steps_per_split
+        first = split * steps_per_split
         steps = min((K + BK - 1) // BK - first, steps_per_split)
 
         bars = cuda.shared.array(BARRIERS, uint64)
@@ -322,6 +338,11 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile, biased=False):
             fence_proxy_async()
             named_barrier(2 + group, WARPGROUP)
         if thread == 0:
+            # the ordered epilogue's unit: this warpgroup's rows of the tile
+            unit = (tile_m * tiles_n + tile_n) * GROUPS + group
+            if epilogue == "ordered":
+                wait_turn(turns, unit, split)
+                fence_proxy_async_global()   # the adds below after the ones before
             for p in range(BN // panel):
                 at = int32(group * 64 * BN + p * 64 * panel)
                 col = n0 + p * panel
@@ -332,7 +353,12 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile, biased=False):
                 else:
                     store_box(out, out_map, col, row, floats, at)
             bulk_commit()
-            bulk_wait()                      # the block's shared memory is read
+            if epilogue == "ordered":
+                bulk_wait_written()          # the adds have landed in out
+                fence_proxy_async_global()
+                pass_turn(turns, unit, split, splits)
+            else:
+                bulk_wait()                  # the block's shared memory is read
 
     return matmul_wgmma_kernel
 
@@ -343,7 +369,8 @@ def signature(epilogue, a_layout="C", b_layout="C"):
     ("C", or "A" for a view of some of a wider matrix's columns), the four tensor maps."""
     out = types.uint16[:, ::1] if epilogue in BF16_OUT else types.float32[:, ::1]
     a, b = (types.Array(types.uint16, 2, layout) for layout in (a_layout, b_layout))
-    return (out, out, a, b, types.float32[::1]) + (types.uint64[::1],) * 4 + (types.int32,)
+    return ((out, out, a, b, types.float32[::1], types.int32[::1]) + (types.uint64[::1],) * 4
+            + (types.int32,))
 
 
 PTX_SIGNATURES = [
@@ -359,6 +386,9 @@ PTX_SIGNATURES = [
         (False, False, "float32", False, TALL_TILE, ()),        # long K: MLP down
         (False, True, "float32", False, TALL_TILE, ()),         # QKV and MLP up dX
         (True, False, "atomic", False, TALL_TILE, ()),          # their dW
+        (True, False, "ordered", False, WIDE_TILE, ()),         # the same bits every run
+        (True, False, "ordered", False, TALL_TILE, ()),
+        (False, False, "ordered", False, TALL_TILE, ()),        # the LM head's dX
         (False, False, "atomic", False, TALL_TILE, ()),         # the LM head's dX
         (False, False, "gelu", False, WIDE_TILE, ()),           # the MLP's up projection
         (False, True, "gelu_backward", False, WIDE_TILE, ()),   # and its dX

@@ -41,7 +41,7 @@ def bench_steps(reps, compile_torch=True, fp32=True, geometries=None):
         targets = rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
 
         row = {}
-        # the last: the same bits every run (no split-K), as --deterministic trains
+        # the last: the same bits every run (split-K in order), as --deterministic trains
         runs = ([("fp32", True, False)] if fp32 and small else []) + [
             ("bf16", False, False), ("bf16", True, False)] + ([("bf16", True, True)] if small else [])
         for precision, graph, deterministic in runs:
@@ -150,8 +150,9 @@ def steps_report(rows):
         "",
         "microgpt's bf16 step launched op by op (eager) and replayed as one CUDA graph; "
         "host ms: the Python side of one step with the device idle. Deterministic: the "
-        "graph of the step that gives the same bits every run (--deterministic: no "
-        "split-K), and its time against the default graph's.",
+        "graph of the step that gives the same bits every run (--deterministic: split-K "
+        "added in order, the embedding's backward sorted), and its time against the "
+        "default graph's.",
         "",
         "| config | eager tok/s | eager host ms | graph tok/s | graph host ms | "
         "deterministic tok/s | deterministic step time / graph's |",
