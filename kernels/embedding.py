@@ -14,15 +14,17 @@ receives the tied LM head's gradient:
   come, so two runs of a step can differ by a rounding (and every later step with them);
 - deterministic (``CudaBackend(deterministic=True)``, the trainer's --deterministic):
   no float atomics, each element of dwte one thread's sum in an order fixed by the data.
-  It costs: 0.391 ms a step at andrea-12m against the atomics' 0.036 (H200,
-  tools/profile_step.py, 2026-12-02), 5% of that step, so it is not the default:
-1. the N = B * T positions sorted by (token, position): a block per (tile of positions,
-   tile of SORT_TILE keys in shared memory) counts, for each of its positions, the keys
-   of the tile that sort before it, and adds the count to the position's rank (an
-   integer atomic: exact in any order); then each position is written at its rank. Each
-   token's positions are then one run of the sorted order, in position order. (A thread
-   per position walking all N keys itself, the version before, filled 64 blocks at
-   N = 16384, and took 0.69 ms);
+  It costs more than the atomics (docs/convergence.md, "Reproducible runs"), so it is not
+  the default:
+1. the N = B * T positions sorted by (token, position), a counting sort: each position
+   counts itself into its token's count (an integer atomic, exact in any order), which
+   gives it a slot among its token's positions (in the order the threads come); one
+   block sums the counts into each token's start; each position is written at its
+   token's start plus its slot (a bucket per token, its positions in no fixed order),
+   then at its token's start plus the count of its bucket's positions before it. Each
+   token's positions are then one run of the sorted order, in position order. (Before,
+   each position's rank was counted against all N keys, 16384^2 comparisons at
+   andrea-120m: 0.69 ms, then 0.55 in tiles of keys in shared memory);
 2. a thread per (chunk of CHUNK sorted positions, column) sums the chunk's leading
    segment (up to its first change of token): the part of a run that began in an
    earlier chunk, or, for a chunk inside a long run, all of it;
@@ -46,9 +48,9 @@ from .precision import group_loader, group_storer, group_width
 
 BLOCK = 256
 CHUNK = 32          # sorted positions per thread of the run sums
-# keys staged in shared memory at a time by the sort, a block's share of the comparisons;
-# the simulator's batches (a dozen positions) span several tiles of 4
-SORT_TILE = 4 if SIMULATOR else 256
+# the threads of the one block that sums the tokens' counts into their starts, a segment
+# of the vocabulary each (the simulator's vocabularies, a few tokens, take several of 4)
+SCAN_THREADS = 4 if SIMULATOR else 1024
 
 
 # ----------------------------------------------------------------------------------
@@ -96,37 +98,67 @@ def _encoder_backward_atomic_kernel(dwte, dwpe, dout, idx):
 
 
 @jit
-def _rank_positions_kernel(ranks, tokens):
-    # ranks (N,) int32 += for each position p of tokens (N,) int32 (idx flattened) in this
-    # block's row of positions, the number of positions in its key tile (blockIdx.y) whose
-    # key (token, position) sorts before p's: over all the tiles, p's rank. The adds are
-    # integers, so the ranks are exact whatever order the tiles come in
-    keys = cuda.shared.array(SORT_TILE, int64)
-    N = ranks.shape[0]
+def _count_tokens_kernel(counts, slots, tokens):
+    # counts (V,) int32 += each token's positions in tokens (N,) int32 (idx flattened);
+    # slots (N,) = the count of position p's token before p's own: each token's slots are
+    # 0 .. count - 1, in the order the threads came
     p = cuda.grid(1)
-    start = cuda.blockIdx.y * SORT_TILE
-    for j in range(cuda.threadIdx.x, SORT_TILE, cuda.blockDim.x):
-        if start + j < N:
-            keys[j] = int64(tokens[start + j]) * N + start + j
-    cuda.syncthreads()
-    if p < N:
-        key = int64(tokens[p]) * N + p
-        before = int32(0)
-        for j in range(min(SORT_TILE, N - start)):
-            if keys[j] < key:
-                before += 1
-        if before > 0:
-            cuda.atomic.add(ranks, p, before)
+    if p < tokens.shape[0]:
+        slots[p] = cuda.atomic.add(counts, tokens[p], 1)
 
 
 @jit
-def _place_positions_kernel(order, sorted_tokens, ranks, tokens):
-    # order (N,) int32 = the positions sorted by (token, position), p at its rank (keys
-    # are distinct, so the ranks are a permutation); sorted_tokens (N,) = their tokens
+def _token_starts_kernel(starts, counts):
+    # starts (V,) int32 = the exclusive prefix sums of counts (V,): one block, each thread
+    # a segment of the vocabulary (its sum, the block's scan of the sums, then the segment)
+    V = counts.shape[0]
+    t, threads = cuda.threadIdx.x, cuda.blockDim.x
+    per = (V + threads - 1) // threads
+    first, end = min(V, t * per), min(V, (t + 1) * per)
+    total = int32(0)
+    for v in range(first, end):
+        total += counts[v]
+    sums = cuda.shared.array(SCAN_THREADS, int32)
+    sums[t] = total
+    cuda.syncthreads()
+    offset = 1
+    while offset < threads:         # sums[t] = the sum of the first t + 1 segments
+        earlier = sums[t - offset] if t >= offset else int32(0)
+        cuda.syncthreads()
+        sums[t] += earlier
+        cuda.syncthreads()
+        offset *= 2
+    start = sums[t] - total
+    for v in range(first, end):
+        starts[v] = start
+        start += counts[v]
+
+
+@jit
+def _bucket_positions_kernel(buckets, tokens, starts, slots):
+    # buckets (N,) int32: position p at its token's start plus its slot, so each token's
+    # positions fill its bucket of the sorted order, in the order of their slots
     p = cuda.grid(1)
-    if p < order.shape[0]:
-        order[ranks[p]] = p
-        sorted_tokens[ranks[p]] = tokens[p]
+    if p < tokens.shape[0]:
+        buckets[starts[tokens[p]] + slots[p]] = p
+
+
+@jit
+def _sort_buckets_kernel(order, sorted_tokens, buckets, tokens, starts, counts):
+    # order (N,) int32 = the positions sorted by (token, position): each position of a
+    # bucket at its token's start plus the count of the bucket's positions before it;
+    # sorted_tokens (N,) = their tokens
+    i = cuda.grid(1)
+    if i < buckets.shape[0]:
+        p = buckets[i]
+        token = tokens[p]
+        first = starts[token]
+        before = int32(0)
+        for j in range(first, first + counts[token]):
+            if buckets[j] < p:
+                before += 1
+        order[first + before] = p
+        sorted_tokens[first + before] = token
 
 
 @cuda.jit(device=True, inline=True)
@@ -212,8 +244,11 @@ PTX_SIGNATURES = [
                                          float32[:, ::1])) for width in (1, GROUP)],
     (_encoder_backward_atomic_kernel, (float32[:, ::1], float32[:, ::1], float32[:, :, ::1],
                                         int32[:, ::1])),
-    (_rank_positions_kernel, (int32[::1], int32[::1])),
-    (_place_positions_kernel, (int32[::1], int32[::1], int32[::1], int32[::1])),
+    (_count_tokens_kernel, (int32[::1], int32[::1], int32[::1])),
+    (_token_starts_kernel, (int32[::1], int32[::1])),
+    (_bucket_positions_kernel, (int32[::1], int32[::1], int32[::1], int32[::1])),
+    (_sort_buckets_kernel, (int32[::1], int32[::1], int32[::1], int32[::1], int32[::1],
+                            int32[::1])),
     (_chunk_leads_kernel, (float32[:, ::1], int32[::1], int32[::1], float32[:, ::1], int64)),
     (_run_sums_kernel, (float32[:, ::1], float32[:, ::1], int32[::1], int32[::1],
                         float32[:, ::1], int64)),
@@ -272,19 +307,24 @@ def encoder_backward(dwte, dwpe, dout, idx, *, deterministic=False, stream=0, bl
         _encoder_backward_atomic_kernel[ceil_div(T * C, block), block, stream](dwte, dwpe,
                                                                                dout, idx)
         return
-    N, chunks = B * T, ceil_div(B * T, chunk)
+    V, N, chunks = dwte.shape[0], B * T, ceil_div(B * T, chunk)
     # flat views: a position p is row p of dout and element p of idx, no division by T
     tokens, rows = idx.reshape(N), dout.reshape(N, C)
-    order, sorted_tokens, ranks = (
+    order, sorted_tokens, slots, buckets = (
         kept_with(dwte, ("encoder " + name, N), lambda: cuda.device_array(N, np.int32))
-        for name in ("order", "sorted tokens", "ranks"))
+        for name in ("order", "sorted tokens", "slots", "buckets"))
+    counts, starts = (kept_with(dwte, ("encoder " + name, V),
+                                lambda: cuda.device_array(V, np.int32))
+                      for name in ("counts", "starts"))
     leads = kept_with(dwte, ("encoder leads", chunks, C),
                       lambda: cuda.device_array((chunks, C), np.float32))
-    fill_zero(ranks, stream)
-    _rank_positions_kernel[(ceil_div(N, block), ceil_div(N, SORT_TILE)), block, stream](
-        ranks, tokens)
-    _place_positions_kernel[ceil_div(N, block), block, stream](order, sorted_tokens, ranks,
-                                                               tokens)
+    fill_zero(counts, stream)
+    positions = ceil_div(N, block)
+    _count_tokens_kernel[positions, block, stream](counts, slots, tokens)
+    _token_starts_kernel[1, SCAN_THREADS, stream](starts, counts)
+    _bucket_positions_kernel[positions, block, stream](buckets, tokens, starts, slots)
+    _sort_buckets_kernel[positions, block, stream](order, sorted_tokens, buckets, tokens,
+                                                   starts, counts)
     _chunk_leads_kernel[ceil_div(chunks * C, block), block, stream](leads, order,
                                                                     sorted_tokens, rows, chunk)
     _run_sums_kernel[ceil_div(chunks * C, block), block, stream](dwte, leads, order,

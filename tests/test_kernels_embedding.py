@@ -110,6 +110,12 @@ def test_encoder_backward_gives_the_same_bits_whatever_the_block(seed):
             np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+def test_the_sort_counts_a_vocabulary_of_many_segments():
+    """A vocabulary of 50 tokens over the sort's SCAN_THREADS segments (13 each in the
+    simulator), a batch of 40 positions in which most tokens are missing and some repeat."""
+    check_backward((2, 20, 3, 50), 1, 32, seed=4, chunk=3)
+
+
 @pytest.mark.parametrize("chunk", [embedding.CHUNK, 2, 4])
 def test_encoder_backward_adds_up_one_repeated_token(chunk):
     """Every position holds the same token: its row of dwte receives the whole sum (with
@@ -200,15 +206,15 @@ class RecordedKernel:
         return lambda *args: self.launched.append(self.name)
 
 
-BACKWARD_KERNELS = ("_encoder_backward_atomic_kernel", "_rank_positions_kernel",
-                    "_place_positions_kernel", "_chunk_leads_kernel", "_run_sums_kernel",
-                    "_position_sums_kernel")
+SORTED_BACKWARD = ["_count_tokens_kernel", "_token_starts_kernel",
+                   "_bucket_positions_kernel", "_sort_buckets_kernel", "_chunk_leads_kernel",
+                   "_run_sums_kernel", "_position_sums_kernel"]
+BACKWARD_KERNELS = ("_encoder_backward_atomic_kernel", *SORTED_BACKWARD)
 
 
 @pytest.mark.parametrize("deterministic, first", [
     (False, ["_encoder_backward_atomic_kernel"]),
-    (True, ["_rank_positions_kernel", "_place_positions_kernel", "_chunk_leads_kernel",
-            "_run_sums_kernel", "_position_sums_kernel"])])
+    (True, SORTED_BACKWARD)])
 def test_a_deterministic_backend_sorts(deterministic, first, monkeypatch):
     """The backend hands its deterministic flag to the backward: the sort on a
     deterministic backend, the float atomics' scatter otherwise."""
