@@ -10,6 +10,8 @@ normalised, scaled and shifted row; mean and rstd are saved for the backward. Re
 the row hits L1. A warp per row needs no block barrier, so a block's rows proceed
 independently and an SM holds up to 64 rows in flight (a block per row, as before, waited
 on two block reductions per row and held 16).
+Few rows (FEW_ROWS: a decoding step's, one latency chain) take the residual forward's
+kernel below without its add, every load of the row in flight at once.
 
 Residual + LayerNorm forward and the backward, the step's 24 calls each: C is a
 compile-time constant of the kernel (one per model width), and a lane holds its columns of
@@ -150,11 +152,12 @@ def _lane_columns(C, width):
 
 
 @functools.cache
-def _residual_layernorm_forward_kernel(C, width, few=False):
+def _residual_layernorm_forward_kernel(C, width, few=False, residual=True):
     """The fused forward for rows of C, read and written in groups of width; few (a
     decoding step's rows): weight and bias are loaded with the row, their latency hidden
     behind its loads, at the cost of 2 C / 32 more registers a lane (a launch of few rows
-    is one latency chain, and the training step's many rows want the registers)."""
+    is one latency chain, and the training step's many rows want the registers);
+    residual False: the plain forward of a (b and resid unused), for few rows."""
     GROUPS, COLS = _lane_columns(C, width)
     load, store = group_loader(width), group_storer(width)
     AFFINE = COLS if few else 1
@@ -177,7 +180,8 @@ def _residual_layernorm_forward_kernel(C, width, few=False):
             col = (lane + k * WARP) * width
             if row < N and col < C:
                 load(x, k * width, a, (row, col))
-                load(y, k * width, b, (row, col))
+                if residual:
+                    load(y, k * width, b, (row, col))
                 if few:
                     load(w, k * width, weight, col)
                     load(z, k * width, bias, col)
@@ -187,11 +191,12 @@ def _residual_layernorm_forward_kernel(C, width, few=False):
                     y[k * width + e] = ZERO
         partial = float32(0.0)
         for i in range(COLS):
-            x[i] += y[i]
+            if residual:
+                x[i] += y[i]
             partial += x[i]
         for k in range(GROUPS):
             col = (lane + k * WARP) * width
-            if row < N and col < C:
+            if residual and row < N and col < C:
                 store(resid, (row, col), x, k * width)
         row_mean = warp_sum(partial, scratch) / float32(C)
         # the variance of the centred row (a column past C is not in it)
@@ -368,6 +373,8 @@ PTX_SIGNATURES = [
          (_ROWS, _BF16_ROWS, _VECTOR, _VECTOR, _ROWS, _ROWS, _VECTOR, _VECTOR)),
         (_residual_layernorm_forward_kernel(C, width, True),     # a decoding step's rows
          (_ROWS, _BF16_ROWS, _VECTOR, _VECTOR, _ROWS, _ROWS, _VECTOR, _VECTOR)),
+        (_residual_layernorm_forward_kernel(C, width, True, False),     # and its first
+         (_ROWS, _BF16_ROWS, _VECTOR, _VECTOR, _ROWS, _ROWS, _VECTOR, _VECTOR)),
         (_layernorm_backward_kernel(C, width, False),
          (_ROWS, _ROWS, _ROWS, _ROWS, _ROWS, _VECTOR, _VECTOR, _VECTOR, int64)),
         (_layernorm_backward_kernel(C, width, True),
@@ -421,6 +428,15 @@ def layernorm_forward(out, mean, rstd, inp, weight, bias, *, stream=0, block=Non
     block = _block(block, N, FORWARD_BLOCK)
     check_array("bias", bias, (C,))
     if N == 0:
+        return
+    if N <= FEW_ROWS and block <= MAX_REGISTER_ROW_BLOCK:
+        # a decoding step's first LayerNorm: the residual forward's few-rows kernel, its
+        # row in registers, where this one's three passes of dependent loads took 7.4 us
+        # for one row of 768 on the H200 (the residual forward 1.9)
+        width = group_width(C, out, inp, weight, bias)
+        _residual_layernorm_forward_kernel(C, width, True, False)[
+            ceil_div(N, block // WARP), block, stream](inp, out, mean, rstd, inp, inp, weight,
+                                                       bias)
         return
     _layernorm_forward_kernel[ceil_div(N, block // WARP), block, stream](
         out, mean, rstd, inp, weight, bias)
