@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from microgpt import GPT, get_config
 from microgpt import reference as ref
 from microgpt.errors import UserError
-from microgpt.generate import Decoder, Sampling, generate
+from microgpt.generate import PREFILL_STEP, Decoder, Sampling, generate, prefill_length
 
 if ON_GPU:
     CONFIGS = [get_config("andrea-12m", n_layer=2), get_config("microgpt", vocab_size=40)]
@@ -152,6 +152,17 @@ def test_bf16_greedy_tokens_are_the_full_forwards_of_the_rounded_weights():
             logits = oracle.forward(np.array([window]))[0, -1]
             rms = np.linalg.norm(logits) / np.sqrt(logits.size)
             assert logits.max() - logits[token] <= 4 * 2e-2 * rms, (window, token)
+
+
+@given(T=st.integers(1, 2048), context=st.integers(1, 2048))
+def test_prefills_pad_to_a_few_lengths(T, context):
+    """A power of two up to PREFILL_STEP, then a multiple of it, never below T nor past the
+    context (a context of 1024 has 22 lengths, a captured graph each)."""
+    n = prefill_length(T, context)
+    assert n == context if T >= context else T <= n <= context
+    if n < context:
+        assert n & (n - 1) == 0 if T <= PREFILL_STEP else n % PREFILL_STEP == 0
+    assert len({prefill_length(t, 1024) for t in range(1, 1024)}) == 22
 
 
 def test_a_stop_token_ends_its_sequence_alone():
