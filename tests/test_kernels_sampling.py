@@ -102,6 +102,23 @@ def test_top_k_finds_a_threshold_in_the_keys_last_byte():
                                   ref.sample_tokens(seq, logits, 2, **kwargs))
 
 
+@pytest.mark.parametrize("top_p, kept", [(0.35, 1), (0.45, 2), (0.75, 3), (0.95, 4)])
+def test_top_p_keeps_the_smallest_set_that_reaches_it(top_p, kept):
+    """Probabilities 0.4, 0.3, 0.2, 0.1 (and 0.1 more over the rest, far below): top-p
+    keeps the fewest largest that sum to at least top_p, none near a cut; sixteen
+    sequences' draws (their generators differ) are the reference's and among the kept,
+    so a cut one token early or late fails."""
+    probs = np.array([0.4, 0.3, 0.2, 0.1, 1e-9, 1e-9], np.float64)
+    logits = np.tile(np.log(probs).astype(np.float32), (16, 1))
+    seq = np.zeros((16, len(ref.SEQ_COLUMNS)), np.int32)
+    seq[:, ref.LEFT] = 1
+    kwargs = dict(vocab=probs.size, temperature=1.0, top_k=0, top_p=top_p, seed=5,
+                  stop_id=-1)
+    got = launch(seq, logits, 2, **kwargs)
+    np.testing.assert_array_equal(got, ref.sample_tokens(seq, logits, 2, **kwargs))
+    assert got[:, ref.TOKEN].max() < kept
+
+
 def chi_square(counts, p):
     """Pearson's statistic of counts against probabilities p; infinite when a token of
     probability 0 was drawn."""
