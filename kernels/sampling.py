@@ -6,14 +6,15 @@ distribution the draws follow; ``uniforms``, the generator).
 
 sample_tokens: grid (B,), a block per sequence, each thread reading STRIP consecutive
 logits at a time (their loads in flight together) on every pass. Temperature 0 is greedy
-(the first of the largest logits). Otherwise the logits are divided by the temperature,
-then kept: the top_k largest (0: all, ties at the k-th kept too), then among those the
-smallest set of the largest whose probabilities sum to at least top_p (1: all; ties kept
-too). The thresholds are exact, with no sort, on the logits' order-preserving 32-bit
-keys: top_k's is the k-th largest key, found a byte at a time from the most significant
-(4 passes, each a histogram in shared memory of the next byte of the keys that match
-the bytes found so far: integer counts, the same whatever order the atomics come in);
-top_p's by bisection (32 block reductions of the masses, added in a fixed order). The
+(the first of the largest logits), a kernel of its own: one pass, the finite check's.
+Otherwise the logits are divided by the temperature, then kept: the top_k largest (0:
+all, ties at the k-th kept too), then among those the smallest set of the largest whose
+probabilities sum to at least top_p (1: all; ties kept too). The thresholds are exact,
+with no sort, on the logits' order-preserving 32-bit keys: top_k's is the k-th largest
+key, found a byte at a time from the most significant (4 passes, each a histogram in
+shared memory of the next byte of the keys that match the bytes found so far: integer
+counts, the same whatever order the atomics come in); top_p's by bisection (32 block
+reductions of the masses, added in a fixed order). The
 token is then drawn by the Gumbel-max trick, argmax over the kept logits of
 x - log(-log(u)), which samples softmax(x) over them in one pass; u is a counter-based
 generator, a hash of (seed, sequence, draw number, token id), so a draw depends on
@@ -97,19 +98,55 @@ def uniform(base, i):
     return (float32(hash32(base ^ hash32(i)) >> uint32(8)) + np.float32(0.5)) * _U24
 
 
-# BLOCK threads leave a thread 64 registers: the bound holds ptxas to them (the H200's
-# compile without it took more, and the launch failed for want of registers)
+@cuda.jit(device=True, inline=True)
+def _finite_check(seq, b, finite, scratch):
+    """Whether every thread's logits were finite (finite: this thread's, 1 or 0); if not,
+    sequence b is marked NOT_FINITE (thread 0) for the host to report."""
+    if -block_max(-finite, scratch) == ZERO:        # the minimum
+        if cuda.threadIdx.x == 0:
+            seq[b, LEFT] = NOT_FINITE
+        return False
+    return True
+
+
 @(jit if SIMULATOR else jit(launch_bounds=BLOCK))
-def _sample_tokens_kernel(seq, logits, capacity, vocab, temperature, top_k, top_p, seed,
-                          stop_id):
-    # seq (B, 4) int32, logits (B, V): the first vocab logits are eligible
+def _greedy_tokens_kernel(seq, logits, capacity, vocab, stop_id):
+    # seq (B, 4) int32, logits (B, V): the first of the largest of the first vocab, in the
+    # one pass that checks they are finite
     b, tid, threads = cuda.blockIdx.x, cuda.threadIdx.x, cuda.blockDim.x
     scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
     pos, left, drawn = seq[b, POSITION], seq[b, LEFT], seq[b, DRAWN]
     if left <= 0 or pos >= capacity:
         return                      # done, or waiting for its window to slide
-    greedy = temperature == ZERO
-    inv_t = ONE if greedy else ONE / temperature
+    best = NEG_INF
+    first = vocab                   # the first index of this thread's largest
+    finite = ONE
+    for start in range(tid * STRIP, vocab, threads * STRIP):
+        for i in range(start, start + STRIP):
+            if i < vocab:
+                x = load_float32(logits, (b, i))
+                if not math.isfinite(x):
+                    finite = ZERO
+                if x > best:
+                    best, first = x, i
+    most = block_max(best, scratch)
+    if _finite_check(seq, b, finite, scratch):
+        _advance(seq, b, int32(block_min(float32(first) if best == most else float32(vocab),
+                                         scratch)), pos, left, drawn, stop_id)
+
+
+# BLOCK threads leave a thread 64 registers: the bound holds ptxas to them (the H200's
+# compile without it took more, and the launch failed for want of registers)
+@(jit if SIMULATOR else jit(launch_bounds=BLOCK))
+def _sample_tokens_kernel(seq, logits, capacity, vocab, temperature, top_k, top_p, seed,
+                          stop_id):
+    # seq (B, 4) int32, logits (B, V): the first vocab logits are eligible; temperature > 0
+    b, tid, threads = cuda.blockIdx.x, cuda.threadIdx.x, cuda.blockDim.x
+    scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
+    pos, left, drawn = seq[b, POSITION], seq[b, LEFT], seq[b, DRAWN]
+    if left <= 0 or pos >= capacity:
+        return                      # done, or waiting for its window to slide
+    inv_t = ONE / temperature
     top = NEG_INF
     finite = ONE
     for start in range(tid * STRIP, vocab, threads * STRIP):
@@ -120,16 +157,13 @@ def _sample_tokens_kernel(seq, logits, capacity, vocab, temperature, top_k, top_
                     finite = ZERO
                 top = max(top, x * inv_t)
     top = block_max(top, scratch)
-    finite = -block_max(-finite, scratch)       # the minimum
-    if finite == ZERO:
-        if tid == 0:
-            seq[b, LEFT] = NOT_FINITE
+    if not _finite_check(seq, b, finite, scratch):
         return
     # keep the keys >= floor: bisections on int32 keys, held in int64
     floor = int64(-2**31)
-    if not greedy and 0 < top_k < vocab:
+    if 0 < top_k < vocab:
         floor = _kth_largest_key(logits, b, vocab, inv_t, top_k)
-    if not greedy and top_p < ONE:
+    if top_p < ONE:
         total = ZERO
         for start in range(tid * STRIP, vocab, threads * STRIP):
             for i in range(start, start + STRIP):
@@ -147,12 +181,18 @@ def _sample_tokens_kernel(seq, logits, capacity, vocab, temperature, top_k, top_
             if i < vocab:
                 x = load_float32(logits, (b, i)) * inv_t
                 if float_key(x) >= floor:
-                    score = x if greedy else x - math.log(-math.log(uniform(base, i)))
+                    score = x - math.log(-math.log(uniform(base, i)))
                     if score > best:
                         best, best_i = score, i
     most = block_max(best, scratch)
-    token = int32(block_min(float32(best_i) if best == most else float32(vocab), scratch))
-    if tid == 0:
+    _advance(seq, b, int32(block_min(float32(best_i) if best == most else float32(vocab),
+                                     scratch)), pos, left, drawn, stop_id)
+
+
+@cuda.jit(device=True, inline=True)
+def _advance(seq, b, token, pos, left, drawn, stop_id):
+    """Sequence b's state after it drew token (thread 0 writes it)."""
+    if cuda.threadIdx.x == 0:
         seq[b, TOKEN] = token
         seq[b, POSITION] = pos + 1
         seq[b, LEFT] = 0 if token == stop_id else left - 1
@@ -227,9 +267,10 @@ def _bisect_mass(logits, b, vocab, inv_t, top, floor, target, scratch):
     return lo
 
 
-PTX_SIGNATURES = [(_sample_tokens_kernel, (int32[:, ::1], logits, int64, int64, float32,
-                                           int64, float32, int64, int64))
-                  for logits in (float32[:, ::1], uint16[:, ::1])]
+PTX_SIGNATURES = [signature for logits in (float32[:, ::1], uint16[:, ::1]) for signature in (
+    (_sample_tokens_kernel, (int32[:, ::1], logits, int64, int64, float32, int64, float32,
+                             int64, int64)),
+    (_greedy_tokens_kernel, (int32[:, ::1], logits, int64, int64, int64)))]
 
 
 def sample_tokens(seq, logits, capacity, *, vocab=None, temperature=0.0, top_k=0,
@@ -252,6 +293,9 @@ def sample_tokens(seq, logits, capacity, *, vocab=None, temperature=0.0, top_k=0
                          f"{temperature}, {top_k}, {top_p}")
     check_block_size(block, WARP)
     if B == 0:
+        return
+    if temperature == 0:
+        _greedy_tokens_kernel[B, block, stream](seq, logits, capacity, vocab, stop_id)
         return
     _sample_tokens_kernel[B, block, stream](seq, logits, capacity, vocab,
                                             np.float32(temperature), top_k,
