@@ -535,7 +535,7 @@ def hopper_attention_forward(out, lse, q, k, v, *, tile=None, stream=0):
     tile = default_tile(D) if tile is None else HopperTile(*tile)
     check_tile(tile, D)
     (qm, q_layout), (km, kv_layout), (vm, v_layout) = (
-        _described(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
+        described_heads(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
     if kv_layout != v_layout:
         raise ValueError("k and v must lie alike")
     q_map = tensor_map(qm, tile.rows, PANEL)
@@ -556,7 +556,7 @@ def hopper_attention_forward(out, lse, q, k, v, *, tile=None, stream=0):
 _opted_in = set()      # (kernel, whether each array is C-contiguous) launched before
 
 
-def _described(name, x):
+def described_heads(name, x):
     described = head_matrix(x)
     if described is None:
         raise ValueError(f"{name}: heads of shape {tuple(x.shape)} strides "

@@ -26,7 +26,8 @@ def tensor_map(matrix, box_rows, box_cols):
     between the row-major matrix (bf16 as uint16, or float32; tma_ready: a view of some
     of a wider matrix's columns too, its rows then further apart) and shared
     memory, where a box lies in rows of box_cols (32, 64 or 128 bytes) whose 16-byte
-    chunks are XOR-swizzled as `swizzled` lays out bf16 tiles; zeros are read past the
+    chunks are XOR-swizzled as `swizzled` lays out bf16 tiles (a box of one row: any
+    multiple of 16 bytes up to 256 elements, unswizzled); zeros are read past the
     matrix's edges and nothing is written there. A device array of its sixteen 64-bit
     words, which the copies read from global memory: encoded by the driver and copied over
     once per address, shape, row pitch and box while the matrix's memory lives, so a
@@ -53,9 +54,12 @@ def _encode(address, R, C, pitch, size, box_rows, box_cols):
 
     kind = {2: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16,
             4: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}[size]
-    swizzle = {32: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
-               64: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
-               128: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}[size * box_cols]
+    # a box of one row (a run of float32 statistics) is the same in any swizzle: none,
+    # which takes rows wider than 128 bytes
+    swizzle = cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE if box_rows == 1 else {
+        32: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
+        64: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
+        128: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}[size * box_cols]
     status, encoded = cu.cuTensorMapEncodeTiled(
         kind, 2, address, [cu.cuuint64_t(C), cu.cuuint64_t(R)], [cu.cuuint64_t(pitch)],
         [cu.cuuint32_t(box_cols), cu.cuuint32_t(box_rows)], [cu.cuuint32_t(1)] * 2,

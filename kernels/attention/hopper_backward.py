@@ -1,0 +1,582 @@
+"""Flash attention's dk/dv pass on Hopper's warpgroup MMA (sm_90a), head_dim 64 and 128, in
+the manner of FlashAttention-3's backward; dq by ``flash``'s mma.sync dq pass before it,
+which also writes delta = rowsum(dout * out): every gradient element has one owner, the
+backward stays deterministic.
+
+NumPy twin: ``microgpt.reference.attention_backward`` on the same bf16 inputs, as for
+``flash`` (whose arguments, lse convention and tolerances this backward keeps).
+
+How a block works (docs/flash-attention.md, "The wgmma backward"). A block owns `rows` =
+64 x warpgroups key rows of one (batch, head), each warpgroup 64 of them; the bulk copies
+bring its k and v tiles into shared memory once, and the query steps from the one holding
+its first key to T, `step` queries at a time, into `stages` buffers: q's and dout's rows,
+and the step's lse and delta (a one-row box of each, from the (B, H, T) arrays read as one
+row of B H T floats: a box past a head's T reads the next head's, masked). Per step each
+warpgroup computes the transposed scores S^T = k q^T and dP^T = v dout^T by wgmma from
+shared memory (both operands K-major), so that P^T = exp2(S^T scale - lse) and dS^T = P^T
+(dP^T - delta) lie in the accumulators as the rows of its keys: rounded to bf16 pairs in
+place they are the A operand, from registers, of dv += P^T dout and dk += dS^T q
+(``atoms.wgmma_bf16_rs``, dout and q read MN-major). The products of a step are issued as
+their operands are ready and waited for only when their registers are needed: S^T and dP^T
+together, P^T's exponentials while dP^T runs, dS^T while dv's product runs, the next
+step's scores before this step's dk product is waited for. The first warpgroup's thread 0
+issues the copies, each step's a step or more ahead. A warpgroup waits for and releases
+the steps wholly above its keys; the step that crosses them and the one past T are masked
+element by element.
+"""
+import functools
+import math
+from typing import NamedTuple
+
+import numba
+import numpy as np
+from numba import cuda, float32, int32, types, uint16, uint32, uint64
+
+from ..atoms import (exp2_ftz, fence_barrier_init, fence_tensor_map, mbarrier_arrive_expect_tx,
+                     mbarrier_init, mbarrier_try_wait, pack_bf16x2, shared_address,
+                     tma_load_2d, to_bf16, warpgroup_commit, warpgroup_fence, warpgroup_wait,
+                     wgmma_bf16_acc, wgmma_bf16_rs)
+from ..cache import jit
+from ..common import ceil_div, device_address
+from ..device import (DYNAMIC_SHARED_LIMIT, MMA_K, SIMULATOR, SWIZZLE_BYTES, WARPGROUP,
+                      allow_dynamic_shared, check_block)
+from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
+from ..layouts.tensor_maps import tensor_map
+from ..layouts.tiles import PANEL, descriptor, wgmma_operand
+from ..pipelines.tma import tma_pipeline
+from . import flash
+from .flash import INF, bf16_value, quad_sum
+from .hopper import LOG2E, NEG_INF, WIDTHS, ZERO, described_heads
+
+STATS = 2                   # float32 statistics a query row brings: lse, delta
+
+
+class BackwardTile(NamedTuple):
+    """warpgroups: of 128 threads, each owning 64 rows (queries in the dq pass, keys in the
+    dk/dv pass); step: rows of the other side per stage (32 or 64: the accumulators of the
+    two score-like products, 2 x step / 2 registers, beside the D / 2 of each gradient);
+    stages: shared buffers of steps (3 or 4: the copies run a step and more ahead);
+    min_blocks: blocks per SM the register allocation must leave room for."""
+    warpgroups: int = 2
+    step: int = 64
+    stages: int = 3
+    min_blocks: int = 1
+
+    @property
+    def rows(self):
+        return 64 * self.warpgroups
+
+    @property
+    def threads(self):
+        return WARPGROUP * self.warpgroups
+
+
+def default_tile(D, kind):
+    """The tile of the dq or the dk/dv pass (kind "dq", "dkdv"). (The simulator's: one
+    warpgroup, whose 128 Python threads are a block's cost.)"""
+    if SIMULATOR:
+        return BackwardTile(1, 64, 3)
+    return BackwardTile(2, 64 if D == 64 else 32, 3)
+
+
+def shared_bytes(tile, D, kind):
+    """The resident tiles (q and dout, or k and v), the stages of the streamed ones (with
+    the queries' statistics in the dk/dv pass), and room to align the start to a swizzle
+    pattern."""
+    stats = 4 * STATS * tile.stages * tile.step if kind == "dkdv" else 0
+    return 2 * D * (2 * tile.rows + 2 * tile.stages * tile.step) + stats + SWIZZLE_BYTES
+
+
+def check_tile(tile, D, kind):
+    warpgroups, step, stages, min_blocks = tile
+    if D not in WIDTHS:
+        raise ValueError(f"head_dim {D}: the wgmma backward takes {WIDTHS}")
+    if not 1 <= warpgroups <= 2:
+        raise ValueError(f"tile {tile}: 1 or 2 warpgroups")
+    if step not in (32, 64):
+        raise ValueError(f"tile {tile}: step must be 32 or 64 rows")
+    if not 3 <= stages <= 4:
+        raise ValueError(f"tile {tile}: stages must be 3 or 4")
+    if not 1 <= min_blocks <= 3:
+        raise ValueError(f"tile {tile}: min_blocks must be 1 to 3")
+    check_block(f"tile {tile} of the {kind} pass with head_dim {D}", tile.threads,
+                shared_bytes(tile, D, kind), DYNAMIC_SHARED_LIMIT // min_blocks)
+
+
+def _fields(N, D):
+    """The descriptors' constant fields of the three operands: A, the warpgroup's 64 rows of
+    a resident tile, and B, a step's rows, of the products over the head dim (both
+    K-major: rows of one panel of it); B of the products over a step, its rows MN-major
+    (k = the step's rows)."""
+    return (wgmma_operand(64, PANEL, k_is_row=False)[0],
+            wgmma_operand(N, PANEL, k_is_row=False)[0],
+            wgmma_operand(N, D, k_is_row=True)[0])
+
+
+@functools.cache
+def _products(D, M, N):
+    """(scores, accumulate): the issuers of a warpgroup's two kinds of product, each one
+    commit group, in blocks whose resident tiles are M rows and whose stages N."""
+    panel_rows = N * PANEL
+    r_step = wgmma_operand(N, D, k_is_row=True)[1]
+    over_d = wgmma_bf16_acc(N, False, False)
+    over_step = wgmma_bf16_rs(D, True)
+    s_fence, o_fence = warpgroup_fence(N // 2), warpgroup_fence(D // 2)
+
+    @cuda.jit(device=True, inline=True)
+    def scores(s, smem, a_desc, b_desc):
+        """Issues s = a b^T over the head dim (a the warpgroup's 64 rows of a resident
+        tile, b a step's rows)."""
+        s_fence(s)
+        for kk in range(D // MMA_K):
+            over_d(smem, a_desc + uint64(kk // 4 * (M * PANEL * 2 // 16) + kk % 4 * 2),
+                   b_desc + uint64(kk // 4 * (panel_rows * 2 // 16) + kk % 4 * 2), s,
+                   uint32(kk > 0))
+        warpgroup_commit()
+
+    @cuda.jit(device=True, inline=True)
+    def accumulate(o, p, smem, r_desc):
+        """Issues o += p r (p the bf16 A fragments over a step's rows, r those rows)."""
+        o_fence(o)
+        for kk in range(N // MMA_K):
+            over_step(smem, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3],
+                      r_desc + uint64(kk * r_step), o)
+        warpgroup_commit()
+
+    return scores, accumulate
+
+
+@functools.cache
+def dkdv_kernel(D, tile):
+    G, N, stages, min_blocks = tile
+    M = tile.rows
+    panels = D // PANEL
+    s_regs, o_regs = N // 2, D // 2        # accumulators per thread: S^T, dP^T; dk, dv
+    p_regs = N // 4                         # P^T, dS^T: bf16 pairs; a thread's columns
+    kv_size = 2 * M * D                     # elements: k's tile, v's, then the stages
+    stage_size = 2 * N * D                  # q's rows of a step, then dout's
+    panel_rows = N * PANEL
+    stats_at = (kv_size + stages * stage_size) // 2     # float32: each stage's lse, delta
+    stage_bytes = 2 * stage_size + 4 * STATS * N
+    # S^T = k q^T, dP^T = v dout^T: A the warpgroup's 64 keys, B the step's rows, both
+    # K-major (rows of one panel of the head dim); dv += P^T dout, dk += dS^T q: B the
+    # step's rows MN-major (k = the queries: its rows)
+    a_fields, b_fields, r_fields = _fields(N, D)
+    s_wait_one, o_wait = warpgroup_wait(1, s_regs), warpgroup_wait(0, o_regs)
+    scale = np.float32(1.0 / math.sqrt(D))
+    scale_log2 = np.float32(LOG2E / math.sqrt(D))
+    log2e = np.float32(LOG2E)
+
+    @cuda.jit(device=True, inline=True)
+    def copy_queries(bars, stage, step, operands):
+        """The rows of the block's query step `step` of q and dout into `stage`, panel by
+        panel, and their lse and delta."""
+        (smem, stats, q, dout, lse, delta, q_map, do_map, lse_map, delta_map, q_row, q_col,
+         do_row, do_col, stat_col, first) = operands
+        mbarrier_arrive_expect_tx(bars, stage, stage_bytes)
+        base = int32(kv_size + stage * stage_size)
+        t0 = (first + step) * N
+        for p in range(panels):
+            tma_load_2d(smem, base + p * panel_rows, q, q_map, q_col + p * PANEL, q_row + t0,
+                        bars, stage)
+            tma_load_2d(smem, base + N * D + p * panel_rows, dout, do_map, do_col + p * PANEL,
+                        do_row + t0, bars, stage)
+        at = int32(stats_at + stage * STATS * N)
+        tma_load_2d(stats, at, lse, lse_map, stat_col + t0, 0, bars, stage)
+        tma_load_2d(stats, at + N, delta, delta_map, stat_col + t0, 0, bars, stage)
+
+    pipe = tma_pipeline(stages, G, copy_queries)
+    KV_LANDED = pipe.barriers
+    BARRIERS = KV_LANDED + 1
+
+    transposed_scores, accumulate = _products(D, M, N)
+
+    @jit(**({} if SIMULATOR else {"launch_bounds": (tile.threads, min_blocks)}))
+    def hopper_attention_backward_dkdv_kernel(dk, dv, q, dout, k, v, lse, delta, q_map,
+                                              do_map, k_map, v_map, lse_map, delta_map, q_rb,
+                                              q_rh, q_ch, do_rb, do_rh, do_ch, kv_rb, kv_rh,
+                                              kv_ch):
+        # dk, dv (B, H, T, D) bf16 bits; q, dout, k, v the 2-D matrices the heads are
+        # views of, (rb, rh, ch) where their heads' rows lie (hopper's docstring); lse,
+        # delta (1, B H T) float32. Block (x, h, b) owns key rows k0 .. k0 + M, the first
+        # first (they walk the most queries), and the query steps from the one holding k0.
+        B, H, T = dk.shape[0], dk.shape[1], dk.shape[2]
+        h, b = cuda.blockIdx.y, cuda.blockIdx.z
+        group = cuda.threadIdx.x // WARPGROUP
+        thread = cuda.threadIdx.x % WARPGROUP
+        k0 = cuda.blockIdx.x * M
+        first = k0 // N
+        steps = (T + N - 1) // N - first
+        bars = cuda.shared.array(BARRIERS, uint64)
+        raw = cuda.shared.array(0, uint16)
+        raw32 = cuda.shared.array(0, float32)
+        start = int32((SWIZZLE_BYTES - shared_address(raw, 0) % SWIZZLE_BYTES)
+                      % SWIZZLE_BYTES // 2)
+        smem = raw[start:]
+        stats = raw32[start // 2:]
+        operands = (smem, stats, q, dout, lse, delta, q_map, do_map, lse_map, delta_map,
+                    b * q_rb + h * q_rh, h * q_ch, b * do_rb + h * do_rh, h * do_ch,
+                    (b * H + h) * T, first)
+        issued = 0                               # the copier's steps copied
+        if cuda.threadIdx.x == 0:
+            pipe.init(bars)
+            mbarrier_init(bars, KV_LANDED, 1)
+            fence_barrier_init()
+            for m in (q_map, do_map, k_map, v_map, lse_map, delta_map):
+                fence_tensor_map(m)
+            mbarrier_arrive_expect_tx(bars, KV_LANDED, 4 * M * D)
+            for p in range(panels):
+                tma_load_2d(smem, int32(p * M * PANEL), k, k_map, h * kv_ch + p * PANEL,
+                            b * kv_rb + h * kv_rh + k0, bars, KV_LANDED)
+                tma_load_2d(smem, int32(M * D + p * M * PANEL), v, v_map,
+                            h * kv_ch + p * PANEL, b * kv_rb + h * kv_rh + k0, bars,
+                            KV_LANDED)
+            issued = pipe.refill_ready(bars, stages - 1, stages - 1, issued, steps, operands)
+        cuda.syncthreads()
+
+        row = k0 + 64 * group + wgmma_accumulator_row(thread)     # and row + 8
+        col = accumulator_col(thread)
+        s = cuda.local.array(s_regs, float32)
+        dp = cuda.local.array(s_regs, float32)
+        p = cuda.local.array(p_regs, uint32)
+        ds = cuda.local.array(p_regs, uint32)
+        dk_acc = cuda.local.array(o_regs, float32)
+        dv_acc = cuda.local.array(o_regs, float32)
+        column = cuda.local.array(p_regs, float32)   # a column's lse, then its delta
+        for r in range(o_regs):
+            dk_acc[r] = ZERO
+            dv_acc[r] = ZERO
+        copies = cuda.threadIdx.x == 0
+        k_desc = descriptor(smem, int32(64 * group * PANEL), a_fields)
+        v_desc = descriptor(smem, int32(M * D + 64 * group * PANEL), a_fields)
+        # the steps wholly above the warpgroup's keys (queries all before its first)
+        skip = (k0 + 64 * group) // N - first
+        for it in range(min(skip, steps)):
+            pipe.wait(bars, it)
+            if thread == 0:
+                pipe.release(bars, it)
+        while not mbarrier_try_wait(bars, KV_LANDED, 0):
+            pass
+        for it in range(skip, steps):
+            query0 = (first + it) * N
+            at = int32(kv_size + it % stages * stage_size)
+            pipe.wait(bars, it)
+            transposed_scores(s, smem, k_desc, descriptor(smem, at, b_fields))
+            transposed_scores(dp, smem, v_desc, descriptor(smem, at + N * D, b_fields))
+            s_wait_one(s)               # S^T, and the previous step's products: dP^T runs on
+            if thread == 0 and it > skip:
+                pipe.release(bars, it - 1)
+            if copies:
+                issued = pipe.refill_ready(bars, it + 2, it + stages - 1, issued, steps,
+                                           operands)
+            stat = int32(stats_at + it % stages * STATS * N + col)
+            for j in range(N // 8):
+                for e in range(2):
+                    column[2 * j + e] = stats[stat + 8 * j + e] * log2e
+            if query0 < k0 + 64 * group + 64 or query0 + N > T:
+                for j in range(N // 8):
+                    for r in range(4):
+                        i = row + 8 * (r // 2)
+                        c = query0 + 8 * j + col + r % 2
+                        if c < i or c >= T:
+                            s[4 * j + r] = NEG_INF
+            for j in range(N // 8):
+                for r in range(4):
+                    s[4 * j + r] = exp2_ftz(cuda.fma(s[4 * j + r], scale_log2,
+                                                     -column[2 * j + r % 2]))
+            for r in range(p_regs):
+                p[r] = pack_bf16x2(s[2 * r], s[2 * r + 1])
+            accumulate(dv_acc, p, smem, descriptor(smem, at + N * D, r_fields))
+            for j in range(N // 8):
+                for e in range(2):
+                    column[2 * j + e] = stats[stat + N + 8 * j + e]
+            s_wait_one(dp)              # dP^T; dv's product runs on
+            for j in range(N // 8):
+                for r in range(4):
+                    dp[4 * j + r] = s[4 * j + r] * (dp[4 * j + r] - column[2 * j + r % 2])
+            for r in range(p_regs):
+                ds[r] = pack_bf16x2(dp[2 * r], dp[2 * r + 1])
+            accumulate(dk_acc, ds, smem, descriptor(smem, at, r_fields))
+        o_wait(dk_acc)
+        o_wait(dv_acc)
+        if thread == 0 and steps > skip:
+            pipe.release(bars, steps - 1)
+
+        dkh, dvh = dk[b, h], dv[b, h]
+        for half in range(2):
+            i = row + 8 * half
+            if i < T:
+                for j in range(D // 8):
+                    for e in range(2):
+                        dkh[i, 8 * j + col + e] = to_bf16(dk_acc[4 * j + 2 * half + e] * scale)
+                        dvh[i, 8 * j + col + e] = to_bf16(dv_acc[4 * j + 2 * half + e])
+
+    return hopper_attention_backward_dkdv_kernel
+
+
+@functools.cache
+def dq_kernel(D, tile):
+    G, N, stages, min_blocks = tile
+    M = tile.rows
+    panels = D // PANEL
+    s_regs, o_regs = N // 2, D // 2        # accumulators per thread: S, dP; dq
+    p_regs = N // 4                         # dS: bf16 pairs
+    own_size = 2 * M * D                    # elements: q's tile, dout's, then the stages
+    stage_size = 2 * N * D                  # k's rows of a step, then v's
+    panel_rows = N * PANEL
+    # S = q k^T, dP = dout v^T: A the warpgroup's 64 queries, B the step's keys; dq += dS
+    # k: B the step's keys MN-major
+    a_fields, b_fields, r_fields = _fields(N, D)
+    s_wait_one, s_wait_all = warpgroup_wait(1, s_regs), warpgroup_wait(0, s_regs)
+    o_wait = warpgroup_wait(0, o_regs)
+    scale = np.float32(1.0 / math.sqrt(D))
+    scale_log2 = np.float32(LOG2E / math.sqrt(D))
+    log2e = np.float32(LOG2E)
+
+    @cuda.jit(device=True, inline=True)
+    def copy_keys(bars, stage, step, operands):
+        """The key and value rows of key step `step` into `stage`, panel by panel."""
+        smem, k, v, k_map, v_map, kv_row, kv_col = operands
+        mbarrier_arrive_expect_tx(bars, stage, 2 * stage_size)
+        base = int32(own_size + stage * stage_size)
+        row = kv_row + step * N
+        for p in range(panels):
+            tma_load_2d(smem, base + p * panel_rows, k, k_map, kv_col + p * PANEL, row, bars,
+                        stage)
+            tma_load_2d(smem, base + N * D + p * panel_rows, v, v_map, kv_col + p * PANEL,
+                        row, bars, stage)
+
+    pipe = tma_pipeline(stages, G, copy_keys)
+    OWN_LANDED = pipe.barriers
+    BARRIERS = OWN_LANDED + 1
+    scores, accumulate = _products(D, M, N)
+
+    @jit(**({} if SIMULATOR else {"launch_bounds": (tile.threads, min_blocks)}))
+    def hopper_attention_backward_dq_kernel(dq, delta, dout, out, lse, qm, dom, km, vm, q_map,
+                                            do_map, k_map, v_map, q_rb, q_rh, q_ch, do_rb,
+                                            do_rh, do_ch, kv_rb, kv_rh, kv_ch):
+        # dq, dout, out (B, H, T, D) bf16 bits; delta (written), lse (B, H, T); qm, dom,
+        # km, vm the 2-D matrices q's, dout's, k's and v's heads are views of (hopper's
+        # docstring). Block (x, h, b) owns query rows q0 .. q0 + M, the last first.
+        B, H, T = dq.shape[0], dq.shape[1], dq.shape[2]
+        h, b = cuda.blockIdx.y, cuda.blockIdx.z
+        group = cuda.threadIdx.x // WARPGROUP
+        thread = cuda.threadIdx.x % WARPGROUP
+        q0 = (cuda.gridDim.x - 1 - cuda.blockIdx.x) * M
+        steps = (min(T, q0 + M) + N - 1) // N
+        bars = cuda.shared.array(BARRIERS, uint64)
+        raw = cuda.shared.array(0, uint16)
+        start = int32((SWIZZLE_BYTES - shared_address(raw, 0) % SWIZZLE_BYTES)
+                      % SWIZZLE_BYTES // 2)
+        smem = raw[start:]
+        operands = (smem, km, vm, k_map, v_map, b * kv_rb + h * kv_rh, h * kv_ch)
+        issued = 0                               # the copier's steps copied
+        if cuda.threadIdx.x == 0:
+            pipe.init(bars)
+            mbarrier_init(bars, OWN_LANDED, 1)
+            fence_barrier_init()
+            for m in (q_map, do_map, k_map, v_map):
+                fence_tensor_map(m)
+            mbarrier_arrive_expect_tx(bars, OWN_LANDED, 4 * M * D)
+            for p in range(panels):
+                tma_load_2d(smem, int32(p * M * PANEL), qm, q_map, h * q_ch + p * PANEL,
+                            b * q_rb + h * q_rh + q0, bars, OWN_LANDED)
+                tma_load_2d(smem, int32(M * D + p * M * PANEL), dom, do_map,
+                            h * do_ch + p * PANEL, b * do_rb + h * do_rh + q0, bars,
+                            OWN_LANDED)
+            issued = pipe.refill_ready(bars, stages - 1, stages - 1, issued, steps, operands)
+        cuda.syncthreads()
+
+        first = q0 + 64 * group
+        row = first + wgmma_accumulator_row(thread)             # and row + 8
+        col = accumulator_col(thread)
+        # delta = rowsum(dout * out) of the thread's rows, the 4 lanes of a row splitting
+        # it, while the copies fly; lse to the log2 domain, +inf past T: p = 0 there
+        doh, oh = dout[b, h], out[b, h]
+        row_lse = cuda.local.array(2, float32)
+        row_delta = cuda.local.array(2, float32)
+        for half in range(2):
+            i = row + 8 * half
+            part = ZERO
+            if i < T:
+                for c in range(thread % 4, D, 4):
+                    part += bf16_value(doh[i, c]) * bf16_value(oh[i, c])
+            row_delta[half] = quad_sum(part)
+            row_lse[half] = lse[b, h, i] * log2e if i < T else INF
+            if i < T and thread % 4 == 0:
+                delta[b, h, i] = row_delta[half]
+        s = cuda.local.array(s_regs, float32)
+        dp = cuda.local.array(s_regs, float32)
+        ds = cuda.local.array(p_regs, uint32)
+        dq_acc = cuda.local.array(o_regs, float32)
+        for r in range(o_regs):
+            dq_acc[r] = ZERO
+        copies = cuda.threadIdx.x == 0
+        q_desc = descriptor(smem, int32(64 * group * PANEL), a_fields)
+        do_desc = descriptor(smem, int32(M * D + 64 * group * PANEL), a_fields)
+        # the warpgroup's key steps: to the one holding its last row (none past T)
+        own = (min(T, first + 64) + N - 1) // N if first < T else 0
+        while not mbarrier_try_wait(bars, OWN_LANDED, 0):
+            pass
+        for it in range(own):
+            key0 = it * N
+            at = int32(own_size + it % stages * stage_size)
+            pipe.wait(bars, it)
+            scores(s, smem, q_desc, descriptor(smem, at, b_fields))
+            scores(dp, smem, do_desc, descriptor(smem, at + N * D, b_fields))
+            s_wait_one(s)               # S, and the previous step's product: dP runs on
+            if thread == 0 and it > 0:
+                pipe.release(bars, it - 1)
+            if copies:
+                issued = pipe.refill_ready(bars, it + 2, it + stages - 1, issued, steps,
+                                           operands)
+            if key0 + N > first or key0 + N > T:
+                for j in range(N // 8):
+                    for r in range(4):
+                        i = row + 8 * (r // 2)
+                        c = key0 + 8 * j + col + r % 2
+                        if c > i or c >= T:
+                            s[4 * j + r] = NEG_INF
+            for j in range(N // 8):
+                for r in range(4):
+                    s[4 * j + r] = exp2_ftz(cuda.fma(s[4 * j + r], scale_log2,
+                                                     -row_lse[r // 2]))
+            s_wait_all(dp)
+            for j in range(N // 8):
+                for r in range(4):
+                    dp[4 * j + r] = s[4 * j + r] * (dp[4 * j + r] - row_delta[r // 2])
+            for r in range(p_regs):
+                ds[r] = pack_bf16x2(dp[2 * r], dp[2 * r + 1])
+            accumulate(dq_acc, ds, smem, descriptor(smem, at, r_fields))
+        o_wait(dq_acc)
+        if thread == 0 and own > 0:
+            pipe.release(bars, own - 1)
+        for it in range(own, steps):     # the block's steps past the warpgroup's rows
+            if copies:
+                issued = pipe.refill_ready(bars, it + 2, it + stages - 1, issued, steps,
+                                           operands)
+            pipe.wait(bars, it)
+            if thread == 0:
+                pipe.release(bars, it)
+
+        dqh = dq[b, h]
+        for half in range(2):
+            i = row + 8 * half
+            if i < T:
+                for j in range(D // 8):
+                    for e in range(2):
+                        dqh[i, 8 * j + col + e] = to_bf16(dq_acc[4 * j + 2 * half + e] * scale)
+
+    return hopper_attention_backward_dq_kernel
+
+
+_HEADS = types.Array(types.uint16, 4, "A")
+_MATRIX = types.Array(types.uint16, 2, "A")
+_ROWS3 = types.float32[:, :, ::1]
+_STATS = types.Array(types.float32, 2, "A")
+_MAP = types.uint64[::1]
+DQ_SIGNATURE = ((_HEADS, _ROWS3, _HEADS, _HEADS, _ROWS3) + (_MATRIX,) * 4 + (_MAP,) * 4
+                + (types.int32,) * 9)
+DKDV_SIGNATURE = ((_HEADS,) * 2 + (_MATRIX,) * 4 + (_STATS,) * 2 + (_MAP,) * 6
+                  + (types.int32,) * 9)
+PTX_SIGNATURES = [entry for D in WIDTHS for entry in (
+    (dq_kernel(D, default_tile(D, "dq")), DQ_SIGNATURE),
+    (dkdv_kernel(D, default_tile(D, "dkdv")), DKDV_SIGNATURE))]
+
+
+# ----------------------------------------------------------------------------------
+# launcher
+
+def statistics_row(x):
+    """A (B, H, T) float32 array of its own as the one row (1, B H T) the bulk copies read
+    (its row pitch rounded up to 16 bytes, which a single row never steps over)."""
+    n = x.size
+    pitch = ceil_div(4 * n, 16) * 16
+    if SIMULATOR:
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        data = np.asarray(getattr(x, "_ary", x))
+        return FakeCUDAArray(np.lib.stride_tricks.as_strided(data, (1, n), (pitch, 4)))
+    from numba.cuda.cudadrv import devicearray
+
+    return devicearray.DeviceNDArray((1, n), (pitch, 4), x.dtype, gpu_data=x.gpu_data)
+
+
+def takes(dq, dk, dv, delta, dout, q, k, v, out, lse):
+    """Whether the op runs this backward here: on sm_90, a width of WIDTHS, T at least
+    hopper.MIN_T, q, k, v and dout views of matrices the bulk copies read, lse and delta
+    at addresses the copies take."""
+    from .hopper import MIN_T, head_matrix
+
+    if SIMULATOR or cuda.get_current_device().compute_capability[0] != 9:
+        return False
+    return (q.shape[3] in WIDTHS and q.shape[2] >= MIN_T
+            and all(head_matrix(x) is not None for x in (q, k, v, dout))
+            and all(_statistics_ready(x) for x in (lse, delta)))
+
+
+def _statistics_ready(x):
+    """(B, H, T) float32 C-contiguous (flash._check_heads), at an address the copies take."""
+    return x.is_c_contiguous() and device_address(x) % 16 == 0
+
+
+def _launch(kernel, tile, D, kind, grid, stream, args, matrices):
+    size = shared_bytes(tile, D, kind)
+    # the overload this launch runs (its arrays' layouts, "C" or "A") is the one opted in
+    layouts = (kernel, *(x.is_c_contiguous() for x in matrices))
+    if layouts not in _opted_in:
+        allow_dynamic_shared(kernel, tuple(map(numba.typeof, args)), size)
+        _opted_in.add(layouts)
+    kernel[grid, tile.threads, stream, size](*args)
+
+
+_opted_in = set()      # (kernel, whether each array is C-contiguous) launched before
+
+
+def hopper_attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, *,
+                              tiles=(None, None), stream=0):
+    """dq, dk, dv (B, H, T, D) bf16 and delta (B, H, T) float32 = rowsum(dout * out),
+    overwritten, from dout and the forward's q, k, v, out and lse, as
+    flash.flash_attention_backward. Two launches: dq by query tiles (writing delta), then
+    dk and dv by key tiles (reading it); tiles: their BackwardTiles (default by D), or a
+    FlashTile for flash's mma.sync dq pass."""
+    B, H, T, D = flash._check_heads(dict(lse=lse, delta=delta), q=q, k=k, v=v, out=out,
+                                    dout=dout, dq=dq, dk=dk, dv=dv)
+    if q.size == 0:
+        return
+    for name, x in (("lse", lse), ("delta", delta)):
+        if not _statistics_ready(x):
+            raise ValueError(f"{name}: the wgmma backward's bulk copies read it from a "
+                             "16-byte aligned address")
+    mma_sync_dq = isinstance(tiles[0], flash.FlashTile)
+    dq_tile, dkdv_tile = (
+        tiles[0] if mma_sync_dq else
+        default_tile(D, "dq") if tiles[0] is None else BackwardTile(*tiles[0]),
+        default_tile(D, "dkdv") if tiles[1] is None else BackwardTile(*tiles[1]))
+    if not mma_sync_dq:
+        check_tile(dq_tile, D, "dq")
+    check_tile(dkdv_tile, D, "dkdv")
+    (qm, q_layout), (dom, do_layout), (km, kv_layout), (vm, v_layout) = (
+        described_heads(name, x) for name, x in (("q", q), ("dout", dout), ("k", k),
+                                                 ("v", v)))
+    if kv_layout != v_layout:
+        raise ValueError("k and v must lie alike")
+    layouts = (*q_layout, *do_layout, *kv_layout)
+    if mma_sync_dq:
+        dq_tile = flash._tile(dq_tile, D, "dq")
+        flash._dq_kernel(D, dq_tile)[(ceil_div(T, dq_tile.rows), H, B), dq_tile.threads,
+                                     stream](dq, delta, dout, q, k, v, out, lse)
+    else:
+        maps = (tensor_map(qm, dq_tile.rows, PANEL), tensor_map(dom, dq_tile.rows, PANEL),
+                tensor_map(km, dq_tile.step, PANEL), tensor_map(vm, dq_tile.step, PANEL))
+        _launch(dq_kernel(D, dq_tile), dq_tile, D, "dq", (ceil_div(T, dq_tile.rows), H, B),
+                stream, (dq, delta, dout, out, lse, qm, dom, km, vm, *maps, *layouts),
+                (dq, dout, out, qm, dom, km, vm))
+    lse_row, delta_row = statistics_row(lse), statistics_row(delta)
+    maps = (tensor_map(qm, dkdv_tile.step, PANEL), tensor_map(dom, dkdv_tile.step, PANEL),
+            tensor_map(km, dkdv_tile.rows, PANEL), tensor_map(vm, dkdv_tile.rows, PANEL),
+            tensor_map(lse_row, 1, dkdv_tile.step), tensor_map(delta_row, 1, dkdv_tile.step))
+    _launch(dkdv_kernel(D, dkdv_tile), dkdv_tile, D, "dkdv",
+            (ceil_div(T, dkdv_tile.rows), H, B), stream,
+            (dk, dv, qm, dom, km, vm, lse_row, delta_row, *maps, *layouts),
+            (dk, dv, qm, dom, km, vm))

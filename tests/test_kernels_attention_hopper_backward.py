@@ -1,0 +1,110 @@
+"""The wgmma dk/dv pass of flash attention's backward (kernels/attention/hopper_backward.py,
+after flash's mma.sync dq pass) against the float64 reference
+(microgpt.reference.attention_backward) on the same bf16 inputs and the same bf16 out, with
+the tolerances that tests/test_kernels_flash_attention.py derives (dv 2^-7, dq and dk 3 x
+2^-8, delta float32's).
+
+The heads lie either way the bulk copies see them (arrays of their own, or the parts of
+fused rows as the bf16 step passes them); the outputs are poisoned whole and compared
+whole. T is drawn across key tiles and query steps with ragged ends (boxes of q, dout,
+lse and delta that read the next head's rows, masked), T = 1 and one head included. In
+the simulator a warpgroup is 128 Python threads: one warpgroup a block, a few examples.
+"""
+import numpy as np
+import pytest
+from helpers import (ON_GPU, REAL_SHAPES, assert_attention_gradients, bf16, from_bf16,
+                     poisoned, randn, to_device_off_group)
+from hypothesis import assume, example, given, settings
+from hypothesis import strategies as st
+from numba import cuda
+from test_kernels_flash_attention import TOL_GRAD, TOL_OUT, Heads, poisoned_heads
+
+from microgpt import reference as ref
+from microgpt.kernels.attention import hopper_backward as hb
+from microgpt.kernels.attention.flash import FlashTile
+from microgpt.kernels.attention.hopper_backward import BackwardTile
+
+SEEDS = st.integers(0, 2**32 - 1)
+SIM, SIM_32 = BackwardTile(1, 64, 3), BackwardTile(1, 32, 3)
+
+if REAL_SHAPES:
+    SHAPES = st.tuples(st.integers(1, 16), st.integers(1, 12), st.integers(1, 1024),
+                       st.sampled_from([64, 128]))
+    TILE = st.sampled_from([None, BackwardTile(1, 64, 3), BackwardTile(2, 32, 4),
+                            BackwardTile(1, 32, 3, 2), BackwardTile(2, 64, 4),
+                            BackwardTile(1, 64, 4, 2), BackwardTile(1, 64, 3, 3)])
+    TILES = st.tuples(st.one_of(TILE, st.just(FlashTile(64, 32))), TILE)
+else:
+    SHAPES = st.tuples(st.just(1), st.sampled_from([1, 2]), st.integers(1, 70),
+                       st.just(64))
+    TILE = st.sampled_from([BackwardTile(1, 64, 3), BackwardTile(1, 32, 3)])
+    TILES = st.tuples(TILE, TILE)
+
+
+def fits(tiles, D):
+    try:
+        for tile, kind in zip(tiles, ("dq", "dkdv")):
+            if not isinstance(tile, FlashTile):
+                hb.check_tile(hb.default_tile(D, kind) if tile is None else tile, D, kind)
+    except ValueError:
+        return False
+    return True
+
+
+def check_backward(shape, tiles, seed, fused):
+    rng = np.random.default_rng(seed)
+    (q, q64), (k, k64), (v, v64), (dout, dout64) = (bf16(randn(rng, *shape))
+                                                     for _ in range(4))
+    want_out, want_lse = ref.attention_forward(q64, k64, v64)
+    out, _ = bf16(want_out.astype(np.float32))          # as the forward stores them
+    grads = poisoned_heads(shape, 3, fused)
+    delta = cuda.to_device(poisoned(shape[:3]))
+    (dout_dev,), (out_dev,) = Heads([dout], fused).views, Heads([out], fused).views
+    hb.hopper_attention_backward(*grads.views, delta, dout_dev,
+                                 *Heads([q, k, v], fused).views, out_dev,
+                                 cuda.to_device(want_lse.astype(np.float32)), tiles=tiles)
+    got = [from_bf16(g) for g in grads.to_host()] + [delta.copy_to_host()]
+    out64 = from_bf16(out)
+    want = (*ref.attention_backward(dout64, q64, k64, v64, out64, want_lse),
+            ref.attention_delta(dout64, out64))
+    what = f"wgmma attention backward {shape} tiles={tiles} fused={fused}"
+    assert_attention_gradients(got, want, dout64, q64, k64, v64, TOL_OUT, TOL_GRAD, what)
+
+
+@settings(max_examples=settings.default.max_examples if ON_GPU else 1)
+@given(shape=SHAPES, tiles=TILES, seed=SEEDS, fused=st.booleans())
+# T = 1 in one head; in the simulator two key tiles of 64, the first walking three query
+# steps of 32 through three stages (one refilled), ragged at T, and D 128 (two panels a
+# row); on the GPU a long walk at D 128
+@example(shape=(1, 1, 1, 64), tiles=(None, None) if REAL_SHAPES else (SIM, SIM), seed=1,
+         fused=False)
+@example(shape=(1, 1, 70, 64), tiles=(None, None) if REAL_SHAPES else (SIM_32, SIM_32), seed=2,
+         fused=True)
+@example(shape=(1, 2, 1000, 128) if REAL_SHAPES else (1, 1, 40, 128),
+         tiles=(None, None) if REAL_SHAPES else (SIM_32, SIM_32), seed=3, fused=False)
+def test_hopper_attention_backward(shape, tiles, seed, fused):
+    assume(fits(tiles, shape[3]))
+    check_backward(shape, tiles, seed, fused)
+
+
+def test_statistics_row_is_the_heads_one_after_another():
+    x = cuda.to_device(np.arange(2 * 3 * 5, dtype=np.float32).reshape(2, 3, 5))
+    row = hb.statistics_row(x)
+    assert row.shape == (1, 30) and row.strides == (128, 4)
+    np.testing.assert_array_equal(row.copy_to_host()[0], np.arange(30))
+
+
+def test_hopper_attention_backward_rejects_bad_arguments():
+    x = cuda.to_device(np.ones((1, 2, 3, 64), np.uint16))
+    rows = cuda.to_device(np.ones((1, 2, 3), np.float32))
+    args = (x, x, x, rows, x, x, x, x, x, rows)
+    with pytest.raises(ValueError, match="head_dim 32"):
+        y = cuda.to_device(np.ones((1, 2, 3, 32), np.uint16))
+        hb.hopper_attention_backward(y, y, y, rows, y, y, y, y, y, rows)
+    with pytest.raises(ValueError, match="step must be"):
+        hb.hopper_attention_backward(*args, tiles=(None, BackwardTile(1, 128, 3)))
+    with pytest.raises(ValueError, match="stages must be 3 or 4"):
+        hb.hopper_attention_backward(*args, tiles=(BackwardTile(1, 64, 2), None))
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        off = to_device_off_group(np.ones((1, 2, 3), np.float32))
+        hb.hopper_attention_backward(x, x, x, off, x, x, x, x, x, rows)
