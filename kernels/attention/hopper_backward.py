@@ -1,28 +1,37 @@
-"""Flash attention's dk/dv pass on Hopper's warpgroup MMA (sm_90a), head_dim 64 and 128, in
-the manner of FlashAttention-3's backward; dq by ``flash``'s mma.sync dq pass before it,
-which also writes delta = rowsum(dout * out): every gradient element has one owner, the
-backward stays deterministic.
+"""Flash attention's backward on Hopper's warpgroup MMA (sm_90a), head_dim 64 and 128: a dq
+pass by query tiles (which also writes delta = rowsum(dout * out)), then a dk/dv pass by
+key tiles, in the manner of FlashAttention-3's backward. Every gradient element has one
+owner (no atomics): the backward is deterministic.
 
 NumPy twin: ``microgpt.reference.attention_backward`` on the same bf16 inputs, as for
 ``flash`` (whose arguments, lse convention and tolerances this backward keeps).
 
 How a block works (docs/flash-attention.md, "The wgmma backward"). A block owns `rows` =
-64 x warpgroups key rows of one (batch, head), each warpgroup 64 of them; the bulk copies
-bring its k and v tiles into shared memory once, and the query steps from the one holding
-its first key to T, `step` queries at a time, into `stages` buffers: q's and dout's rows,
-and the step's lse and delta (a one-row box of each, from the (B, H, T) arrays read as one
-row of B H T floats: a box past a head's T reads the next head's, masked). Per step each
-warpgroup computes the transposed scores S^T = k q^T and dP^T = v dout^T by wgmma from
-shared memory (both operands K-major), so that P^T = exp2(S^T scale - lse) and dS^T = P^T
-(dP^T - delta) lie in the accumulators as the rows of its keys: rounded to bf16 pairs in
-place they are the A operand, from registers, of dv += P^T dout and dk += dS^T q
-(``atoms.wgmma_bf16_rs``, dout and q read MN-major). The products of a step are issued as
-their operands are ready and waited for only when their registers are needed: S^T and dP^T
-together, P^T's exponentials while dP^T runs, dS^T while dv's product runs, the next
-step's scores before this step's dk product is waited for. The first warpgroup's thread 0
-issues the copies, each step's a step or more ahead. A warpgroup waits for and releases
-the steps wholly above its keys; the step that crosses them and the one past T are masked
-element by element.
+64 x warpgroups rows of one (batch, head), each warpgroup 64 of them; the bulk copies
+bring its two resident tiles into shared memory once and the other side's rows, `step`
+at a time, into `stages` buffers (pipelines.tma; the first warpgroup's thread 0 issues the
+copies, each step's a step or more ahead, and both warpgroups release every step).
+
+dq pass    resident q and dout, streamed k and v (the forward's walk: the key steps to
+           the diagonal). Per step S = q k^T and dP = dout v^T by wgmma from shared
+           memory (both K-major), P = exp2(S scale - lse) and dS = P (dP - delta) in the
+           accumulators (lse and delta of the thread's two rows in registers), and
+           dq += dS k with dS, rounded to bf16 pairs in place, as the register A operand
+           (``atoms.wgmma_bf16_rs``; k read MN-major).
+dk/dv pass resident k and v, streamed q and dout with each step's lse and delta (a one-row
+           box of each, from the (B, H, T) arrays read as one row of B H T floats: a box
+           past a head's T reads the next head's, masked): the query steps from the one
+           holding the block's first key to T. Per step the transposed products S^T =
+           k q^T and dP^T = v dout^T, so that P^T and dS^T lie in the accumulators as the
+           rows of the warpgroup's keys: the register A operand of dv += P^T dout and
+           dk += dS^T q (dout and q read MN-major).
+The products of a step are issued as their operands are ready and waited for only when
+their registers are needed: the two score-like products together, the exponentials while
+the second runs, dS (dk/dv pass: while dv's product runs), the next step's scores before
+this step's last product is waited for. A warpgroup waits for and releases the steps
+wholly past its rows; the step that crosses the diagonal and the one past T are masked
+element by element; rows past T are computed from what the boxes read there and never
+written.
 """
 import functools
 import math
