@@ -113,7 +113,8 @@ def time_flash_attention(host, reps, sweep):
                both=cuda_time(lambda: (forward(), backward()), reps),
                fwd_graph=graph_time(lambda stream: fa.flash_attention_forward(
                    out, lse, q, k, v, stream=stream), reps))
-    row.update(time_hopper_attention((out, lse, q, k, v), backward, reps, sweep))
+    row.update(time_hopper_attention((out, lse, q, k, v), hopper_backward(
+        (dq, dk, dv, delta, dout, q, k, v, out, lse), reps, row), reps, sweep))
     forward()
     if sweep:
         forward_tiles, backward_tiles = attention_candidates(shape[-1])
@@ -121,6 +122,19 @@ def time_flash_attention(host, reps, sweep):
         forward()
         row["best_bwd"] = best_variant(backward, backward_tiles, lambda: bf16_host(dq), reps)
     return row
+
+
+def hopper_backward(arrays, reps, row):
+    """The backward that follows the wgmma forward: the wgmma one where it takes the heads
+    (kernels/attention/hopper_backward.py; its time into row["hopper_bwd"]), else mma.sync's."""
+    from microgpt.kernels.attention import flash as fa, hopper_backward as hb
+
+    def backward():
+        (hb.hopper_attention_backward if hb.takes(*arrays) else fa.flash_attention_backward)(
+            *arrays)
+    if hb.takes(*arrays):
+        row["hopper_bwd"] = cuda_time(backward, reps)
+    return backward
 
 
 def hopper_variants(D, sweep):
@@ -140,7 +154,7 @@ def hopper_variants(D, sweep):
 def time_hopper_attention(arrays, backward, reps, sweep=False):
     """The wgmma forward (kernels/attention/hopper.py) where it runs (sm_90, its widths;
     {} elsewhere), each of hopper_variants, its out and lse first checked against the
-    mma.sync forward's; and the default's forward, then the mma.sync backward."""
+    mma.sync forward's; and the default's forward, then `backward`."""
     from numba import cuda
     from microgpt.kernels.attention import flash as fa
     try:
@@ -238,7 +252,9 @@ def bench_flash_attention(reps, sweep):
               + (f" (wgmma {row['hopper_fwd']:.3f})" if "hopper_fwd" in row else "")
               + "".join(f" ({name} {row[name + '_fwd']:.3f})" for name in SDPA_BACKENDS
                         if name + "_fwd" in row)
-              + f"  bwd {row['bwd']:.3f} ms  fwd+bwd {row['both']:.3f} ms"
+              + f"  bwd {row['bwd']:.3f} ms"
+              + (f" (wgmma {row['hopper_bwd']:.3f})" if "hopper_bwd" in row else "")
+              + f"  fwd+bwd {row['both']:.3f} ms"
               + "".join(f" ({name} {row[name + '_both']:.3f})" for name in SDPA_BACKENDS
                         if name + "_both" in row)
               + (f"  fp32 {row['fp32_fwd']:.3f} / {row['fp32_both']:.3f}" if D % 16 else "")
@@ -261,15 +277,16 @@ def attention_report(rows, sweep):
              "microgpt: kernels/attention/flash.py (mma.sync) with its default tiles, and "
              "the wgmma forward of kernels/attention/hopper.py where it runs (its default "
              "tile); each forward eager and (in parentheses) replayed in a CUDA graph, as "
-             "the step runs it, the TFLOP/s of that; fwd+bwd = the mma.sync forward (or the "
-             "wgmma one), then the dq and dk/dv passes, eager. SDPA: PyTorch's flash and "
+             "the step runs it, the TFLOP/s of that; bwd = the dq and dk/dv passes, eager, "
+             "mma.sync's and (wgmma) kernels/attention/hopper_backward.py's; fwd+bwd = the "
+             "mma.sync forward and backward, or the wgmma ones, eager. SDPA: PyTorch's flash and "
              "cuDNN backends, each timed eagerly. Ratios: microgpt's faster forward (in the "
              "graph) or fwd+bwd over the faster SDPA's time (issue 27's targets: fwd <= 0.8, "
              "fwd+bwd <= 0.9 at andrea-120m, <= 0.8 at T 4096 and D 128, <= 1.0 at "
              "andrea-12m). TFLOP/s count the causal half (fwd 4BHT²D/2, fwd+bwd 3.5x that).",
              "",
              "| shape (B, H, T, D) | fwd ms (graph) | TFLOP/s | wgmma fwd ms (graph) | TFLOP/s | "
-             "SDPA flash fwd ms | TFLOP/s | cuDNN fwd ms | TFLOP/s | fwd ratio | bwd ms | "
+             "SDPA flash fwd ms | TFLOP/s | cuDNN fwd ms | TFLOP/s | fwd ratio | bwd ms (wgmma) | "
              "fwd+bwd ms | TFLOP/s | wgmma fwd + bwd ms | TFLOP/s | SDPA flash fwd+bwd ms | "
              "TFLOP/s | cuDNN fwd+bwd ms | TFLOP/s | fwd+bwd ratio | "
              "fp32 kernel fwd / fwd+bwd ms |"
@@ -284,7 +301,9 @@ def attention_report(rows, sweep):
                  tflops(r, "hopper_fwd_graph", 1),
                  ms(r, "flash_fwd"), tflops(r, "flash_fwd", 1),
                  ms(r, "cudnn_fwd"), tflops(r, "cudnn_fwd", 1),
-                 f"{best_fwd / r['sdpa_fwd']:.2f}", ms(r, "bwd"), ms(r, "both"),
+                 f"{best_fwd / r['sdpa_fwd']:.2f}",
+                 f"{ms(r, 'bwd')}" + (f" ({ms(r, 'hopper_bwd')})" if "hopper_bwd" in r else ""),
+                 ms(r, "both"),
                  tflops(r, "both", 3.5), ms(r, "hopper_both"), tflops(r, "hopper_both", 3.5),
                  ms(r, "flash_both"), tflops(r, "flash_both", 3.5),
                  ms(r, "cudnn_both"), tflops(r, "cudnn_both", 3.5),
