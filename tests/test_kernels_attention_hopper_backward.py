@@ -28,7 +28,9 @@ SEEDS = st.integers(0, 2**32 - 1)
 SIM, SIM_32 = BackwardTile(1, 64, 3), BackwardTile(1, 32, 3)
 
 if REAL_SHAPES:
-    SHAPES = st.tuples(st.integers(1, 16), st.integers(1, 12), st.integers(1, 1024),
+    # up to 16 heads of 1024 rows: the float64 reference of a whole andrea-120m backward
+    # takes a minute of the CPU (the benchmark checks those against mma.sync's)
+    SHAPES = st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 1024),
                        st.sampled_from([64, 128]))
     TILE = st.sampled_from([None, BackwardTile(1, 64, 3), BackwardTile(2, 32, 4),
                             BackwardTile(1, 32, 3, 2), BackwardTile(2, 64, 4),
