@@ -27,7 +27,7 @@ from microgpt import reference as ref
 from microgpt.kernels.atoms import (fence_proxy_async, named_barrier, named_barrier_arrive,
                                     pack_bf16x2, shared_address,
                                     warpgroup_commit, warpgroup_fence, warpgroup_wait,
-                                    wgmma_bf16_acc, wgmma_bf16_rs, wgmma_bf16_rs_acc)
+                                    wgmma_bf16_acc, wgmma_bf16_rs)
 from microgpt.kernels.attention import hopper
 from microgpt.kernels.attention.hopper import HopperTile
 
@@ -135,14 +135,12 @@ RS_N, RS_A, RS_IMAGE = 32, 2048, 4096
 
 
 @functools.cache
-def wgmma_rs_kernel(trans_b, accumulate=None, registers=False):
-    """accumulate None: A from registers; 0 or 1: that scale-d, A from registers
-    (wgmma_bf16_rs_acc) or, without `registers`, from byte RS_A of the image
-    (wgmma_bf16_acc; its descriptor's fields: fields[1])."""
+def wgmma_rs_kernel(trans_b, accumulate=None):
+    """accumulate None: A from registers; 0 or 1: wgmma_bf16_acc with that scale-d, A
+    from byte RS_A of the image (its descriptor's fields: fields[1])."""
     regs = RS_N // 2
     mma = wgmma_bf16_rs(RS_N, trans_b)
     mma_acc = wgmma_bf16_acc(RS_N, False, trans_b)
-    mma_rs_acc = wgmma_bf16_rs_acc(RS_N, trans_b)
     fence, wait = warpgroup_fence(regs), warpgroup_wait(0, regs)
 
     @cuda.jit
@@ -170,8 +168,6 @@ def wgmma_rs_kernel(trans_b, accumulate=None, registers=False):
         fence(acc)
         if accumulate is None:
             mma(smem, a0, a1, a2, a3, desc_b, acc)
-        elif registers:
-            mma_rs_acc(smem, a0, a1, a2, a3, desc_b, acc, uint32(accumulate))
         else:
             desc_a = uint64(shared_address(smem, int32(start + RS_A // 2)) >> 4
                             & 0x3FFF) | fields[1]
@@ -204,10 +200,8 @@ def test_wgmma_rs_matches_numpy(seed, trans_b, row_bytes):
 
 
 @pytest.mark.parametrize("accumulate", [0, 1])
-@pytest.mark.parametrize("registers", [False, True])
-def test_wgmma_acc_overwrites_or_accumulates(accumulate, registers):
-    """scale-d 0: D = A . B whatever the accumulators held; 1: D = A . B + C; A from the
-    image or from registers."""
+def test_wgmma_acc_overwrites_or_accumulates(accumulate):
+    """scale-d 0: D = A . B whatever the accumulators held; 1: D = A . B + C."""
     rng = np.random.default_rng(accumulate)
     image = rng.integers(0, 2**16, RS_IMAGE // 2).astype(np.uint16)
     a, a64 = bf16(randn(rng, 64, 16))
@@ -216,11 +210,11 @@ def test_wgmma_acc_overwrites_or_accumulates(accumulate, registers):
                       np.uint64)
     c = randn(rng, 64, RS_N)
     d = cuda.to_device(poisoned((64, RS_N)))
-    wgmma_rs_kernel(True, accumulate, registers)[1, 128, 0, RS_IMAGE + 1024](
+    wgmma_rs_kernel(True, accumulate)[1, 128, 0, RS_IMAGE + 1024](
         d, cuda.to_device(a64.astype(np.float32)), cuda.to_device(image), cuda.to_device(c),
         cuda.to_device(fields))
     assert_close(d.copy_to_host(), a64 @ b64 + accumulate * c, 1e-6,
-                 f"wgmma m64n32k16, scale-d {accumulate}, A in registers {registers}")
+                 f"wgmma m64n32k16, scale-d {accumulate}")
 
 
 def test_the_attention_op_sends_hopper_heads_here(monkeypatch):

@@ -34,14 +34,12 @@ if REAL_SHAPES:
                        st.sampled_from([64, 128]))
     TILE = st.sampled_from([None, BackwardTile(1, 64, 3), BackwardTile(2, 32, 4),
                             BackwardTile(1, 32, 3, 2), BackwardTile(2, 64, 4),
-                            BackwardTile(1, 64, 4, 2), BackwardTile(1, 64, 3, 3),
-                            BackwardTile(2, 64, 3, 1, True), BackwardTile(1, 32, 3, 2, True)])
+                            BackwardTile(1, 64, 4, 2), BackwardTile(1, 64, 3, 3)])
     TILES = st.tuples(st.one_of(TILE, st.just(FlashTile(64, 32))), TILE)
 else:
     SHAPES = st.tuples(st.just(1), st.sampled_from([1, 2]), st.integers(1, 70),
                        st.just(64))
-    TILE = st.sampled_from([BackwardTile(1, 64, 3), BackwardTile(1, 32, 3),
-                            BackwardTile(1, 64, 3, 1, True)])
+    TILE = st.sampled_from([BackwardTile(1, 64, 3), BackwardTile(1, 32, 3)])
     TILES = st.tuples(TILE, TILE)
 
 

@@ -42,7 +42,6 @@ The atoms, in the words of the PTX ISA (warp-collective ones marked):
                       64 x 16 A as four bf16 pairs a thread, in the mma.sync A layout (so
                       the accumulators of one wgmma, rounded and paired, are the A of the
                       next: flash attention's P)
-  wgmma_bf16_rs_acc(n, tb)  the same with scale-d an operand: 0 overwrites D
   fence_proxy_async   shared-memory writes of this thread (cp.async, st.shared) made
                       visible to the asynchronous proxy that wgmma and the bulk copies use
   mbarrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_try_wait
@@ -118,7 +117,7 @@ ATOMS = (
     "cp_async_commit", "cp_async_wait_group", "exp2_ftz", "rcp_approx", "pack_bf16x2",
     "to_bf16", "bits_to_float32", "shuffle_xor", "opaque", "shared_address",
     "wgmma_bf16", "warpgroup_fence", "warpgroup_commit", "warpgroup_wait",
-    "wgmma_bf16_acc", "wgmma_bf16_rs", "wgmma_bf16_rs_acc", "named_barrier_arrive",
+    "wgmma_bf16_acc", "wgmma_bf16_rs", "named_barrier_arrive",
     "fence_proxy_async", "mbarrier_init", "mbarrier_arrive",
     "mbarrier_arrive_expect_tx", "mbarrier_try_wait", "fence_barrier_init",
     "tma_load_2d", "tma_store_2d", "tma_add_2d", "bulk_commit", "bulk_wait",

@@ -274,41 +274,24 @@ def wgmma_bf16_rs(n, trans_b):
     A fragment (the mma.sync A layout, per warp its 16 rows), B from shared memory through
     its descriptor (smem is the twin's), acc a float32 array of n/2. Asynchronous as
     wgmma_bf16; ptxas keeps the A registers live until the wait."""
-    return _wgmma_rs(n, trans_b, False)
-
-
-@functools.cache
-def wgmma_bf16_rs_acc(n, trans_b):
-    """wgmma_bf16_rs whose scale-d is an operand: wgmma_rs(smem, a0, a1, a2, a3, desc_b,
-    acc, accumulate), D = A . B + D where accumulate is nonzero, D = A . B where it is 0
-    (the first of a chain: no zeros written first)."""
-    return _wgmma_rs(n, trans_b, True)
-
-
-def _wgmma_rs(n, trans_b, scale_operand):
     regs = n // 2
     d = ",".join(f"${i}" for i in range(regs))
     a = ",".join(f"${regs + i}" for i in range(4))
     text = (f"{{ .reg .pred p; setp.ne.b32 p, ${regs + 5}, 0; "
             f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{d}}}, "
             f"{{{a}}}, ${regs + 4}, p, 1, 1, {int(trans_b)}; }}")
-    u32 = types.uint32
 
-    def codegen(context, builder, sig, args):
-        # scale-d: the operand, or 1 (D = A.B + D)
-        scale = args[7] if scale_operand else ir.Constant(_i32, 1)
-        _tied(builder, context, sig.args[6], args[6], regs, text,
-              (*args[1:6], scale), ("r", "r", "r", "r", "l", "r"))
-        return context.get_dummy_value()
+    @intrinsic
+    def wgmma_rs(typingctx, smem, a0, a1, a2, a3, desc_b, acc):
+        u32 = types.uint32
+        sig = types.void(smem, u32, u32, u32, u32, types.uint64, acc)
 
-    if scale_operand:
-        @intrinsic
-        def wgmma_rs(typingctx, smem, a0, a1, a2, a3, desc_b, acc, accumulate):
-            return types.void(smem, u32, u32, u32, u32, types.uint64, acc, u32), codegen
-    else:
-        @intrinsic
-        def wgmma_rs(typingctx, smem, a0, a1, a2, a3, desc_b, acc):
-            return types.void(smem, u32, u32, u32, u32, types.uint64, acc), codegen
+        def codegen(context, builder, sig, args):
+            one = ir.Constant(_i32, 1)       # scale-d: D = A.B + D
+            _tied(builder, context, sig.args[6], args[6], regs, text,
+                  (*args[1:6], one), ("r", "r", "r", "r", "l", "r"))
+            return context.get_dummy_value()
+        return sig, codegen
     return wgmma_rs
 
 

@@ -258,18 +258,6 @@ def wgmma_bf16_rs(n, trans_b):
     return wgmma_rs
 
 
-@functools.cache
-def wgmma_bf16_rs_acc(n, trans_b):
-    product = wgmma_bf16_rs(n, trans_b)
-
-    @cuda.jit(device=True)
-    def wgmma_rs(smem, a0, a1, a2, a3, desc_b, acc, accumulate):
-        if not accumulate:
-            acc[:] = np.float32(0.0)
-        product(smem, a0, a1, a2, a3, desc_b, acc)
-    return wgmma_rs
-
-
 @cuda.jit(device=True)
 def _acc_no_op(acc):
     pass

@@ -44,12 +44,12 @@ from numba import cuda, float32, int32, types, uint16, uint32, uint64
 from ..atoms import (exp2_ftz, fence_barrier_init, fence_tensor_map, mbarrier_arrive_expect_tx,
                      mbarrier_init, mbarrier_try_wait, pack_bf16x2, shared_address,
                      tma_load_2d, to_bf16, warpgroup_commit, warpgroup_fence, warpgroup_wait,
-                     wgmma_bf16_acc, wgmma_bf16_rs, wgmma_bf16_rs_acc)
+                     wgmma_bf16_acc, wgmma_bf16_rs)
 from ..cache import jit
 from ..common import ceil_div, device_address
 from ..device import (DYNAMIC_SHARED_LIMIT, MMA_K, SIMULATOR, SWIZZLE_BYTES, WARPGROUP,
                       allow_dynamic_shared, check_block)
-from ..layouts.fragments import a_fragment_loader, accumulator_col, wgmma_accumulator_row
+from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
 from ..layouts.tensor_maps import tensor_map
 from ..layouts.tiles import PANEL, descriptor, wgmma_operand
 from ..pipelines.tma import tma_pipeline
@@ -65,15 +65,11 @@ class BackwardTile(NamedTuple):
     dk/dv pass); step: rows of the other side per stage (32 or 64: the accumulators of the
     two score-like products, 2 x step / 2 registers, beside the D / 2 of each gradient);
     stages: shared buffers of steps (3 or 4: the copies run a step and more ahead);
-    min_blocks: blocks per SM the register allocation must leave room for; registers: the
-    warpgroup's rows of the resident tiles held in registers as the A operand of the
-    score-like products (which then read only B from shared memory: D / 4 registers a
-    tile)."""
+    min_blocks: blocks per SM the register allocation must leave room for."""
     warpgroups: int = 2
     step: int = 64
     stages: int = 3
     min_blocks: int = 1
-    registers: bool = False
 
     @property
     def rows(self):
@@ -101,7 +97,7 @@ def shared_bytes(tile, D, kind):
 
 
 def check_tile(tile, D, kind):
-    warpgroups, step, stages, min_blocks, _ = tile
+    warpgroups, step, stages, min_blocks = tile
     if D not in WIDTHS:
         raise ValueError(f"head_dim {D}: the wgmma backward takes {WIDTHS}")
     if not 1 <= warpgroups <= 2:
@@ -133,29 +129,8 @@ def _products(D, M, N):
     panel_rows = N * PANEL
     r_step = wgmma_operand(N, D, k_is_row=True)[1]
     over_d = wgmma_bf16_acc(N, False, False)
-    over_d_rs = wgmma_bf16_rs_acc(N, False)
     over_step = wgmma_bf16_rs(D, True)
     s_fence, o_fence = warpgroup_fence(N // 2), warpgroup_fence(D // 2)
-    a_locate, a_advance, a_load = a_fragment_loader(PANEL, False)
-
-    @cuda.jit(device=True, inline=True)
-    def fragments(frag, smem, base, row):
-        """frag (D / 16, 4) = the A fragments of the warp's 16 rows from `row` of the
-        resident tile at smem[base] (panels of M rows, swizzled as ldmatrix's tiles)."""
-        at = a_locate(row, 0)
-        for kk in range(D // MMA_K):
-            frag[kk, 0], frag[kk, 1], frag[kk, 2], frag[kk, 3] = a_load(
-                smem, int32(base + kk // 4 * M * PANEL + a_advance(at, kk % 4 * MMA_K)))
-
-    @cuda.jit(device=True, inline=True)
-    def scores_from(s, smem, frag, b_desc):
-        """scores with the A fragments in registers."""
-        s_fence(s)
-        for kk in range(D // MMA_K):
-            over_d_rs(smem, frag[kk, 0], frag[kk, 1], frag[kk, 2], frag[kk, 3],
-                      b_desc + uint64(kk // 4 * (panel_rows * 2 // 16) + kk % 4 * 2), s,
-                      uint32(kk > 0))
-        warpgroup_commit()
 
     @cuda.jit(device=True, inline=True)
     def scores(s, smem, a_desc, b_desc):
@@ -177,15 +152,14 @@ def _products(D, M, N):
                       r_desc + uint64(kk * r_step), o)
         warpgroup_commit()
 
-    return scores, scores_from, fragments, accumulate
+    return scores, accumulate
 
 
 @functools.cache
 def dkdv_kernel(D, tile):
-    G, N, stages, min_blocks, registers = tile
+    G, N, stages, min_blocks = tile
     M = tile.rows
     panels = D // PANEL
-    FR = D // MMA_K if registers else 1     # A fragments of a resident tile's 16 rows
     s_regs, o_regs = N // 2, D // 2        # accumulators per thread: S^T, dP^T; dk, dv
     p_regs = N // 4                         # P^T, dS^T: bf16 pairs; a thread's columns
     kv_size = 2 * M * D                     # elements: k's tile, v's, then the stages
@@ -224,7 +198,7 @@ def dkdv_kernel(D, tile):
     KV_LANDED = pipe.barriers
     BARRIERS = KV_LANDED + 1
 
-    transposed_scores, scores_from, fragments, accumulate = _products(D, M, N)
+    transposed_scores, accumulate = _products(D, M, N)
 
     @jit(**({} if SIMULATOR else {"launch_bounds": (tile.threads, min_blocks)}))
     def hopper_attention_backward_dkdv_kernel(dk, dv, q, dout, k, v, lse, delta, q_map,
@@ -292,21 +266,12 @@ def dkdv_kernel(D, tile):
                 pipe.release(bars, it)
         while not mbarrier_try_wait(bars, KV_LANDED, 0):
             pass
-        kf = cuda.local.array((FR, 4), uint32)
-        vf = cuda.local.array((FR, 4), uint32)
-        if registers:
-            fragments(kf, smem, 0, 64 * group + 16 * (thread // 32))
-            fragments(vf, smem, M * D, 64 * group + 16 * (thread // 32))
         for it in range(skip, steps):
             query0 = (first + it) * N
             at = int32(kv_size + it % stages * stage_size)
             pipe.wait(bars, it)
-            if registers:
-                scores_from(s, smem, kf, descriptor(smem, at, b_fields))
-                scores_from(dp, smem, vf, descriptor(smem, at + N * D, b_fields))
-            else:
-                transposed_scores(s, smem, k_desc, descriptor(smem, at, b_fields))
-                transposed_scores(dp, smem, v_desc, descriptor(smem, at + N * D, b_fields))
+            transposed_scores(s, smem, k_desc, descriptor(smem, at, b_fields))
+            transposed_scores(dp, smem, v_desc, descriptor(smem, at + N * D, b_fields))
             s_wait_one(s)               # S^T, and the previous step's products: dP^T runs on
             if thread == 0 and it > skip:
                 pipe.release(bars, it - 1)
@@ -360,10 +325,9 @@ def dkdv_kernel(D, tile):
 
 @functools.cache
 def dq_kernel(D, tile):
-    G, N, stages, min_blocks, registers = tile
+    G, N, stages, min_blocks = tile
     M = tile.rows
     panels = D // PANEL
-    FR = D // MMA_K if registers else 1     # A fragments of a resident tile's 16 rows
     s_regs, o_regs = N // 2, D // 2        # accumulators per thread: S, dP; dq
     p_regs = N // 4                         # dS: bf16 pairs
     own_size = 2 * M * D                    # elements: q's tile, dout's, then the stages
@@ -394,7 +358,7 @@ def dq_kernel(D, tile):
     pipe = tma_pipeline(stages, G, copy_keys)
     OWN_LANDED = pipe.barriers
     BARRIERS = OWN_LANDED + 1
-    scores, scores_from, fragments, accumulate = _products(D, M, N)
+    scores, accumulate = _products(D, M, N)
 
     @jit(**({} if SIMULATOR else {"launch_bounds": (tile.threads, min_blocks)}))
     def hopper_attention_backward_dq_kernel(dq, delta, dout, out, lse, qm, dom, km, vm, q_map,
@@ -451,21 +415,12 @@ def dq_kernel(D, tile):
         own = (min(T, first + 64) + N - 1) // N if first < T else 0
         while not mbarrier_try_wait(bars, OWN_LANDED, 0):
             pass
-        qf = cuda.local.array((FR, 4), uint32)
-        dof = cuda.local.array((FR, 4), uint32)
-        if registers:
-            fragments(qf, smem, 0, 64 * group + 16 * (thread // 32))
-            fragments(dof, smem, M * D, 64 * group + 16 * (thread // 32))
         for it in range(own):
             key0 = it * N
             at = int32(own_size + it % stages * stage_size)
             pipe.wait(bars, it)
-            if registers:
-                scores_from(s, smem, qf, descriptor(smem, at, b_fields))
-                scores_from(dp, smem, dof, descriptor(smem, at + N * D, b_fields))
-            else:
-                scores(s, smem, q_desc, descriptor(smem, at, b_fields))
-                scores(dp, smem, do_desc, descriptor(smem, at + N * D, b_fields))
+            scores(s, smem, q_desc, descriptor(smem, at, b_fields))
+            scores(dp, smem, do_desc, descriptor(smem, at + N * D, b_fields))
             if it == 0:
                 # delta = rowsum(dout * out) of the thread's rows, the 4 lanes of a row
                 # splitting it, while the first products run (their latency, before them,
