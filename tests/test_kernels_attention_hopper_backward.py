@@ -32,9 +32,8 @@ if REAL_SHAPES:
     # takes a minute of the CPU (the benchmark checks those against mma.sync's)
     SHAPES = st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 1024),
                        st.sampled_from([64, 128]))
-    TILE = st.sampled_from([None, BackwardTile(1, 64, 3), BackwardTile(2, 32, 4),
-                            BackwardTile(1, 32, 3, 2), BackwardTile(2, 64, 4),
-                            BackwardTile(1, 64, 4, 2), BackwardTile(1, 64, 3, 3)])
+    TILE = st.sampled_from([None, BackwardTile(1, 64, 3), BackwardTile(2, 64, 6),
+                            BackwardTile(2, 64, 8), BackwardTile(1, 32, 3, 2)])
     TILES = st.tuples(st.one_of(TILE, st.just(FlashTile(64, 32))), TILE)
 else:
     SHAPES = st.tuples(st.just(1), st.sampled_from([1, 2]), st.integers(1, 70),
@@ -105,7 +104,7 @@ def test_hopper_attention_backward_rejects_bad_arguments():
         hb.hopper_attention_backward(y, y, y, rows, y, y, y, y, y, rows)
     with pytest.raises(ValueError, match="step must be"):
         hb.hopper_attention_backward(*args, tiles=(None, BackwardTile(1, 128, 3)))
-    with pytest.raises(ValueError, match="stages must be 3 or 4"):
+    with pytest.raises(ValueError, match="stages must be 3 to 8"):
         hb.hopper_attention_backward(*args, tiles=(BackwardTile(1, 64, 2), None))
     with pytest.raises(ValueError, match="16-byte aligned"):
         off = to_device_off_group(np.ones((1, 2, 3), np.float32))

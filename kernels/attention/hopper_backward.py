@@ -58,13 +58,15 @@ from .flash import INF, bf16_value, quad_sum
 from .hopper import LOG2E, NEG_INF, WIDTHS, ZERO, described_heads
 
 STATS = 2                   # float32 statistics a query row brings: lse, delta
+MAX_STAGES = 8
 
 
 class BackwardTile(NamedTuple):
     """warpgroups: of 128 threads, each owning 64 rows (queries in the dq pass, keys in the
     dk/dv pass); step: rows of the other side per stage (32 or 64: the accumulators of the
     two score-like products, 2 x step / 2 registers, beside the D / 2 of each gradient);
-    stages: shared buffers of steps (3 or 4: the copies run a step and more ahead);
+    stages: shared buffers of steps (3 to 8: the copies run stages - 2 steps ahead, as
+    far as both warpgroups have released their buffers);
     min_blocks: blocks per SM the register allocation must leave room for."""
     warpgroups: int = 2
     step: int = 64
@@ -85,7 +87,7 @@ def default_tile(D, kind):
     warpgroup, whose 128 Python threads are a block's cost.)"""
     if SIMULATOR:
         return BackwardTile(1, 64, 3)
-    return BackwardTile(2, 64 if D == 64 else 32, 3)
+    return BackwardTile(2, 64 if D == 64 else 32, 4)
 
 
 def shared_bytes(tile, D, kind):
@@ -104,8 +106,8 @@ def check_tile(tile, D, kind):
         raise ValueError(f"tile {tile}: 1 or 2 warpgroups")
     if step not in (32, 64):
         raise ValueError(f"tile {tile}: step must be 32 or 64 rows")
-    if not 3 <= stages <= 4:
-        raise ValueError(f"tile {tile}: stages must be 3 or 4")
+    if not 3 <= stages <= MAX_STAGES:
+        raise ValueError(f"tile {tile}: stages must be 3 to {MAX_STAGES}")
     if not 1 <= min_blocks <= 3:
         raise ValueError(f"tile {tile}: min_blocks must be 1 to 3")
     check_block(f"tile {tile} of the {kind} pass with head_dim {D}", tile.threads,
