@@ -401,9 +401,21 @@ def dq_kernel(D, tile):
         first = q0 + 64 * group
         row = first + wgmma_accumulator_row(thread)             # and row + 8
         col = accumulator_col(thread)
+        # delta = rowsum(dout * out) of the thread's rows, the 4 lanes of a row splitting
+        # it, while the copies fly; lse to the log2 domain, +inf past T: p = 0 there
         doh, oh = dout[b, h], out[b, h]
         row_lse = cuda.local.array(2, float32)
         row_delta = cuda.local.array(2, float32)
+        for half in range(2):
+            i = row + 8 * half
+            part = ZERO
+            if i < T:
+                for c in range(thread % 4, D, 4):
+                    part += bf16_value(doh[i, c]) * bf16_value(oh[i, c])
+            row_delta[half] = quad_sum(part)
+            row_lse[half] = lse[b, h, i] * log2e if i < T else INF
+            if i < T and thread % 4 == 0:
+                delta[b, h, i] = row_delta[half]
         s = cuda.local.array(s_regs, float32)
         dp = cuda.local.array(s_regs, float32)
         ds = cuda.local.array(p_regs, uint32)
@@ -423,21 +435,6 @@ def dq_kernel(D, tile):
             pipe.wait(bars, it)
             scores(s, smem, q_desc, descriptor(smem, at, b_fields))
             scores(dp, smem, do_desc, descriptor(smem, at + N * D, b_fields))
-            if it == 0:
-                # delta = rowsum(dout * out) of the thread's rows, the 4 lanes of a row
-                # splitting it, while the first products run (their latency, before them,
-                # stood between every block's start and its first step); lse to the log2
-                # domain, +inf past T: p = 0 there
-                for half in range(2):
-                    i = row + 8 * half
-                    part = ZERO
-                    if i < T:
-                        for c in range(thread % 4, D, 4):
-                            part += bf16_value(doh[i, c]) * bf16_value(oh[i, c])
-                    row_delta[half] = quad_sum(part)
-                    row_lse[half] = lse[b, h, i] * log2e if i < T else INF
-                    if i < T and thread % 4 == 0:
-                        delta[b, h, i] = row_delta[half]
             s_wait_one(s)               # S, and the previous step's product: dP runs on
             if thread == 0 and it > 0:
                 pipe.release(bars, it - 1)
