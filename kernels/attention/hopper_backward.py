@@ -58,19 +58,18 @@ from .flash import INF, bf16_value, quad_sum
 from .hopper import LOG2E, NEG_INF, WIDTHS, ZERO, described_heads
 
 STATS = 2                   # float32 statistics a query row brings: lse, delta
-MAX_STAGES = 8
 
 
 class BackwardTile(NamedTuple):
     """warpgroups: of 128 threads, each owning 64 rows (queries in the dq pass, keys in the
     dk/dv pass); step: rows of the other side per stage (32 or 64: the accumulators of the
     two score-like products, 2 x step / 2 registers, beside the D / 2 of each gradient);
-    stages: shared buffers of steps (3 to 8: the copies run stages - 2 steps ahead, as
+    stages: shared buffers of steps (4 or 8: the copies run stages - 2 steps ahead, as
     far as both warpgroups have released their buffers);
     min_blocks: blocks per SM the register allocation must leave room for."""
     warpgroups: int = 2
     step: int = 64
-    stages: int = 3
+    stages: int = 4
     min_blocks: int = 1
 
     @property
@@ -86,7 +85,7 @@ def default_tile(D, kind):
     """The tile of the dq or the dk/dv pass (kind "dq", "dkdv"). (The simulator's: one
     warpgroup, whose 128 Python threads are a block's cost.)"""
     if SIMULATOR:
-        return BackwardTile(1, 64, 3)
+        return BackwardTile(1, 64, 4)
     return BackwardTile(2, 64 if D == 64 else 32, 4)
 
 
@@ -106,8 +105,9 @@ def check_tile(tile, D, kind):
         raise ValueError(f"tile {tile}: 1 or 2 warpgroups")
     if step not in (32, 64):
         raise ValueError(f"tile {tile}: step must be 32 or 64 rows")
-    if not 3 <= stages <= MAX_STAGES:
-        raise ValueError(f"tile {tile}: stages must be 3 to {MAX_STAGES}")
+    if stages not in (4, 8):
+        raise ValueError(f"tile {tile}: stages must be 4 or 8 (a power of two: a step's "
+                         "stage is a mask of its count)")
     if not 1 <= min_blocks <= 3:
         raise ValueError(f"tile {tile}: min_blocks must be 1 to 3")
     check_block(f"tile {tile} of the {kind} pass with head_dim {D}", tile.threads,
@@ -263,24 +263,27 @@ def dkdv_kernel(D, tile):
         # the steps wholly above the warpgroup's keys (queries all before its first)
         skip = (k0 + 64 * group) // N - first
         for it in range(min(skip, steps)):
-            pipe.wait(bars, it)
+            pipe.wait(bars, uint32(it))
             if thread == 0:
-                pipe.release(bars, it)
+                pipe.release(bars, uint32(it))
         while not mbarrier_try_wait(bars, KV_LANDED, 0):
             pass
         for it in range(skip, steps):
             query0 = (first + it) * N
-            at = int32(kv_size + it % stages * stage_size)
-            pipe.wait(bars, it)
+            # the step's stage and phase from an unsigned count: stages is a power of two,
+            # so no division (numba's signed 64-bit one by 3 took ~25 instructions a step)
+            u = uint32(it)
+            at = int32(kv_size + u % stages * stage_size)
+            pipe.wait(bars, u)
             transposed_scores(s, smem, k_desc, descriptor(smem, at, b_fields))
             transposed_scores(dp, smem, v_desc, descriptor(smem, at + N * D, b_fields))
             s_wait_one(s)               # S^T, and the previous step's products: dP^T runs on
             if thread == 0 and it > skip:
-                pipe.release(bars, it - 1)
+                pipe.release(bars, u - 1)
             if copies:
                 issued = pipe.refill_ready(bars, it + 2, it + stages - 1, issued, steps,
                                            operands)
-            stat = int32(stats_at + it % stages * STATS * N + col)
+            stat = int32(stats_at + u % stages * STATS * N + col)
             for j in range(N // 8):
                 for e in range(2):
                     column[2 * j + e] = stats[stat + 8 * j + e] * log2e
@@ -311,7 +314,7 @@ def dkdv_kernel(D, tile):
         o_wait(dk_acc)
         o_wait(dv_acc)
         if thread == 0 and steps > skip:
-            pipe.release(bars, steps - 1)
+            pipe.release(bars, uint32(steps - 1))
 
         dkh, dvh = dk[b, h], dv[b, h]
         for half in range(2):
@@ -431,13 +434,14 @@ def dq_kernel(D, tile):
             pass
         for it in range(own):
             key0 = it * N
-            at = int32(own_size + it % stages * stage_size)
-            pipe.wait(bars, it)
+            u = uint32(it)                  # (as the dk/dv pass's)
+            at = int32(own_size + u % stages * stage_size)
+            pipe.wait(bars, u)
             scores(s, smem, q_desc, descriptor(smem, at, b_fields))
             scores(dp, smem, do_desc, descriptor(smem, at + N * D, b_fields))
             s_wait_one(s)               # S, and the previous step's product: dP runs on
             if thread == 0 and it > 0:
-                pipe.release(bars, it - 1)
+                pipe.release(bars, u - 1)
             if copies:
                 issued = pipe.refill_ready(bars, it + 2, it + stages - 1, issued, steps,
                                            operands)
@@ -461,14 +465,14 @@ def dq_kernel(D, tile):
             accumulate(dq_acc, ds, smem, descriptor(smem, at, r_fields))
         o_wait(dq_acc)
         if thread == 0 and own > 0:
-            pipe.release(bars, own - 1)
+            pipe.release(bars, uint32(own - 1))
         for it in range(own, steps):     # the block's steps past the warpgroup's rows
             if copies:
                 issued = pipe.refill_ready(bars, it + 2, it + stages - 1, issued, steps,
                                            operands)
-            pipe.wait(bars, it)
+            pipe.wait(bars, uint32(it))
             if thread == 0:
-                pipe.release(bars, it)
+                pipe.release(bars, uint32(it))
 
         dqh = dq[b, h]
         for half in range(2):
