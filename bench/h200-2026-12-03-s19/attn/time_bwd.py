@@ -29,9 +29,8 @@ def variants(D, shape_name):
     mma = fa.default_tile(D, "dq")
     dq0, dkdv0 = hb.default_tile(D, "dq"), hb.default_tile(D, "dkdv")
     if shape_name == "120m":
-        dqs = [BT(2, 64, 8), BT(1, 32, 4, 3)]
-        dkdvs = [BT(2, 64, 8), BT(1, 64, 4, 2)]
-    elif D == 64:
+        return [(mma, dkdv0), (mma, BT(2, 64, 8)), (dq0, dkdv0), (BT(2, 64, 8), BT(2, 64, 8))]
+    if D == 64:
         dqs, dkdvs = [BT(2, 64, 8)], [BT(2, 64, 8)]
     else:
         dqs, dkdvs = [], [BT(2, 32, 8)]
@@ -73,7 +72,7 @@ def rel(got, want):
 
 if args.warm:
     part, parts = args.warm
-    todo = list(dict.fromkeys((SHAPES[name][3], t) for name in SHAPES
+    todo = list(dict.fromkeys((SHAPES[name][3], t) for name in args.shapes
                               for t in variants(SHAPES[name][3], name)))[part::parts]
     for D, tile in todo:
         t0 = time.time()
