@@ -4,8 +4,9 @@
 andrea-120m step (B 16 x 1024) whose out takes split-K, 20 launches captured in a graph,
 the best of 3 replays, ms a launch; and whether the ordered runs' bits repeat.
 
-    python3 gemm_order.py
+    python3 gemm_order.py [MODES] [PRODUCTS]   # e.g. atomic,ordered "W_O dW,LM head dW"
 """
+import sys
 import time
 
 import numpy as np
@@ -39,11 +40,17 @@ def time_launches(launch):
     return best * 1e3
 
 
+MODES = {"atomic": {}, "ordered": {"deterministic": True}, "unsplit": {"split_k": 1}}
+modes = sys.argv[1].split(",") if len(sys.argv) > 1 else list(MODES)
+names = sys.argv[2].split(",") if len(sys.argv) > 2 else None
 products = [p for p in step_products(16, 1024, 768, 50304) + step_products(16, 1024, 768, 4096)
-            if p[0].endswith("dW") or p[0] == "LM head dX"]
+            if (p[0].endswith("dW") or p[0] == "LM head dX")]
+if names:
+    products = sorted((p for p in products if p[0] in names), key=lambda p: names.index(p[0]))
 seen = set()
-print("| product | M x N x K | atomic ms | ordered ms | unsplit ms | ordered / atomic | same bits |")
-print("|---|---|---:|---:|---:|---:|---|")
+print("| product | M x N x K | " + " | ".join(f"{m} ms" for m in modes)
+      + " | ordered / atomic | same bits |")
+print("|---|---|" + "---:|" * (len(modes) + 1) + "---|")
 for name, M, N, K, ta, tb, epilogue in products:
     if (M, N, K) in seen:
         continue
@@ -54,9 +61,8 @@ for name, M, N, K, ta, tb, epilogue in products:
     out = cuda.device_array((M, N), np.float32)
     out0 = rng.standard_normal((M, N), np.float32)
     ms = {}
-    for mode, kwargs in (("atomic", {}), ("ordered", {"deterministic": True}),
-                         ("unsplit", {"split_k": 1})):
-        def launch(kwargs=kwargs):
+    for mode in modes:
+        def launch(kwargs=MODES[mode]):
             gemm_bf16.matmul_bf16(out, a, b, ta, tb, accumulate, stream=backend.stream,
                                   **kwargs)
         ms[mode] = time_launches(launch)
@@ -67,5 +73,6 @@ for name, M, N, K, ta, tb, epilogue in products:
                               stream=backend.stream)
         bits.append(backend.to_host(out).view(np.uint32))
     same = all((x == bits[0]).all() for x in bits)
-    print(f"| {name} | {M} x {N} x {K} | {ms['atomic']:.4f} | {ms['ordered']:.4f} | "
-          f"{ms['unsplit']:.4f} | {ms['ordered'] / ms['atomic']:.3f} | {same} |", flush=True)
+    ratio = ms["ordered"] / ms["atomic"] if {"ordered", "atomic"} <= set(ms) else float("nan")
+    print(f"| {name} | {M} x {N} x {K} | " + " | ".join(f"{ms[m]:.4f}" for m in modes)
+          + f" | {ratio:.3f} | {same} |", flush=True)
