@@ -3,8 +3,9 @@ kernels/embedding.py's sorted backward (the counting sort) alone (20 launches ca
 3 replays), at andrea-120m's B 16 x 1024, C 768, for tokens drawn uniformly and by a Zipf
 law (a text's), beside the atomic scatter's whole backward.
 
-    python3 embed_parts.py
+    python3 embed_parts.py [VOCABS] [LAWS]     # e.g. 4096,50304 uniform,zipf
 """
+import sys
 import time
 
 import numpy as np
@@ -35,8 +36,8 @@ def ms(launch):
 
 B, T, C = 16, 1024, 768
 rng = np.random.default_rng(0)
-for V in (4096, 50304):
-    for law in ("uniform", "zipf"):
+for V in map(int, (sys.argv[1] if len(sys.argv) > 1 else "4096,50304").split(",")):
+    for law in (sys.argv[2] if len(sys.argv) > 2 else "uniform,zipf").split(","):
         if law == "uniform":
             host = rng.integers(0, V, (B, T))
         else:
