@@ -12,10 +12,13 @@ import numpy as np
 from numba import cuda
 
 from microgpt.cuda_backend import CudaBackend
+from microgpt.data import default_cache_dir
+from microgpt.kernels import cache as kernel_cache
 from microgpt.kernels import embedding as emb
 from microgpt.kernels.common import ceil_div, fill_zero
 
 REPS = 20
+kernel_cache.use(default_cache_dir() / "kernels")
 backend = CudaBackend()
 s = backend.stream
 

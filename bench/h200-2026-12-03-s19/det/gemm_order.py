@@ -13,10 +13,13 @@ import numpy as np
 from numba import cuda
 
 from microgpt.cuda_backend import CudaBackend
+from microgpt.data import default_cache_dir
+from microgpt.kernels import cache as kernel_cache
 from microgpt.gemms import step_products
 from microgpt.kernels.gemm import bf16 as gemm_bf16
 
 REPS = 20
+kernel_cache.use(default_cache_dir() / "kernels")
 backend = CudaBackend()
 rng = np.random.default_rng(0)
 
