@@ -61,6 +61,7 @@ class _Settings:
 _settings = _Settings()
 _made = {}      # recipe -> the dispatcher this process made by it
 _used = {}      # entry name -> (recipe, signature, seconds compiling or None): for the manifest
+                # (kernels.ahead), the kernels this process loaded or compiled
 
 
 def use(directory, report=None):
@@ -74,16 +75,18 @@ def use(directory, report=None):
 
 def jit(fn=None, **options):
     """cuda.jit for a kernel (not a device function) whose compilations the cache keeps:
-    @jit or @jit(launch_bounds=...). In the simulator it is cuda.jit."""
+    @jit or @jit(launch_bounds=...). In the simulator it is cuda.jit. The dispatcher's
+    microgpt_recipe says how another process makes it again (None: it cannot)."""
     if fn is None:
         return functools.partial(jit, **options)
     dispatcher = cuda.jit(**options)(fn)
+    dispatcher.microgpt_recipe = recipe = _recipe(sys._getframe(1), fn)
+    if recipe is not None:
+        _made[recipe] = dispatcher
     if not SIMULATOR:
         # the dispatcher consults its _cache object (load_overload, save_overload) in
         # compile(), which every launch of a new specialization goes through
-        dispatcher._cache = DispatcherCache(dispatcher, _recipe(sys._getframe(1), fn))
-        if dispatcher._cache.recipe is not None:
-            _made[dispatcher._cache.recipe] = dispatcher
+        dispatcher._cache = DispatcherCache(dispatcher, recipe)
     return dispatcher
 
 
@@ -93,7 +96,7 @@ class DispatcherCache:
     def __init__(self, dispatcher, recipe=None):
         self._dispatcher = dispatcher
         self.recipe = recipe            # how another process makes the same kernel
-        self._description = None        # described once: the code and closure are fixed
+        self._description = None
         self._started = None
 
     @property
@@ -105,12 +108,17 @@ class DispatcherCache:
         if _settings.directory is None:
             return None
         try:
-            if self._description is None:
-                self._description = describe(self._dispatcher)
-            return entry_path(_settings.directory, self._dispatcher, self._description, sig,
+            return entry_path(_settings.directory, self._dispatcher, self.description, sig,
                               device_target())
         except Uncacheable:
             return None
+
+    @property
+    def description(self):
+        """describe(the kernel), once: its code and closure are fixed."""
+        if self._description is None:
+            self._description = describe(self._dispatcher)
+        return self._description
 
     def load_overload(self, sig, target_context):
         self._started = time.perf_counter()
@@ -355,7 +363,7 @@ def write_entry(path, kernel):
 
 
 # ----------------------------------------------------------------------------------
-# manifests: a step's kernels, made again by other processes and compiled in parallel
+# recipes: a kernel made again by another process (kernels.ahead compiles them there)
 
 def _recipe(frame, fn):
     """How a process makes the kernel that jit is making of fn in frame: ("global", module,
@@ -393,241 +401,3 @@ def make(recipe):
     except Exception:               # the code changed under the manifest: not made here
         return None
     return _made.get(recipe)
-
-
-def write_manifest(path):
-    """Record the kernels this process loaded or compiled (those made by a recipe) at
-    path, for stale_jobs(): a pickle of (stamp, [(recipe, signature, entry name, seconds)])."""
-    path = Path(path)
-    old = {name: seconds for _, _, name, seconds in read_manifest(path)[1]}
-    entries = [(recipe, sig, name, seconds if seconds is not None else old.get(name))
-               for name, (recipe, sig, seconds) in _used.items()]
-    if not entries or not _settings.writable:
-        return
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
-    try:
-        stamp = _stamp(entries)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_bytes(pickle.dumps((stamp, entries), protocol=pickle.HIGHEST_PROTOCOL))
-        os.replace(temporary, path)
-    except (OSError, Uncacheable, pickle.PicklingError, TypeError, AttributeError):
-        # a manifest only saves time: one that cannot be written is skipped
-        try:
-            temporary.unlink(missing_ok=True)
-        except OSError:
-            pass
-
-
-def read_manifest(path):
-    """-> (stamp, entries) as write_manifest wrote them; (None, []) for no manifest."""
-    try:
-        stamp, entries = pickle.loads(Path(path).read_bytes())
-        return stamp, [(recipe, sig, name, seconds) for recipe, sig, name, seconds in entries]
-    except Exception:       # absent, damaged, or of code that is gone: no manifest
-        return None, []
-
-
-def _stamp(entries):
-    """What the entries' keys depend on beyond each kernel, (code, target): while it is the
-    same, the names in a manifest are the names that the kernels would look up now."""
-    return (_code_stamp(entries), device_target())
-
-
-def _code_stamp(entries):
-    """The stamp's part that needs no GPU: the versions, and the sources of the kernels'
-    modules (imported here if they are not yet: a module that is gone raises)."""
-    import importlib
-
-    import llvmlite
-    import numba
-    import numba_cuda
-
-    modules = sorted({recipe[1] for recipe, _, _, _ in entries})
-    for module in modules:
-        importlib.import_module(module)
-    return (FORMAT, sys.version, numba.__version__, numba_cuda.__version__,
-            llvmlite.__version__, tuple((m, sources_digest(m)) for m in modules))
-
-
-def manifest_jobs(path):
-    """The (recipe, signature) pairs that the manifest at path lists."""
-    return {(recipe, sig) for recipe, sig, _, _ in read_manifest(path)[1]}
-
-
-def stale_jobs(directory):
-    """The kernels that the manifests in directory/manifests list and the cache may lack,
-    as jobs (recipe, signature), the longest to compile first (as the manifests timed
-    them; one never timed first of all). Found without CUDA (a process forks its
-    compilers before CUDA starts): a manifest whose versions and sources are today's
-    lists the entries its kernels would look up on the same GPU, and only those absent
-    are jobs; every kernel of any other manifest is (a compiler skips it if its key is
-    there after all)."""
-    seconds = {}
-    for path in sorted((Path(directory) / "manifests").glob("*.pkl")):
-        stamp, entries = read_manifest(path)
-        try:
-            today = stamp is not None and stamp[0] == _code_stamp(entries)
-        except Exception:           # a module gone or changed while running: not ahead
-            continue
-        for recipe, sig, name, took in entries:
-            if not today or not (Path(directory) / name).exists():
-                took = math.inf if took is None else took
-                seconds[recipe, sig] = max(seconds.get((recipe, sig), 0.0), took)
-    return sorted(seconds, key=lambda job: -seconds[job])
-
-
-def start_compiling(directory, processes=None):
-    """Fork up to `processes` (default: one per CPU) processes that compile, longest first,
-    the kernels that the manifests of earlier runs list and the cache lacks, while this
-    process goes on with its set-up: Compilers, or None when there is nothing to compile.
-    Call it before CUDA starts in this process: a fork after that is unsafe; each
-    compiler starts CUDA on its own. Then Compilers.wait before the first step."""
-    if SIMULATOR:
-        return None
-    import multiprocessing
-
-    jobs = stale_jobs(directory)
-    if not jobs:
-        return None
-    context = multiprocessing.get_context("fork")
-    events, next_job = context.SimpleQueue(), context.Value("i", 0)
-    wanted = context.Array("b", [1] * len(jobs))
-    compilers = [context.Process(target=_compile_claimed, daemon=True,
-                                 args=(directory, jobs, next_job, wanted, events))
-                 for _ in range(min(len(jobs), processes or os.cpu_count() or 1))]
-    for process in compilers:
-        process.start()
-    return Compilers(jobs, compilers, events, next_job, wanted)
-
-
-class Compilers:
-    """The forked compilers of start_compiling. Each claims the next job of the list
-    (shared counter: the longest first, over all of them) that the run still wants, and
-    tells this process what it did through a queue: ("compiling", job) as it starts one,
-    (state, job) when done ("cache", "compiled", "failed"), ("said", line) for the lines
-    the cache prints (said here once, whichever compilers said them)."""
-    POLL = 0.05                 # s between looks at the queue and the processes
-    LOG_EVERY = 10.0
-
-    def __init__(self, jobs, processes, events, next_job, wanted):
-        self.jobs, self.processes = jobs, processes
-        self.states = [None] * len(jobs)        # by the events: None is not yet claimed
-        self._events, self._next, self._wanted = events, next_job, wanted
-        self._said = set()
-
-    def wait(self, manifest, log=print):
-        """Until the compilers have done the jobs that the manifest at path lists (they skip
-        the rest from now on), with progress lines; what a compiler that died left undone,
-        or every job of the manifest if the cache cannot be written, is then compiled in
-        this process (after one line that says why)."""
-        wanted = manifest_jobs(manifest)
-        for i, job in enumerate(self.jobs):
-            self._wanted[i] = int(job in wanted)
-        todo = [i for i, job in enumerate(self.jobs) if job in wanted]
-        if not todo:
-            self.stop()
-            return
-        started = logged = time.perf_counter()
-        there = {i for i in todo if self._entry_exists(i)}
-        self._drain(log)        # after the look: an entry written since was said compiling
-        cached = sum(1 for i in there if self.states[i] in (None, "cache"))
-        log(f"kernels: compiling {len(todo) - cached} kernels (cached: {cached}) in "
-            f"{len(self.processes)} processes ...", flush=True)
-        while any(self.states[i] not in ("cache", "compiled", "failed") for i in todo):
-            if not _settings.writable or not any(p.is_alive() for p in self.processes):
-                break
-            time.sleep(self.POLL)
-            self._drain(log)
-            if time.perf_counter() - logged > self.LOG_EVERY:
-                logged = time.perf_counter()
-                done = sum(self.states[i] in ("cache", "compiled") for i in todo)
-                log(f"kernels: {done} of {len(todo)} ahead so far, "
-                    f"{time.perf_counter() - started:.0f}s", flush=True)
-        self._drain(log)
-        if not _settings.writable:      # the cache's line said why; "compiled" there may
-            left = [i for i in todo     # not be stored
-                    if self.states[i] != "failed" and not self._entry_exists(i)]
-        else:
-            left = [i for i in todo if self.states[i] not in ("cache", "compiled", "failed")]
-            if left:
-                log(f"kernels: a compiling process ended ({self._ended()}); this process "
-                    f"compiles the {len(left)} left", flush=True)
-        self.stop()
-        for i in left:
-            self.states[i] = _compile_job(self.jobs[i], _say)
-        compiled = sum(self.states[i] == "compiled" for i in todo)
-        log(f"kernels: {compiled} compiled ahead in {time.perf_counter() - started:.1f} s",
-            flush=True)
-
-    def stop(self):
-        """No more jobs: each compiler ends after the one it is compiling."""
-        with self._next.get_lock():
-            self._next.value = len(self.jobs)
-
-    def _ended(self):
-        codes = [p.exitcode for p in self.processes if p.exitcode]
-        if not codes:
-            return "without a word"
-        return f"signal {-codes[0]}" if codes[0] < 0 else f"status {codes[0]}"
-
-    def _entry_exists(self, i):
-        recipe, sig = self.jobs[i]
-        dispatcher = make(recipe)
-        entry = dispatcher._cache._path(sig) if dispatcher is not None else None
-        return entry is not None and entry.exists()
-
-    def _drain(self, log):
-        while not self._events.empty():
-            what, *rest = self._events.get()
-            if what == "said":
-                if rest[0] not in self._said:       # once, whichever compilers said it
-                    self._said.add(rest[0])
-                    print(rest[0], file=sys.stderr, flush=True)
-                if rest[0].startswith(UNWRITABLE):
-                    _settings.writable = False
-            else:
-                self.states[rest[0]] = what
-
-
-def _compile_claimed(directory, jobs, next_job, wanted, events):
-    """A forked compiler: the next job that the run wants, until none is left or the cache
-    cannot be written (there is then no point to compiling here)."""
-    import signal
-
-    # the trainer's handlers are not this process's: Ctrl-C is the trainer's to handle,
-    # and the end of the trainer's process ends this one (a daemon) by SIGTERM, quietly
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    use(directory)
-
-    def say(line):
-        events.put(("said", line))
-    _settings.say = say
-    while _settings.writable:
-        with next_job.get_lock():
-            i = next_job.value
-            next_job.value += 1
-        if i >= len(jobs):
-            return
-        if wanted[i]:
-            events.put((_compile_job(jobs[i], say, events.put, i), i))
-
-
-def _compile_job(job, say, tell=lambda event: None, i=None):
-    """Compile job (recipe, signature) into the cache unless its entry is there -> "cache",
-    "compiled" or "failed" (said in one line: the run compiles it, and fails if it must)."""
-    recipe, sig = job
-    try:
-        dispatcher = make(recipe)
-        entry = dispatcher._cache._path(sig) if dispatcher is not None else None
-        if entry is None:
-            return "failed"
-        if entry.exists():
-            return "cache"
-        tell(("compiling", i))
-        dispatcher.compile(sig)
-        return "compiled"
-    except Exception as error:
-        say(f"kernel cache: could not compile {recipe[-1]} ahead of the run "
-            f"({type(error).__name__}: {error}); the run compiles it")
-        return "failed"

@@ -68,6 +68,8 @@ def allow_dynamic_shared(kernel, signature, size):
     key = (id(kernel), signature, device)
     if key not in _opted_in:           # (looking up the overload costs more than a launch:
         compiled = kernel.compile(signature)                                  # once only)
+        if compiled is None:           # kernels.ahead's recording: nothing will launch
+            return
         attribute = (binding.CUfunction_attribute
                      .CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
         handle = compiled._codelibrary.get_cufunc().handle

@@ -149,8 +149,8 @@ class KernelProgress:
         """List the kernels this run has used in its manifest, for a later run that finds
         the cache without them to compile ahead (microgpt.run.start_compiling)."""
         if self.manifest is not None and not self.silent:
-            from microgpt.kernels import cache
-            cache.write_manifest(self.manifest)
+            from microgpt.kernels import ahead
+            ahead.write_manifest(self.manifest)
 
     def summary(self):
         """The line after the first step: how many kernels, how made, in how long."""

@@ -101,7 +101,8 @@ def setup(ns, world, backend, resources, compilers=None):
     """Check every input, then load or build everything the loop needs -> Run. The run
     directory's lock is entered into resources (a contextlib.ExitStack) and held to the end.
     Under mpirun the ranks fail together (on_every_rank) and check that they agree.
-    compilers: start_compiling's, waited for before the model is built."""
+    compilers: start_compiling's, waited for before the model is built (or, on the
+    shape's first run, handed the kernels that its step's recording lists)."""
     ckpt, args = on_every_rank(world, lambda: resume_args(ns))
     # --zero too: ranks that shard and ranks that do not would wait in other collectives
     check_ranks_agree(world, "arguments", {**dataclasses.asdict(args), "zero": ns.zero})
@@ -141,11 +142,11 @@ def setup(ns, world, backend, resources, compilers=None):
     val_batches = (val_loader.fixed_batches(args.eval_batches) if args.eval_batches
                    else val_loader.whole_split())
     precision = choose_precision(ns.precision, backend, config)
+    recording = False       # the shape's first run (no manifest): its step is recorded
     if kernels:
         name_manifest(kernels, f"{config} {precision} {args.batch_size // world.world_size} "
                       f"x {T}")
-        if compilers is not None:
-            compilers.wait(kernels.manifest)
+        recording = compilers is not None and not compilers.wait(kernels.manifest)
     model = GPT(config, backend=backend, seed=args.seed, precision=precision)
     if initial is not None:
         model.load_state_dict(initial)
@@ -159,6 +160,10 @@ def setup(ns, world, backend, resources, compilers=None):
     train_step = Step(model, optimizer, args.batch_size // world.world_size, T,
                       accum=args.grad_accum, sync=sync,
                       graph=os.environ.get("MICROGPT_GRAPH", "1") != "0")
+    if recording:
+        from microgpt.kernels import ahead
+
+        compilers.compile(ahead.record(train_step.accumulate, train_step.update))
     run = Run(args, out, model, optimizer, tokenizer, loader, val_batches, entropy, start,
               {"train": [], "val": []}, world, signature, train_step, kernels)
     if ckpt:
@@ -190,16 +195,14 @@ def sharded(ns, world):
 def start_compiling(ns):
     """Before CUDA starts in this process (a fork after it is unsafe): the processes that
     compile, while the set-up goes on, the kernels that earlier runs' manifests list and
-    the cache lacks (a source was edited, numba upgraded), or None. One process trains;
-    under mpirun the ranks compile in their first step, as a first run does."""
+    the cache lacks (a source was edited, numba upgraded), then those of a first run's
+    recorded step; or None. One process trains; under mpirun the ranks compile in their
+    first step."""
     if ns.device == "cpu" or distributed.launched_by_mpi():
         return None
-    directory = Path(ns.cache_dir or default_cache_dir()) / "kernels"
-    if not any((directory / "manifests").glob("*.pkl")):
-        return None                     # no earlier run: nothing known to compile
-    from microgpt.kernels import cache as kernel_cache
+    from microgpt.kernels import ahead
 
-    return kernel_cache.start_compiling(directory)
+    return ahead.start_compiling(Path(ns.cache_dir or default_cache_dir()) / "kernels")
 
 
 def name_manifest(kernels, shape):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from microgpt.kernels import cache
+from microgpt.kernels import ahead, cache
 
 HELPER = """
 from numba import cuda
@@ -124,10 +124,11 @@ def runs(tmp_path_factory):
     helper.write_text(helper.read_text().replace("x * 3.0", "x * 4.0"))
     ahead, ahead_err = run_kernels(root, directory, "ahead")
     compiled_ahead = ahead.pop("ahead")
+    recorded, recorded_err = run_kernels(root, root / "fresh", "recorded")
     return dict(first=first, listed=listed, second=second, edited=edited, ahead=ahead,
-                compiled_ahead=compiled_ahead,
+                compiled_ahead=compiled_ahead, recorded=recorded,
                 errors=dict(first=first_err, second=second_err, edited=edited_err,
-                            ahead=ahead_err),
+                            ahead=ahead_err, recorded=recorded_err),
                 directory=directory, root=root)
 
 
@@ -189,6 +190,21 @@ def test_the_manifest_makes_the_missing_kernels_again_and_compiles_them_ahead(ru
     assert runs["errors"]["ahead"] == ""
 
 
+def test_a_first_run_compiles_its_recorded_kernels_ahead_and_the_missed_one_itself(runs):
+    recorded = runs["recorded"]
+    told = recorded.pop("recorded")
+    assert told["waited"] is False          # no manifest: the compilers wait for the jobs
+    # five kernels, of four recipes (copied and bounded share one), one of them missed
+    assert (told["listed"], told["handed"]) == (4, 3)
+    assert told["log"][0] == "kernels: compiling 3 kernels (cached: 0) in 2 processes ..."
+    assert told["log"][1].startswith("kernels: 3 compiled ahead in ") and len(told["log"]) == 2
+    # the missed one, and copied, whose recipe makes bounded (the later of the two)
+    assert {name for name, r in recorded.items() if r["how"] == "compiled"} == {
+        "shifted 3", "copied"}
+    assert {r["how"] for name, r in recorded.items()} == {"compiled", "cache"}
+    assert runs["errors"]["recorded"] == ""
+
+
 def test_a_damaged_entry_is_compiled_again_and_replaced(runs):
     assert runs["edited"]["copied"]["how"] == "compiled"
     assert runs["edited"]["copied"]["cubin"] == runs["first"]["copied"]["cubin"]
@@ -235,12 +251,12 @@ def test_a_manifest_that_cannot_be_read_or_written_only_costs_its_time(tmp_path,
     damaged = tmp_path / "manifests" / "damaged.pkl"
     damaged.parent.mkdir()
     damaged.write_bytes(b"not a manifest")
-    assert cache.read_manifest(damaged) == (None, []) and cache.stale_jobs(tmp_path) == []
+    assert ahead.read_manifest(damaged) == (None, []) and ahead.stale_jobs(tmp_path) == []
     lock = __import__("threading").Lock()       # a factory argument pickle cannot take
     # (the stamp imports a recipe's module: one that an installed package has, as CI's)
     recipe = ("global", "microgpt.kernels.elementwise", "k", lock)
     monkeypatch.setattr(cache, "_used", {"k.kernel": (recipe, (), 1.0)})
-    cache.write_manifest(tmp_path / "manifests" / "shape.pkl")
+    ahead.write_manifest(tmp_path / "manifests" / "shape.pkl")
     assert [p.name for p in damaged.parent.iterdir()] == ["damaged.pkl"]
 
 
@@ -256,8 +272,8 @@ def test_the_jobs_ahead_are_the_kernels_the_cache_lacks_the_longest_first(tmp_pa
     today = [listed("b", 7.0), listed("d", 2.0), listed("e", 9.0)]
     (tmp_path / "e-key.kernel").write_bytes(b"an entry")                  # cached
     (tmp_path / "manifests" / "today.pkl").write_bytes(
-        pickle.dumps(((cache._code_stamp(today), "target"), today)))
-    assert [recipe[2] for recipe, _ in cache.stale_jobs(tmp_path)] == ["c", "b", "d", "a"]
+        pickle.dumps(((ahead._code_stamp(today), "target"), today)))
+    assert [recipe[2] for recipe, _ in ahead.stale_jobs(tmp_path)] == ["c", "b", "d", "a"]
 
 
 class _Told(list):
@@ -269,6 +285,8 @@ class _Told(list):
     def get(self):
         return self.pop(0)
 
+    put = list.append
+
 
 def _jobs(n):
     return [(("global", "kpkg.ops", f"k{i}"), ("float32[::1]",)) for i in range(n)]
@@ -278,10 +296,10 @@ def test_an_unwritable_cache_is_said_once_and_this_process_compiles_the_rest(
         tmp_path, monkeypatch, capsys):
     jobs = _jobs(3)
     monkeypatch.setattr(cache, "_settings", cache._Settings(directory=tmp_path))
-    monkeypatch.setattr(cache, "manifest_jobs", lambda path: set(jobs))
-    monkeypatch.setattr(cache.Compilers, "_entry_exists", lambda self, i: i == 0)
+    monkeypatch.setattr(ahead, "manifest_jobs", lambda path: set(jobs))
+    monkeypatch.setattr(ahead.Compilers, "_entry_exists", lambda self, i: i == 0)
     here = []
-    monkeypatch.setattr(cache, "_compile_job",
+    monkeypatch.setattr(ahead, "_compile_job",
                         lambda job, say: here.append(job[0][2]) or "compiled")
     line = (f"{cache.UNWRITABLE} {tmp_path} (Read-only file system); compiling without "
             "storing kernels in this run")
@@ -290,7 +308,7 @@ def test_an_unwritable_cache_is_said_once_and_this_process_compiles_the_rest(
                   ("said", line)])
     ended = types.SimpleNamespace(is_alive=lambda: False, exitcode=0)
     claimed = types.SimpleNamespace(value=2, get_lock=contextlib.nullcontext)
-    compilers = cache.Compilers(jobs, [ended, ended], told, claimed, [1, 1, 1])
+    compilers = ahead.Compilers(jobs, [ended, ended], told, claimed, [1, 1, 1], _Told())
     log = []
     compilers.wait(tmp_path / "shape.pkl", log=lambda text, flush: log.append(text))
     assert capsys.readouterr().err.splitlines() == [line]
@@ -307,12 +325,13 @@ def test_a_compiler_stops_at_an_unwritable_cache(tmp_path, monkeypatch):
         cache._settings.writable = False
         say("kernel cache: cannot write to ...")
         return "compiled"
-    monkeypatch.setattr(cache, "_compile_job", unwritable)
+    monkeypatch.setattr(ahead, "_compile_job", unwritable)
     told = []
     claimed = types.SimpleNamespace(value=0, get_lock=contextlib.nullcontext)
-    cache._compile_claimed(tmp_path, _jobs(3), claimed, [1, 1, 1],
+    ahead._compile_claimed(tmp_path, _jobs(3), claimed, [1, 1, 1], _Told(),
                            types.SimpleNamespace(put=told.append))
-    assert told == [("said", "kernel cache: cannot write to ..."), ("compiled", 0)]
+    assert [event[:2] for event in told] == [("claimed", 0), ("said", "kernel cache: cannot "
+                                             "write to ..."), ("compiled", 0)]
     assert claimed.value == 1
 
 
@@ -409,22 +428,40 @@ def _compile_without_a_gpu():
 def _main(package, directory, mode):
     import importlib
 
+    import numpy as np
+
     _compile_without_a_gpu()
     sys.path.insert(0, package)
     how = {}
     cache.use(directory, report=lambda name, done, seconds: how.update({name: done}))
     records = {}
     manifest = directory / "manifests" / "shape.pkl"
+    if mode == "recorded":
+        # the first run of a shape: no manifest, the compilers wait for the recording,
+        # which misses a kernel (the step compiles it, as without the compilers)
+        compilers = ahead.start_compiling(directory, processes=2)
+        no_manifest = compilers.wait(manifest)
+        with ahead.recording() as listed:
+            for module in ("kpkg.ops", "kpkg.other"):
+                for kernel, _ in importlib.import_module(module).KERNELS.values():
+                    # (128 blocks: numba warns of fewer)
+                    kernel[128, 32](np.zeros(4, np.float32), np.zeros(4, np.float32))
+        log = []
+        missed = ("factory", "kpkg.ops", "shifted", (("c", 3.0),))
+        handed = [job for job in listed if job[0][:4] != missed]
+        compilers.compile(handed, log=lambda text, flush: log.append(text))
+        records["recorded"] = {"listed": len(listed), "handed": len(handed), "log": log,
+                               "waited": no_manifest}
     if mode == "ahead":
-        compile_job = cache._compile_job
+        compile_job = ahead._compile_job
 
         def dies_at_scaled(job, say, tell=lambda event: None, i=None):
             if i is not None and job[0][-1] == "scaled":      # in a compiler
                 os.kill(os.getpid(), signal.SIGKILL)
             return compile_job(job, say, tell, i)
-        cache._compile_job = dies_at_scaled
+        ahead._compile_job = dies_at_scaled
         # forked, compiling without a GPU as this process does
-        compilers = cache.start_compiling(directory, processes=2)
+        compilers = ahead.start_compiling(directory, processes=2)
         log = []
         compilers.wait(manifest, log=lambda text, flush: log.append(text))
         records["ahead"] = {"jobs": [recipe[-1] for recipe, _ in compilers.jobs], "log": log}
@@ -440,7 +477,7 @@ def _main(package, directory, mode):
                              "entry": entry,
                              "ptx": hashlib.sha256(library.get_asm_str().encode()).hexdigest(),
                              "cubin": hashlib.sha256(bytes(cubin.code)).hexdigest()}
-    cache.write_manifest(manifest)
+    ahead.write_manifest(manifest)
     if mode == "first":
         records["listed"] = _key_every_listed_kernel()
     print(json.dumps(records))

@@ -5,15 +5,17 @@
         --config andrea-120m --steps 3 --data corpus.txt --tokenizer bytes --cache-dir DIR
 
 Each run starts `python -m microgpt.train` with the arguments after `--` and stamps every
-line it prints on arrival; a "cold" run first removes the compiled kernels from the cache
-(DIR/kernels: the tokens stay cached), an "ahead" run removes the compiled kernels but
-keeps the manifests of the shapes run before (what an edited kernel source or a numba
-upgrade leaves: the trainer compiles the listed kernels ahead, a process per CPU), a
-"warm" run keeps them all. At the first step's line
-the run is killed (nothing after it is measured: no evaluation, no checkpoint), and the
-report gives the seconds to that line, to the line before the first step's (the kernels'
-summary), and that summary. A run that ends before its first step prints its output and
-exits with its status.
+line it prints on arrival; a "fresh" run first removes the whole cache directory (the
+very first run on a machine: it tokenizes, records its step and compiles its kernels
+ahead), a "cold" run the compiled kernels and the manifests (DIR/kernels: the tokens stay
+cached), an "ahead" run the compiled kernels but not the manifests of the shapes run
+before (what an edited kernel source or a numba upgrade leaves: the trainer compiles the
+listed kernels ahead, a process per CPU), a "warm" run keeps them all. At the first
+step's line the run is killed (nothing after it is measured: no evaluation, no
+checkpoint), and the report gives the seconds to that line, to the compile-ahead's start
+and end (its "compiling N kernels" and "compiled ahead" lines), to the kernels' summary,
+and that summary. A run that ends before its first step prints its output and exits with
+its status.
 """
 import argparse
 import os
@@ -46,12 +48,15 @@ def one_run(train_args, label):
         sys.stdout.write("".join(f"{t:8.2f}  {line}\n" for t, line in lines))
         sys.exit(f"startup_time: the {label} run ended (status {process.returncode}) before "
                  "its first step")
-    summary = [(t, line) for t, line in lines if line.startswith("kernels: ") and "ready" in line]
+    def stamp(pattern):
+        found = [(t, line) for t, line in lines if re.match(pattern, line)]
+        return found[-1] if found else (None, "")
     for t, line in lines:
         print(f"{label:>5} {t:8.2f}  {line}", flush=True)
-    return {"run": label, "first_step": first[0],
-            "kernels_at": summary[-1][0] if summary else None,
-            "kernels": summary[-1][1] if summary else ""}
+    kernels_at, kernels = stamp(r"kernels: \d+ ready")
+    return {"run": label, "first_step": first[0], "kernels_at": kernels_at, "kernels": kernels,
+            "ahead_from": stamp(r"kernels: compiling \d+ kernels")[0],
+            "ahead_to": stamp(r"kernels: \d+ compiled ahead")[0]}
 
 
 def cache_dir(train_args):
@@ -84,15 +89,17 @@ def main(argv=None):
     own, train_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv \
         else (argv, [])
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", nargs="+", choices=("cold", "ahead", "warm"), default=["cold", "warm"],
-                   help="the runs, in order (default: cold warm)")
+    p.add_argument("--runs", nargs="+", choices=("fresh", "cold", "ahead", "warm"),
+                   default=["cold", "warm"], help="the runs, in order (default: cold warm)")
     p.add_argument("--out", type=Path, help="append the report (markdown) to this file")
     p.add_argument("--title", default="", help="the report's heading")
     args = p.parse_args(own)
     kernels = cache_dir(train_args) / "kernels"
     results = []
     for label in args.runs:
-        if label == "cold":
+        if label == "fresh":
+            shutil.rmtree(kernels.parent, ignore_errors=True)
+        elif label == "cold":
             shutil.rmtree(kernels, ignore_errors=True)
         elif label == "ahead":
             for entry in kernels.glob("*"):
@@ -101,11 +108,16 @@ def main(argv=None):
         results.append(one_run(train_args, label))
     command = " ".join(["python tools/startup_time.py --runs", *args.runs, "--", *train_args])
     report = [f"### {args.title or 'start-up'}", "", f"`{command}`", "", versions(), "",
-              "| run | to the first step's line (s) | to the kernels' summary (s) | kernels |",
-              "|---|--:|--:|---|"]
+              "| run | to the first step's line (s) | compiling ahead from, to (s) | "
+              "to the kernels' summary (s) | kernels |",
+              "|---|--:|--:|--:|---|"]
+
+    def seconds(t):
+        return "" if t is None else f"{t:.2f}"
     report += [f"| {r['run']} | {r['first_step']:.2f} | "
-               f"{'' if r['kernels_at'] is None else format(r['kernels_at'], '.2f')} | "
-               f"{r['kernels'].split('; the cache')[0]} |" for r in results]
+               f"{seconds(r['ahead_from'])}, {seconds(r['ahead_to'])} | "
+               f"{seconds(r['kernels_at'])} | {r['kernels'].split('; the cache')[0]} |"
+               for r in results]
     text = "\n".join(report) + "\n\n"
     print(text)
     if args.out:

@@ -57,6 +57,8 @@ def _clustered(kernel, signature, cluster, threads, shared_bytes):
         from numba.cuda.cudadrv.driver import binding, driver
 
         compiled = kernel.compile(signature)
+        if compiled is None:            # kernels.ahead's recording: nothing will launch
+            return None, 1
         function = driver.cuKernelGetFunction(compiled._codelibrary.get_cufunc().handle)
         shape = binding.CUlaunchAttribute()
         shape.id = binding.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
@@ -93,6 +95,8 @@ def launch_in_clusters(kernel, signature, blocks, cluster, threads, shared_bytes
     from numba.cuda.cudadrv import driver
 
     compiled = _clustered(kernel, signature, cluster, threads, shared_bytes)[0]
+    if compiled is None:
+        return
     stream = driver._to_core_stream(stream)
     marshalled, written_back = [], []
     for ty, value in zip(compiled.argument_types, args):
