@@ -190,11 +190,11 @@ def start_compiling(directory, processes=None):
     """Fork up to `processes` (default: one per CPU) processes that compile kernels into
     the cache while this process goes on with its set-up: first those that the manifests
     of earlier runs list and the cache lacks, the longest first; then those that
-    Compilers.compile hands them (a first run's recording). -> Compilers, or None in the
+    Compilers.hand them (a first run's recording). -> Compilers, or None in the
     simulator or where a process cannot fork (said in one line: the step then compiles
     its kernels one after another). Call it before CUDA starts in this process: a fork
-    after that is unsafe; each compiler starts CUDA on its own. Then Compilers.wait (a
-    shape with a manifest) or Compilers.compile (one without) before the first step."""
+    after that is unsafe; each compiler starts CUDA on its own. Then Compilers.hand, on a
+    shape's first run, and Compilers.wait before the first step."""
     if SIMULATOR:
         return None
     jobs = stale_jobs(directory)
@@ -224,7 +224,7 @@ def start_compiling(directory, processes=None):
 class Compilers:
     """The forked compilers of start_compiling. Each claims the next job of the manifests'
     list (shared counter: the longest first, over all of them) that the run still wants,
-    then waits for the jobs that compile() hands over (a queue), and tells this process
+    then waits for the jobs that hand() sends (a queue), and tells this process
     what it did through a queue: ("claimed", job, its pid) as it takes one, ("compiling",
     job) as it starts compiling it, (state, job, seconds) when done ("cache", "compiled",
     "failed"), ("said", line) for the lines the cache prints (said here once, whichever
@@ -239,27 +239,13 @@ class Compilers:
         self._listed = len(jobs)                # the manifests' jobs, which the counter walks
         self._said = set()
         self._claimed = {}                      # job -> the pid of the compiler that took it
+        self._handed = set()                    # hand()'s jobs
         self.stopped = False
 
-    def wait(self, manifest, log=print):
-        """If the manifest at path lists kernels: until the compilers have done them (they
-        skip the other manifests' from now on), with progress lines, then stop them ->
-        True. What a compiler that died left undone, or every job of the manifest if the
-        cache cannot be written, is then compiled in this process (after one line that
-        says why). No manifest (the shape's first run) -> False, and the compilers wait
-        for compile()'s jobs."""
-        wanted = manifest_jobs(manifest)
-        for i, job in enumerate(self.jobs[:self._listed]):
-            self._wanted[i] = int(job in wanted)
-        if not wanted:
-            return False
-        self._await([i for i, job in enumerate(self.jobs) if job in wanted], log)
-        return True
-
-    def compile(self, jobs, log=print):
-        """Compile jobs (record's, of the step about to run) in the compilers, the largest
-        code first (a guess of the longest to compile: none has been timed), and wait for
-        them as wait() does; then stop the compilers."""
+    def hand(self, jobs, log=print):
+        """Jobs of this run's step that no manifest lists (the recording of a shape's first
+        run): the compilers take them next, the largest code first (a guess at the
+        longest to compile: none was timed), and skip the manifests' other jobs."""
         def size(job):
             dispatcher = cache.make(job[0])
             return len(repr(dispatcher._cache.description)) if dispatcher is not None else 0
@@ -269,13 +255,27 @@ class Compilers:
                 sized.append((size(job), job))
             except Uncacheable:         # compiled by the step, not stored
                 pass
-        first = len(self.jobs)
+        self._handed.update(job for _, job in sized)
+        for i, job in enumerate(self.jobs[:self._listed]):
+            self._wanted[i] = int(job in self._handed)
         for _, job in sorted(sized, key=lambda pair: -pair[0]):
-            self.jobs.append(job)
-            self.states.append(None)
-        for i in range(first, len(self.jobs)):
-            self._more.put((i, self.jobs[i]))
-        self._await(list(range(first, len(self.jobs))), log)
+            if job not in self.jobs:
+                self.jobs.append(job)
+                self.states.append(None)
+                self._more.put((len(self.jobs) - 1, job))
+        log(f"kernels: the step recorded, {len(sized)} kernels handed to "
+            f"{len(self.processes)} compiling processes", flush=True)
+
+    def wait(self, manifest, log=print):
+        """Until the compilers have done the jobs of this run's step, those that the
+        manifest at path lists and those handed to them (they skip the other manifests'
+        from now on), with progress lines; then stop them. What a compiler that died left
+        undone, or every job if the cache cannot be written, is then compiled in this
+        process (after one line that says why)."""
+        wanted = manifest_jobs(manifest) | self._handed
+        for i, job in enumerate(self.jobs[:self._listed]):
+            self._wanted[i] = int(job in wanted)
+        self._await([i for i, job in enumerate(self.jobs) if job in wanted], log)
 
     def _await(self, todo, log):
         if not todo:

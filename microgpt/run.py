@@ -101,8 +101,9 @@ def setup(ns, world, backend, resources, compilers=None):
     """Check every input, then load or build everything the loop needs -> Run. The run
     directory's lock is entered into resources (a contextlib.ExitStack) and held to the end.
     Under mpirun the ranks fail together (on_every_rank) and check that they agree.
-    compilers: start_compiling's, waited for before the model is built (or, on the
-    shape's first run, handed the kernels that its step's recording lists)."""
+    compilers: start_compiling's, waited for before the first step: on the shape's
+    first run (no manifest) the step is built before the tokens are made, and the
+    kernels that its recording lists are compiled by them meanwhile."""
     ckpt, args = on_every_rank(world, lambda: resume_args(ns))
     # --zero too: ranks that shard and ranks that do not would wait in other collectives
     check_ranks_agree(world, "arguments", {**dataclasses.asdict(args), "zero": ns.zero})
@@ -116,10 +117,24 @@ def setup(ns, world, backend, resources, compilers=None):
         kernels = KernelProgress(Path(cache_dir) / "kernels", silent=world.rank != 0)
         kernel_cache.use(kernels.directory, report=kernels)
 
+    early = {}      # (config, precision) -> (model, optimizer, step) built before the tokens
+
+    def before_tokens(config, precision):
+        """A shape's first run (no manifest) with compilers: its step built now and its
+        kernels, recorded, handed to them, to compile while the tokens are made."""
+        if compilers is not None and kernels is not None:
+            from microgpt.kernels import ahead
+
+            name_manifest(kernels, step_shape(config, precision, args, world))
+            if not ahead.manifest_jobs(kernels.manifest):
+                built = early[config, precision] = build(ns, args, world, backend, config,
+                                                         precision)
+                compilers.hand(ahead.record(built[2].accumulate, built[2].update))
+
     def load():
         try:
             data, config, initial = load_data(args, ckpt, cache_dir, world, backend,
-                                              ns.precision, sharded(ns, world))
+                                              ns.precision, sharded(ns, world), before_tokens)
         finally:
             if world.rank == 0:
                 world.barrier()
@@ -142,28 +157,18 @@ def setup(ns, world, backend, resources, compilers=None):
     val_batches = (val_loader.fixed_batches(args.eval_batches) if args.eval_batches
                    else val_loader.whole_split())
     precision = choose_precision(ns.precision, backend, config)
-    recording = False       # the shape's first run (no manifest): its step is recorded
     if kernels:
-        name_manifest(kernels, f"{config} {precision} {args.batch_size // world.world_size} "
-                      f"x {T}")
-        recording = compilers is not None and not compilers.wait(kernels.manifest)
-    model = GPT(config, backend=backend, seed=args.seed, precision=precision)
+        name_manifest(kernels, step_shape(config, precision, args, world))
+        if compilers is not None:
+            compilers.wait(kernels.manifest)
+    # the step built before the tokens serves if the tokenizer left the shape as it was
+    # (another one is let go before this one is built)
+    built = early.pop((config, precision), None)
+    early.clear()
+    model, optimizer, train_step = built or build(ns, args, world, backend, config, precision)
     if initial is not None:
         model.load_state_dict(initial)
-    adamw = adamw_config(args)
-    if sharded(ns, world):
-        optimizer = ShardedAdamW(model, adamw, world)
-        sync = optimizer.sync
-    else:
-        optimizer, sync = AdamW(model, adamw), world.gradient_sync(model)
     entropy = unigram_entropy(data.train, config.vocab_size)
-    train_step = Step(model, optimizer, args.batch_size // world.world_size, T,
-                      accum=args.grad_accum, sync=sync,
-                      graph=os.environ.get("MICROGPT_GRAPH", "1") != "0")
-    if recording:
-        from microgpt.kernels import ahead
-
-        compilers.compile(ahead.record(train_step.accumulate, train_step.update))
     run = Run(args, out, model, optimizer, tokenizer, loader, val_batches, entropy, start,
               {"train": [], "val": []}, world, signature, train_step, kernels)
     if ckpt:
@@ -185,6 +190,27 @@ def setup(ns, world, backend, resources, compilers=None):
           f"(warmup {args.warmup}, cosine to {args.lr * args.min_lr_ratio:g}), out {out}",
           flush=True)
     return run
+
+
+def build(ns, args, world, backend, config, precision):
+    """-> the model (its parameters drawn from args.seed), its optimizer and the training
+    step of a micro-batch of this rank's rows."""
+    model = GPT(config, backend=backend, seed=args.seed, precision=precision)
+    adamw = adamw_config(args)
+    if sharded(ns, world):
+        optimizer = ShardedAdamW(model, adamw, world)
+        sync = optimizer.sync
+    else:
+        optimizer, sync = AdamW(model, adamw), world.gradient_sync(model)
+    step = Step(model, optimizer, args.batch_size // world.world_size, config.context,
+                accum=args.grad_accum, sync=sync,
+                graph=os.environ.get("MICROGPT_GRAPH", "1") != "0")
+    return model, optimizer, step
+
+
+def step_shape(config, precision, args, world):
+    """What a step's kernels depend on, in words: the model, precision and micro-batch."""
+    return f"{config} {precision} {args.batch_size // world.world_size} x {config.context}"
 
 
 def sharded(ns, world):
@@ -258,11 +284,12 @@ def claim_output(ns, ckpt, args, world, resources):
     return out
 
 
-def load_data(args, ckpt, cache_dir, world, backend, requested_precision, zero):
+def load_data(args, ckpt, cache_dir, world, backend, requested_precision, zero,
+              before_tokens=lambda config, precision: None):
     """-> (TokenData whose tokenizer is set, GPTConfig, the initial parameters of
     --init-from or None). The config, and the memory it needs (zero: the moments sharded),
-    are checked before the slow part (training a tokenizer, tokenizing); its vocabulary can
-    come from the tokenizer."""
+    are checked before the slow part (training a tokenizer, tokenizing), and handed to
+    before_tokens with the precision; its vocabulary can come from the tokenizer."""
     initial = None
     if ckpt:
         tokenizer, config = ckpt.tokenizer, ckpt.config
@@ -272,8 +299,9 @@ def load_data(args, ckpt, cache_dir, world, backend, requested_precision, zero):
         shards = args.data is not None and bool(shard_paths(Path(args.data)))
         tokenizer = planned_tokenizer(args, shards)
         config = model_config(args, tokenizer.vocab_size if tokenizer else DEFAULT_BPE_VOCAB)
-    check_memory(config, args, world, backend,
-                 choose_precision(requested_precision, backend, config), zero)
+    precision = choose_precision(requested_precision, backend, config)
+    check_memory(config, args, world, backend, precision, zero)
+    before_tokens(config, precision)
     data = load_tokens(args.data, tokenizer, config.tokens, cache_dir)
     data.tokenizer = data.tokenizer or TokenIds(config.tokens)
     if not ckpt and not args.init_from:

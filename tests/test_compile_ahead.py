@@ -6,6 +6,8 @@ it lists must be what the step then launches for real, the same kernels with the
 argument types (the manifest a first run writes). In the simulator (CI) the tiny config
 in fp32; on a GPU (MICROGPT_TEST_DEVICE=gpu) a small bf16 model, whose tensor-core
 kernels ask for their compiled overload in the host code (the shared-memory opt-in)."""
+import pickle
+
 import numpy as np
 from helpers import ON_GPU
 
@@ -73,3 +75,91 @@ def test_the_recording_lists_the_kernels_that_the_step_then_launches(monkeypatch
     assert all(recipe is not None for recipe, _ in recorded)
     tokens = rng.integers(0, CONFIG["vocab_size"], (B, T))
     assert launched(step, tokens, monkeypatch, tmp_path, recorded) == set(recorded)
+
+
+class _Compilers:
+    """start_compiling's, as the trainer's set-up sees it: what it was handed, and when."""
+
+    def __init__(self, tokens_made):
+        self.tokens_made, self.handed, self.waited = tokens_made, None, []
+
+    def hand(self, jobs, log=print):
+        self.handed, self.handed_after_tokens = jobs, bool(self.tokens_made)
+
+    def wait(self, manifest):
+        self.waited.append(manifest)
+
+
+def _set_up(tmp_path, out, monkeypatch):
+    """The trainer's set-up of a tiny run on the cuda backend, its cache in tmp_path, with
+    stand-in compilers -> (run, compilers)."""
+    import contextlib
+
+    from microgpt import distributed, run
+    from microgpt.cli import backend_for, make_backend
+    from microgpt.train_args import parse_args
+
+    made = []
+    load_tokens = run.load_tokens
+    monkeypatch.setattr(run, "load_tokens", lambda *a: made.append(1) or load_tokens(*a))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the quick brown fox jumps over the lazy dog\n" * 40)
+    ns = parse_args(["--device", "cuda", "--config", "microgpt", "--tokenizer", "bytes",
+                     "--data", str(corpus), "--batch-size", "1", "--steps", "2",
+                     "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / out)])
+    compilers = _Compilers(made)
+    with contextlib.ExitStack() as resources:
+        world = distributed.init(backend_for(ns.device))
+        return run.setup(ns, world, make_backend(ns.device, False), resources,
+                         compilers), compilers
+
+
+def test_a_first_run_records_its_step_before_the_tokens_and_keeps_it(tmp_path, monkeypatch):
+    run, compilers = _set_up(tmp_path, "run", monkeypatch)
+    assert compilers.handed and compilers.handed_after_tokens is False
+    # the step recorded is the step the run trains with
+    assert ahead.record(run.train_step.accumulate, run.train_step.update) == compilers.handed
+    assert compilers.waited == [run.kernels.manifest]
+
+
+def test_a_shape_with_a_manifest_is_not_recorded(tmp_path, monkeypatch):
+    first, _ = _set_up(tmp_path, "first", monkeypatch)
+    manifest = first.kernels.manifest
+    manifest.parent.mkdir(parents=True)
+    manifest.write_bytes(pickle.dumps((None, [(("global", "m", "k"), (), "k-key.kernel", 1.0)])))
+    run, compilers = _set_up(tmp_path, "second", monkeypatch)
+    assert compilers.handed is None and compilers.waited == [manifest]
+
+
+def test_where_no_process_can_fork_the_step_compiles_after_one_line(monkeypatch, capsys,
+                                                                      tmp_path):
+    import errno
+    import multiprocessing
+    import types
+
+    monkeypatch.setattr(ahead, "SIMULATOR", False)
+    killed = []
+
+    def no_fork(method):            # a platform without fork
+        raise ValueError(f"cannot find context for {method!r}")
+
+    def fork_fails(method):         # out of processes after the first compiler
+        def process(target, daemon, args):
+            started = len(killed)
+
+            def start():
+                if started:
+                    raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+                killed.append(False)
+            return types.SimpleNamespace(start=start, kill=lambda: killed.__setitem__(0, True))
+        return types.SimpleNamespace(SimpleQueue=multiprocessing.SimpleQueue,
+                                     Queue=multiprocessing.Queue, Value=multiprocessing.Value,
+                                     Array=multiprocessing.Array, Process=process)
+    for context, why in ((no_fork, "cannot find context for 'fork'"),
+                         (fork_fails, "[Errno 11] Resource temporarily unavailable")):
+        monkeypatch.setattr(multiprocessing, "get_context", context)
+        assert ahead.start_compiling(tmp_path, processes=3) is None
+        assert capsys.readouterr().err.splitlines() == [
+            f"kernels: cannot start compiling processes ({why}); the first step compiles "
+            "its kernels one after another"]
+    assert killed == [True]         # the one that started is not left behind
