@@ -6,6 +6,7 @@ it lists must be what the step then launches for real, the same kernels with the
 argument types (the manifest a first run writes). In the simulator (CI) the tiny config
 in fp32; on a GPU (MICROGPT_TEST_DEVICE=gpu) a small bf16 model, whose tensor-core
 kernels ask for their compiled overload in the host code (the shared-memory opt-in)."""
+import dataclasses
 import pickle
 
 import numpy as np
@@ -36,7 +37,8 @@ def launched(step, tokens, monkeypatch, tmp_path, recorded):
     and those of recorded that this process compiled before, which it does not load
     again), in the simulator each launch's, as the simulator runs it."""
     if ON_GPU:
-        monkeypatch.setattr(cache, "_settings", cache._Settings(directory=tmp_path))
+        if cache._settings.directory is None:       # (else the tests' cache: loads count)
+            monkeypatch.setattr(cache, "_settings", cache._Settings(directory=tmp_path))
         monkeypatch.setattr(cache, "_used", {})
         before = {(recipe, sig) for recipe, sig in recorded
                   if sig in cache.make(recipe).overloads}
@@ -99,6 +101,8 @@ def _set_up(tmp_path, out, monkeypatch):
     from microgpt.cli import backend_for, make_backend
     from microgpt.train_args import parse_args
 
+    # the set-up turns the cache on (kernels.cache.use) in its directory: for this test only
+    monkeypatch.setattr(cache, "_settings", dataclasses.replace(cache._settings))
     made = []
     load_tokens = run.load_tokens
     monkeypatch.setattr(run, "load_tokens", lambda *a: made.append(1) or load_tokens(*a))
