@@ -198,6 +198,10 @@ def start_compiling(directory, processes=None):
     if SIMULATOR:
         return None
     jobs = stale_jobs(directory)
+    # a run whose manifests are all today's and complete most likely finds its kernels in
+    # the cache: its compilers then wait without first making ready, which costs its start
+    # the CPU time and CUDA contexts of as many processes
+    warm_up = bool(jobs) or not any((Path(directory) / "manifests").glob("*.pkl"))
     count = processes or os.cpu_count() or 1
     started = []
     try:
@@ -209,7 +213,8 @@ def start_compiling(directory, processes=None):
         next_job, wanted = context.Value("i", 0), context.Array("b", [1] * len(jobs))
         for _ in range(count):
             process = context.Process(target=_compile_claimed, daemon=True,
-                                      args=(directory, jobs, next_job, wanted, more, events))
+                                      args=(directory, jobs, next_job, wanted, more, events,
+                                            warm_up))
             process.start()
             started.append(process)
     except (ValueError, OSError) as error:     # no fork on this platform, or no memory
@@ -359,10 +364,11 @@ class Compilers:
                 _seconds[self.jobs[i]] = seconds[0]
 
 
-def _compile_claimed(directory, jobs, next_job, wanted, more, events):
-    """A forked compiler: the next job of the manifests' list that the run wants, then
-    those handed over by the queue `more`, until it says None or the cache cannot be
-    written (there is then no point to compiling here)."""
+def _compile_claimed(directory, jobs, next_job, wanted, more, events, warm_up=False):
+    """A forked compiler (warm_up: made ready first, _warm_up): the next job of the
+    manifests' list that the run wants, then those handed over by the queue `more`, until
+    it says None or the cache cannot be written (there is then no point to compiling
+    here)."""
     import signal
 
     # the trainer's handlers are not this process's: Ctrl-C is the trainer's to handle,
@@ -374,7 +380,8 @@ def _compile_claimed(directory, jobs, next_job, wanted, more, events):
     def say(line):
         events.put(("said", line))
     cache._settings.say = say
-    _warm_up()
+    if warm_up:
+        _warm_up()
     while cache._settings.writable:
         with next_job.get_lock():
             i = next_job.value
