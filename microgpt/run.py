@@ -226,9 +226,14 @@ def start_compiling(ns):
     first step."""
     if ns.device == "cpu" or distributed.launched_by_mpi():
         return None
+    processes = os.environ.get("MICROGPT_COMPILE_PROCESSES", "")
+    if processes and not (processes.isdigit() and int(processes) > 0):
+        raise UserError(f"MICROGPT_COMPILE_PROCESSES={processes}: the number of processes "
+                        "that compile kernels ahead, 1 or more (unset: one per CPU)")
     from microgpt.kernels import ahead
 
-    return ahead.start_compiling(Path(ns.cache_dir or default_cache_dir()) / "kernels")
+    return ahead.start_compiling(Path(ns.cache_dir or default_cache_dir()) / "kernels",
+                                 int(processes) if processes else None)
 
 
 def name_manifest(kernels, shape):

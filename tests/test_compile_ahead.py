@@ -10,6 +10,7 @@ import dataclasses
 import pickle
 
 import numpy as np
+import pytest
 from helpers import ON_GPU
 
 from microgpt import GPT, get_config
@@ -167,3 +168,14 @@ def test_where_no_process_can_fork_the_step_compiles_after_one_line(monkeypatch,
             f"kernels: cannot start compiling processes ({why}); the first step compiles "
             "its kernels one after another"]
     assert killed == [True]         # the one that started is not left behind
+
+
+def test_a_bad_number_of_compiling_processes_is_one_line(monkeypatch):
+    from microgpt.errors import UserError
+    from microgpt.run import start_compiling
+    from microgpt.train_args import parse_args
+
+    for value in ("0", "four", "-2"):
+        monkeypatch.setenv("MICROGPT_COMPILE_PROCESSES", value)
+        with pytest.raises(UserError, match=f"^MICROGPT_COMPILE_PROCESSES={value}: the number"):
+            start_compiling(parse_args(["--device", "cuda"]))
