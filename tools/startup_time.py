@@ -108,14 +108,18 @@ def main(argv=None):
         results.append(one_run(train_args, label))
     command = " ".join(["python tools/startup_time.py --runs", *args.runs, "--", *train_args])
     report = [f"### {args.title or 'start-up'}", "", f"`{command}`", "", versions(), "",
-              "| run | to the first step's line (s) | compiling ahead from, to (s) | "
+              "| run | to the first step's line (s) | waiting for the compilers (s) | "
               "to the kernels' summary (s) | kernels |",
               "|---|--:|--:|--:|---|"]
 
     def seconds(t):
         return "" if t is None else f"{t:.2f}"
-    report += [f"| {r['run']} | {r['first_step']:.2f} | "
-               f"{seconds(r['ahead_from'])}, {seconds(r['ahead_to'])} | "
+
+    def span(r):
+        if r["ahead_from"] is None:
+            return ""
+        return f"{r['ahead_from']:.2f} - {seconds(r['ahead_to'])}"
+    report += [f"| {r['run']} | {r['first_step']:.2f} | {span(r)} | "
                f"{seconds(r['kernels_at'])} | {r['kernels'].split('; the cache')[0]} |"
                for r in results]
     text = "\n".join(report) + "\n\n"
