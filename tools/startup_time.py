@@ -48,6 +48,7 @@ def one_run(train_args, label):
         sys.stdout.write("".join(f"{t:8.2f}  {line}\n" for t, line in lines))
         sys.exit(f"startup_time: the {label} run ended (status {process.returncode}) before "
                  "its first step")
+
     def stamp(pattern):
         found = [(t, line) for t, line in lines if re.match(pattern, line)]
         return found[-1] if found else (None, "")
