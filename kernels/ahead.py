@@ -202,6 +202,7 @@ def start_compiling(directory, processes=None):
     # the cache: its compilers then wait without first making ready, which costs its start
     # the CPU time and CUDA contexts of as many processes
     warm_up = bool(jobs) or not any((Path(directory) / "manifests").glob("*.pkl"))
+    warm_up = warm_up and os.environ.get("MICROGPT_S19_WARM_UP", "1") != "0"   # TEMPORARY A/B
     count = processes or os.cpu_count() or 1
     started = []
     try:
@@ -292,9 +293,11 @@ class Compilers:
         cached = sum(1 for i in there if self.states[i] in (None, "cache"))
         log(f"kernels: compiling {len(todo) - cached} kernels (cached: {cached}) in "
             f"{len(self.processes)} processes ...", flush=True)
+        loaded = set()
         while cache._settings.writable and self._pending(todo):
             time.sleep(self.POLL)
             self._drain(log)
+            self._load_done(todo, loaded)
             if time.perf_counter() - logged > self.LOG_EVERY:
                 logged = time.perf_counter()
                 done = sum(self.states[i] in ("cache", "compiled") for i in todo)
@@ -312,9 +315,26 @@ class Compilers:
         self.stop()
         for i in left:
             self.states[i] = _compile_job(self.jobs[i], cache._say)
+        if cache._settings.writable:
+            self._load_done(todo, loaded)
         compiled = sum(self.states[i] == "compiled" for i in todo)
         log(f"kernels: {compiled} compiled ahead in {time.perf_counter() - started:.1f} s",
             flush=True)
+
+    def _load_done(self, todo, loaded):
+        """The kernels of todo that the compilers have stored since, loaded into this
+        process as the step's launch would load them, while the compilers finish the rest
+        (a kernel that cannot be loaded is the step's to compile, or fail at)."""
+        for i in todo:
+            if i not in loaded and self.states[i] in ("cache", "compiled"):
+                loaded.add(i)
+                recipe, sig = self.jobs[i]
+                dispatcher = cache.make(recipe)
+                try:
+                    if dispatcher is not None:
+                        dispatcher.compile(sig)
+                except Exception:
+                    pass
 
     def stop(self):
         """No more jobs: each compiler ends after the one it is compiling."""

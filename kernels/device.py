@@ -59,9 +59,11 @@ def allow_dynamic_shared(kernel, signature, size):
     attribute on the compiled kernel, which numba-cuda has no API for: set it through the
     driver bindings, once per overload (signature: a view compiles one of its own) and
     device, on the kernel (context-independent, what numba-cuda launches) and on its
-    function in this context (what the launch resolves it to)."""
+    function in this context (what the launch resolves it to). -> whether it is set (or
+    not needed): False while kernels.ahead records a step, which compiles nothing, so a
+    caller that remembers the opt-in remembers none then."""
     if SIMULATOR or size <= SHARED_LIMIT:
-        return
+        return True
     from numba.cuda.cudadrv.driver import binding, driver
 
     device = cuda.get_current_device().id
@@ -69,10 +71,11 @@ def allow_dynamic_shared(kernel, signature, size):
     if key not in _opted_in:           # (looking up the overload costs more than a launch:
         compiled = kernel.compile(signature)                                  # once only)
         if compiled is None:           # kernels.ahead's recording: nothing will launch
-            return
+            return False
         attribute = (binding.CUfunction_attribute
                      .CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
         handle = compiled._codelibrary.get_cufunc().handle
         driver.cuKernelSetAttribute(attribute, size, handle, device)
         driver.cuFuncSetAttribute(driver.cuKernelGetFunction(handle), attribute, size)
         _opted_in.add(key)
+    return True

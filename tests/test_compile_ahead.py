@@ -5,7 +5,8 @@ The recording runs the step's host code with every launch listed and nothing run
 it lists must be what the step then launches for real, the same kernels with the same
 argument types (the manifest a first run writes). In the simulator (CI) the tiny config
 in fp32; on a GPU (MICROGPT_TEST_DEVICE=gpu) a small bf16 model, whose tensor-core
-kernels ask for their compiled overload in the host code (the shared-memory opt-in)."""
+kernels ask for their compiled overload in the host code (the shared-memory opt-in),
+and whose step then runs (a host-side memo of work that the recording skipped fails it)."""
 import dataclasses
 import pickle
 
@@ -19,9 +20,9 @@ from microgpt.kernels import ahead, cache
 from microgpt.optim import AdamW, AdamWConfig
 from microgpt.step import Step
 
-if ON_GPU:
-    CONFIG, PRECISION, B, T = dict(n_layer=1, d_model=128, n_head=2, context=128,
-                                   vocab_size=512), "bf16", 2, 128
+if ON_GPU:      # T 1024: the Hopper attention's (its own memo of the shared-memory opt-in)
+    CONFIG, PRECISION, B, T = dict(n_layer=1, d_model=128, n_head=2, context=1024,
+                                   vocab_size=512), "bf16", 1, 1024
 else:
     CONFIG, PRECISION, B, T = dict(vocab_size=24), "fp32", 1, 4
 

@@ -183,8 +183,12 @@ def test_the_manifest_makes_the_missing_kernels_again_and_compiles_them_ahead(ru
     assert told["log"][1] == ("kernels: a compiling process ended (signal 9); this process "
                               "compiles the 1 left")
     assert told["log"][2].startswith("kernels: 3 compiled ahead in ") and len(told["log"]) == 3
-    assert ahead["scaled"]["how"] == "made before"
-    assert {r["how"] for name, r in ahead.items() if name != "scaled"} == {"cache"}
+    # while it waited, this process made scaled and loaded the others (by function name)
+    assert told["waiting"] == {"scaled": "compiled", "shifted_kernel": "cache", "copy": "cache"}
+    # which the step then finds made, but copied, whose recipe makes bounded (the later)
+    assert {name: r["how"] for name, r in ahead.items()} == {
+        "scaled": "made before", "shifted 1": "made before", "shifted 3": "made before",
+        "bounded": "made before", "copied": "cache"}
     assert ahead["scaled"]["ptx"] != edited["scaled"]["ptx"]  # x * 4.0 now
     assert ahead["bounded"]["entry"] == edited["bounded"]["entry"]
     assert runs["errors"]["ahead"] == ""
@@ -199,10 +203,11 @@ def test_a_first_run_compiles_its_recorded_kernels_ahead_and_the_missed_one_itse
                                "processes",
                                "kernels: compiling 3 kernels (cached: 0) in 2 processes ..."]
     assert told["log"][2].startswith("kernels: 3 compiled ahead in ") and len(told["log"]) == 3
-    # the missed one, and copied, whose recipe makes bounded (the later of the two)
-    assert {name for name, r in recorded.items() if r["how"] == "compiled"} == {
-        "shifted 3", "copied"}
-    assert {r["how"] for name, r in recorded.items()} == {"compiled", "cache"}
+    assert told["waiting"] == {"scaled": "cache", "shifted_kernel": "cache", "copy": "cache"}
+    # the step compiles the missed one, and copied, whose recipe makes bounded
+    assert {name: r["how"] for name, r in recorded.items()} == {
+        "scaled": "made before", "shifted 1": "made before", "shifted 3": "compiled",
+        "bounded": "made before", "copied": "compiled"}
     assert runs["errors"]["recorded"] == ""
 
 
@@ -451,7 +456,8 @@ def _main(package, directory, mode):
         handed = [job for job in listed if job[0][:4] != missed]
         compilers.hand(handed, log=lambda text, flush: log.append(text))
         compilers.wait(manifest, log=lambda text, flush: log.append(text))
-        records["recorded"] = {"listed": len(listed), "handed": len(handed), "log": log}
+        records["recorded"] = {"listed": len(listed), "handed": len(handed), "log": log,
+                               "waiting": dict(how)}
     if mode == "ahead":
         compile_job = ahead._compile_job
 
@@ -464,7 +470,8 @@ def _main(package, directory, mode):
         compilers = ahead.start_compiling(directory, processes=2)
         log = []
         compilers.wait(manifest, log=lambda text, flush: log.append(text))
-        records["ahead"] = {"jobs": [recipe[-1] for recipe, _ in compilers.jobs], "log": log}
+        records["ahead"] = {"jobs": [recipe[-1] for recipe, _ in compilers.jobs], "log": log,
+                            "waiting": dict(how)}
     for module in ("kpkg.ops", "kpkg.other"):
         for name, (kernel, sig) in importlib.import_module(module).KERNELS.items():
             how.clear()

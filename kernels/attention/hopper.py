@@ -545,8 +545,8 @@ def hopper_attention_forward(out, lse, q, k, v, *, tile=None, stream=0):
     args = (out, lse, qm, km, vm, q_map, k_map, v_map, *q_layout, *kv_layout)
     # the overload this launch runs (its arrays' layouts, "C" or "A") is the one opted in
     layouts = (kernel, *(x.is_c_contiguous() for x in (out, qm, km, vm)))
-    if layouts not in _opted_in:
-        allow_dynamic_shared(kernel, tuple(map(numba.typeof, args)), size)
+    if layouts not in _opted_in and allow_dynamic_shared(kernel, tuple(map(numba.typeof, args)),
+                                                         size):
         _opted_in.add(layouts)
     grid = ((min(ceil_div(T, tile.rows) * H * B, SMS * tile.min_blocks),) if tile.persistent
             else (ceil_div(T, tile.rows), H, B))
