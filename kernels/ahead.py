@@ -202,7 +202,6 @@ def start_compiling(directory, processes=None):
     # the cache: its compilers then wait without first making ready, which costs its start
     # the CPU time and CUDA contexts of as many processes
     warm_up = bool(jobs) or not any((Path(directory) / "manifests").glob("*.pkl"))
-    warm_up = warm_up and os.environ.get("MICROGPT_S19_WARM_UP", "1") != "0"   # TEMPORARY A/B
     count = processes or os.cpu_count() or 1
     started = []
     try:
@@ -322,17 +321,19 @@ class Compilers:
             flush=True)
 
     def _load_done(self, todo, loaded):
-        """The kernels of todo that the compilers have stored since, loaded into this
-        process as the step's launch would load them, while the compilers finish the rest
-        (a kernel that cannot be loaded is the step's to compile, or fail at)."""
+        """The recorded kernels of todo that the compilers have stored since, loaded into
+        the dispatchers of the step (which its recording made) as its launches would load
+        them, while the compilers finish the rest; a kernel that cannot be loaded is the
+        step's to compile, or fail at. (A manifest's kernels are not: a dispatcher that
+        make() made here by its factory's keywords need not be the one that the step's
+        launcher gets by positional arguments from the factory's cache.)"""
         for i in todo:
-            if i not in loaded and self.states[i] in ("cache", "compiled"):
+            if (i not in loaded and self.jobs[i] in self._handed
+                    and self.states[i] in ("cache", "compiled")):
                 loaded.add(i)
                 recipe, sig = self.jobs[i]
-                dispatcher = cache.make(recipe)
                 try:
-                    if dispatcher is not None:
-                        dispatcher.compile(sig)
+                    cache.make(recipe).compile(sig)
                 except Exception:
                     pass
 
