@@ -542,8 +542,8 @@ def _launch(kernel, tile, D, kind, grid, stream, args, matrices):
     size = shared_bytes(tile, D, kind)
     # the overload this launch runs (its arrays' layouts, "C" or "A") is the one opted in
     layouts = (kernel, *(x.is_c_contiguous() for x in matrices))
-    if layouts not in _opted_in:
-        allow_dynamic_shared(kernel, tuple(map(numba.typeof, args)), size)
+    if layouts not in _opted_in and allow_dynamic_shared(kernel, tuple(map(numba.typeof, args)),
+                                                         size):
         _opted_in.add(layouts)
     kernel[grid, tile.threads, stream, size](*args)
 
