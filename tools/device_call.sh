@@ -10,8 +10,8 @@
 #   TEST_S   each test.sh's limit (170); LEADP_S the parallel lead script's (200)
 #   .devtree/jobs/NAME/bench_seconds  that job's bench limit (60)
 # Carried in: .devtree/data.txz (token shards, unpacked to $DATA=/tmp/data) and
-# .devtree/cache/cache.tgz.* (kernel caches from the last call). Comes back under $OUT:
-# all.tgz (every job's logs and tables) and cache.tgz.* (15 MB pieces: a returned file's limit).
+# .devtree/cache/cache.txz.* (kernel caches from the last call, xz: the carry holds 64 MiB). Comes back under $OUT:
+# all.tgz (every job's logs and tables) and cache.txz.* (15 MB pieces: a returned file's limit).
 JOBS=$1; LEADP=$2; LEADS=$3; LIMIT=${LIMIT:-530}
 ROOT=$PWD; W=$OUT/w; mkdir -p "$W/lead"
 export PYTHONUNBUFFERED=1 MICROGPT_CACHE_DIR=/tmp/mgcache MICROGPT_TEST_KERNEL_CACHE=/tmp/tk
@@ -19,7 +19,7 @@ T0=$(date +%s)
 stamp() { echo "=== $(( $(date +%s) - T0 )) s: $*" | tee -a "$W/summary.log"; }
 left() { echo $(( LIMIT - $(date +%s) + T0 )); }
 
-cat .devtree/cache/cache.tgz.* 2>/dev/null | tar -C /tmp -xzf - 2>/dev/null
+cat .devtree/cache/cache.txz.* 2>/dev/null | tar -C /tmp -xJf - 2>/dev/null
 mkdir -p /tmp/data && tar -C /tmp -xJf .devtree/data.txz 2>/dev/null
 export DATA=/tmp/data
 stamp "caches unpacked: $(du -sh /tmp/tk /tmp/mgcache 2>/dev/null | tr '\n' ' ')"
@@ -50,5 +50,5 @@ done
 stamp "all done"
 
 tar -czf "$OUT/all.tgz" -C "$W" .
-tar -czf - -C /tmp tk mgcache/kernels 2>/dev/null | split -b 15M - "$OUT/cache.tgz."
+tar -cf - -C /tmp tk mgcache/kernels 2>/dev/null | xz -T0 -6 | split -b 15M - "$OUT/cache.txz."
 ls -la "$OUT"
