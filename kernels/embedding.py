@@ -16,21 +16,21 @@ receives the tied LM head's gradient:
   no float atomics, each element of dwte one thread's sum in an order fixed by the data.
   It costs more than the atomics (docs/convergence.md, "Reproducible runs"), so it is not
   the default:
-1. the N = B * T positions sorted by (token, position), a counting sort: each position
-   counts itself into its token's count (an integer atomic, exact in any order), which
-   gives it a slot among its token's positions (in the order the threads come); one
-   block sums the counts into each token's start; each position is written at its
-   token's start plus its slot (a bucket per token, its positions in no fixed order),
-   then at its token's start plus the count of its bucket's positions before it. Each
-   token's positions are then one run of the sorted order, in position order. (Before,
-   each position's rank was counted against all N keys, 16384^2 comparisons at
-   andrea-120m: 0.69 ms, then 0.55 in tiles of keys in shared memory);
+1. the N = B * T positions sorted by (token, position), in segments of a block's
+   positions: each block ranks its positions among the segment's positions of the same
+   token (in shared memory) and writes each token's count there; the counts summed into
+   each token's start (one block); each position placed at its token's start, plus the
+   token's counts in the earlier segments, plus its rank. Each token's positions are then
+   one run of the sorted order, in position order, at a cost bounded by the segment's
+   size whatever the tokens. (Session 19's counting sort placed the positions by integer
+   atomics, in no fixed order, then counted each position's rank against its token's
+   whole bucket: quadratic in a common token's count, 0.149 ms on a Zipf law's tokens);
 2. a thread per (chunk of CHUNK sorted positions, column) sums the chunk's leading
-   segment (up to its first change of token): the part of a run that began in an
-   earlier chunk, or, for a chunk inside a long run, all of it;
-3. a thread per (chunk, column) sums each run that begins in its chunk, adding the
-   leading segments of the chunks the run continues into, in order, and adds the total
-   to dwte[token, column]: one thread owns each element of dwte;
+   segment where its token's run began in an earlier chunk;
+3. a thread per (chunk, column) sums each run that begins in its chunk and adds the
+   leading segments of the chunks the run goes on into (its end known from its token's
+   start and count), in order, to dwte[token, column]: one thread owns each element of
+   dwte;
 4. a thread per (t, column) sums the batch into dwpe[t, column], which it owns alone.
 Consecutive threads take consecutive columns, so the reads of dout and the writes of
 dwte are coalesced. The sorted order and the chunks' sums are scratch kept with dwte's
@@ -51,6 +51,7 @@ CHUNK = 32          # sorted positions per thread of the run sums
 # the threads of the one block that sums the tokens' counts into their starts, a segment
 # of the vocabulary each (the simulator's vocabularies, a few tokens, take several of 4)
 SCAN_THREADS = 4 if SIMULATOR else 1024
+MAX_SEGMENT = 1024  # positions a block of the sort ranks in shared memory: the most threads
 
 
 # ----------------------------------------------------------------------------------
@@ -98,13 +99,33 @@ def _encoder_backward_atomic_kernel(dwte, dwpe, dout, idx):
 
 
 @jit
-def _count_tokens_kernel(counts, slots, tokens):
-    # counts (V,) int32 += each token's positions in tokens (N,) int32 (idx flattened);
-    # slots (N,) = the count of position p's token before p's own: each token's slots are
-    # 0 .. count - 1, in the order the threads came
-    p = cuda.grid(1)
-    if p < tokens.shape[0]:
-        slots[p] = cuda.atomic.add(counts, tokens[p], 1)
+def _segment_ranks_kernel(slots, hist, counts, tokens):
+    # tokens (N,) int32 in segments of a block's positions, a block each: slots (N,) = the
+    # count of position p's token among the segment's positions before p; hist (V,
+    # segments) = each token's count in each segment, by the thread of its last position
+    # there (zeroed first: a token absent from a segment keeps 0); counts (V,) += the same
+    # counts (an integer atomic, exact in any order). Every thread compares its token
+    # with each of the segment's, read from shared memory by all at once.
+    t, segment, size = cuda.threadIdx.x, cuda.blockIdx.x, cuda.blockDim.x
+    first = segment * size
+    end = min(tokens.shape[0], first + size)
+    here = cuda.shared.array(MAX_SEGMENT, int32)
+    p = first + t
+    token = tokens[p] if p < end else int32(-1)
+    here[t] = token
+    cuda.syncthreads()
+    if p < end:
+        before, after = int32(0), int32(0)
+        for j in range(end - first):
+            if here[j] == token:
+                if j < t:
+                    before += 1
+                elif j > t:
+                    after += 1
+        slots[p] = before
+        if after == 0:
+            hist[token, segment] = before + 1
+            cuda.atomic.add(counts, token, before + 1)
 
 
 @jit
@@ -135,41 +156,19 @@ def _token_starts_kernel(starts, counts):
 
 
 @jit
-def _bucket_positions_kernel(buckets, tokens, starts, slots):
-    # buckets (N,) int32: position p at its token's start plus its slot, so each token's
-    # positions fill its bucket of the sorted order, in the order of their slots
+def _place_positions_kernel(order, sorted_tokens, tokens, starts, hist, slots, segment_size):
+    # order (N,) int32 = the positions sorted by (token, position): position p at its
+    # token's start, plus the token's counts in the segments (of segment_size positions,
+    # hist (V, segments)) before p's, plus its slot in its own; sorted_tokens (N,) = their
+    # tokens
     p = cuda.grid(1)
     if p < tokens.shape[0]:
-        buckets[starts[tokens[p]] + slots[p]] = p
-
-
-@jit
-def _sort_buckets_kernel(order, sorted_tokens, buckets, tokens, starts, counts):
-    # order (N,) int32 = the positions sorted by (token, position): each position of a
-    # bucket at its token's start plus the count of the bucket's positions before it;
-    # sorted_tokens (N,) = their tokens
-    i = cuda.grid(1)
-    if i < buckets.shape[0]:
-        p = buckets[i]
         token = tokens[p]
-        first = starts[token]
-        before = int32(0)
-        for j in range(first, first + counts[token]):
-            if buckets[j] < p:
-                before += 1
-        order[first + before] = p
-        sorted_tokens[first + before] = token
-
-
-@cuda.jit(device=True, inline=True)
-def _segment_end(sorted_tokens, r, end):
-    """The end of the segment of sorted positions from r: the first position at or after
-    r, before end, whose token differs from r's (or end)."""
-    token = sorted_tokens[r]
-    r += 1
-    while r < end and sorted_tokens[r] == token:
-        r += 1
-    return r
+        at = starts[token] + slots[p]
+        for segment in range(p // segment_size):
+            at += hist[token, segment]
+        order[at] = p
+        sorted_tokens[at] = token
 
 
 @cuda.jit(device=True, inline=True)
@@ -183,24 +182,27 @@ def _segment_sum(rows, order, first, end, c):
 
 
 @jit
-def _chunk_leads_kernel(leads, order, sorted_tokens, rows, chunk):
+def _chunk_leads_kernel(leads, order, sorted_tokens, starts, counts, rows, chunk):
     # leads (chunks, C) = the sum of rows (N, C) over each chunk's leading segment of
-    # order (N,) int32; a thread per (chunk, column)
+    # order (N,) int32 where its token's run began in an earlier chunk (the others are
+    # never read); a thread per (chunk, column). A token's run of the sorted order is
+    # starts[token] .. starts[token] + counts[token] (V,).
     C = rows.shape[1]
-    N = order.shape[0]
     i = cuda.grid(1)
     if i < leads.shape[0] * C:
         k, c = divmod(i, C)
         first = k * chunk
-        end = _segment_end(sorted_tokens, first, min(N, first + chunk))
-        leads[k, c] = _segment_sum(rows, order, first, end, c)
+        token = sorted_tokens[first]
+        if starts[token] < first:
+            end = min(first + chunk, starts[token] + counts[token])
+            leads[k, c] = _segment_sum(rows, order, first, end, c)
 
 
 @jit
-def _run_sums_kernel(dwte, leads, order, sorted_tokens, rows, chunk):
+def _run_sums_kernel(dwte, leads, order, sorted_tokens, starts, counts, rows, chunk):
     # dwte (V, C) += the sum of rows (N, C) over each token's run of order (N,) int32,
-    # added by the thread of (the chunk the run begins in, column), leads (chunks, C)
-    # holding the parts in the chunks after
+    # added by the thread of (the chunk the run begins in, column): its segment there,
+    # then the leads (chunks, C) of the chunks it goes on into, in order
     C = rows.shape[1]
     N = order.shape[0]
     i = cuda.grid(1)
@@ -208,20 +210,17 @@ def _run_sums_kernel(dwte, leads, order, sorted_tokens, rows, chunk):
         k, c = divmod(i, C)
         first = k * chunk
         chunk_end = min(N, first + chunk)
+        token = sorted_tokens[first]
         r = first
+        if starts[token] < first:       # a run from an earlier chunk: its thread adds this
+            r = min(chunk_end, starts[token] + counts[token])
         while r < chunk_end:
             token = sorted_tokens[r]
-            segment_end = _segment_end(sorted_tokens, r, chunk_end)
-            if r > 0 and r == first and sorted_tokens[r - 1] == token:
-                r = segment_end         # a run from an earlier chunk: its thread adds this
-                continue
+            run_end = starts[token] + counts[token]
+            segment_end = min(chunk_end, run_end)
             total = _segment_sum(rows, order, r, segment_end, c)
-            end, j = segment_end, k
-            # the run goes on into chunk j + 1 while chunk j ends in it
-            while end == min(N, (j + 1) * chunk) and end < N and sorted_tokens[end] == token:
-                j += 1
+            for j in range(k + 1, (run_end + chunk - 1) // chunk):
                 total += leads[j, c]
-                end = _segment_end(sorted_tokens, end, min(N, (j + 1) * chunk))
             dwte[token, c] += total
             r = segment_end
 
@@ -244,14 +243,14 @@ PTX_SIGNATURES = [
                                          float32[:, ::1])) for width in (1, GROUP)],
     (_encoder_backward_atomic_kernel, (float32[:, ::1], float32[:, ::1], float32[:, :, ::1],
                                         int32[:, ::1])),
-    (_count_tokens_kernel, (int32[::1], int32[::1], int32[::1])),
+    (_segment_ranks_kernel, (int32[::1], int32[:, ::1], int32[::1], int32[::1])),
     (_token_starts_kernel, (int32[::1], int32[::1])),
-    (_bucket_positions_kernel, (int32[::1], int32[::1], int32[::1], int32[::1])),
-    (_sort_buckets_kernel, (int32[::1], int32[::1], int32[::1], int32[::1], int32[::1],
-                            int32[::1])),
-    (_chunk_leads_kernel, (float32[:, ::1], int32[::1], int32[::1], float32[:, ::1], int64)),
-    (_run_sums_kernel, (float32[:, ::1], float32[:, ::1], int32[::1], int32[::1],
-                        float32[:, ::1], int64)),
+    (_place_positions_kernel, (int32[::1], int32[::1], int32[::1], int32[::1], int32[:, ::1],
+                               int32[::1], int64)),
+    (_chunk_leads_kernel, (float32[:, ::1], int32[::1], int32[::1], int32[::1], int32[::1],
+                           float32[:, ::1], int64)),
+    (_run_sums_kernel, (float32[:, ::1], float32[:, ::1], int32[::1], int32[::1], int32[::1],
+                        int32[::1], float32[:, ::1], int64)),
     (_position_sums_kernel, (float32[:, ::1], float32[:, :, ::1])),
 ]
 # the default backward's scatter, which --deterministic replaces (tests/test_compile.py)
@@ -308,25 +307,28 @@ def encoder_backward(dwte, dwpe, dout, idx, *, deterministic=False, stream=0, bl
                                                                                dout, idx)
         return
     V, N, chunks = dwte.shape[0], B * T, ceil_div(B * T, chunk)
+    segments = ceil_div(N, block)
     # flat views: a position p is row p of dout and element p of idx, no division by T
     tokens, rows = idx.reshape(N), dout.reshape(N, C)
-    order, sorted_tokens, slots, buckets = (
+    order, sorted_tokens, slots = (
         kept_with(dwte, ("encoder " + name, N), lambda: cuda.device_array(N, np.int32))
-        for name in ("order", "sorted tokens", "slots", "buckets"))
+        for name in ("order", "sorted tokens", "slots"))
     counts, starts = (kept_with(dwte, ("encoder " + name, V),
                                 lambda: cuda.device_array(V, np.int32))
                       for name in ("counts", "starts"))
+    hist = kept_with(dwte, ("encoder segment counts", V, segments),
+                     lambda: cuda.device_array((V, segments), np.int32))
     leads = kept_with(dwte, ("encoder leads", chunks, C),
                       lambda: cuda.device_array((chunks, C), np.float32))
     fill_zero(counts, stream)
-    positions = ceil_div(N, block)
-    _count_tokens_kernel[positions, block, stream](counts, slots, tokens)
+    fill_zero(hist, stream)
+    _segment_ranks_kernel[segments, block, stream](slots, hist, counts, tokens)
     _token_starts_kernel[1, SCAN_THREADS, stream](starts, counts)
-    _bucket_positions_kernel[positions, block, stream](buckets, tokens, starts, slots)
-    _sort_buckets_kernel[positions, block, stream](order, sorted_tokens, buckets, tokens,
-                                                   starts, counts)
-    _chunk_leads_kernel[ceil_div(chunks * C, block), block, stream](leads, order,
-                                                                    sorted_tokens, rows, chunk)
-    _run_sums_kernel[ceil_div(chunks * C, block), block, stream](dwte, leads, order,
-                                                                 sorted_tokens, rows, chunk)
+    _place_positions_kernel[segments, block, stream](order, sorted_tokens, tokens, starts,
+                                                     hist, slots, block)
+    sums = ceil_div(chunks * C, block)
+    _chunk_leads_kernel[sums, block, stream](leads, order, sorted_tokens, starts, counts,
+                                             rows, chunk)
+    _run_sums_kernel[sums, block, stream](dwte, leads, order, sorted_tokens, starts, counts,
+                                          rows, chunk)
     _position_sums_kernel[ceil_div(T * C, block), block, stream](dwpe, dout)

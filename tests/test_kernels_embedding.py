@@ -9,6 +9,7 @@ from numba import cuda
 
 from microgpt import reference as ref
 from microgpt.kernels import embedding
+from microgpt.kernels.common import kept_with
 
 # (B, T, C, V): tiny in the simulator (V small, so tokens repeat), andrea-120m's on a GPU
 SIM_SHAPES = st.tuples(st.integers(1, 2), st.integers(1, 6), st.integers(1, 9), st.integers(1, 5))
@@ -101,13 +102,32 @@ def test_the_default_backward_accumulates(shape, extra_context, block, seed):
 def test_encoder_backward_gives_the_same_bits_whatever_the_block(seed):
     """Each element of dwte is one thread's sum in an order fixed by the data (no
     atomics): launches with other blocks, repeated, give the same bits. (Atomics added in
-    the order the threads came, which a block size changes.) Tokens from 3, so that runs
-    cross chunks of 2."""
-    shape = (2, 6, 5, 3)
+    the order the threads came, which a block size changes.) 48 positions: the sort's two
+    segments of 32, one of 48; tokens from 3, so that runs cross chunks of 2."""
+    shape = (2, 24, 3, 3)
     first = check_backward(shape, 0, 32, seed, chunk=2)
     for block in (48, 32):
         for got, want in zip(check_backward(shape, 0, block, seed, chunk=2), first):
             np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("block", [32, 48])
+def test_the_sort_orders_by_token_then_position(block):
+    """The sorted order the sums walk (kept with dwte) is NumPy's stable argsort of the
+    tokens, over several of the sort's segments of a block's positions (80 positions:
+    three segments of 32 or two of 48), the commonest token a third of them, its runs
+    crossing the segments' ends. Its run sums then add in that order."""
+    B, T, C, V = 2, 40, 1, 4
+    rng = np.random.default_rng(block)
+    idx = np.where(rng.random((B, T)) < 0.35, 2, rng.integers(0, V, (B, T))).astype(np.int32)
+    order = poisoned(B * T, np.int32)
+    dwte = cuda.to_device(np.zeros((V, C), np.float32))
+    kept_with(dwte, ("encoder order", B * T), lambda: cuda.to_device(order))
+    embedding.encoder_backward(dwte, cuda.to_device(np.zeros((T, C), np.float32)),
+                               cuda.to_device(randn(rng, B, T, C)), cuda.to_device(idx),
+                               deterministic=True, block=block)
+    got = kept_with(dwte, ("encoder order", B * T), None).copy_to_host()
+    np.testing.assert_array_equal(got, np.argsort(idx.ravel(), kind="stable"))
 
 
 def test_the_sort_counts_a_vocabulary_of_many_segments():
@@ -206,9 +226,8 @@ class RecordedKernel:
         return lambda *args: self.launched.append(self.name)
 
 
-SORTED_BACKWARD = ["_count_tokens_kernel", "_token_starts_kernel",
-                   "_bucket_positions_kernel", "_sort_buckets_kernel", "_chunk_leads_kernel",
-                   "_run_sums_kernel", "_position_sums_kernel"]
+SORTED_BACKWARD = ["_segment_ranks_kernel", "_token_starts_kernel", "_place_positions_kernel",
+                   "_chunk_leads_kernel", "_run_sums_kernel", "_position_sums_kernel"]
 BACKWARD_KERNELS = ("_encoder_backward_atomic_kernel", *SORTED_BACKWARD)
 
 

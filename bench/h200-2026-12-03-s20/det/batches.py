@@ -1,0 +1,28 @@
+"""The token batches the s20 det benchmarks time on: drawn uniformly, by a Zipf law (s 1.2,
+as session 19's embed_parts.py drew them), or a text's, windows of a token shard at random
+offsets by the trainer's BatchLoader (the convergence runs' shards: $DATA/data/train.bin)."""
+from pathlib import Path
+
+import numpy as np
+
+from microgpt.data import BatchLoader, read_shard
+
+
+def batches(source, vocab, count, B, T, seed=0):
+    """-> count (inputs, targets) int32 (B, T); source 'uniform', 'zipf' or a shard path."""
+    rng = np.random.default_rng(seed)
+    if source == "uniform":
+        draw = lambda: rng.integers(0, vocab, (B, T + 1))
+    elif source == "zipf":
+        draw = lambda: np.minimum(rng.zipf(1.2, (B, T + 1)) - 1, vocab - 1)
+    else:
+        loader = BatchLoader([read_shard(Path(source))], B, T, vocab, seed)
+        return [loader.next_batch() for _ in range(count)]
+    rows = [draw().astype(np.int32) for _ in range(count)]
+    return [(r[:, :-1], r[:, 1:]) for r in rows]
+
+
+def describe(inputs):
+    """How skewed a batch is: its distinct tokens and the commonest's count."""
+    return (f"{len(np.unique(inputs))} distinct, the commonest "
+            f"{np.bincount(inputs.ravel()).max()} times in {inputs.size}")
