@@ -1,8 +1,9 @@
 """Where the deterministic embedding backward's time goes on the H200, on a text's tokens:
 each launch of kernels/embedding.py's sorted backward alone (20 launches captured in a
-graph, the best of 3 replays) at andrea-120m's B 16 x 1024, C 768, beside the atomic
-scatter's whole backward and session 19's sorted one (embedding_s19.py:
-kernels/embedding.py at d6ee3c2); session 19's embed_parts.py on batches.py's tokens.
+graph, the best of 3 replays) at andrea-120m's B 16 x 1024, C 768, and the whole at other
+blocks and chunks than the launcher's, beside the atomic scatter's whole backward and
+session 19's sorted one (embedding_s19.py: kernels/embedding.py at d6ee3c2); session
+19's embed_parts.py on batches.py's tokens.
 
     python3 embed_parts.py VOCABS TOKENS...     # TOKENS: uniform, zipf or a .bin shard
 """
@@ -21,6 +22,9 @@ from microgpt.kernels import embedding as emb
 from microgpt.kernels.common import ceil_div, fill_zero
 
 REPS = 20
+# the sorted backward's other blocks (a block is also the sort's segment) and chunks
+TUNING = [(b, k) for b in (128, 256, 512, 1024) for k in (16, 32, 64)
+          if (b, k) != (emb.BLOCK, emb.CHUNK)]
 kernel_cache.use(default_cache_dir() / "kernels")
 backend = CudaBackend()
 s = backend.stream
@@ -88,6 +92,10 @@ for V in map(int, sys.argv[1].split(",")):
             "position sums": lambda: emb._position_sums_kernel[ceil_div(T * C, block), block, s](
                 dwpe, dout),
         }
+        for other_block, other_chunk in TUNING:
+            parts[f"sorted backward (whole), block {other_block}, chunk {other_chunk}"] = (
+                lambda b=other_block, k=other_chunk: emb.encoder_backward(
+                    dwte, dwpe, dout, idx, deterministic=True, stream=s, block=b, chunk=k))
         sort()
         print(f"V {V}, {source} tokens ({describe(host)}):", flush=True)
         for name, launch in parts.items():
