@@ -19,7 +19,7 @@ receives the tied LM head's gradient:
 1. the N = B * T positions sorted by (token, position), in segments of a block's
    positions: each block ranks its positions among the segment's positions of the same
    token (in shared memory) and writes each token's count there; the counts summed into
-   each token's start (one block); each position placed at its token's start, plus the
+   each token's start (a block per tile of the vocabulary); each position placed at its token's start, plus the
    token's counts in the earlier segments, plus its rank. Each token's positions are then
    one run of the sorted order, in position order, at a cost bounded by the segment's
    size whatever the tokens. (Session 19's counting sort placed the positions by integer
@@ -48,8 +48,8 @@ from .precision import group_loader, group_storer, group_width
 
 BLOCK = 256
 CHUNK = 32          # sorted positions per thread of the run sums
-# the threads of the one block that sums the tokens' counts into their starts, a segment
-# of the vocabulary each (the simulator's vocabularies, a few tokens, take several of 4)
+# the threads of a block that sums the tokens' counts into their starts, a tile of the
+# vocabulary each (the simulator's vocabularies, a few tokens, take several of 4)
 SCAN_THREADS = 4 if SIMULATOR else 1024
 MAX_SEGMENT = 1024  # positions a block of the sort ranks in shared memory: the most threads
 
@@ -130,29 +130,40 @@ def _segment_ranks_kernel(slots, hist, counts, tokens):
 
 @jit
 def _token_starts_kernel(starts, counts):
-    # starts (V,) int32 = the exclusive prefix sums of counts (V,): one block, each thread
-    # a segment of the vocabulary (its sum, the block's scan of the sums, then the segment)
+    # starts (V,) int32 = the exclusive prefix sums of counts (V,), a block (of a power of
+    # two threads) per tile of the vocabulary: the sum of the tiles before its own (each
+    # thread a strided share, so that the reads coalesce, then the block's tree), plus
+    # the scan of its own tile in shared memory
     V = counts.shape[0]
-    t, threads = cuda.threadIdx.x, cuda.blockDim.x
-    per = (V + threads - 1) // threads
-    first, end = min(V, t * per), min(V, (t + 1) * per)
+    t, size = cuda.threadIdx.x, cuda.blockDim.x
+    first = cuda.blockIdx.x * size
+    part = cuda.shared.array(SCAN_THREADS, int32)
     total = int32(0)
-    for v in range(first, end):
+    for v in range(t, first, size):
         total += counts[v]
-    sums = cuda.shared.array(SCAN_THREADS, int32)
-    sums[t] = total
+    part[t] = total
+    cuda.syncthreads()
+    half = size // 2
+    while half > 0:
+        if t < half:
+            part[t] += part[t + half]
+        cuda.syncthreads()
+        half //= 2
+    before = part[0]
+    cuda.syncthreads()
+    v = first + t
+    own = counts[v] if v < V else int32(0)
+    part[t] = own
     cuda.syncthreads()
     offset = 1
-    while offset < threads:         # sums[t] = the sum of the first t + 1 segments
-        earlier = sums[t - offset] if t >= offset else int32(0)
+    while offset < size:            # part[t] = the sum of the tile's first t + 1 counts
+        earlier = part[t - offset] if t >= offset else int32(0)
         cuda.syncthreads()
-        sums[t] += earlier
+        part[t] += earlier
         cuda.syncthreads()
         offset *= 2
-    start = sums[t] - total
-    for v in range(first, end):
-        starts[v] = start
-        start += counts[v]
+    if v < V:
+        starts[v] = before + part[t] - own
 
 
 @jit
@@ -323,7 +334,7 @@ def encoder_backward(dwte, dwpe, dout, idx, *, deterministic=False, stream=0, bl
     fill_zero(counts, stream)
     fill_zero(hist, stream)
     _segment_ranks_kernel[segments, block, stream](slots, hist, counts, tokens)
-    _token_starts_kernel[1, SCAN_THREADS, stream](starts, counts)
+    _token_starts_kernel[ceil_div(V, SCAN_THREADS), SCAN_THREADS, stream](starts, counts)
     _place_positions_kernel[segments, block, stream](order, sorted_tokens, tokens, starts,
                                                      hist, slots, block)
     sums = ceil_div(chunks * C, block)

@@ -130,9 +130,10 @@ def test_the_sort_orders_by_token_then_position(block):
     np.testing.assert_array_equal(got, np.argsort(idx.ravel(), kind="stable"))
 
 
-def test_the_sort_counts_a_vocabulary_of_many_segments():
-    """A vocabulary of 50 tokens over the sort's SCAN_THREADS segments (13 each in the
-    simulator), a batch of 40 positions in which most tokens are missing and some repeat."""
+def test_the_sort_counts_a_vocabulary_of_many_tiles():
+    """A vocabulary of 50 tokens over the counts' scan's tiles of SCAN_THREADS (13 tiles of
+    4 in the simulator), a batch of 40 positions in which most tokens are missing and some
+    repeat."""
     check_backward((2, 20, 3, 50), 1, 32, seed=4, chunk=3)
 
 

@@ -61,6 +61,8 @@ for V in map(int, sys.argv[1].split(",")):
         hist = cuda.device_array((V, segments), np.int32)
         leads = cuda.device_array((chunks, C), np.float32)
         sums = ceil_div(chunks * C, block)
+        starts_kernel = emb._token_starts_kernel[ceil_div(V, emb.SCAN_THREADS),
+                                                 emb.SCAN_THREADS, s]
 
         def ranks():
             fill_zero(counts, s)
@@ -69,7 +71,7 @@ for V in map(int, sys.argv[1].split(",")):
 
         def sort():
             ranks()
-            emb._token_starts_kernel[1, emb.SCAN_THREADS, s](starts, counts)
+            starts_kernel(starts, counts)
             emb._place_positions_kernel[segments, block, s](order, sorted_tokens, tokens,
                                                             starts, hist, slots, block)
         parts = {
@@ -80,8 +82,7 @@ for V in map(int, sys.argv[1].split(",")):
             "session 19's sorted backward (whole)": lambda: embedding_s19.encoder_backward(
                 dwte, dwpe, dout, idx, deterministic=True, stream=s),
             "segment ranks (with the zeroing)": ranks,
-            "token starts": lambda: emb._token_starts_kernel[1, emb.SCAN_THREADS, s](starts,
-                                                                                    counts),
+            "token starts": lambda: starts_kernel(starts, counts),
             "place positions": lambda: emb._place_positions_kernel[segments, block, s](
                 order, sorted_tokens, tokens, starts, hist, slots, block),
             "the sort (all)": sort,
