@@ -155,15 +155,24 @@ def train_microgpt(run, seed, clock, work):
     from microgpt.optim import AdamW
     from microgpt.step import Step
 
+    compilers, manifest = run.start_compiling()
     model = GPT(run.config, backend=run.make_backend(), seed=seed, precision=run.precision)
     with clock.pause():
         np.savez(work / f"init-{seed}.npz", **model.state_dict())
     optimizer = AdamW(model, run.adamw)
     step = Step(model, optimizer, run.B, run.config.context)
+    if compilers is not None:
+        from microgpt.kernels import ahead
+
+        if not ahead.manifest_jobs(manifest):
+            compilers.hand(ahead.record(step.accumulate, step.update))
+        compilers.wait(manifest)
     loader = run.loader(seed)
     record = Record("microgpt", seed)
     for n in range(1, run.steps + 1):
         step.run(*loader.next_batch())
+        if n == 1 and compilers is not None:
+            ahead.write_manifest(manifest)
         if not run.reads_at(n):
             continue
         record.log(n, clock.now(), step.metrics()["loss"])     # waits for the device
@@ -354,6 +363,22 @@ class Run:
         self.curve_windows = args.curve_windows
         warmup = args.warmup if args.warmup is not None else max(1, args.steps // 20)
         self.adamw = AdamWConfig(lr=args.lr, warmup_steps=warmup, total_steps=args.steps)
+
+    def start_compiling(self):
+        """The trainer's start-up on a GPU (microgpt.run's): processes forked before CUDA
+        starts here that compile the step's kernels into the cache at once, as its first
+        run records them or as the manifest of an earlier one lists them -> (Compilers,
+        the manifest's path), or (None, None) on the CPU."""
+        if self.device != "cuda":
+            return None, None
+        import hashlib
+
+        from microgpt.kernels import ahead
+
+        directory = self.cache_dir / "kernels"
+        shape = f"converge {self.config} {self.precision} {self.deterministic} {self.B}"
+        name = hashlib.sha256(shape.encode()).hexdigest()[:16]
+        return ahead.start_compiling(directory), directory / "manifests" / f"{name}.pkl"
 
     def make_backend(self):
         """microgpt's backend (the trainer's, the evaluator's): the PyTorch trainer's
