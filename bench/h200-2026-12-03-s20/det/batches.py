@@ -17,9 +17,11 @@ def batches(source, vocab, count, B, T, seed=0):
         draw = lambda: np.minimum(rng.zipf(1.2, (B, T + 1)) - 1, vocab - 1)
     else:
         loader = BatchLoader([read_shard(Path(source))], B, T, vocab, seed)
-        return [loader.next_batch() for _ in range(count)]
+        pairs = [loader.next_batch() for _ in range(count)]
+        # contiguous, as a copy to the device needs (the loader's are views of one window)
+        return [tuple(np.ascontiguousarray(a) for a in pair) for pair in pairs]
     rows = [draw().astype(np.int32) for _ in range(count)]
-    return [(r[:, :-1], r[:, 1:]) for r in rows]
+    return [(np.ascontiguousarray(r[:, :-1]), np.ascontiguousarray(r[:, 1:])) for r in rows]
 
 
 def describe(inputs):
