@@ -29,7 +29,9 @@ interpreter's start, its framework's import, the model's construction, kernel co
 or loading from the kernel cache, torch.compile) to each step, the number a user feels.
 The trainer writes its parameters at each curve point into a working directory, the
 clock paused; this process scores them after the trainer has exited. A seed after the
-first finds microgpt's kernels in the kernel cache, as a user's second run does.
+first finds microgpt's kernels in the kernel cache, as a user's second run does. On a GPU
+microgpt's trainer starts as microgpt.train does (Run.start_compiling): its kernels
+compiled ahead by processes forked before its CUDA starts.
 "Time to PyTorch's loss": when microgpt's curve first reaches the final curve loss of
 PyTorch's run of the same seed (interpolated between evaluations).
 
