@@ -78,7 +78,7 @@ def test_a_cluster_shares_its_copies_and_barriers(seed):
     else:
         signature = (types.uint16[:, ::1], types.uint16[:, ::1], types.uint64[::1],
                      types.uint64[::1], types.int32[::1])
-        persistent.launch_in_clusters(kernel, signature, blocks, CLUSTER, 32, shared, 0, args)
+        persistent.launch_by_driver(kernel, signature, blocks, CLUSTER, 32, shared, 0, args)
     np.testing.assert_array_equal(out.copy_to_host(), np.tile(src, (blocks, 1)))
     ranks = np.arange(blocks) % CLUSTER
     np.testing.assert_array_equal(seen.copy_to_host(), CLUSTERS * 100 + ranks)

@@ -65,6 +65,9 @@ The atoms, in the words of the PTX ISA (warp-collective ones marked):
   fence_proxy_async_global  this thread's accesses of global memory ordered with the
                       asynchronous proxy's (the bulk copies'): a bulk add completed before
                       a flag is released, or one issued after a flag is seen
+  set_max_registers(n, increase)  setmaxnreg: this warpgroup's registers a thread
+                      raised or lowered to n from here on (a copying warpgroup's to the
+                      computing ones'); a whole-program compile's only (kernels.whole)
 
 Thread block clusters (sm_90; a launch with a cluster shape, gemm.bf16's for the
 persistent kernel's clustered tiles; the twins are those of a cluster of one block):
@@ -125,7 +128,7 @@ ATOMS = (
     "copy_element", "load_group4", "store_group4", "load_words4", "store_words4",
     "bulk_wait_but_one", "cluster_rank", "cluster_index", "cluster_count", "cluster_sync",
     "tma_load_2d_multicast", "mbarrier_arrive_cluster", "bulk_wait_written",
-    "fence_proxy_async_global",
+    "fence_proxy_async_global", "set_max_registers",
 )
 
 if SIMULATOR:

@@ -334,6 +334,14 @@ def warpgroup_wait(n, regs):
     array passes through it, so no read of it moves above the wait."""
     return _through_accumulators(f"wgmma.wait_group.sync.aligned {n};", regs)
 
+@functools.cache
+def set_max_registers(n, increase):
+    """setmaxnreg: this warpgroup's registers a thread, from here on, raised (increase) or
+    lowered to n (a multiple of 8, 24-256), so that a copying warpgroup hands its registers
+    to the computing ones. Honoured in a whole-program compile only (the driver's JIT of the
+    PTX: kernels.whole); numba's relocatable link ignores it."""
+    return _ordered_asm(f"setmaxnreg.{'inc' if increase else 'dec'}.sync.aligned.u32 {n};")
+
 fence_proxy_async = _ordered_asm("fence.proxy.async.shared::cta;")
 fence_proxy_async_global = _ordered_asm("fence.proxy.async.global;")
 

@@ -282,6 +282,10 @@ def warpgroup_wait(n, regs):
 warpgroup_commit = _nothing
 
 
+def set_max_registers(n, increase):
+    return _nothing
+
+
 fence_proxy_async = _nothing
 fence_proxy_async_global = _nothing
 

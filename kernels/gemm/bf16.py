@@ -22,7 +22,7 @@ with the tile and split-K that ``gemm.tuning`` chooses, unless the call names it
 import numpy as np
 
 from ..common import ceil_div, check_array, device_address, fill_zero
-from ..device import CHUNK, allow_dynamic_shared
+from ..device import CHUNK, SIMULATOR, allow_dynamic_shared
 from ..layouts.tensor_maps import tensor_map, tma_ready
 from ..layouts.tiles import PANEL
 from . import persistent, wgmma
@@ -190,13 +190,18 @@ def _launch_persistent(out, a, b, bias, transpose_a, transpose_b, epilogue, tile
     out_map = tensor_map(out, 64, min(cols, 64 if out.dtype == np.uint16 else 32))
     tiles_m, tiles_n = ceil_div(M, rows), ceil_div(N, cols)
     signature = persistent.signature(epilogue, *layouts)
-    allow_dynamic_shared(kernel, signature, tile.shared_bytes)
+    # a copier's setmaxnreg needs the driver's whole-program JIT (the simulator's twin is
+    # a no-op: its launch is numba's)
+    whole = tile.copier and not SIMULATOR
+    if not whole:                      # (the JIT's load opts in by itself)
+        allow_dynamic_shared(kernel, signature, tile.shared_bytes)
     units = ceil_div(tiles_m, cluster) * tiles_n * splits
     args = (out, a, b, bias, a_map, b_map, out_map, np.int32(tiles_m), np.int32(tiles_n),
             np.int32(splits), np.int32(steps_per_split))
-    if cluster == 1:
+    if cluster == 1 and not whole:
         kernel[persistent.blocks(units), tile.threads, stream, tile.shared_bytes](*args)
     else:
         shape = (cluster, tile.threads, tile.shared_bytes)
-        grid = persistent.cluster_blocks(kernel, signature, units, *shape)
-        persistent.launch_in_clusters(kernel, signature, grid, *shape, stream, args)
+        grid = (persistent.blocks(units) if cluster == 1
+                else persistent.cluster_blocks(kernel, signature, units, *shape, whole))
+        persistent.launch_by_driver(kernel, signature, grid, *shape, stream, args, whole)

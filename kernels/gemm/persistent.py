@@ -25,7 +25,8 @@ from numba import cuda, float32, int32, types, uint16, uint32, uint64
 from ..atoms import (bulk_commit, bulk_wait, bulk_wait_but_one, cluster_count, cluster_index,
                      cluster_rank, cluster_sync, fence_barrier_init,
                      fence_proxy_async, fence_tensor_map, named_barrier, pack_bf16x2, rcp_approx,
-                     shared_address, tma_add_2d, tma_store_2d, warpgroup_commit,
+                     set_max_registers, shared_address, tma_add_2d, tma_store_2d,
+                     warpgroup_commit,
                      warpgroup_fence, warpgroup_wait, wgmma_bf16)
 from ..cache import jit
 from ..device import MMA_K, SIMULATOR, SMS, SWIZZLE_BYTES, WARPGROUP, swizzle
@@ -37,6 +38,8 @@ from .tuning import CLUSTER_TILE, PERSISTENT_TILE
 from .wgmma import slabs
 
 EPILOGUES = ("float32", "bf16", "accumulate", "atomic")
+REGISTERS = 65536         # an SM's, which a block of one an SM holds
+COPIER_REGISTERS = 40     # a thread of the copying warpgroup (CUTLASS's, for TMA issue)
 
 
 def blocks(tiles):
@@ -44,49 +47,87 @@ def blocks(tiles):
     return min(tiles, SMS)
 
 
-_compiled = {}      # (kernel, signature) -> (the compiled overload, clusters that fit)
+_loaded = {}      # (kernel, signature, cluster, whole) -> (overload, function, clusters that fit)
 
 
-def _clustered(kernel, signature, cluster, threads, shared_bytes):
-    """The overload a clustered launch runs and the most clusters of it that the device
-    holds at once (an SM's clusters must lie within one of its GPCs, whose SMs need not
-    come in whole clusters): a persistent grid of more would leave the rest of them to
-    start when the first have ended, and take twice as long."""
-    key = (id(kernel), signature)
-    if key not in _compiled:            # (looking up the overload costs more than a launch)
+def _load(kernel, signature, cluster, threads, shared_bytes, whole):
+    """The overload a driver launch runs, the cuda.core kernel to launch (numba's own load
+    of it, or, whole, its PTX loaded by the driver's JIT) and the most clusters of it that
+    the device holds at once (an SM's clusters must lie within one of its GPCs, whose SMs
+    need not come in whole clusters): a persistent grid of more would leave the rest of
+    them to start when the first have ended, and take twice as long.
+
+    whole: numba-cuda links its kernels through nvJitLink, which assembles the PTX as
+    relocatable code, and ptxas then ignores setmaxnreg ("to maintain compatibility across
+    compilation units"); the driver's JIT of the same PTX compiles the whole program, which
+    honours it (the copier's registers handed to the computing warpgroups)."""
+    key = (id(kernel), signature, cluster, whole)
+    if key not in _loaded:              # (looking up the overload costs more than a launch)
         from numba.cuda.cudadrv.driver import binding, driver
 
         compiled = kernel.compile(signature)
         if compiled is None:            # kernels.ahead's recording: nothing will launch
-            return None, 1
-        function = driver.cuKernelGetFunction(compiled._codelibrary.get_cufunc().handle)
-        shape = binding.CUlaunchAttribute()
-        shape.id = binding.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        shape.value.clusterDim.x, shape.value.clusterDim.y, shape.value.clusterDim.z = (
-            cluster, 1, 1)
-        config = binding.CUlaunchConfig()
-        config.gridDimX, config.gridDimY, config.gridDimZ = SMS // cluster * cluster, 1, 1
-        config.blockDimX, config.blockDimY, config.blockDimZ = threads, 1, 1
-        config.sharedMemBytes = shared_bytes
-        config.attrs, config.numAttrs = [shape], 1
-        fits = driver.cuOccupancyMaxActiveClusters(function, config)
-        if fits < 1:
-            raise RuntimeError(f"no cluster of {cluster} blocks of {threads} threads and "
-                               f"{shared_bytes} bytes of shared memory fits this device")
-        _compiled[key] = compiled, fits
-    return _compiled[key]
+            return None, None, 1
+        if whole:
+            launched = _jit_whole(compiled, shared_bytes)
+        else:
+            launched = compiled._codelibrary.get_cufunc().kernel
+        fits = SMS
+        if cluster > 1:
+            function = driver.cuKernelGetFunction(launched.handle)
+            shape = binding.CUlaunchAttribute()
+            shape.id = binding.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            shape.value.clusterDim.x, shape.value.clusterDim.y, shape.value.clusterDim.z = (
+                cluster, 1, 1)
+            config = binding.CUlaunchConfig()
+            config.gridDimX, config.gridDimY, config.gridDimZ = SMS // cluster * cluster, 1, 1
+            config.blockDimX, config.blockDimY, config.blockDimZ = threads, 1, 1
+            config.sharedMemBytes = shared_bytes
+            config.attrs, config.numAttrs = [shape], 1
+            fits = driver.cuOccupancyMaxActiveClusters(function, config)
+            if fits < 1:
+                raise RuntimeError(f"no cluster of {cluster} blocks of {threads} threads and "
+                                   f"{shared_bytes} bytes of shared memory fits this device")
+        _loaded[key] = compiled, launched, fits
+    return _loaded[key]
 
 
-def cluster_blocks(kernel, signature, units, cluster, threads, shared_bytes):
+def _jit_whole(compiled, shared_bytes):
+    """The overload's PTX through the driver's JIT (cuLibraryLoadData: one module, compiled
+    whole), with the opt-in to its dynamic shared memory. NVVM may write a newer PTX ISA
+    than the driver reads: its version line is then the driver's own (PTX 9.x is CUDA 13.x);
+    the instructions used are sm_90a's, older than either."""
+    import re
+
+    from cuda.core import ObjectCode
+    from numba.cuda.cudadrv.driver import binding, driver
+
+    device = cuda.get_current_device()
+    ptx = compiled.inspect_asm(device.compute_capability)
+    entry = re.search(r"\.entry\s+(\w+)\(", ptx).group(1)
+    major, minor = driver.get_version()
+    ptx = re.sub(r"^\.version \d+\.\d+", f".version {major - 4}.{minor}", ptx, count=1,
+                 flags=re.M)
+    launched = ObjectCode.from_ptx(ptx).get_kernel(entry)
+    attribute = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    driver.cuKernelSetAttribute(attribute, shared_bytes, launched.handle, device.id)
+    driver.cuFuncSetAttribute(driver.cuKernelGetFunction(launched.handle), attribute,
+                              shared_bytes)
+    return launched
+
+
+def cluster_blocks(kernel, signature, units, cluster, threads, shared_bytes, whole=False):
     """Blocks of a clustered launch over `units` of the walk: as many clusters as the
     device holds at once, or one a unit."""
-    return min(units, _clustered(kernel, signature, cluster, threads, shared_bytes)[1]) * cluster
+    fits = _load(kernel, signature, cluster, threads, shared_bytes, whole)[2]
+    return min(units, fits) * cluster
 
 
-def launch_in_clusters(kernel, signature, blocks, cluster, threads, shared_bytes, stream,
-                       args):
-    """kernel[blocks, threads, stream, shared_bytes](*args) in clusters of `cluster` blocks
-    along x: numba-cuda's launch has no cluster shape, cuda.core's (which numba-cuda
+def launch_by_driver(kernel, signature, blocks, cluster, threads, shared_bytes, stream,
+                     args, whole=False):
+    """kernel[blocks, threads, stream, shared_bytes](*args), in clusters of `cluster`
+    blocks along x, and (whole) as the driver's JIT compiles its PTX (_load): numba-cuda's
+    launch has neither a cluster shape nor that load, cuda.core's (which numba-cuda
     launches through) has; the arguments are marshalled as numba-cuda's launch does."""
     if SIMULATOR:
         raise ValueError(f"clusters of {cluster} blocks: the simulator runs its blocks one "
@@ -94,16 +135,16 @@ def launch_in_clusters(kernel, signature, blocks, cluster, threads, shared_bytes
     from cuda.core import LaunchConfig, launch
     from numba.cuda.cudadrv import driver
 
-    compiled = _clustered(kernel, signature, cluster, threads, shared_bytes)[0]
+    compiled, launched, _ = _load(kernel, signature, cluster, threads, shared_bytes, whole)
     if compiled is None:
         return
     stream = driver._to_core_stream(stream)
     marshalled, written_back = [], []
     for ty, value in zip(compiled.argument_types, args):
         compiled._prepare_args(ty, value, stream, written_back, marshalled)
-    config = LaunchConfig(grid=blocks // cluster, cluster=cluster, block=threads,
-                          shmem_size=shared_bytes)
-    launch(stream, config, compiled._codelibrary.get_cufunc().kernel, *marshalled)
+    config = LaunchConfig(grid=blocks // cluster, cluster=cluster if cluster > 1 else None,
+                          block=threads, shmem_size=shared_bytes)
+    launch(stream, config, launched, *marshalled)
 
 
 @cuda.jit(device=True, inline=True)
@@ -123,7 +164,7 @@ def quotient(n, d):
 def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
     if epilogue not in EPILOGUES:
         raise ValueError(f"epilogue {epilogue!r}: the persistent kernel writes {EPILOGUES}")
-    BM, BN, BK, STAGES, GROUPS, CLUSTER = tile
+    BM, BN, BK, STAGES, GROUPS, CLUSTER, COPIER = tile
     regs = BN // 2                                # accumulators per thread
     slab = slabs(transpose_a, transpose_b, BM, BN, BK, tile.stage_elements, CLUSTER)
     BAND = GROUP // CLUSTER                       # rows of the walk's units a band
@@ -185,6 +226,13 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
 
     pipe = tma_pipeline(STAGES, GROUPS, fill, CLUSTER)
     BARRIERS = pipe.barriers
+    # the block's registers (the launch bounds': 64K a block of one an SM, in steps of 8 a
+    # thread) moved from the copier, which needs few, to the computing warpgroups
+    share = REGISTERS // tile.threads // 8 * 8
+    low = COPIER_REGISTERS
+    high = min(255, (share * (GROUPS + 1) - low) // GROUPS) // 8 * 8
+    lower_registers, raise_registers = (set_max_registers(low, False),
+                                        set_max_registers(high, True))
 
     @cuda.jit(device=True, inline=True)
     def consume(out, bias, out_map, pairs, floats, bars, operands, items, total, group):
@@ -212,7 +260,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
             # (a do-while, as gemm.wgmma's: no path from the zeros to a wait)
             s = int32(0)
             while True:
-                if cuda.threadIdx.x == 0:    # thread 0 copies: this
+                if not COPIER and cuda.threadIdx.x == 0:    # thread 0 copies: this
                     # step's slab if not yet, and those whose stages are free (near a
                     # tile's end, the next tile's); the stage of g - 1 is in use still
                     issued = pipe.refill_ready(bars, g + 1, g + STAGES - 1, issued, total,
@@ -229,7 +277,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
                 wait_one(acc)
                 if s > 0 and thread == 0:
                     pipe.release(bars, g - 1)
-                if cuda.threadIdx.x == 0:    # into the stage of g - 1
+                if not COPIER and cuda.threadIdx.x == 0:    # into the stage of g - 1
                     issued = pipe.refill_ready(bars, 0, g + STAGES, issued, total, operands)
                 g += 1
                 s += 1
@@ -238,7 +286,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
             wait_all(acc)
             if thread == 0:                  # the tile's last stage, free for the next's
                 pipe.release(bars, g - 1)
-            if cuda.threadIdx.x == 0:
+            if not COPIER and cuda.threadIdx.x == 0:
                 issued = pipe.refill_ready(bars, 0, g + STAGES, issued, total, operands)
             # (where, only now: fewer registers live through the products)
             m0, n0, k_step = work(first + item * stride, units_m, tiles_n, steps, rank)
@@ -319,11 +367,21 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
         cursor[0] = 0
         operands = (smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank,
                     cursor)
-        if cuda.threadIdx.x == 0:
-            fence_tensor_map(a_map)
-            fence_tensor_map(b_map)
-            pipe.prologue(bars, total, operands)
-        consume(out, bias, out_map, pairs, floats, bars, operands, items, total, group)
+        if not COPIER:
+            if cuda.threadIdx.x == 0:
+                fence_tensor_map(a_map)
+                fence_tensor_map(b_map)
+                pipe.prologue(bars, total, operands)
+            consume(out, bias, out_map, pairs, floats, bars, operands, items, total, group)
+        elif group == GROUPS:                # the copier: its first thread copies every
+            lower_registers()                # slab, each once its stage is released
+            if thread == 0:
+                fence_tensor_map(a_map)
+                fence_tensor_map(b_map)
+                pipe.refill_ready(bars, total, total, int32(0), total, operands)
+        else:
+            raise_registers()
+            consume(out, bias, out_map, pairs, floats, bars, operands, items, total, group)
         if CLUSTER > 1:                      # the others' last releases arrive here
             cluster_sync()
 

@@ -70,15 +70,22 @@ class PersistentTile(NamedTuple):
     into the next, and each warpgroup writes out its 64 x cols through two buffers of its
     own (box_bytes each, one box of out at a time) while the next tile's slabs land.
     cluster > 1: blocks in clusters of that many on tiles down one column of out, which
-    copy a part of their common slabs of b each, into all of their stages (multicast)."""
+    copy a part of their common slabs of b each, into all of their stages (multicast).
+    copier: a warpgroup of its own beside the `warpgroups` computing ones issues the copies
+    (its first thread), its registers handed to them (setmaxnreg: the kernel is loaded
+    whole-program, by the driver's JIT)."""
     rows: int
     cols: int
     depth: int
     stages: int
     warpgroups: int
     cluster: int = 1
+    copier: bool = False
 
-    threads = WgmmaTile.threads
+    @property
+    def threads(self):
+        return WARPGROUP * (self.warpgroups + self.copier)
+
     stage_elements = WgmmaTile.stage_elements
 
     @property

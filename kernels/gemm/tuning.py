@@ -60,6 +60,9 @@ PERSISTENT_TILE = PersistentTile(128, 256, 64, 4, 2)
 # and in clusters of two blocks on tiles down one column, which share their slabs of b:
 # each copies half of b's (multicast), a third less of the L2's traffic a FLOP
 CLUSTER_TILE = PersistentTile(128, 256, 64, 4, 2, 2)
+# with a copying warpgroup of its own (CUTLASS's and cuBLAS's block: 384 threads), whose
+# registers the computing warpgroups take (setmaxnreg, under the driver's whole-program JIT)
+COPIER_TILE = PersistentTile(128, 256, 64, 4, 2, copier=True)
 
 
 def wgmma_available():
