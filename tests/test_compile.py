@@ -25,8 +25,10 @@ import json
 import os
 import pkgutil
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import types
 
 import pytest
@@ -47,9 +49,13 @@ KNOWN_SPILLS = {("attention.fp32", "attention_backward_dq_kernel", 72): 40,
 CC = (9, 0, "a")
 
 
-def assemble(ptx):
+def assemble(ptx, whole=False):
     """(error or None, stack frame bytes, whether ptxas serialized the wgmma instructions):
-    the PTX assembled for sm_90a by nvJitLink."""
+    the PTX assembled for sm_90a by nvJitLink, or (whole: a kernel the driver's JIT loads,
+    kernel.whole_program) compiled whole by ptxas, as that JIT does: nvJitLink assembles
+    relocatable code, which ignores setmaxnreg."""
+    if whole:
+        return assemble_whole(ptx)
     from cuda.bindings import nvjitlink
 
     handle = nvjitlink.create(2, ["-arch=sm_90a", "-verbose"])
@@ -64,14 +70,39 @@ def assemble(ptx):
             return log.decode(errors="replace")[-2000:], None, None
         log = bytearray(nvjitlink.get_info_log_size(handle))
         nvjitlink.get_info_log(handle, log)
-        log = log.decode(errors="replace")
-        stack = re.search(r"(\d+) bytes stack", log)
-        # e.g. a call in the kernel, or an accumulator touched while a wgmma is in flight:
-        # each wgmma then waits for the one before, a silent loss of most of its speed
-        serialized = "wgmma.mma_async instructions are serialized" in log
-        return None, int(stack.group(1)) if stack else None, serialized
+        return _report(log.decode(errors="replace"))
     finally:
         nvjitlink.destroy(handle)
+
+
+def _report(log):
+    stack = re.search(r"(\d+) bytes stack", log)
+    # e.g. a call in the kernel, or an accumulator touched while a wgmma is in flight:
+    # each wgmma then waits for the one before, a silent loss of most of its speed
+    serialized = "wgmma.mma_async instructions are serialized" in log
+    return None, int(stack.group(1)) if stack else None, serialized
+
+
+def assemble_whole(ptx):
+    """assemble's whole-program compile: the CUDA toolkit's ptxas (on PATH), the PTX's
+    version line its own (NVVM may write a newer ISA than it reads, as than a driver)."""
+    ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        return "a whole-program kernel's check needs the CUDA toolkit's ptxas on PATH", None, None
+    release = re.search(r"release (\d+)\.(\d+)", subprocess.run(
+        [ptxas, "--version"], capture_output=True, text=True).stdout)
+    ptx = re.sub(r"^\.version \d+\.\d+", f".version {int(release[1]) - 4}.{release[2]}",
+                 ptx, count=1, flags=re.M)
+    with tempfile.TemporaryDirectory() as folder:
+        source = os.path.join(folder, "kernel.ptx")
+        with open(source, "w") as f:
+            f.write(ptx)
+        done = subprocess.run([ptxas, "-arch=sm_90a", "-v", source, "-o",
+                               os.path.join(folder, "kernel.cubin")],
+                              capture_output=True, text=True)
+    if done.returncode:
+        return done.stderr[-2000:], None, None
+    return _report(done.stderr + done.stdout)
 
 
 def compile_all(part=0, parts=1):
@@ -134,7 +165,8 @@ def compile_all(part=0, parts=1):
                                    and re.search(r"cp\.async\.bulk\.wait_group 0;", ptx)
                                    is not None)
                 (record["assembly_error"], record["stack_bytes"],
-                 record["wgmma_serialized"]) = assemble(ptx)
+                 record["wgmma_serialized"]) = assemble(
+                    ptx, getattr(kernel, "whole_program", False))
             records.append(record)
         listed_so_far += len(listed or [])
     return records

@@ -526,10 +526,15 @@ def test_the_matmul_op_sends_bf16_operands_here(monkeypatch):
 
 
 # the persistent kernel (gemm.persistent): a few blocks walking several tiles each (on a
-# GPU, one an SM), every epilogue it takes, biased or not, views or matrices
-# (clusters on a GPU only: the simulator's blocks run one after another)
-PERSISTENT_TILES = st.sampled_from([tuning.PERSISTENT_TILE, tuning.CLUSTER_TILE]
-                                   if REAL_SHAPES else [PersistentTile(64, 16, 16, 3, 1)])
+# GPU, one an SM), every epilogue it takes, biased or not, views or matrices, with a
+# copying warpgroup or without (clusters on a GPU only: the simulator's blocks run one
+# after another)
+PERSISTENT_TILES = st.sampled_from([tuning.PERSISTENT_TILE, tuning.CLUSTER_TILE,
+                                    tuning.COPIER_TILE, tuning.PINGPONG_TILE] if REAL_SHAPES
+                                   else [PersistentTile(64, 16, 16, 3, 1),
+                                         PersistentTile(64, 16, 16, 3, 1, copier=True),
+                                         PersistentTile(128, 16, 16, 3, 2, copier=True,
+                                                        pingpong=True)])
 PERSISTENT_SIZES = (st.tuples(st.integers(1, 4096), st.integers(1, 3072),
                               st.integers(1, 3072)) if REAL_SHAPES
                     else st.tuples(st.integers(1, 136), st.integers(1, 40),
@@ -557,10 +562,13 @@ def test_persistent_kernel_matches_reference(sizes, transpose_a, transpose_b, ep
                           biased=biased and epilogue in ("float32", "bf16"))
 
 
-def test_two_warpgroups_walk_their_tiles():
-    """A persistent tile of two warpgroups (as the GPU's), in the simulator too: one
-    block walking two tiles, K of more slabs than stages."""
-    tile = tuning.PERSISTENT_TILE if ON_GPU else PersistentTile(128, 16, 16, 3, 2)
+@pytest.mark.parametrize("copier, pingpong", [(False, False), (True, False), (True, True)])
+def test_two_warpgroups_walk_their_tiles(copier, pingpong):
+    """A persistent tile of two computing warpgroups (as the GPU's), with a copying one or
+    without, cooperative or in ping-pong, in the simulator too: one block walking two
+    tiles (in ping-pong, one each), K of more slabs than stages."""
+    tile = ((tuning.PINGPONG_TILE if pingpong else tuning.PERSISTENT_TILE) if ON_GPU
+            else PersistentTile(128, 16, 16, 3, 2))._replace(copier=copier, pingpong=pingpong)
     with mock.patch.object(persistent, "blocks", lambda tiles: 1):
         check_matmul_bf16(2 * tile.rows - 8, tile.cols, 4 * tile.depth, False, True,
                           "bf16", tile, seed=3, split_k=None)
@@ -585,8 +593,10 @@ PERSISTENT_PRODUCTS = [p for p in STEP_PRODUCTS
 
 
 @pytest.mark.skipif(not REAL_SHAPES, reason="the model's products need a GPU and real shapes")
-@pytest.mark.parametrize("tile", [tuning.PERSISTENT_TILE, tuning.CLUSTER_TILE],
-                         ids=lambda tile: f"cluster{tile.cluster}")
+@pytest.mark.parametrize("tile", [tuning.PERSISTENT_TILE, tuning.CLUSTER_TILE,
+                                  tuning.COPIER_TILE, tuning.PINGPONG_TILE],
+                         ids=lambda tile: f"cluster{tile.cluster}" + "-copier" * tile.copier
+                         + "-pingpong" * tile.pingpong)
 @pytest.mark.parametrize("product", PERSISTENT_PRODUCTS,
                          ids=lambda p: f"{p[0]} {p[1]}x{p[2]}x{p[3]}")
 def test_step_products_persistent(product, tile):

@@ -192,7 +192,7 @@ def _launch_persistent(out, a, b, bias, transpose_a, transpose_b, epilogue, tile
     signature = persistent.signature(epilogue, *layouts)
     # a copier's setmaxnreg needs the driver's whole-program JIT (the simulator's twin is
     # a no-op: its launch is numba's)
-    whole = tile.copier and not SIMULATOR
+    whole = kernel.whole_program and not SIMULATOR
     if not whole:                      # (the JIT's load opts in by itself)
         allow_dynamic_shared(kernel, signature, tile.shared_bytes)
     units = ceil_div(tiles_m, cluster) * tiles_n * splits

@@ -24,7 +24,8 @@ from numba import cuda, float32, int32, types, uint16, uint32, uint64
 
 from ..atoms import (bulk_commit, bulk_wait, bulk_wait_but_one, cluster_count, cluster_index,
                      cluster_rank, cluster_sync, fence_barrier_init,
-                     fence_proxy_async, fence_tensor_map, named_barrier, pack_bf16x2, rcp_approx,
+                     fence_proxy_async, fence_tensor_map, named_barrier,
+                     named_barrier_arrive, pack_bf16x2, rcp_approx,
                      set_max_registers, shared_address, tma_add_2d, tma_store_2d,
                      warpgroup_commit,
                      warpgroup_fence, warpgroup_wait, wgmma_bf16)
@@ -34,10 +35,11 @@ from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
 from ..layouts.tiles import descriptor
 from ..pipelines.tma import tma_pipeline
 from .tiles import BF16_OUT, GROUP
-from .tuning import CLUSTER_TILE, PERSISTENT_TILE
+from .tuning import CLUSTER_TILE, COPIER_TILE, PERSISTENT_TILE, PINGPONG_TILE
 from .wgmma import slabs
 
 EPILOGUES = ("float32", "bf16", "accumulate", "atomic")
+TURN = 4                  # the named barriers of the ping-pong's turns (2, 3: the epilogue's)
 REGISTERS = 65536         # an SM's, which a block of one an SM holds
 COPIER_REGISTERS = 40     # a thread of the copying warpgroup (CUTLASS's, for TMA issue)
 
@@ -164,7 +166,8 @@ def quotient(n, d):
 def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
     if epilogue not in EPILOGUES:
         raise ValueError(f"epilogue {epilogue!r}: the persistent kernel writes {EPILOGUES}")
-    BM, BN, BK, STAGES, GROUPS, CLUSTER, COPIER = tile
+    BM, BN, BK, STAGES, GROUPS, CLUSTER, COPIER, PINGPONG = tile
+    HALVES = BM // 64 if PINGPONG else 1          # m64 wgmmas a warpgroup's tile takes
     regs = BN // 2                                # accumulators per thread
     slab = slabs(transpose_a, transpose_b, BM, BN, BK, tile.stage_elements, CLUSTER)
     BAND = GROUP // CLUSTER                       # rows of the walk's units a band
@@ -224,7 +227,8 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
         slab.load(bars, stage, smem, a, b, a_map, b_map, (cursor[3] + g) * BK, cursor[1],
                   cursor[2], rank)
 
-    pipe = tma_pipeline(STAGES, GROUPS, fill, CLUSTER)
+    # (in ping-pong one warpgroup reads a stage)
+    pipe = tma_pipeline(STAGES, 1 if PINGPONG else GROUPS, fill, CLUSTER)
     BARRIERS = pipe.barriers
     # the block's registers (the launch bounds': 64K a block of one an SM, in steps of 8 a
     # thread) moved from the copier, which needs few, to the computing warpgroups
@@ -235,28 +239,82 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
                                         set_max_registers(high, True))
 
     @cuda.jit(device=True, inline=True)
-    def consume(out, bias, out_map, pairs, floats, bars, operands, items, total, group):
-        """A consumer warpgroup's walk: the products of each item's K steps, then its
-        epilogue."""
-        smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank, _ = operands
-        M, N = out.shape
+    def lay_out(out, bias, out_map, pairs, floats, smem, acc, row, n0, biased_here, group,
+                boxes):
+        """A warpgroup's 64 rows x BN of out from its accumulators (+ the bias), box by box
+        through its two buffers; -> its boxes written so far."""
+        N = out.shape[1]
         thread = cuda.threadIdx.x % WARPGROUP
-        if thread == 0:                      # each warpgroup's thread 0 writes its rows
-            fence_tensor_map(out_map)
-
-        a_at = a_index(0, 64 * group) if transpose_a else a_index(64 * group, 0)
         # the thread's pairs in a box: a constant of the pair XOR-ed with a constant of the
         # thread (gemm.wgmma's epilogue), so that the loop over the accumulators unrolls
         R, C = wgmma_accumulator_row(thread), accumulator_col(thread)
         swap = (C // chunk) ^ (R // rows_per_line % phases)
         place = R * panel + C % chunk
+        if biased and biased_here:           # bias (N,) on every row, by the first split
+            for j in range(BN // 8):
+                col = n0 + 8 * j + C
+                b_lo = bias[col] if col < N else float32(0.0)
+                b_hi = bias[col + 1] if col + 1 < N else float32(0.0)
+                for h in range(2):
+                    acc[4 * j + 2 * h] += b_lo
+                    acc[4 * j + 2 * h + 1] += b_hi
+        for p in range(BN // panel):
+            # the buffer this box goes through (in elements of out): the older one,
+            # once the copy engine has read it (the newer one's store may still be)
+            buffer = (buffers + (2 * group + boxes % 2) * box_bytes) // size
+            if thread == 0:
+                bulk_wait_but_one()
+            named_barrier(2 + group, WARPGROUP)
+            for h in range(2):
+                for q in range(js):
+                    j = p * js + q
+                    r = 4 * j + 2 * h
+                    lo, hi = acc[r], acc[r + 1]
+                    at = buffer + place + h * 8 * panel + ((8 * q) // chunk ^ swap) * chunk
+                    if bf16_out:
+                        pairs[at // 2] = pack_bf16x2(lo, hi)
+                    else:
+                        floats[at] = lo
+                        floats[at + 1] = hi
+            fence_proxy_async()              # visible to the copy, once all have written
+            named_barrier(2 + group, WARPGROUP)
+            if thread == 0:
+                col = n0 + p * panel
+                if bf16_out:
+                    store_box(out, out_map, col, row, smem, buffer)
+                else:
+                    store_box(out, out_map, col, row, floats, buffer)
+                bulk_commit()
+            boxes += 1
+        return boxes
+
+    @cuda.jit(device=True, inline=True)
+    def consume(out, bias, out_map, pairs, floats, bars, operands, items, total, group):
+        """A consumer warpgroup's walk: the products of each item's K steps, then its
+        epilogue. Cooperative, each warpgroup has its 64 rows of every item's tile; in
+        ping-pong, each has every other item, the whole of its tile (two halves of 64 rows
+        where the tile has 128)."""
+        smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank, _ = operands
+        thread = cuda.threadIdx.x % WARPGROUP
+        if thread == 0:                      # each warpgroup's thread 0 writes its rows
+            fence_tensor_map(out_map)
+
+        top = 0 if PINGPONG else 64 * group  # the first of its rows in the tile
+        a_at = a_index(0, top) if transpose_a else a_index(top, 0)
+        a_below = a_index(0, top + 64) if transpose_a else a_index(top + 64, 0)
         acc = cuda.local.array(regs, float32)
-        g = int32(0)
+        below = cuda.local.array(regs, float32)   # a ping-pong tile's rows 64-127
         boxes = int32(0)                     # this warpgroup's boxes written so far
         issued = min(int32(STAGES - 1), total)   # the slabs thread 0 has copied (prologue)
-        for item in range(items):
+        item = int32(group if PINGPONG else 0)
+        while item < items:
+            g = item * steps                 # the item's first K step of the block's
             for r in range(regs):
                 acc[r] = float32(0.0)
+                if HALVES == 2:
+                    below[r] = float32(0.0)
+            if PINGPONG and item > 0:        # this one's turn of the tensor cores: the
+                named_barrier(TURN + group, 2 * WARPGROUP)   # other's main loop is done
             # (a do-while, as gemm.wgmma's: no path from the zeros to a wait)
             s = int32(0)
             while True:
@@ -270,11 +328,19 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
                 a_desc = descriptor(smem, int32(base + a_at), a_fields)
                 b_desc = descriptor(smem, int32(base + a_size), b_fields)
                 fence(acc)
+                if HALVES == 2:
+                    a_desc2 = descriptor(smem, int32(base + a_below), a_fields)
+                    fence(below)
                 for kk in range(BK // MMA_K):
                     mma(smem, a_desc + uint64(kk * a_step), b_desc + uint64(kk * b_step),
                         acc)
+                    if HALVES == 2:
+                        mma(smem, a_desc2 + uint64(kk * a_step),
+                            b_desc + uint64(kk * b_step), below)
                 warpgroup_commit()
                 wait_one(acc)
+                if HALVES == 2:
+                    wait_one(below)
                 if s > 0 and thread == 0:
                     pipe.release(bars, g - 1)
                 if not COPIER and cuda.threadIdx.x == 0:    # into the stage of g - 1
@@ -283,51 +349,26 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
                 s += 1
                 if s == steps:
                     break
+            # the other's turn (its item's slabs come next in the ring): only from here may
+            # it wait for them, no more than a lap of the ring ahead of the copies (a wait
+            # two phases early would pass on a stale parity)
+            if PINGPONG and item + 1 < items:
+                named_barrier_arrive(TURN + 1 - group, 2 * WARPGROUP)
             wait_all(acc)
+            if HALVES == 2:
+                wait_all(below)
             if thread == 0:                  # the tile's last stage, free for the next's
                 pipe.release(bars, g - 1)
             if not COPIER and cuda.threadIdx.x == 0:
                 issued = pipe.refill_ready(bars, 0, g + STAGES, issued, total, operands)
             # (where, only now: fewer registers live through the products)
             m0, n0, k_step = work(first + item * stride, units_m, tiles_n, steps, rank)
-
-            if biased and k_step == 0:       # bias (N,) on every row, by the first split
-                for j in range(BN // 8):
-                    col = n0 + 8 * j + C
-                    b_lo = bias[col] if col < N else float32(0.0)
-                    b_hi = bias[col + 1] if col + 1 < N else float32(0.0)
-                    for h in range(2):
-                        acc[4 * j + 2 * h] += b_lo
-                        acc[4 * j + 2 * h + 1] += b_hi
-            row = m0 + 64 * group
-            for p in range(BN // panel):
-                # the buffer this box goes through (in elements of out): the older one,
-                # once the copy engine has read it (the newer one's store may still be)
-                buffer = (buffers + (2 * group + boxes % 2) * box_bytes) // size
-                if thread == 0:
-                    bulk_wait_but_one()
-                named_barrier(2 + group, WARPGROUP)
-                for h in range(2):
-                    for q in range(js):
-                        j = p * js + q
-                        r = 4 * j + 2 * h
-                        lo, hi = acc[r], acc[r + 1]
-                        at = buffer + place + h * 8 * panel + ((8 * q) // chunk ^ swap) * chunk
-                        if bf16_out:
-                            pairs[at // 2] = pack_bf16x2(lo, hi)
-                        else:
-                            floats[at] = lo
-                            floats[at + 1] = hi
-                fence_proxy_async()          # visible to the copy, once all have written
-                named_barrier(2 + group, WARPGROUP)
-                if thread == 0:
-                    col = n0 + p * panel
-                    if bf16_out:
-                        store_box(out, out_map, col, row, smem, buffer)
-                    else:
-                        store_box(out, out_map, col, row, floats, buffer)
-                    bulk_commit()
-                boxes += 1
+            boxes = lay_out(out, bias, out_map, pairs, floats, smem, acc, m0 + top, n0,
+                            k_step == 0, group, boxes)
+            if HALVES == 2:
+                boxes = lay_out(out, bias, out_map, pairs, floats, smem, below,
+                                m0 + top + 64, n0, k_step == 0, group, boxes)
+            item += GROUPS if PINGPONG else 1
         if thread == 0:
             bulk_wait()                      # the block's shared memory is read
 
@@ -385,6 +426,8 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
         if CLUSTER > 1:                      # the others' last releases arrive here
             cluster_sync()
 
+    # loaded by the driver's JIT, whole-program, where setmaxnreg moves registers
+    matmul_persistent_kernel.whole_program = COPIER
     return matmul_persistent_kernel
 
 
@@ -412,5 +455,13 @@ PTX_SIGNATURES = [
         (False, False, "bf16", False, CLUSTER_TILE),
         (False, True, "bf16", False, CLUSTER_TILE),
         (False, True, "float32", False, CLUSTER_TILE),
+        (False, False, "bf16", False, COPIER_TILE),
+        (False, True, "bf16", False, COPIER_TILE),
+        (False, False, "float32", False, COPIER_TILE),
+        (True, False, "atomic", False, COPIER_TILE),
+        (False, False, "bf16", False, PINGPONG_TILE),
+        (False, True, "bf16", True, PINGPONG_TILE),
+        (False, True, "float32", False, PINGPONG_TILE),
+        (True, False, "atomic", False, PINGPONG_TILE),
     ]
 ]

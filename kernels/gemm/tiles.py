@@ -73,7 +73,10 @@ class PersistentTile(NamedTuple):
     copy a part of their common slabs of b each, into all of their stages (multicast).
     copier: a warpgroup of its own beside the `warpgroups` computing ones issues the copies
     (its first thread), its registers handed to them (setmaxnreg: the kernel is loaded
-    whole-program, by the driver's JIT)."""
+    whole-program, by the driver's JIT). pingpong (with a copier, two computing
+    warpgroups): each computing warpgroup has every other tile of the block's, all of its
+    `rows` (64 or 128), taking turns at the tensor cores: one's epilogue under the other's
+    main loop."""
     rows: int
     cols: int
     depth: int
@@ -81,6 +84,7 @@ class PersistentTile(NamedTuple):
     warpgroups: int
     cluster: int = 1
     copier: bool = False
+    pingpong: bool = False
 
     @property
     def threads(self):
@@ -101,7 +105,14 @@ class PersistentTile(NamedTuple):
 
 def check_wgmma_tile(tile):
     rows, cols, depth, stages, warpgroups = tile[:5]
-    if min(rows, cols, depth, stages, warpgroups) < 1 or rows != 64 * warpgroups:
+    if getattr(tile, "pingpong", False):
+        if not tile.copier or tile.cluster != 1 or warpgroups != 2 or rows not in (64, 128):
+            raise ValueError(f"tile {tile}: a ping-pong tile takes a copier, two computing "
+                             "warpgroups, no cluster, and 64 or 128 rows (each warpgroup's)")
+        if rows // 64 * cols // 2 > 128:
+            raise ValueError(f"tile {tile}: a ping-pong warpgroup holds at most 128 "
+                             "accumulators a thread (rows / 64 x cols / 2)")
+    elif min(rows, cols, depth, stages, warpgroups) < 1 or rows != 64 * warpgroups:
         raise ValueError(f"tile {tile}: rows must be 64 per warpgroup")
     if not (cols in (16, 32) or (cols % 64 == 0 and cols <= 256)):
         raise ValueError(f"tile {tile}: cols must be 16, 32, or a multiple of 64 up to 256 "

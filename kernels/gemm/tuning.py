@@ -63,6 +63,10 @@ CLUSTER_TILE = PersistentTile(128, 256, 64, 4, 2, 2)
 # with a copying warpgroup of its own (CUTLASS's and cuBLAS's block: 384 threads), whose
 # registers the computing warpgroups take (setmaxnreg, under the driver's whole-program JIT)
 COPIER_TILE = PersistentTile(128, 256, 64, 4, 2, copier=True)
+# and the copier's two computing warpgroups in ping-pong, each on a 128 x 128 tile of its
+# own (two m64n128 a k-step, 128 accumulators), one's epilogue under the other's main
+# loop; 32 KiB stages, 6 of them
+PINGPONG_TILE = PersistentTile(128, 128, 64, 6, 2, copier=True, pingpong=True)
 
 
 def wgmma_available():

@@ -35,7 +35,9 @@ from microgpt.kernels.gemm.tiles import PersistentTile  # noqa: E402
 CONFIGS = {"andrea-120m": (16, 1024, 768, 50304), "andrea-12m": (64, 256, 384, 4096)}
 VARIANTS = {"default": None, "persist": tuning.PERSISTENT_TILE,
             "persist192": PersistentTile(128, 192, 64, 4, 2), "copier": tuning.COPIER_TILE,
-            "copier192": PersistentTile(128, 192, 64, 4, 2, copier=True)}
+            "copier192": PersistentTile(128, 192, 64, 4, 2, copier=True),
+            "pingpong": tuning.PINGPONG_TILE,
+            "pingpong64": PersistentTile(64, 256, 64, 4, 2, copier=True, pingpong=True)}
 REPS = int(os.environ.get("REPS", "5"))
 
 
