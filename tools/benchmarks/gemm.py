@@ -12,7 +12,8 @@ def gemm_candidates(M, N, K, accumulate, bf16_out):
     takes on this GPU, and its split). Accumulating products try 5 and 7 splits beside the
     powers of two: a number of work items that fills its last wave of SMs better (the MLP
     weight gradients' 72 tiles split 4 ways make 288 items, 2.2 waves of 132). The
-    persistent tile where it runs: on Hopper, K in one chain, no split."""
+    persistent tiles (alone, with a copier, in ping-pong) where they run: on Hopper, K in
+    one chain, no split."""
     from microgpt.kernels.gemm import tuning
     from microgpt.kernels.gemm.tiles import MmaTile
 
@@ -31,7 +32,9 @@ def gemm_candidates(M, N, K, accumulate, bf16_out):
             if (tile, split) not in same:
                 out.append((tile, split))
     if K <= tuning.MAX_CHAIN and tuning.wgmma_available():   # one block a tile, one chain
-        out.append((tuning.PERSISTENT_TILE, 1 if accumulate else None))
+        for tile in (tuning.PERSISTENT_TILE, tuning.COPIER_TILE, tuning.PINGPONG_TILE):
+            if (tile, None) not in same:
+                out.append((tile, 1 if accumulate else None))
     return out
 
 
