@@ -455,13 +455,9 @@ PTX_SIGNATURES = [
         (False, False, "bf16", False, CLUSTER_TILE),
         (False, True, "bf16", False, CLUSTER_TILE),
         (False, True, "float32", False, CLUSTER_TILE),
-        (False, False, "bf16", False, COPIER_TILE),
-        (False, True, "bf16", False, COPIER_TILE),
-        (False, False, "float32", False, COPIER_TILE),
-        (True, False, "atomic", False, COPIER_TILE),
-        (False, False, "bf16", False, PINGPONG_TILE),
-        (False, True, "bf16", True, PINGPONG_TILE),
-        (False, True, "float32", False, PINGPONG_TILE),
+        (False, False, "bf16", False, COPIER_TILE),         # (whole-program: ptxas)
+        (False, True, "float32", False, COPIER_TILE),
+        (False, False, "bf16", True, PINGPONG_TILE),
         (True, False, "atomic", False, PINGPONG_TILE),
     ]
 ]

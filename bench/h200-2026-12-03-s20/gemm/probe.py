@@ -36,7 +36,8 @@ VARIANTS = {"default": None, "persist": tuning.PERSISTENT_TILE,
             "persist192": PersistentTile(128, 192, 64, 4, 2), "copier": tuning.COPIER_TILE,
             "copier192": PersistentTile(128, 192, 64, 4, 2, copier=True),
             "pingpong": tuning.PINGPONG_TILE,
-            "pingpong64": PersistentTile(64, 256, 64, 4, 2, copier=True, pingpong=True)}
+            "pingpong64": PersistentTile(64, 256, 64, 4, 2, copier=True, pingpong=True),
+            "copier_c2": PersistentTile(128, 256, 64, 4, 2, cluster=2, copier=True)}
 REPS = int(os.environ.get("REPS", "5"))
 
 
