@@ -42,11 +42,11 @@ def bench_gemm(reps, sweep, captured=False):
     """captured: time microgpt's launches inside a CUDA graph (captured_time) rather than
     eagerly: at andrea-12m's sizes an eager launch costs the host more than the product
     takes the GPU. torch.mm is timed eagerly either way."""
-    import ml_dtypes
     import torch
     from numba import cuda
     from microgpt.cuda_backend import CudaBackend
     from microgpt.gemms import step_products
+    from microgpt.kernels.common import fill_zero
     from microgpt.kernels.gemm import bf16 as gemm_bf16
 
     if captured:
@@ -54,17 +54,20 @@ def bench_gemm(reps, sweep, captured=False):
         timed = lambda fn: captured_time(fn, reps, ops)
     else:
         timed = lambda fn: cuda_time(lambda: fn(0), reps)
-    rng = np.random.default_rng(0)
+    gen = torch.Generator(device="cuda").manual_seed(0)
     rows = []
     for config, B, T, C, V in GEMM_CONFIGS:
         for name, M, N, K, ta, tb, epilogue in step_products(B, T, C, V):
             accumulate = epilogue == "accumulate"
-            a = rng.standard_normal((K, M) if ta else (M, K), np.float32)
-            b = rng.standard_normal((N, K) if tb else (K, N), np.float32)
-            da = cuda.to_device(a.astype(ml_dtypes.bfloat16).view(np.uint16))
-            db = cuda.to_device(b.astype(ml_dtypes.bfloat16).view(np.uint16))
+            # drawn on the GPU (the LM head's (16384, 50304) operands took NumPy seconds),
+            # shared with numba as uint16 (through int16, which torch's array interface names)
+            ta_t = torch.randn((K, M) if ta else (M, K), device="cuda", generator=gen).bfloat16()
+            tb_t = torch.randn((N, K) if tb else (K, N), device="cuda", generator=gen).bfloat16()
+            da, db = (cuda.as_cuda_array(t.view(torch.int16)).view(np.uint16)
+                      for t in (ta_t, tb_t))
             bf16_out = epilogue not in ("accumulate", "float32")
-            out = cuda.to_device(np.zeros((M, N), np.uint16 if bf16_out else np.float32))
+            out = cuda.device_array((M, N), np.uint16 if bf16_out else np.float32)
+            fill_zero(out)
             flops = 2 * M * N * K
             timings = []
             for tile, split in (gemm_candidates(M, N, K, accumulate, bf16_out) if sweep
@@ -72,8 +75,6 @@ def bench_gemm(reps, sweep, captured=False):
                 ms = timed(lambda stream: gemm_bf16.matmul_bf16(
                     out, da, db, ta, tb, accumulate, tile=tile, split_k=split, stream=stream))
                 timings.append((ms, tile, split))
-            ta_t = torch.from_numpy(a).cuda().bfloat16()
-            tb_t = torch.from_numpy(b).cuda().bfloat16()
             lhs, rhs = (ta_t.T if ta else ta_t), (tb_t.T if tb else tb_t)
             torch_ms = torch_time(lambda: torch.mm(lhs, rhs), reps)
             default_ms = timings[0][0]
