@@ -110,7 +110,7 @@ def _jit_whole(compiled, shared_bytes):
     major, minor = driver.get_version()
     ptx = re.sub(r"^\.version \d+\.\d+", f".version {major - 4}.{minor}", ptx, count=1,
                  flags=re.M)
-    launched = ObjectCode.from_ptx(ptx).get_kernel(entry)
+    launched = ObjectCode.from_ptx(ptx.encode()).get_kernel(entry)   # (a str is a path)
     attribute = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
     driver.cuKernelSetAttribute(attribute, shared_bytes, launched.handle, device.id)
     driver.cuFuncSetAttribute(driver.cuKernelGetFunction(launched.handle), attribute,
@@ -183,7 +183,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
     js = panel // 8                               # pairs of 8 columns per box row
     rows_per_line, phases = swizzle(panel // chunk)
     store_box = tma_add_2d if epilogue in ("accumulate", "atomic") else tma_store_2d
-    size = 2 if bf16_out else 4                   # bytes an element of out
+    in_word = 2 if bf16_out else 1                # elements of out in 4 bytes
     buffers = STAGES * stage_size * 2             # the buffers' first byte
     box_bytes = tile.box_bytes
 
@@ -249,7 +249,9 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
         # thread (gemm.wgmma's epilogue), so that the loop over the accumulators unrolls
         R, C = wgmma_accumulator_row(thread), accumulator_col(thread)
         swap = (C // chunk) ^ (R // rows_per_line % phases)
-        place = R * panel + C % chunk
+        # in 4-byte words (a bf16 pair's, or a float32's: gemm.wgmma's place)
+        swapped = swap * chunk // in_word       # (x ^ swap) * chunk, for x in chunks
+        place = (R * panel + C % chunk) // in_word
         if biased and biased_here:           # bias (N,) on every row, by the first split
             for j in range(BN // 8):
                 col = n0 + 8 * j + C
@@ -261,7 +263,8 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
         for p in range(BN // panel):
             # the buffer this box goes through (in elements of out): the older one,
             # once the copy engine has read it (the newer one's store may still be)
-            buffer = (buffers + (2 * group + boxes % 2) * box_bytes) // size
+            words = int32((buffers + (2 * group + (boxes & 1)) * box_bytes) // 4)
+            buffer = words * in_word
             if thread == 0:
                 bulk_wait_but_one()
             named_barrier(2 + group, WARPGROUP)
@@ -270,9 +273,10 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
                     j = p * js + q
                     r = 4 * j + 2 * h
                     lo, hi = acc[r], acc[r + 1]
-                    at = buffer + place + h * 8 * panel + ((8 * q) // chunk ^ swap) * chunk
+                    at = int32(words + place + (h * 8 * panel) // in_word
+                               + ((8 * q) // in_word ^ swapped))
                     if bf16_out:
-                        pairs[at // 2] = pack_bf16x2(lo, hi)
+                        pairs[at] = pack_bf16x2(lo, hi)
                     else:
                         floats[at] = lo
                         floats[at + 1] = hi

@@ -133,18 +133,24 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile, biased=False):
     store_box = (tma_add_2d if epilogue in ("accumulate", "atomic", "ordered")
                  else tma_store_2d)
 
+    in_word = 2 if bf16_out else 1                # elements of out in 4 bytes
+
     @cuda.jit(device=True, inline=True)
-    def place(base, swap, h, j):
-        """Where the epilogue lays a thread's pair j of row half h (see below)."""
-        return (base + h * 8 * panel + j // js * 64 * panel
-                + (8 * (j % js) // chunk ^ swap) * chunk)
+    def place(base, swapped, h, j):
+        """Where the epilogue lays a thread's pair j of row half h (see below), in 4-byte
+        words (a bf16 pair's, or a float32's): base and swapped are the thread's, the rest
+        constants of the unrolled loop. (In elements and halved, the signed 64-bit
+        division took ~15 instructions a store: under ncu the epilogue was half of the LM
+        head forward's instructions.)"""
+        return int32(base + (h * 8 * panel + j // js * 64 * panel) // in_word
+                     + ((8 * (j % js)) // in_word ^ swapped))
 
     gelu_of = elementwise.gelu if epilogue == "gelu" else elementwise.gelu_derivative
     batch = min(8, BN // 8)                       # pairs in flight in map_places
     batch_values = 2 * batch
 
     @cuda.jit(device=True, inline=True)
-    def map_places(pairs, to, base, swap):
+    def map_places(pairs, to, base, swapped):
         """pairs[to + q] = gelu (or gelu') of pairs[q], at every place q of this thread's
         pairs, `batch` pairs at a time: a batch's loads all come before its stores, which
         the compiler may not move loads across, so its GELUs overlap each other's latency
@@ -153,10 +159,10 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile, biased=False):
         for h in range(2):
             for j in range(0, BN // 8, batch):
                 for u in range(batch):
-                    at = place(base, swap, h, j + u) // 2
+                    at = place(base, swapped, h, j + u)
                     x[2 * u], x[2 * u + 1] = unpack_bf16x2(pairs[at])
                 for u in range(batch):
-                    pairs[to + place(base, swap, h, j + u) // 2] = pack_bf16x2(
+                    pairs[to + place(base, swapped, h, j + u)] = pack_bf16x2(
                         gelu_of(x[2 * u]), gelu_of(x[2 * u + 1]))
 
     @cuda.jit(device=True, inline=True)
@@ -292,7 +298,8 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile, biased=False):
         # over this thread's places in shared memory, which need not unroll)
         R, C = wgmma_accumulator_row(thread), accumulator_col(thread)
         swap = (C // chunk) ^ (R // rows_per_line % phases)
-        base = group * 64 * BN + R * panel + C % chunk
+        swapped = swap * chunk // in_word       # (x ^ swap) * chunk, for x in chunks
+        base = (group * 64 * BN + R * panel + C % chunk) // in_word
         if biased and first == 0:            # bias (N,) on every row, by the first K split
             for j in range(BN // 8):
                 b_lo, b_hi = bias_tile[8 * j + C], bias_tile[8 * j + C + 1]
@@ -305,10 +312,10 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile, biased=False):
                         acc[r] += b_lo
                         acc[r + 1] += b_hi
         if epilogue == "gelu_backward":      # gelu'(pre) in place of pre, rounded to bf16,
-            map_places(pairs, 0, base, swap)  # then the accumulators times it
+            map_places(pairs, 0, base, swapped)  # then the accumulators times it
             for h in range(2):
                 for j in range(BN // 8):
-                    d_lo, d_hi = unpack_bf16x2(pairs[place(base, swap, h, j) // 2])
+                    d_lo, d_hi = unpack_bf16x2(pairs[place(base, swapped, h, j)])
                     r = 4 * j + 2 * h
                     if fold:
                         total[r] *= d_lo
@@ -318,11 +325,11 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile, biased=False):
                         acc[r + 1] *= d_hi
         for h in range(2):
             for j in range(BN // 8):
-                at = place(base, swap, h, j)
+                at = place(base, swapped, h, j)
                 r = 4 * j + 2 * h
                 lo, hi = (total[r], total[r + 1]) if fold else (acc[r], acc[r + 1])
                 if bf16_out:
-                    pairs[at // 2] = pack_bf16x2(lo, hi)
+                    pairs[at] = pack_bf16x2(lo, hi)
                 else:
                     floats[at] = lo
                     floats[at + 1] = hi
@@ -334,7 +341,7 @@ def wgmma_kernel(transpose_a, transpose_b, epilogue, fold, tile, biased=False):
                     store_box(pre, pre_map, n0 + p * panel, row, smem,
                               int32(group * 64 * BN + p * 64 * panel))
                 bulk_commit()
-            map_places(pairs, beyond // 2, base, swap)
+            map_places(pairs, beyond // 2, base, swapped)
             fence_proxy_async()
             named_barrier(2 + group, WARPGROUP)
         if thread == 0:

@@ -28,14 +28,14 @@ def load(ObjectCode, ptx, entry):
     """The kernel through the driver's JIT; a PTX newer than the driver takes the driver's
     own ISA version (NVVM's may be ahead of it)."""
     try:
-        return ObjectCode.from_ptx(ptx).get_kernel(entry)
+        return ObjectCode.from_ptx(ptx.encode()).get_kernel(entry)
     except Exception as error:
         version = driver.get_version()
         print("driver JIT refused:", str(error).splitlines()[0][:200], "driver", version,
               flush=True)
         ptx = re.sub(r"^\.version \d+\.\d+", f".version {version[0] - 4}.{version[1]}",
                      ptx, count=1, flags=re.M)
-        return ObjectCode.from_ptx(ptx).get_kernel(entry)
+        return ObjectCode.from_ptx(ptx.encode()).get_kernel(entry)
 
 
 def main():
