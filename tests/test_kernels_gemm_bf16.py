@@ -310,6 +310,47 @@ def test_hopper_takes_the_wgmma_tiles():
                                   bf16_out=True) == tuning.FOLD_TILE
 
 
+def test_hopper_routes_to_the_persistent_tiles():
+    """Where the product needs nothing the persistent kernel lacks: the copier tile, or
+    ping-pong's 128 columns where 256 would leave more than an eighth of the last column
+    of tiles empty (andrea-12m's N 384); a bf16 out of a K longer than a chain folds."""
+    route = lambda M, N, K, *flags: tuning.default_tile(M, N, K, *flags, persistent=True)
+    assert route(16384, 2304, 768, False, True) == tuning.COPIER_TILE
+    assert route(16384, 50304, 768, False, True, True) == tuning.COPIER_TILE  # 128 of 50,432
+    assert route(768, 768, 16384, True, True) == tuning.COPIER_TILE           # split K
+    assert route(16384, 768, 50304, False, True) == tuning.COPIER_TILE        # split, written
+    assert route(16384, 1152, 384, False, True) == tuning.COPIER_TILE         # 128 of 1,280
+    assert route(16384, 384, 1536, False, True) == tuning.PINGPONG_TILE       # 128 of 512
+    assert route(4096, 384, 16384, True, True) == tuning.PINGPONG_TILE
+    assert route(16384, 768, 50304, False, True, True) == tuning.FOLD_TILE
+    assert route(16384, 2304, 768) == tuning.LARGE_TILE                       # no wgmma
+
+
+class _Asked(Exception):
+    pass
+
+
+@pytest.mark.parametrize("kwargs, persistent", [
+    ({}, True), ({"accumulate": True}, True), ({"deterministic": True}, True),
+    ({"deterministic": True, "accumulate": True}, False),      # ordered split-K
+    ({"gelu": "forward"}, False), ({"max_chain": 16}, False)])  # the GELU epilogue, a fold
+def test_the_launcher_asks_for_persistent_tiles_only_where_they_run(monkeypatch, kwargs,
+                                                                     persistent):
+    asked = []
+
+    def default_tile(*args):
+        asked.append(args[6])
+        raise _Asked
+    monkeypatch.setattr(gemm_bf16, "default_tile", default_tile)
+    a, b = (cuda.to_device(np.zeros((32, 32), np.uint16)) for _ in range(2))
+    bf16_out = not kwargs.get("accumulate")
+    out = cuda.to_device(np.zeros((32, 32), np.uint16 if bf16_out else np.float32))
+    pre = {"pre": cuda.to_device(np.zeros((32, 32), np.uint16))} if "gelu" in kwargs else {}
+    with pytest.raises(_Asked):
+        gemm_bf16.matmul_bf16(out, a, b, **kwargs, **pre)
+    assert asked == [persistent]
+
+
 @pytest.mark.parametrize("transpose_b, deterministic", [(False, False), (True, False),
                                                         (False, True)])
 def test_a_written_float32_out_sums_split_k(monkeypatch, transpose_b, deterministic):

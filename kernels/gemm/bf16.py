@@ -98,7 +98,11 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
                          "'backward')")
     pre = out if pre is None else pre       # the wgmma kernel's unread stand-in
     if tile is None:
-        tile = default_tile(M, N, K, accumulate, wgmma_takes(out, pre, a, b), out_bf16)
+        # the persistent tiles have no GELU epilogue, no ordered split-K and no folding
+        persistent = (gelu is None and not (deterministic and (accumulate or K > max_chain))
+                      and not (out_bf16 and K > max_chain))
+        tile = default_tile(M, N, K, accumulate, wgmma_takes(out, pre, a, b), out_bf16,
+                            persistent)
     elif not isinstance(tile, (WgmmaTile, PersistentTile)):
         tile = MmaTile(*tile)
     check_tile(tile)

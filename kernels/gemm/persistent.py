@@ -49,7 +49,7 @@ def blocks(tiles):
     return min(tiles, SMS)
 
 
-_loaded = {}      # (kernel, signature, cluster, whole) -> (overload, function, clusters that fit)
+_loaded = {}      # (kernel, signature, cluster, whole, device) -> (overload, kernel, clusters)
 
 
 def _load(kernel, signature, cluster, threads, shared_bytes, whole):
@@ -63,7 +63,8 @@ def _load(kernel, signature, cluster, threads, shared_bytes, whole):
     relocatable code, and ptxas then ignores setmaxnreg ("to maintain compatibility across
     compilation units"); the driver's JIT of the same PTX compiles the whole program, which
     honours it (the copier's registers handed to the computing warpgroups)."""
-    key = (id(kernel), signature, cluster, whole)
+    # (per device: the JIT's kernel takes its shared-memory opt-in per device)
+    key = (id(kernel), signature, cluster, whole, cuda.get_current_device().id)
     if key not in _loaded:              # (looking up the overload costs more than a launch)
         from numba.cuda.cudadrv.driver import binding, driver
 

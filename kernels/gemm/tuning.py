@@ -81,10 +81,13 @@ def wgmma_takes(*matrices):
     return wgmma_available() and all(map(tma_ready, matrices))
 
 
-def default_tile(M, N, K, accumulate=False, wgmma=False, bf16_out=False):
-    """With wgmma (a Hopper GPU, and matrices the bulk tensor copies can move) the wide
-    wgmma tile, or for a K too long for one chain that cannot be split (a bf16 out: a
-    float32 one is split, see splits_written) the folding one. Otherwise the mma.sync
+def default_tile(M, N, K, accumulate=False, wgmma=False, bf16_out=False, persistent=False):
+    """With wgmma (a Hopper GPU, and matrices the bulk tensor copies can move) and
+    `persistent` (the product needs none of what the persistent kernel lacks: the GELU
+    epilogues, the ordered split-K, folding), the persistent kernel's copier tiles
+    (persistent_tile). Else with wgmma the wide wgmma tile, or for a K too long for one
+    chain that cannot be split (a bf16 out: a float32 one is split, see splits_written)
+    the folding one. Otherwise the mma.sync
     tiles: the large tile for products with a K of at least 768 and either many output
     tiles or a long K to split (the weight gradients); the small one otherwise; the lean
     one to fold.
@@ -100,6 +103,8 @@ def default_tile(M, N, K, accumulate=False, wgmma=False, bf16_out=False):
     if wgmma:
         if folds and bf16_out:
             return FOLD_TILE
+        if persistent:
+            return persistent_tile(N)
         if bf16_out or K < TALL_K:
             return WIDE_TILE
         split = accumulate or folds        # (a float32 out of a long K is split too)
@@ -109,6 +114,21 @@ def default_tile(M, N, K, accumulate=False, wgmma=False, bf16_out=False):
         return LEAN_TILE
     tiles = ceil_div(M, LARGE_TILE.rows) * ceil_div(N, LARGE_TILE.cols)
     return LARGE_TILE if K >= 768 and (tiles >= 4 * SMS or K >= 8192) else SMALL_TILE
+
+
+def persistent_tile(N):
+    """The copier tile (128 x 256, cooperative), or the ping-pong one (128 x 128 a
+    warpgroup) where the wide tile's 256 columns would leave more than an eighth of its
+    last column of tiles empty. On the H200 (docs/gemm-bf16.md, tuning log row 19; every
+    step product captured beside the default wgmma tiles and cuBLAS in one call) the copier
+    took andrea-120m's fifteen from 0.879x cuBLAS (geometric mean) to 0.973x, faster on
+    fourteen and level on the LM head dW (2.013 against 2.007 ms), and andrea-12m's from
+    0.794x to 0.954x; ping-pong was faster still on eight of andrea-12m's nine products of
+    N 384 (W_O dX 0.0131 -> 0.0122 ms, QKV dX 0.0352 -> 0.0314), slower on its MLP down
+    dW (0.0397 against 0.0380) and on every product of N 768 or more."""
+    wide, narrow = (ceil_div(N, cols) * cols for cols in (COPIER_TILE.cols,
+                                                           PINGPONG_TILE.cols))
+    return PINGPONG_TILE if 8 * wide > 9 * narrow else COPIER_TILE
 
 
 def waves(M, N, K, tile, split):
