@@ -32,7 +32,9 @@ from microgpt.kernels.gemm import bf16 as gemm_bf16, tuning  # noqa: E402
 from microgpt.kernels.gemm.tiles import PersistentTile  # noqa: E402
 
 CONFIGS = {"andrea-120m": (16, 1024, 768, 50304), "andrea-12m": (64, 256, 384, 4096)}
-VARIANTS = {"default": None, "persist": tuning.PERSISTENT_TILE,
+# "default": the launcher's tile; "wgmma": the wgmma kernel's tiles, as before the routing
+# to the persistent ones (tuning.default_tile without persistent)
+VARIANTS = {"default": None, "wgmma": "wgmma", "persist": tuning.PERSISTENT_TILE,
             "persist192": PersistentTile(128, 192, 64, 4, 2), "copier": tuning.COPIER_TILE,
             "copier192": PersistentTile(128, 192, 64, 4, 2, copier=True),
             "pingpong": tuning.PINGPONG_TILE,
@@ -64,6 +66,10 @@ def operands(M, N, K, ta, tb, epilogue, rng):
 
 
 def launch(out, da, db, ta, tb, accumulate, tile, stream=0):
+    if tile == "wgmma":
+        M, N = out.shape
+        K = da.shape[0] if ta else da.shape[1]
+        tile = tuning.default_tile(M, N, K, accumulate, True, out.dtype == np.uint16)
     gemm_bf16.matmul_bf16(out, da, db, ta, tb, accumulate, tile=tile, stream=stream)
 
 
