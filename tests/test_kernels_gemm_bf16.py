@@ -333,7 +333,8 @@ class _Asked(Exception):
 @pytest.mark.parametrize("kwargs, persistent", [
     ({}, True), ({"accumulate": True}, True), ({"deterministic": True}, True),
     ({"deterministic": True, "accumulate": True}, False),      # ordered split-K
-    ({"gelu": "forward"}, False), ({"max_chain": 16}, False)])  # the GELU epilogue, a fold
+    ({"gelu": "forward"}, False), ({"max_chain": 16}, False),   # the GELU epilogue, a fold
+    ({"bias": "bias"}, False)])                                  # (staged by the wgmma kernel)
 def test_the_launcher_asks_for_persistent_tiles_only_where_they_run(monkeypatch, kwargs,
                                                                      persistent):
     asked = []
@@ -346,6 +347,8 @@ def test_the_launcher_asks_for_persistent_tiles_only_where_they_run(monkeypatch,
     bf16_out = not kwargs.get("accumulate")
     out = cuda.to_device(np.zeros((32, 32), np.uint16 if bf16_out else np.float32))
     pre = {"pre": cuda.to_device(np.zeros((32, 32), np.uint16))} if "gelu" in kwargs else {}
+    if "bias" in kwargs:
+        kwargs = {"bias": cuda.to_device(np.zeros(32, np.float32))}
     with pytest.raises(_Asked):
         gemm_bf16.matmul_bf16(out, a, b, **kwargs, **pre)
     assert asked == [persistent]

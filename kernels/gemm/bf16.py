@@ -98,8 +98,11 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
                          "'backward')")
     pre = out if pre is None else pre       # the wgmma kernel's unread stand-in
     if tile is None:
-        # the persistent tiles have no GELU epilogue, no ordered split-K and no folding
-        persistent = (gelu is None and not (deterministic and (accumulate or K > max_chain))
+        # the persistent tiles have no GELU epilogue, no ordered split-K and no folding;
+        # and they read a bias from global memory in the epilogue, where the wgmma kernel
+        # stages it in shared memory first (docs/kernels-step.md, row 4: ~3 us a tile so)
+        persistent = (gelu is None and bias is None
+                      and not (deterministic and (accumulate or K > max_chain))
                       and not (out_bf16 and K > max_chain))
         tile = default_tile(M, N, K, accumulate, wgmma_takes(out, pre, a, b), out_bf16,
                             persistent)
