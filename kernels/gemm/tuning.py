@@ -85,12 +85,11 @@ def default_tile(M, N, K, accumulate=False, wgmma=False, bf16_out=False, persist
     """With wgmma (a Hopper GPU, and matrices the bulk tensor copies can move) and
     `persistent` (the product needs none of what the persistent kernel lacks: the GELU
     epilogues, the ordered split-K, folding, a staged bias), the persistent kernel's
-    copier tiles (persistent_tile). Else with wgmma the wide wgmma tile, or for a K too long for one
-    chain that cannot be split (a bf16 out: a float32 one is split, see splits_written)
-    the folding one. Otherwise the mma.sync
-    tiles: the large tile for products with a K of at least 768 and either many output
-    tiles or a long K to split (the weight gradients); the small one otherwise; the lean
-    one to fold.
+    copier tiles (persistent_tile). Else with wgmma the wide wgmma tile, or for a K too
+    long for one chain that cannot be split (a bf16 out: a float32 one is split, see
+    splits_written) the folding one. Otherwise the mma.sync tiles: the large tile for
+    products with a K of at least 768 and either many output tiles or a long K to split
+    (the weight gradients); the small one otherwise; the lean one to fold.
 
     On Hopper a float32 out (written, accumulated or split) of K at least TALL_K takes the
     tall tile where its waves of blocks, each TALL_COST times a wide block's time, take
