@@ -19,6 +19,7 @@ out by the copy engine, a split of K each: the weight gradients, and a long K wr
 into a zeroed out), each with or without a bias (added by the first split); no folding.
 """
 import functools
+import sys
 
 from numba import cuda, float32, int32, types, uint16, uint32, uint64
 
@@ -30,7 +31,8 @@ from ..atoms import (bulk_commit, bulk_wait, bulk_wait_but_one, cluster_count, c
                      warpgroup_commit,
                      warpgroup_fence, warpgroup_wait, wgmma_bf16)
 from ..cache import jit
-from ..device import MMA_K, SIMULATOR, SMS, SWIZZLE_BYTES, WARPGROUP, swizzle
+from ..device import (MMA_K, SIMULATOR, SMS, SWIZZLE_BYTES, WARPGROUP, allow_dynamic_shared,
+                      swizzle)
 from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
 from ..layouts.tiles import descriptor
 from ..pipelines.tma import tma_pipeline
@@ -71,9 +73,8 @@ def _load(kernel, signature, cluster, threads, shared_bytes, whole):
         compiled = kernel.compile(signature)
         if compiled is None:            # kernels.ahead's recording: nothing will launch
             return None, None, 1
-        if whole:
-            launched = _jit_whole(compiled, shared_bytes)
-        else:
+        launched = _jit_whole(kernel, signature, compiled, shared_bytes) if whole else None
+        if launched is None:
             launched = compiled._codelibrary.get_cufunc().kernel
         fits = SMS
         if cluster > 1:
@@ -95,11 +96,13 @@ def _load(kernel, signature, cluster, threads, shared_bytes, whole):
     return _loaded[key]
 
 
-def _jit_whole(compiled, shared_bytes):
+def _jit_whole(kernel, signature, compiled, shared_bytes):
     """The overload's PTX through the driver's JIT (cuLibraryLoadData: one module, compiled
     whole), with the opt-in to its dynamic shared memory. NVVM may write a newer PTX ISA
     than the driver reads: its version line is then the driver's own (PTX 9.x is CUDA 13.x);
-    the instructions used are sm_90a's, older than either."""
+    the instructions used are sm_90a's, older than either. If the JIT refuses it, None,
+    said in one line: the kernel then runs as numba links it, correct but without the
+    copier's registers moved (slower)."""
     import re
 
     from cuda.core import ObjectCode
@@ -111,7 +114,14 @@ def _jit_whole(compiled, shared_bytes):
     major, minor = driver.get_version()
     ptx = re.sub(r"^\.version \d+\.\d+", f".version {major - 4}.{minor}", ptx, count=1,
                  flags=re.M)
-    launched = ObjectCode.from_ptx(ptx.encode()).get_kernel(entry)   # (a str is a path)
+    try:
+        launched = ObjectCode.from_ptx(ptx.encode()).get_kernel(entry)   # (a str is a path)
+    except Exception as error:                 # (cuda.core's CUDAError)
+        print(f"gemm.persistent: the driver's JIT refused {kernel.py_func.__name__} "
+              f"({str(error).splitlines()[0]}); running numba's own build of it (setmaxnreg "
+              "ignored: slower)", file=sys.stderr)
+        allow_dynamic_shared(kernel, signature, shared_bytes)
+        return None
     attribute = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
     driver.cuKernelSetAttribute(attribute, shared_bytes, launched.handle, device.id)
     driver.cuFuncSetAttribute(driver.cuKernelGetFunction(launched.handle), attribute,

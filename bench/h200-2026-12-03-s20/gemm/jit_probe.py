@@ -5,6 +5,7 @@ forward, the same bits and the same time?
 
 python3 jit_probe.py
 """
+import os
 import re
 
 import ml_dtypes
@@ -60,6 +61,9 @@ def main():
         compiled = kernel.compile(signature)
         ptx = kernel.inspect_asm(signature)
         entry = re.search(r"\.entry\s+(\w+)\(", ptx).group(1)
+        if os.environ.get("OUT"):           # (for ptxas on the host, if the JIT refuses it)
+            with open(os.path.join(os.environ["OUT"], f"jit_probe_{epilogue}.ptx"), "w") as f:
+                f.write(ptx)
         jitted = load(ObjectCode, ptx, entry)
         attribute = ATTR.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         driver.cuKernelSetAttribute(attribute, tile.shared_bytes, jitted.handle, device)
