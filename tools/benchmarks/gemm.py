@@ -22,7 +22,9 @@ def gemm_candidates(M, N, K, accumulate, bf16_out):
              MmaTile(128, 64, 32, 64, 32, 4, 2), MmaTile(128, 256, 32, 64, 64, 2),
              MmaTile(256, 128, 32, 64, 64, 2), MmaTile(64, 64, 32, 32, 32, 4, 4),
              tuning.WIDE_TILE, tuning.FOLD_TILE, tuning.TALL_TILE]
-    default = tuning.default_tile(M, N, K, accumulate, tuning.wgmma_available(), bf16_out)
+    # (as the launcher asks for it: these products have no bias, GELU or ordered split)
+    default = tuning.default_tile(M, N, K, accumulate, tuning.wgmma_available(), bf16_out,
+                                  persistent=True)
     # the default again, as a candidate: with no split given, or with its own split
     same = {(default, None), (default, tuning.default_split_k(M, N, K, default)
                                        if accumulate else None)}
