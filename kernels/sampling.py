@@ -99,25 +99,19 @@ def uniform(base, i):
 
 
 @cuda.jit(device=True, inline=True)
-def _finite_check(seq, b, finite, scratch):
-    """Whether every thread's logits were finite (finite: this thread's, 1 or 0); if not,
-    sequence b is marked NOT_FINITE (thread 0) for the host to report."""
-    if -block_max(-finite, scratch) == ZERO:        # the minimum
-        if cuda.threadIdx.x == 0:
-            seq[b, LEFT] = NOT_FINITE
-        return False
-    return True
-
-
-@(jit if SIMULATOR else jit(launch_bounds=BLOCK))
-def _greedy_tokens_kernel(seq, logits, capacity, vocab, stop_id):
-    # seq (B, 4) int32, logits (B, V): the first of the largest of the first vocab, in the
-    # one pass that checks they are finite
-    b, tid, threads = cuda.blockIdx.x, cuda.threadIdx.x, cuda.blockDim.x
-    scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
+def _state(seq, b, capacity):
+    """Sequence b's (position, tokens left, tokens drawn) and whether it draws now (tokens
+    left, its position in the cache: else done, or waiting for its window to slide)."""
     pos, left, drawn = seq[b, POSITION], seq[b, LEFT], seq[b, DRAWN]
-    if left <= 0 or pos >= capacity:
-        return                      # done, or waiting for its window to slide
+    return pos, left, drawn, left > 0 and pos < capacity
+
+
+@cuda.jit(device=True, inline=True)
+def _first_pass(seq, b, logits, vocab, scratch):
+    """The pass over sequence b's first vocab logits that both kernels begin with ->
+    (the largest, this thread's first index of it or vocab, whether all are finite: if
+    not, thread 0 marks the sequence NOT_FINITE for the host to report)."""
+    tid, threads = cuda.threadIdx.x, cuda.blockDim.x
     best = NEG_INF
     first = vocab                   # the first index of this thread's largest
     finite = ONE
@@ -130,9 +124,25 @@ def _greedy_tokens_kernel(seq, logits, capacity, vocab, stop_id):
                 if x > best:
                     best, first = x, i
     most = block_max(best, scratch)
-    if _finite_check(seq, b, finite, scratch):
-        _advance(seq, b, int32(block_min(float32(first) if best == most else float32(vocab),
-                                         scratch)), pos, left, drawn, stop_id)
+    if -block_max(-finite, scratch) == ZERO:        # the minimum
+        if tid == 0:
+            seq[b, LEFT] = NOT_FINITE
+        return most, vocab, False
+    return most, first if best == most else vocab, True
+
+
+@(jit if SIMULATOR else jit(launch_bounds=BLOCK))
+def _greedy_tokens_kernel(seq, logits, capacity, vocab, stop_id):
+    # seq (B, 4) int32, logits (B, V): the first of the largest of the first vocab, in the
+    # one pass that checks they are finite
+    b = cuda.blockIdx.x
+    scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
+    pos, left, drawn, draws = _state(seq, b, capacity)
+    if not draws:
+        return
+    _, first, finite = _first_pass(seq, b, logits, vocab, scratch)
+    if finite:
+        _advance(seq, b, int32(block_min(float32(first), scratch)), pos, left, drawn, stop_id)
 
 
 # BLOCK threads leave a thread 64 registers: the bound holds ptxas to them (the H200's
@@ -143,22 +153,14 @@ def _sample_tokens_kernel(seq, logits, capacity, vocab, temperature, top_k, top_
     # seq (B, 4) int32, logits (B, V): the first vocab logits are eligible; temperature > 0
     b, tid, threads = cuda.blockIdx.x, cuda.threadIdx.x, cuda.blockDim.x
     scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
-    pos, left, drawn = seq[b, POSITION], seq[b, LEFT], seq[b, DRAWN]
-    if left <= 0 or pos >= capacity:
-        return                      # done, or waiting for its window to slide
-    inv_t = ONE / temperature
-    top = NEG_INF
-    finite = ONE
-    for start in range(tid * STRIP, vocab, threads * STRIP):
-        for i in range(start, start + STRIP):
-            if i < vocab:
-                x = load_float32(logits, (b, i))
-                if not math.isfinite(x):
-                    finite = ZERO
-                top = max(top, x * inv_t)
-    top = block_max(top, scratch)
-    if not _finite_check(seq, b, finite, scratch):
+    pos, left, drawn, draws = _state(seq, b, capacity)
+    if not draws:
         return
+    inv_t = ONE / temperature
+    most, _, finite = _first_pass(seq, b, logits, vocab, scratch)
+    if not finite:
+        return
+    top = most * inv_t      # the largest x * inv_t: rounding keeps the order (inv_t > 0)
     # keep the keys >= floor: bisections on int32 keys, held in int64
     floor = int64(-2**31)
     if 0 < top_k < vocab:
