@@ -101,24 +101,31 @@ def test_the_router_sends_few_rows_here_on_a_gpu(M, monkeypatch):
 
 
 
-# (transpose_b, gelu, out dtype, M, K, N): 16 rows and fewer; K ending a k-block (16) or
-# a head's chunk (64) mid-way, with several splits on the GPU; N ending a warp's 64
-# columns (or a head's 8) mid-way. The simulator's mma costs a block barrier and a whole
-# warp's product per lane: there, one small product of each kind.
+# (transpose_b, gelu, out dtype, M, K, N, unroll): 16 rows and fewer; K ending a k-block
+# (16) or a head's chunk (64) mid-way, with several splits on the GPU; N ending a warp's 64
+# columns (or a head's 8) mid-way; on the GPU every count of k-blocks a warp loads at once
+# that a bench times (one split or several at K 768; the head has no such count). The
+# simulator's mma costs a block barrier and a whole warp's product per lane: there, one
+# small product of each kind.
 MMA_CASES = ([(False, False, np.float32, 16, 40, 72), (False, True, BF16, 3, 24, 8),
               (True, False, BF16, 16, 72, 24)] if not ON_GPU else
              [(tb, gelu, out, M, K, N) for tb, gelu, out in ((False, False, np.float32),
                                                              (False, True, BF16),
                                                              (True, False, BF16))
               for M, K, N in ((16, 768, 2304), (1, 3072, 768), (7, 776, 200))])
+MMA_CASES = [case + (unroll,) for case in MMA_CASES
+             for unroll in ((2, 3, 6) if ON_GPU and not case[0] else (skinny.MMA_UNROLL,))]
 
 
-@pytest.mark.parametrize("transpose_b, gelu, out_dtype, M, K, N", MMA_CASES)
-def test_the_tensor_cores_take_bf16_products(transpose_b, gelu, out_dtype, M, K, N):
+@pytest.mark.parametrize("transpose_b, gelu, out_dtype, M, K, N, unroll", MMA_CASES)
+def test_the_tensor_cores_take_bf16_products(transpose_b, gelu, out_dtype, M, K, N, unroll,
+                                             monkeypatch):
     """bf16 a and b go to the mma kernels (rows padded to 16 with zeros, K and N cut
     mid-tile), against the float64 product of the same bf16 values; on the GPU, whose
     products have several splits, a second launch gives the same bits (the splits added
     in order, the tickets reset)."""
+    monkeypatch.setattr(skinny, "MMA_UNROLL", unroll)
+    monkeypatch.setattr(skinny, "MMA_UNROLL_MANY", unroll)
     rng = np.random.default_rng(M * K + N)
     a, a64 = device(randn(rng, M, K), BF16)
     b, b64 = device(randn(rng, *((N, K) if transpose_b else (K, N))), BF16)
@@ -145,14 +152,15 @@ def test_the_cuda_cores_kernels_compile_per_power_of_two_of_rows():
 
 @pytest.mark.skipif(not ON_GPU, reason="the simulator compiles nothing; its mma cases above "
                     "run rows 3 and 16 through the one kernel")
-def test_one_compilation_serves_every_row_count():
+def test_one_compilation_serves_every_row_count(monkeypatch):
     """The tensor cores' kernels read the row count at run time: products of 1, 5 and 16
     rows are right (out holds M rows exactly: a write past them fails) and add no
-    overload to the kernel's first."""
+    overload to the kernel's first (every row count on one unroll here)."""
+    monkeypatch.setattr(skinny, "MANY_ROWS", skinny.ROWS + 1)
     K, N = 776, 200
     rng = np.random.default_rng(K)
     b, b64 = device(randn(rng, K, N), BF16)
-    kernel = skinny._skinny_mma_kernel(False)
+    kernel = skinny._skinny_mma_kernel(False, skinny.MMA_UNROLL)
     compiled = None
     for M in (1, 5, 16):
         a, a64 = device(randn(rng, M, K), BF16)

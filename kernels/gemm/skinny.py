@@ -51,14 +51,18 @@ COLUMNS_PER_WARP = 4        # transpose_b: columns a warp takes together
 TARGET_BLOCKS = 4 * 132     # four blocks on each of the H200's SMs
 MMA_COLUMNS = 8 * MMA_N      # a warp's columns on the tensor cores: 8 mma tiles
 MMA_TILES = MMA_COLUMNS // MMA_N
-MMA_UNROLL = 2              # k-blocks of 16 rows a warp loads before its mmas
+# k-blocks of 16 rows a warp loads before its mmas (read at each launch: a bench sweeps
+# them), for products of fewer than MANY_ROWS rows and of more: at K 768 three make two
+# splits, six one; more rows make larger partials for the splits' combine. On the H200
+# (docs/generation.md, session 20) three took the fastest step at batch 1 (andrea-120m
+# and andrea-12m), six at batch 16.
+MMA_UNROLL, MMA_UNROLL_MANY, MANY_ROWS = 3, 6, 9
 HEAD_UNROLL = 2             # transposed: chunks of 64 of K a lane loads before its mmas
 # bf16 products on the tensor cores (the mma kernels) where their shapes allow; False
 # keeps them on the CUDA cores' kernels (tools/profile_decode.py --cuda-cores compares)
 TENSOR_CORES = True
 ZERO = np.float32(0.0)
 _LOW, _HIGH = np.uint32(0xFFFF), np.uint32(0xFFFF0000)
-_MMA_B_WORDS, _MMA_A_WORDS = MMA_UNROLL * 4 * GROUP, MMA_UNROLL * 4
 _CHUNK_WORDS = 32           # 64 bf16 of K
 _PARTS_PITCH = MMA_COLUMNS + 4     # a warp's row of sums: 4 more spread the banks
 _HEAD_WORDS = HEAD_UNROLL * 8
@@ -258,12 +262,13 @@ else:
 
 
 @functools.cache
-def _skinny_mma_kernel(gelu_epilogue):
-    """b (K, N) bf16: a warp per MMA_COLUMNS columns and k-blocks of 16 rows, lane (g, t)
-    loading its 8 adjacent columns g * 8 .. g * 8 + 7 of rows 2t, 2t+1, 2t+8, 2t+9 (four
-    16-byte loads); mma tile j's column g is the lane's column j, so its B fragment is
-    the j-th bf16 of each row, paired by rows."""
+def _skinny_mma_kernel(gelu_epilogue, unroll):
+    """b (K, N) bf16: a warp per MMA_COLUMNS columns and k-blocks of 16 rows, unroll of
+    them loaded before their mmas, lane (g, t) loading its 8 adjacent columns g * 8 ..
+    g * 8 + 7 of rows 2t, 2t+1, 2t+8, 2t+9 (four 16-byte loads); mma tile j's column g is
+    the lane's column j, so its B fragment is the j-th bf16 of each row, paired by rows."""
     combine = _combine(MMA_COLUMNS, gelu_epilogue)
+    b_words, a_words = unroll * 4 * GROUP, unroll * 4
 
     @jit
     def skinny_mma_kernel(out, pre, a, b, blocks_per_split, partial, tickets):
@@ -276,15 +281,15 @@ def _skinny_mma_kernel(gelu_epilogue):
         K, (M, N) = b.shape[0], out.shape
         word = (tile * MMA_COLUMNS + g * MMA_N) // 2        # the lane's first word of b
         acc = cuda.local.array((MMA_TILES, 4), float32)
-        wb = cuda.local.array(_MMA_B_WORDS, uint32)         # per k-block: 4 rows of 4
-        wa = cuda.local.array(_MMA_A_WORDS, uint32)         # per k-block: a0 .. a3
+        wb = cuda.local.array(b_words, uint32)              # per k-block: 4 rows of 4
+        wa = cuda.local.array(a_words, uint32)              # per k-block: a0 .. a3
         for j in range(MMA_TILES):
             for r in range(4):
                 acc[j, r] = ZERO
         kb_end = min((K + MMA_K - 1) // MMA_K, (split + 1) * blocks_per_split)
         # every warp the same trips (the simulator's mma is a block barrier)
-        for kb0 in range(split * blocks_per_split, kb_end, WARPS * MMA_UNROLL):
-            for u in range(MMA_UNROLL):                 # the loads first, all in flight
+        for kb0 in range(split * blocks_per_split, kb_end, WARPS * unroll):
+            for u in range(unroll):                     # the loads first, all in flight
                 kb = kb0 + u * WARPS + warp
                 for r in range(4):
                     k = kb * MMA_K + 2 * t + r % 2 + 8 * (r // 2)
@@ -297,7 +302,7 @@ def _skinny_mma_kernel(gelu_epilogue):
                     k = kb * MMA_K + 2 * t + 8 * (r // 2)
                     wa[u * 4 + r] = a[m, k // 2] if kb < kb_end and m < M and k < K \
                         else uint32(0)
-            for u in range(MMA_UNROLL):
+            for u in range(unroll):
                 for j in range(MMA_TILES):
                     i = u * 16 + j // 2     # word j // 2 of row 2t; + GROUP: row 2t + 1
                     if j % 2 == 0:
@@ -385,12 +390,15 @@ def _skinny_mma_transposed_kernel():
                     c0, c1, c2, c3 = mma_bf16_16816(wa[i], wa8[i], wa[i + 1], wa8[i + 1],
                                                     wb[i], wb[i + 1], c0, c1, c2, c3)
         n = n0 + 2 * t
-        if n < N:                   # N even: n + 1 too
+        if n < N:
             if g < M:
                 store_float32(out, (g, n), c0)
-                store_float32(out, (g, n + 1), c1)
             if g + 8 < M:
                 store_float32(out, (g + 8, n), c2)
+        if n + 1 < N:               # an odd N ends mid-pair
+            if g < M:
+                store_float32(out, (g, n + 1), c1)
+            if g + 8 < M:
                 store_float32(out, (g + 8, n + 1), c3)
 
     return skinny_mma_transposed_kernel
@@ -402,12 +410,16 @@ _PARTIAL, _TICKETS = float32[:, :, ::1], int32[::1]
 _WORDS = uint32[:, ::1]
 PTX_SIGNATURES = (
     # andrea-120m's decoding in bf16 (qkv and fc bf16, proj float32) on the tensor cores,
-    # every batch size; the CUDA cores' kernels in float32 (rows that do not divide into
-    # groups too) and in a mix of bf16 and float32, at the row bounds 16 and 4
-    [(_skinny_mma_kernel(False), (out, out, _WORDS, _WORDS, int32, _PARTIAL, _TICKETS))
-     for out in (_BF16, _F32)] +
-    [(_skinny_mma_kernel(True), (_BF16, _BF16, _WORDS, _WORDS, int32, _PARTIAL, _TICKETS)),
-     (_skinny_mma_transposed_kernel(), (_BF16, _WORDS, _WORDS))] +
+    # every batch size (the few rows' unroll and the many's); the CUDA cores' kernels in
+    # float32 (rows that do not divide into groups too) and in a mix of bf16 and float32,
+    # at the row bounds 16 and 4
+    [(_skinny_mma_kernel(False, unroll), (out, out, _WORDS, _WORDS, int32, _PARTIAL,
+                                          _TICKETS))
+     for out in (_BF16, _F32) for unroll in (MMA_UNROLL, MMA_UNROLL_MANY)] +
+    [(_skinny_mma_kernel(True, unroll), (_BF16, _BF16, _WORDS, _WORDS, int32, _PARTIAL,
+                                         _TICKETS))
+     for unroll in (MMA_UNROLL, MMA_UNROLL_MANY)] +
+    [(_skinny_mma_transposed_kernel(), (_BF16, _WORDS, _WORDS))] +
     [(_skinny_kernel(16, GROUP, False), (_F32, _F32, _BF16, _BF16, int32, _PARTIAL,
                                          _TICKETS)),
      (_skinny_kernel(4, 1, False), (_F32, _F32, _F32, _F32, int32, _PARTIAL, _TICKETS)),
@@ -503,11 +515,12 @@ def _skinny_mma(out, a, b, transpose_b, gelu_pre, stream):
         _skinny_mma_transposed_kernel()[grid, threads, stream](out, a32, b32)
         return
     tiles, k_blocks = ceil_div(N, MMA_COLUMNS), ceil_div(K, MMA_K)
+    unroll = MMA_UNROLL if M < MANY_ROWS else MMA_UNROLL_MANY
     # splits of at least a k-block for each warp's loads in flight
-    splits = max(1, min(ceil_div(TARGET_BLOCKS, tiles), ceil_div(k_blocks, WARPS * MMA_UNROLL)))
+    splits = max(1, min(ceil_div(TARGET_BLOCKS, tiles), ceil_div(k_blocks, WARPS * unroll)))
     per_split = ceil_div(k_blocks, splits)
     splits = ceil_div(k_blocks, per_split)
     partial, tickets = _scratch(out, splits, tiles)
     pre = out if gelu_pre is None else gelu_pre
-    _skinny_mma_kernel(gelu_pre is not None)[(tiles, splits), threads, stream](
+    _skinny_mma_kernel(gelu_pre is not None, unroll)[(tiles, splits), threads, stream](
         out, pre, a32, b32, per_split, partial, tickets)
