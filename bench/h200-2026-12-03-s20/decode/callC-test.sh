@@ -12,7 +12,7 @@ T0=$(date +%s)
      --generate "$OUT/warm_generate.md" --tokens 2 > "$OUT/warm_profile.log" 2>&1
  echo "warm profile rc $? at $(( $(date +%s) - T0 )) s" >> "$OUT/warm_profile.log"
  MICROGPT_TEST_DEVICE= timeout $(( 142 - $(date +%s) + T0 )) python3 $D/rule_sweep.py \
-     "$OUT/warm_sweep.md" --tokens 2 > "$OUT/warm_sweep.log" 2>&1
+     "$OUT/warm_sweep.md" --tokens 2 --cases andrea-120m:16 andrea-120m:8 > "$OUT/warm_sweep.log" 2>&1
  echo "warm sweep rc $? at $(( $(date +%s) - T0 )) s" >> "$OUT/warm_sweep.log") &
 (MICROGPT_TEST_DEVICE= timeout 130 python3 bench/h200-2026-12-03-s19/decode/gen_check.py \
      > "$OUT/gen_check.log" 2>&1; echo "gen_check rc $? at $(( $(date +%s) - T0 )) s" >> "$OUT/gen_check.log") &
