@@ -78,6 +78,18 @@ def test_attention_decode(B, H, D, S, dtype, block, seed):
     sequence's position on, so a read of the new position from the cache instead of qkv,
     or of any later one, fails; out is poisoned, and a sequence past the cache must leave
     its out row as it was (NaN) and its cache untouched."""
+    check_attention_decode(B, H, D, S, dtype, block, seed)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="andrea-120m's shapes: a GPU's")
+@pytest.mark.parametrize("block", [128, 256])
+def test_attention_decode_at_andrea_120m(block):
+    """Each split size a bench times, at andrea-120m's 12 heads of 64 and 1024 positions
+    in bf16, 16 sequences at positions drawn across one split, two and more."""
+    check_attention_decode(16, 12, 64, 1024, BF16, block, block)
+
+
+def check_attention_decode(B, H, D, S, dtype, block, seed):
     C, rng = H * D, np.random.default_rng(seed)
     if block is not None and block < D:
         block = None

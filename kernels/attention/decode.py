@@ -263,12 +263,13 @@ def kv_cache_write(kv_cache, qkv, slots, *, block=None, stream=0):
     _kv_cache_write_kernel[(ceil_div(2 * C, block), T, n), block, stream](kv_cache, qkv, slots)
 
 
-def attention_decode(out, kv_cache, qkv, seq, n_head, *, block=THREADS, stream=0):
+def attention_decode(out, kv_cache, qkv, seq, n_head, *, block=None, stream=0):
     """Each sequence's new position, its query in qkv (B, 1, 3C), attends to the cache's
     positions 0 .. position (kv_cache (B, S, 2C)), the new one's key and value read from
     qkv and written into the cache -> out (B, 1, C), the heads merged. A sequence whose
     position is past the cache is left as it is (out too). block: the threads of a
-    split's block, a multiple of 32 and at least head_dim; a split is block keys."""
+    split's block, a multiple of 32 and at least head_dim; a split is block keys (default
+    THREADS, read at each launch: a bench sweeps it)."""
     if len(qkv.shape) != 3 or qkv.shape[1] != 1 or qkv.shape[2] % 3:
         raise ValueError(f"qkv: expected shape (B, 1, 3C), got {tuple(qkv.shape)}")
     B, _, C3 = qkv.shape
@@ -284,6 +285,7 @@ def attention_decode(out, kv_cache, qkv, seq, n_head, *, block=THREADS, stream=0
     S = kv_cache.shape[1]
     check_array("kv_cache", kv_cache, (B, S, 2 * C), qkv.dtype)
     check_seq(seq, B)
+    block = THREADS if block is None else block
     check_block_size(block, WARP)
     if block < D:
         raise ValueError(f"block {block} is below head_dim {D}: a thread owns each output "

@@ -1,10 +1,11 @@
 """The generate bench's greedy and sampled tokens/s (200 new tokens after 16, the prefill
-included) and the captured step's replay time at each variant FEW:MANY of the skinny
+included) and the captured step's replay time at each variant FEW:MANY:KEYS, the skinny
 products' k-blocks a warp loads at once (skinny.MMA_UNROLL below MANY_ROWS rows,
-MMA_UNROLL_MANY from them on), in one process; the step times interleave the variants
-(ROUNDS rounds of REPLAYS replays each, at the same positions).
+MMA_UNROLL_MANY from them on) and attention_decode's keys a split (decode.THREADS), in
+one process; the step times interleave the variants (ROUNDS rounds of REPLAYS replays
+each, at the same positions).
 
-    python rule_sweep.py OUT.md [--variants 2:2 3:3 3:6] [--cases andrea-120m:1 ...]
+    python rule_sweep.py OUT.md [--variants 2:2:128 3:6:128 3:6:256] [--cases ...]
 
 Run from the repository root. --tokens 2 only compiles (a warm-up of the kernel cache)."""
 import argparse
@@ -21,6 +22,7 @@ from microgpt import GPT, get_config                                    # noqa: 
 from microgpt.data import default_cache_dir                             # noqa: E402
 from microgpt.generate import Decoder, Sampling, generate               # noqa: E402
 from microgpt.kernels import cache as kernel_cache                      # noqa: E402
+from microgpt.kernels.attention import decode                           # noqa: E402
 from microgpt.kernels.gemm import skinny                                # noqa: E402
 
 ROUNDS, REPLAYS = 5, 40         # 16 + 200 positions: within andrea-12m's cache of 256
@@ -28,12 +30,15 @@ GREEDY = Sampling(temperature=0.0, top_k=0)
 PROMPT = 16
 
 
+def use(variant):
+    skinny.MMA_UNROLL, skinny.MMA_UNROLL_MANY, decode.THREADS = variant
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
-    parser.add_argument("--variants", nargs="+", default=["2:2", "3:3", "3:6"])
-    parser.add_argument("--cases", nargs="+", default=["andrea-120m:1", "andrea-120m:8",
-                                                       "andrea-120m:16", "andrea-12m:1"])
+    parser.add_argument("--variants", nargs="+", default=["2:2:128", "3:6:128", "3:6:256"])
+    parser.add_argument("--cases", nargs="+", default=["andrea-120m:1", "andrea-120m:16"])
     parser.add_argument("--tokens", type=int, default=200)
     args = parser.parse_args()
     variants = [tuple(map(int, v.split(":"))) for v in args.variants]
@@ -43,7 +48,7 @@ def main():
     models = {name: GPT(get_config(name), backend="cuda", precision="bf16")
               for name in sorted({name for name, _ in cases})}
     lines = [f"Command: `python {' '.join(sys.argv)}`", "",
-             "| MMA_UNROLL : MMA_UNROLL_MANY | case | step µs (graph, best round) | rounds µs "
+             "| MMA_UNROLL : MMA_UNROLL_MANY : keys a split | case | step µs (graph, best round) | rounds µs "
              "| greedy tok/s | sampled tok/s |", "|---|---|---:|---|---:|---:|"]
     for name, batch in cases:
         t0 = time.perf_counter()
@@ -53,7 +58,7 @@ def main():
         prompts = [list(rng.integers(0, model.config.vocab_size, PROMPT)) for _ in range(batch)]
         steppers = {}
         for variant in variants:            # each its own captured step
-            skinny.MMA_UNROLL, skinny.MMA_UNROLL_MANY = variant
+            use(variant)
             decoder = Decoder(model, batch)
             decoder.start_many(list(range(batch)), prompts, [10**6] * batch, [0] * batch)
             decoder.step(GREEDY)
@@ -69,12 +74,12 @@ def main():
                 ops.synchronize()
                 times[variant].append(1e6 * (time.perf_counter() - start) / REPLAYS)
         for variant in variants:
-            skinny.MMA_UNROLL, skinny.MMA_UNROLL_MANY = variant
+            use(variant)
             decoder = Decoder(model, batch)
             rates = [batch * args.tokens / _timed(lambda: generate(
                 model, prompts, args.tokens, sampling, decoder=decoder))
                 for sampling in (GREEDY, Sampling(**SAMPLED))]
-            lines.append(f"| {variant[0]}:{variant[1]} | {name}:{batch} | "
+            lines.append(f"| {':'.join(map(str, variant))} | {name}:{batch} | "
                          f"{min(times[variant]):.1f} | "
                          f"{' '.join(f'{t:.0f}' for t in times[variant])} | "
                          f"{rates[0]:,.0f} | {rates[1]:,.0f} |")
