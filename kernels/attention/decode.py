@@ -54,7 +54,10 @@ from ..precision import (check_activation, group_width, load_float32, load_group
 from microgpt.reference import POSITION, SEQ_COLUMNS, TOKEN
 
 BLOCK = 256                 # the copies
-THREADS = 32 if SIMULATOR else 128  # attention_decode's block, and a split's keys
+# attention_decode's block, and a split's keys: 256 leave positions 128-255 one split, no
+# combine (andrea-120m's step at batch 1 over positions 16-216 on the H200: 495 against
+# 507 us in the last round, 2,017 against 1,959 tok/s; docs/generation.md, session 20)
+THREADS = 32 if SIMULATOR else 256
 NEG_INF = np.float32(-np.inf)
 ZERO = np.float32(0.0)
 
