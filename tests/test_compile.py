@@ -18,7 +18,10 @@ should never need: local memory (a register array that did not stay in registers
 float64 arithmetic (a Python float that slipped into float32 math). Then nvJitLink (from
 the same wheels) assembles the PTX into sm_90a machine code, as the driver would on the
 H200: that checks the inline-asm PTX of the tensor-core atoms, which NVVM passes through
-unread, and reports spills (a stack frame) that the PTX cannot show.
+unread, and reports spills (a stack frame) that the PTX cannot show. A kernel that the
+driver's JIT loads whole-program (kernel.whole_program: the persistent GEMM's copier
+tiles, whose setmaxnreg a relocatable link ignores) is assembled by the CUDA toolkit's
+ptxas instead, whole, as that JIT compiles it; the check needs ptxas on PATH.
 """
 import importlib
 import json
