@@ -1,6 +1,7 @@
 """The token batches the s20 det benchmarks time on: drawn uniformly, by a Zipf law (s 1.2,
 as session 19's embed_parts.py drew them), or a text's, windows of a token shard at random
-offsets by the trainer's BatchLoader (the convergence runs' shards: $DATA/data/train.bin)."""
+offsets by the trainer's BatchLoader (the convergence runs' shards: $DATA/train.bin on the
+H200's machine); and session 19's embedding backward, to time beside today's."""
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,18 @@ def batches(source, vocab, count, B, T, seed=0):
         return [tuple(np.ascontiguousarray(a) for a in pair) for pair in pairs]
     rows = [draw().astype(np.int32) for _ in range(count)]
     return [(np.ascontiguousarray(r[:, :-1]), np.ascontiguousarray(r[:, 1:])) for r in rows]
+
+
+def session19_backward():
+    """kernels/embedding.py's encoder_backward as session 19 left it (at d6ee3c2), from
+    embedding_s19.py beside this file (not committed: made by the line below)."""
+    try:
+        import embedding_s19
+    except ModuleNotFoundError:
+        raise SystemExit("embedding_s19.py is missing; make it with: git show "
+                         "d6ee3c2:kernels/embedding.py | sed 's/^from \\.\\([a-z_]*\\) import/"
+                         "from microgpt.kernels.\\1 import/' > embedding_s19.py") from None
+    return embedding_s19.encoder_backward
 
 
 def describe(inputs):

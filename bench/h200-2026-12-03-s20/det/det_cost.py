@@ -7,7 +7,7 @@ of them; the rounds alternate, each figure the best round's.
     python3 det_cost.py REPS ROUNDS VOCABS TOKENS [s19]
         # TOKENS uniform, zipf or a .bin shard; REPS 1 ROUNDS 1: compile into the cache only;
         # s19: a third step, deterministic with session 19's embedding backward
-        # (embedding_s19.py: kernels/embedding.py at d6ee3c2, its imports made absolute)
+        # (batches.session19_backward: kernels/embedding.py at d6ee3c2)
 """
 import sys
 import time
@@ -16,7 +16,7 @@ import types
 
 import numpy as np
 
-from batches import batches, describe
+from batches import batches, describe, session19_backward
 from microgpt import GPT, get_config
 from microgpt.cuda_backend import CudaBackend, _on_stream
 from microgpt.data import default_cache_dir
@@ -27,8 +27,7 @@ from microgpt.step import Step
 REPS, ROUNDS, VOCABS, TOKENS = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 VARIANTS = {"default": (False, None), "deterministic": (True, None)}
 if sys.argv[5:] == ["s19"]:
-    import embedding_s19
-    VARIANTS["deterministic, s19's embedding"] = (True, embedding_s19.encoder_backward)
+    VARIANTS["deterministic, s19's embedding"] = (True, session19_backward())
 B, T, BATCHES = 16, 1024, 4
 kernel_cache.use(default_cache_dir() / "kernels")
 

@@ -2,7 +2,7 @@
 each launch of kernels/embedding.py's sorted backward alone (20 launches captured in a
 graph, the best of 3 replays) at andrea-120m's B 16 x 1024, C 768, and the whole at other
 blocks and chunks than the launcher's, beside the atomic scatter's whole backward and
-session 19's sorted one (embedding_s19.py: kernels/embedding.py at d6ee3c2); session
+session 19's sorted one (batches.session19_backward: kernels/embedding.py at d6ee3c2); session
 19's embed_parts.py on batches.py's tokens.
 
     python3 embed_parts.py VOCABS TOKENS...     # TOKENS: uniform, zipf or a .bin shard
@@ -10,11 +10,10 @@ session 19's sorted one (embedding_s19.py: kernels/embedding.py at d6ee3c2); ses
 import sys
 import time
 
-import embedding_s19
 import numpy as np
 from numba import cuda
 
-from batches import batches, describe
+from batches import batches, describe, session19_backward
 from microgpt.cuda_backend import CudaBackend
 from microgpt.data import default_cache_dir
 from microgpt.kernels import cache as kernel_cache
@@ -27,6 +26,7 @@ TUNING = [(b, k) for b in (128, 256, 512, 1024) for k in (16, 32, 64)
           if (b, k) != (emb.BLOCK, emb.CHUNK)]
 kernel_cache.use(default_cache_dir() / "kernels")
 backend = CudaBackend()
+session19 = session19_backward()
 s = backend.stream
 
 
@@ -79,7 +79,7 @@ for V in map(int, sys.argv[1].split(",")):
                                                                     stream=s),
             "sorted backward (whole)": lambda: emb.encoder_backward(
                 dwte, dwpe, dout, idx, deterministic=True, stream=s),
-            "session 19's sorted backward (whole)": lambda: embedding_s19.encoder_backward(
+            "session 19's sorted backward (whole)": lambda: session19(
                 dwte, dwpe, dout, idx, deterministic=True, stream=s),
             "segment ranks (with the zeroing)": ranks,
             "token starts": lambda: starts_kernel(starts, counts),
