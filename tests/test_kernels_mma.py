@@ -23,8 +23,9 @@ from microgpt.kernels.atoms import (bits_to_float32, bulk_commit, bulk_wait, cp_
                                     mbarrier_arrive_expect_tx, mbarrier_init,
                                     mbarrier_try_wait, mma_bf16_16816, pack_bf16x2,
                                     rcp_approx, shared_address, shuffle_xor, tma_add_2d,
-                                    tma_load_2d, tma_store_2d, to_bf16, warpgroup_commit,
-                                    warpgroup_fence, warpgroup_wait, wgmma_bf16)
+                                    tma_load_2d, tma_store_2d, to_bf16, warp_uniform,
+                                    warpgroup_commit, warpgroup_fence, warpgroup_wait,
+                                    wgmma_bf16, words_to_b64)
 from microgpt.kernels.device import CHUNK, SHARED_ALIGN
 from microgpt.kernels.layouts.tensor_maps import tensor_map
 
@@ -216,6 +217,35 @@ def test_shuffle_xor_exchanges_within_the_warp(seed, lane_mask):
     out = cuda.to_device(poisoned(64))
     shuffle_kernel[1, 64](out, cuda.to_device(x), lane_mask)
     np.testing.assert_array_equal(out.copy_to_host(), x[np.arange(64) ^ lane_mask])
+
+
+@cuda.jit
+def uniform_kernel(out, x):
+    i = cuda.threadIdx.x
+    out[i] = warp_uniform(x[i])
+
+
+@given(seed=SEEDS)
+def test_warp_uniform_is_lane_0s_value(seed):
+    x = np.random.default_rng(seed).integers(-2**31, 2**31, 64).astype(np.int32)  # two warps
+    out = cuda.to_device(np.zeros(64, np.int32))
+    uniform_kernel[1, 64](out, cuda.to_device(x))
+    np.testing.assert_array_equal(out.copy_to_host(), x[np.arange(64) // 32 * 32])
+
+
+@cuda.jit
+def words_kernel(out, low, high):
+    i = cuda.threadIdx.x
+    out[i] = words_to_b64(low[i], high[i])
+
+
+@given(seed=SEEDS)
+def test_words_to_b64_joins_the_words(seed):
+    low, high = np.random.default_rng(seed).integers(0, 2**32, (2, 32), dtype=np.uint64)
+    out = cuda.to_device(np.zeros(32, np.uint64))
+    words_kernel[1, 32](out, cuda.to_device(low.astype(np.uint32)),
+                        cuda.to_device(high.astype(np.uint32)))
+    np.testing.assert_array_equal(out.copy_to_host(), high << np.uint64(32) | low)
 
 
 # wgmma.m64nNk16 with both operands in shared memory. The image holds A (64 x 16) from byte

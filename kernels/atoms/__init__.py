@@ -33,6 +33,12 @@ The atoms, in the words of the PTX ISA (warp-collective ones marked):
   opaque              an int32 unchanged, through a volatile mov the compiler may neither
                       move nor see through: what a loop computes from it stays in the loop
   shared_address      the shared-memory byte address of an element (for descriptors)
+  words_to_b64        a 64-bit value of two 32-bit words (mov.b64 {lo, hi}): a wgmma
+                      descriptor summed in its low word, its high word constant, which
+                      ptxas sees apart (numba's 64-bit sums carry into a register pair)
+  warp_uniform        an int32 as lane 0 of the warp holds it (shfl.sync.idx): ptxas then
+                      knows it is the same in every lane, and what is computed from it
+                      (a warpgroup's tile addresses) runs on the uniform datapath
   wgmma_bf16(n, ta, tb)  D(64xn) += A(64x16) . B(16xn), both from shared memory through
                       64-bit matrix descriptors, bf16 in, float32 accumulate (warpgroup:
                       4 warps, sm_90a); asynchronous: ordered by warpgroup_fence(regs),
@@ -119,6 +125,7 @@ ATOMS = (
     "mma_bf16_16816", "ldmatrix_x4", "ldmatrix_x4_trans", "cp_async_16", "cp_async_4",
     "cp_async_commit", "cp_async_wait_group", "exp2_ftz", "rcp_approx", "pack_bf16x2",
     "to_bf16", "bits_to_float32", "shuffle_xor", "opaque", "shared_address",
+    "words_to_b64", "warp_uniform",
     "wgmma_bf16", "warpgroup_fence", "warpgroup_commit", "warpgroup_wait",
     "wgmma_bf16_acc", "wgmma_bf16_rs", "named_barrier_arrive",
     "fence_proxy_async", "mbarrier_init", "mbarrier_arrive",

@@ -193,6 +193,34 @@ def opaque(typingctx, x):
 
 
 @intrinsic
+def words_to_b64(typingctx, low, high):
+    # The two 32-bit words of a 64-bit operand (a wgmma descriptor), joined where ptxas
+    # sees them apart: numba adds in 64 bits and LLVM, which can prove a start address
+    # plus an offset never carries, drops the mask that would say so, so ptxas adds and
+    # carries in pairs (and moves both words to uniform registers) for every wgmma.
+    sig = types.uint64(types.uint32, types.uint32)
+
+    def codegen(context, builder, sig, args):
+        return _asm(builder, _i64, list(args), "mov.b64 $0, {$1, $2};", "=l,r,r",
+                    side_effect=False)
+    return sig, codegen
+
+
+@intrinsic
+def warp_uniform(typingctx, x):
+    # An int32 the same in every lane of the warp (the warpgroup of a thread), as lane 0
+    # holds it (shfl.sync.idx): ptxas then knows it is uniform, and what is computed
+    # from it (the descriptors of a warpgroup's tiles) goes to the uniform datapath
+    # instead of being moved there (R2UR) before each wgmma.
+    sig = types.int32(types.int32)
+
+    def codegen(context, builder, sig, args):
+        return _asm(builder, _i32, list(args), "shfl.sync.idx.b32 $0, $1, 0, 31, -1;",
+                    "=r,r", side_effect=False)
+    return sig, codegen
+
+
+@intrinsic
 def shared_address(typingctx, smem, index):
     sig = types.uint32(smem, types.int32)
 

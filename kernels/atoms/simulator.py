@@ -180,6 +180,21 @@ def opaque(x):
 
 
 @cuda.jit(device=True)
+def words_to_b64(low, high):
+    return np.uint64(int(high) << 32 | int(low))
+
+
+@cuda.jit(device=True)
+def warp_uniform(x):
+    tid = cuda.threadIdx.x
+    _posted[tid, 0] = x
+    cuda.syncthreads()
+    first = _posted[tid - tid % WARP, 0]
+    cuda.syncthreads()
+    return np.int32(first)
+
+
+@cuda.jit(device=True)
 def shared_address(smem, index):
     # the twin's shared memory starts at address 0: as the GPU's, aligned to 1024
     return np.uint32(2 * index)
