@@ -42,11 +42,7 @@ TWINS = {"atoms.simulator"}
 # The float32 dq kernel holds a query row and its gradient (2 D floats) per thread: at
 # D = 72 that no longer fits beside the rest. It is the float32 fallback for such a head
 # size; pinned so that it cannot grow, or spread, unnoticed.
-# The wgmma attention forward's D 64 default (steps of 64 keys capped at 128 registers for
-# two blocks an SM) spills (an 8-byte stack frame): the fastest tile on the H200 all the same
-# (docs/flash-attention.md); pinned as the other.
-KNOWN_SPILLS = {("attention.fp32", "attention_backward_dq_kernel", 72): 40,
-                ("attention.hopper", "hopper_attention_forward_kernel", 64): 8}
+KNOWN_SPILLS = {("attention.fp32", "attention_backward_dq_kernel", 72): 40}
 # numba-cuda compiles for a device of compute capability 9.0 or more with the
 # architecture-specific target (sm_90a on the H200), which wgmma needs: so does this check
 CC = (9, 0, "a")

@@ -41,15 +41,15 @@ from ..atoms import (exp2_ftz, fence_barrier_init, fence_tensor_map,
                      mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
                      mbarrier_try_wait, named_barrier, named_barrier_arrive,
                      pack_bf16x2, rcp_approx, shared_address, tma_load_2d,
-                     to_bf16, warpgroup_commit, warpgroup_fence, warpgroup_wait, wgmma_bf16_acc,
-                     wgmma_bf16_rs)
+                     to_bf16, warp_uniform, warpgroup_commit, warpgroup_fence, warpgroup_wait,
+                     wgmma_bf16_acc, wgmma_bf16_rs, words_to_b64)
 from ..cache import jit
 from ..common import ceil_div, device_address
 from ..device import (DYNAMIC_SHARED_LIMIT, MMA_K, SIMULATOR, SMS, SWIZZLE_BYTES, WARPGROUP,
                       allow_dynamic_shared, check_block)
 from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
 from ..layouts.tensor_maps import tensor_map, tma_ready
-from ..layouts.tiles import PANEL, descriptor, wgmma_operand
+from ..layouts.tiles import PANEL, wgmma_operand
 from ..pipelines.tma import tma_pipeline
 from .flash import quad_max, quad_sum   # a row's 4 lanes, the same accumulator layout
 
@@ -133,6 +133,80 @@ def check_tile(tile, D):
 
 
 @functools.cache
+def pair_copier(rows, D):
+    """copy(smem, at, bars, barrier, a, a_map, a_row, a_col, b, b_map, b_row, b_col):
+    `rows` rows of a head of each of the matrices a and b (q's and dout's, k's and v's),
+    from (a_row, a_col) and (b_row, b_col), by the bulk copies into smem from element `at`
+    (a's) and `at + rows D` (b's), panel by panel, completing on bars[barrier]; the caller
+    announces the bytes."""
+    panels, panel = D // PANEL, rows * PANEL
+
+    @cuda.jit(device=True, inline=True)
+    def copy(smem, at, bars, barrier, a, a_map, a_row, a_col, b, b_map, b_row, b_col):
+        for p in range(panels):
+            tma_load_2d(smem, at + p * panel, a, a_map, a_col + p * PANEL, a_row, bars,
+                        barrier)
+            tma_load_2d(smem, at + rows * D + p * panel, b, b_map, b_col + p * PANEL, b_row,
+                        bars, barrier)
+    return copy
+
+
+@cuda.jit(device=True, inline=True)
+def low_word(smem, index, fields):
+    """The low word of the wgmma descriptor of smem[index] with these fields: its start
+    address field (the address >> 4) and the leading offset's."""
+    return uint32(((shared_address(smem, index) >> 4) & 0x3FFF) | (fields & 0xFFFFFFFF))
+
+
+@functools.cache
+def products(D, M, N):
+    """(scores, accumulate): the issuers of a warpgroup's two kinds of product, each one
+    commit group, in blocks whose resident tiles are M rows and whose steps are N rows,
+    the operands at element indices of smem:
+      scores(s, smem, a, b)        s = a b^T over the head dim: a the warpgroup's 64 rows
+                                   of a resident tile, b a step's rows (both K-major: rows
+                                   of one panel of 64 columns of the head dim, in panels)
+      accumulate(o, p, smem, r)    o += p r: p the bf16 A fragments over a step's rows, r
+                                   those rows (MN-major: k the step's rows)
+    Each descriptor is its low word plus the instruction's offset, summed in 32 bits (a
+    start address plus an offset inside the shared memory never carries), joined to the
+    constant high word of its fields (words_to_b64). Summed in 64 bits, as numba does,
+    ptxas added and carried in register pairs and moved both words to uniform registers
+    for every wgmma: half the instructions of session 19's backward passes were integer
+    work."""
+    panel_rows = N * PANEL
+    (a_fields, _), (b_fields, _), (r_fields, r_step) = (
+        wgmma_operand(64, PANEL, k_is_row=False), wgmma_operand(N, PANEL, k_is_row=False),
+        wgmma_operand(N, D, k_is_row=True))
+    a_high, b_high, r_high = (np.uint32(f >> 32) for f in (a_fields, b_fields, r_fields))
+    over_d = wgmma_bf16_acc(N, False, False)
+    over_step = wgmma_bf16_rs(D, True)
+    s_fence, o_fence = warpgroup_fence(N // 2), warpgroup_fence(D // 2)
+
+    @cuda.jit(device=True, inline=True)
+    def scores(s, smem, a, b):
+        a_low, b_low = low_word(smem, a, a_fields), low_word(smem, b, b_fields)
+        s_fence(s)
+        for kk in range(D // MMA_K):
+            over_d(smem, words_to_b64(uint32(a_low + (kk // 4 * (M * PANEL * 2 // 16)
+                                                      + kk % 4 * 2)), a_high),
+                   words_to_b64(uint32(b_low + (kk // 4 * (panel_rows * 2 // 16) + kk % 4 * 2)),
+                                b_high), s, uint32(kk > 0))
+        warpgroup_commit()
+
+    @cuda.jit(device=True, inline=True)
+    def accumulate(o, p, smem, r):
+        r_low = low_word(smem, r, r_fields)
+        o_fence(o)
+        for kk in range(N // MMA_K):
+            over_step(smem, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3],
+                      words_to_b64(uint32(r_low + kk * r_step), r_high), o)
+        warpgroup_commit()
+
+    return scores, accumulate
+
+
+@functools.cache
 def forward_kernel(D, tile):
     G, N, stages, producer, pingpong, min_blocks, persistent = tile
     QB = tile.q_buffers
@@ -141,37 +215,28 @@ def forward_kernel(D, tile):
     s_regs, o_regs = N // 2, D // 2         # accumulators per thread: S (64 x N), O (64 x D)
     p_regs = N // 4                         # P: bf16 pairs, 4 per 16 keys
     q_size = QB * M * D                     # elements: q's tiles, then the stages
-    panel_rows = N * PANEL                  # one panel of a k or v tile
     stage_size = 2 * N * D
     stage_bytes = 2 * stage_size
-    # S = q k^T: A the warpgroup's 64 rows of q, B k's rows, both K-major (rows of one
-    # panel of 64 of the head dim); O += P v: B v's rows MN-major (k = the keys, n = d)
-    q_fields, _ = wgmma_operand(64, PANEL, k_is_row=False)
-    k_fields, _ = wgmma_operand(N, PANEL, k_is_row=False)
-    v_fields, v_step = wgmma_operand(N, D, k_is_row=True)
-    qk = wgmma_bf16_acc(N, False, False)
-    pv = wgmma_bf16_rs(D, True)
-    s_fence, s_wait_one = warpgroup_fence(s_regs), warpgroup_wait(1, s_regs)
-    s_wait_all = warpgroup_wait(0, s_regs)
-    o_fence, o_wait = warpgroup_fence(o_regs), warpgroup_wait(0, o_regs)
+    # S = q k^T: A the warpgroup's 64 rows of q, B the step's keys; O += P v: B v's rows
+    products_qk, products_pv = products(D, M, N)
+    s_wait_one, s_wait_all = warpgroup_wait(1, s_regs), warpgroup_wait(0, s_regs)
+    o_wait = warpgroup_wait(0, o_regs)
     scale_log2 = np.float32(LOG2E / math.sqrt(D))
     ln2 = np.float32(math.log(2.0))
     # the thread that issues the copies: lane 0 of the warp after the warpgroups, or the
     # first consumer's thread 0
     copier = G * WARPGROUP if producer else 0
 
+    copy_pair = pair_copier(N, D)
+
     @cuda.jit(device=True, inline=True)
     def copy_keys(bars, stage, step, operands):
-        """The key and value tiles of key step `step` into `stage`, panel by panel."""
+        """The key and value tiles of key step `step` into `stage`."""
         smem, k, v, k_map, v_map, kv_row, kv_col = operands
         mbarrier_arrive_expect_tx(bars, stage, stage_bytes)
-        base = int32(q_size + stage * stage_size)
         row = kv_row + step * N
-        for p in range(panels):
-            tma_load_2d(smem, base + p * panel_rows, k, k_map, kv_col + p * PANEL, row,
-                        bars, stage)
-            tma_load_2d(smem, base + N * D + p * panel_rows, v, v_map, kv_col + p * PANEL,
-                        row, bars, stage)
+        copy_pair(smem, int32(q_size + stage * stage_size), bars, stage, k, k_map, row, kv_col,
+                  v, v_map, row, kv_col)
 
     pipe = tma_pipeline(stages, G, copy_keys)
     Q_LANDED = pipe.barriers                # a barrier per q buffer, then its 'read'
@@ -233,26 +298,15 @@ def forward_kernel(D, tile):
                     cur[0] = -1
 
     @cuda.jit(device=True, inline=True)
-    def scores(s, smem, q_desc, g):
-        """Issues s = q k^T of the block's step g (the warpgroup's 64 rows by the step's
-        keys)."""
-        k_desc = descriptor(smem, int32(q_size + g % stages * stage_size), k_fields)
-        s_fence(s)
-        for kk in range(D // MMA_K):
-            qk(smem, q_desc + uint64(kk // 4 * (M * PANEL * 2 // 16) + kk % 4 * 2),
-               k_desc + uint64(kk // 4 * (panel_rows * 2 // 16) + kk % 4 * 2), s,
-               uint32(kk > 0))
-        warpgroup_commit()
+    def scores(s, smem, q_at, g):
+        """Issues s = q k^T of the block's step g (the warpgroup's 64 rows of the q tile
+        at q_at by the step's keys)."""
+        products_qk(s, smem, q_at, int32(q_size + uint32(g) % stages * stage_size))
 
     @cuda.jit(device=True, inline=True)
     def accumulate(o, p, smem, g):
         """Issues o += p v of the block's step g."""
-        v_desc = descriptor(smem, int32(q_size + g % stages * stage_size + N * D), v_fields)
-        o_fence(o)
-        for kk in range(N // MMA_K):
-            pv(smem, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3],
-               v_desc + uint64(kk * v_step), o)
-        warpgroup_commit()
+        products_pv(o, p, smem, int32(q_size + uint32(g) % stages * stage_size + N * D))
 
     @cuda.jit(device=True, inline=True)
     def softmax(s, m, l, rescale, key0, row, col, T):
@@ -316,7 +370,9 @@ def forward_kernel(D, tile):
         # walks first), or, persistent, the tiles from the x-th of the walk's order on,
         # gridDim.x apart (advance).
         B, H, T = out.shape[0], out.shape[1], out.shape[2]
-        group = cuda.threadIdx.x // WARPGROUP
+        # warp-uniform as ptxas sees it: the tile addresses computed from it stay on the
+        # uniform datapath, where the wgmma descriptors are read
+        group = warp_uniform(cuda.threadIdx.x // WARPGROUP)
         thread = cuda.threadIdx.x % WARPGROUP
         bars = cuda.shared.array(BARRIERS, uint64)
         raw = cuda.shared.array(0, uint16)
@@ -393,7 +449,7 @@ def forward_kernel(D, tile):
             for half in range(2):
                 m[half], l[half] = NEG_INF, ZERO
             buf = n % QB
-            q_desc = descriptor(smem, int32(buf * M * D + 64 * group * PANEL), q_fields)
+            q_at = int32(buf * M * D + 64 * group * PANEL)
             while not mbarrier_try_wait(bars, Q_LANDED + buf, n // QB % 2):
                 pass
 
@@ -405,7 +461,7 @@ def forward_kernel(D, tile):
             # turn on after (take_turn).
             pipe.wait(bars, g0)
             wait_turn(group)
-            scores(s, smem, q_desc, g0)
+            scores(s, smem, q_at, g0)
             take_turn(group, False)
             if copies:
                 copy_ahead(bars, cur, g0 + stages - 1, operands, H, B, T)
@@ -416,7 +472,7 @@ def forward_kernel(D, tile):
                 g = g0 + it
                 pipe.wait(bars, g)
                 wait_turn(group)
-                scores(s, smem, q_desc, g)
+                scores(s, smem, q_at, g)
                 accumulate(o, p, smem, g - 1)
                 take_turn(group, False)
                 s_wait_one(s)                    # the scores; the product runs on

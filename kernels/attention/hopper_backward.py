@@ -43,19 +43,18 @@ from numba import cuda, float32, int32, types, uint16, uint32, uint64
 
 from ..atoms import (exp2_ftz, fence_barrier_init, fence_tensor_map, mbarrier_arrive_expect_tx,
                      mbarrier_init, mbarrier_try_wait, pack_bf16x2, shared_address,
-                     tma_load_2d, to_bf16, warpgroup_commit, warpgroup_fence, warpgroup_wait,
-                     wgmma_bf16_acc, wgmma_bf16_rs)
+                     tma_load_2d, to_bf16, warp_uniform, warpgroup_wait)
 from ..cache import jit
 from ..common import ceil_div, device_address
-from ..device import (DYNAMIC_SHARED_LIMIT, MMA_K, SIMULATOR, SWIZZLE_BYTES, WARPGROUP,
+from ..device import (DYNAMIC_SHARED_LIMIT, SIMULATOR, SWIZZLE_BYTES, WARPGROUP,
                       allow_dynamic_shared, check_block)
 from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
 from ..layouts.tensor_maps import tensor_map
-from ..layouts.tiles import PANEL, descriptor, wgmma_operand
+from ..layouts.tiles import PANEL
 from ..pipelines.tma import tma_pipeline
 from . import flash
 from .flash import INF, bf16_value, quad_sum
-from .hopper import LOG2E, NEG_INF, WIDTHS, ZERO, described_heads
+from .hopper import LOG2E, NEG_INF, WIDTHS, ZERO, described_heads, pair_copier, products
 
 STATS = 2                   # float32 statistics a query row brings: lse, delta
 
@@ -116,84 +115,36 @@ def check_tile(tile, D, kind):
                 shared_bytes(tile, D, kind), DYNAMIC_SHARED_LIMIT // min_blocks)
 
 
-def _fields(N, D):
-    """The descriptors' constant fields of the three operands: A, the warpgroup's 64 rows of
-    a resident tile, and B, a step's rows, of the products over the head dim (both
-    K-major: rows of one panel of it); B of the products over a step, its rows MN-major
-    (k = the step's rows)."""
-    return (wgmma_operand(64, PANEL, k_is_row=False)[0],
-            wgmma_operand(N, PANEL, k_is_row=False)[0],
-            wgmma_operand(N, D, k_is_row=True)[0])
-
-
-@functools.cache
-def _products(D, M, N):
-    """(scores, accumulate): the issuers of a warpgroup's two kinds of product, each one
-    commit group, in blocks whose resident tiles are M rows and whose stages N."""
-    panel_rows = N * PANEL
-    r_step = wgmma_operand(N, D, k_is_row=True)[1]
-    over_d = wgmma_bf16_acc(N, False, False)
-    over_step = wgmma_bf16_rs(D, True)
-    s_fence, o_fence = warpgroup_fence(N // 2), warpgroup_fence(D // 2)
-
-    @cuda.jit(device=True, inline=True)
-    def scores(s, smem, a_desc, b_desc):
-        """Issues s = a b^T over the head dim (a the warpgroup's 64 rows of a resident
-        tile, b a step's rows)."""
-        s_fence(s)
-        for kk in range(D // MMA_K):
-            over_d(smem, a_desc + uint64(kk // 4 * (M * PANEL * 2 // 16) + kk % 4 * 2),
-                   b_desc + uint64(kk // 4 * (panel_rows * 2 // 16) + kk % 4 * 2), s,
-                   uint32(kk > 0))
-        warpgroup_commit()
-
-    @cuda.jit(device=True, inline=True)
-    def accumulate(o, p, smem, r_desc):
-        """Issues o += p r (p the bf16 A fragments over a step's rows, r those rows)."""
-        o_fence(o)
-        for kk in range(N // MMA_K):
-            over_step(smem, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3],
-                      r_desc + uint64(kk * r_step), o)
-        warpgroup_commit()
-
-    return scores, accumulate
-
-
 @functools.cache
 def dkdv_kernel(D, tile):
     G, N, stages, min_blocks = tile
     M = tile.rows
-    panels = D // PANEL
     s_regs, o_regs = N // 2, D // 2        # accumulators per thread: S^T, dP^T; dk, dv
     p_regs = N // 4                         # P^T, dS^T: bf16 pairs; a thread's columns
     kv_size = 2 * M * D                     # elements: k's tile, v's, then the stages
     stage_size = 2 * N * D                  # q's rows of a step, then dout's
-    panel_rows = N * PANEL
     stats_at = (kv_size + stages * stage_size) // 2     # float32: each stage's lse, delta
     stage_bytes = 2 * stage_size + 4 * STATS * N
-    # S^T = k q^T, dP^T = v dout^T: A the warpgroup's 64 keys, B the step's rows, both
-    # K-major (rows of one panel of the head dim); dv += P^T dout, dk += dS^T q: B the
-    # step's rows MN-major (k = the queries: its rows)
-    a_fields, b_fields, r_fields = _fields(N, D)
     s_wait_one, o_wait = warpgroup_wait(1, s_regs), warpgroup_wait(0, o_regs)
     scale = np.float32(1.0 / math.sqrt(D))
     scale_log2 = np.float32(LOG2E / math.sqrt(D))
     log2e = np.float32(LOG2E)
 
+    # S^T = k q^T, dP^T = v dout^T: A the warpgroup's 64 keys, B the step's queries; dv +=
+    # P^T dout, dk += dS^T q: B the step's rows (k = the queries)
+    transposed_scores, accumulate = products(D, M, N)
+    copy_resident, copy_step = pair_copier(M, D), pair_copier(N, D)
+
     @cuda.jit(device=True, inline=True)
     def copy_queries(bars, stage, step, operands):
-        """The rows of the block's query step `step` of q and dout into `stage`, panel by
-        panel, and their lse and delta."""
+        """The rows of the block's query step `step` of q and dout into `stage`, and their
+        lse and delta."""
         (smem, stats, q, dout, lse, delta, q_map, do_map, lse_map, delta_map, q_row, q_col,
          do_row, do_col, stat_col, first) = operands
         mbarrier_arrive_expect_tx(bars, stage, stage_bytes)
-        base = int32(kv_size + stage * stage_size)
         t0 = (first + step) * N
-        for p in range(panels):
-            tma_load_2d(smem, base + p * panel_rows, q, q_map, q_col + p * PANEL, q_row + t0,
-                        bars, stage)
-            tma_load_2d(smem, base + N * D + p * panel_rows, dout, do_map, do_col + p * PANEL,
-                        do_row + t0, bars, stage)
+        copy_step(smem, int32(kv_size + stage * stage_size), bars, stage, q, q_map, q_row + t0,
+                  q_col, dout, do_map, do_row + t0, do_col)
         at = int32(stats_at + stage * STATS * N)
         tma_load_2d(stats, at, lse, lse_map, stat_col + t0, 0, bars, stage)
         tma_load_2d(stats, at + N, delta, delta_map, stat_col + t0, 0, bars, stage)
@@ -201,8 +152,6 @@ def dkdv_kernel(D, tile):
     pipe = tma_pipeline(stages, G, copy_queries)
     KV_LANDED = pipe.barriers
     BARRIERS = KV_LANDED + 1
-
-    transposed_scores, accumulate = _products(D, M, N)
 
     @jit(**({} if SIMULATOR else {"launch_bounds": (tile.threads, min_blocks)}))
     def hopper_attention_backward_dkdv_kernel(dk, dv, q, dout, k, v, lse, delta, q_map,
@@ -215,7 +164,7 @@ def dkdv_kernel(D, tile):
         # first (they walk the most queries), and the query steps from the one holding k0.
         B, H, T = dk.shape[0], dk.shape[1], dk.shape[2]
         h, b = cuda.blockIdx.y, cuda.blockIdx.z
-        group = cuda.threadIdx.x // WARPGROUP
+        group = warp_uniform(cuda.threadIdx.x // WARPGROUP)       # (as the forward's)
         thread = cuda.threadIdx.x % WARPGROUP
         k0 = cuda.blockIdx.x * M
         first = k0 // N
@@ -238,12 +187,9 @@ def dkdv_kernel(D, tile):
             for m in (q_map, do_map, k_map, v_map, lse_map, delta_map):
                 fence_tensor_map(m)
             mbarrier_arrive_expect_tx(bars, KV_LANDED, 4 * M * D)
-            for p in range(panels):
-                tma_load_2d(smem, int32(p * M * PANEL), k, k_map, h * kv_ch + p * PANEL,
-                            b * kv_rb + h * kv_rh + k0, bars, KV_LANDED)
-                tma_load_2d(smem, int32(M * D + p * M * PANEL), v, v_map,
-                            h * kv_ch + p * PANEL, b * kv_rb + h * kv_rh + k0, bars,
-                            KV_LANDED)
+            kv_row = b * kv_rb + h * kv_rh + k0
+            copy_resident(smem, int32(0), bars, KV_LANDED, k, k_map, kv_row, h * kv_ch, v,
+                          v_map, kv_row, h * kv_ch)
             issued = pipe.refill_ready(bars, stages - 1, stages - 1, issued, steps, operands)
         cuda.syncthreads()
 
@@ -260,8 +206,7 @@ def dkdv_kernel(D, tile):
             dk_acc[r] = ZERO
             dv_acc[r] = ZERO
         copies = cuda.threadIdx.x == 0
-        k_desc = descriptor(smem, int32(64 * group * PANEL), a_fields)
-        v_desc = descriptor(smem, int32(M * D + 64 * group * PANEL), a_fields)
+        k_at, v_at = int32(64 * group * PANEL), int32(M * D + 64 * group * PANEL)
         # the steps wholly above the warpgroup's keys (queries all before its first)
         skip = (k0 + 64 * group) // N - first
         for it in range(min(skip, steps)):
@@ -277,18 +222,20 @@ def dkdv_kernel(D, tile):
             u = uint32(it)
             at = int32(kv_size + u % stages * stage_size)
             pipe.wait(bars, u)
-            transposed_scores(s, smem, k_desc, descriptor(smem, at, b_fields))
-            transposed_scores(dp, smem, v_desc, descriptor(smem, at + N * D, b_fields))
+            transposed_scores(s, smem, k_at, at)
+            transposed_scores(dp, smem, v_at, at + N * D)
             s_wait_one(s)               # S^T, and the previous step's products: dP^T runs on
             if thread == 0 and it > skip:
-                pipe.release(bars, u - 1)
+                pipe.release(bars, uint32(it - 1))
             if copies:
                 issued = pipe.refill_ready(bars, it + 2, it + stages - 1, issued, steps,
                                            operands)
+            # the stats by unsigned indices: numba wraps a signed one that is negative
+            # around the array's end (two compares and a select a load)
             stat = int32(stats_at + u % stages * STATS * N + col)
             for j in range(N // 8):
                 for e in range(2):
-                    column[2 * j + e] = stats[stat + 8 * j + e] * log2e
+                    column[2 * j + e] = stats[uint32(stat + 8 * j + e)] * log2e
             if query0 < k0 + 64 * group + 64 or query0 + N > T:
                 for j in range(N // 8):
                     for r in range(4):
@@ -302,17 +249,17 @@ def dkdv_kernel(D, tile):
                                                      -column[2 * j + r % 2]))
             for r in range(p_regs):
                 p[r] = pack_bf16x2(s[2 * r], s[2 * r + 1])
-            accumulate(dv_acc, p, smem, descriptor(smem, at + N * D, r_fields))
+            accumulate(dv_acc, p, smem, at + N * D)
             for j in range(N // 8):
                 for e in range(2):
-                    column[2 * j + e] = stats[stat + N + 8 * j + e]
+                    column[2 * j + e] = stats[uint32(stat + N + 8 * j + e)]
             s_wait_one(dp)              # dP^T; dv's product runs on
             for j in range(N // 8):
                 for r in range(4):
                     dp[4 * j + r] = s[4 * j + r] * (dp[4 * j + r] - column[2 * j + r % 2])
             for r in range(p_regs):
                 ds[r] = pack_bf16x2(dp[2 * r], dp[2 * r + 1])
-            accumulate(dk_acc, ds, smem, descriptor(smem, at, r_fields))
+            accumulate(dk_acc, ds, smem, at)
         o_wait(dk_acc)
         o_wait(dv_acc)
         if thread == 0 and steps > skip:
@@ -334,38 +281,33 @@ def dkdv_kernel(D, tile):
 def dq_kernel(D, tile):
     G, N, stages, min_blocks = tile
     M = tile.rows
-    panels = D // PANEL
     s_regs, o_regs = N // 2, D // 2        # accumulators per thread: S, dP; dq
     p_regs = N // 4                         # dS: bf16 pairs
     own_size = 2 * M * D                    # elements: q's tile, dout's, then the stages
     stage_size = 2 * N * D                  # k's rows of a step, then v's
-    panel_rows = N * PANEL
-    # S = q k^T, dP = dout v^T: A the warpgroup's 64 queries, B the step's keys; dq += dS
-    # k: B the step's keys MN-major
-    a_fields, b_fields, r_fields = _fields(N, D)
     s_wait_one, s_wait_all = warpgroup_wait(1, s_regs), warpgroup_wait(0, s_regs)
     o_wait = warpgroup_wait(0, o_regs)
     scale = np.float32(1.0 / math.sqrt(D))
     scale_log2 = np.float32(LOG2E / math.sqrt(D))
     log2e = np.float32(LOG2E)
 
+    # S = q k^T, dP = dout v^T: A the warpgroup's 64 queries, B the step's keys; dq += dS
+    # k: B the step's keys (k = the keys)
+    scores, accumulate = products(D, M, N)
+    copy_resident, copy_step = pair_copier(M, D), pair_copier(N, D)
+
     @cuda.jit(device=True, inline=True)
     def copy_keys(bars, stage, step, operands):
-        """The key and value rows of key step `step` into `stage`, panel by panel."""
+        """The key and value rows of key step `step` into `stage`."""
         smem, k, v, k_map, v_map, kv_row, kv_col = operands
         mbarrier_arrive_expect_tx(bars, stage, 2 * stage_size)
-        base = int32(own_size + stage * stage_size)
         row = kv_row + step * N
-        for p in range(panels):
-            tma_load_2d(smem, base + p * panel_rows, k, k_map, kv_col + p * PANEL, row, bars,
-                        stage)
-            tma_load_2d(smem, base + N * D + p * panel_rows, v, v_map, kv_col + p * PANEL,
-                        row, bars, stage)
+        copy_step(smem, int32(own_size + stage * stage_size), bars, stage, k, k_map, row,
+                  kv_col, v, v_map, row, kv_col)
 
     pipe = tma_pipeline(stages, G, copy_keys)
     OWN_LANDED = pipe.barriers
     BARRIERS = OWN_LANDED + 1
-    scores, accumulate = _products(D, M, N)
 
     @jit(**({} if SIMULATOR else {"launch_bounds": (tile.threads, min_blocks)}))
     def hopper_attention_backward_dq_kernel(dq, delta, dout, out, lse, qm, dom, km, vm, q_map,
@@ -376,7 +318,7 @@ def dq_kernel(D, tile):
         # docstring). Block (x, h, b) owns query rows q0 .. q0 + M, the last first.
         B, H, T = dq.shape[0], dq.shape[1], dq.shape[2]
         h, b = cuda.blockIdx.y, cuda.blockIdx.z
-        group = cuda.threadIdx.x // WARPGROUP
+        group = warp_uniform(cuda.threadIdx.x // WARPGROUP)       # (as the forward's)
         thread = cuda.threadIdx.x % WARPGROUP
         q0 = (cuda.gridDim.x - 1 - cuda.blockIdx.x) * M
         steps = (min(T, q0 + M) + N - 1) // N
@@ -394,12 +336,8 @@ def dq_kernel(D, tile):
             for m in (q_map, do_map, k_map, v_map):
                 fence_tensor_map(m)
             mbarrier_arrive_expect_tx(bars, OWN_LANDED, 4 * M * D)
-            for p in range(panels):
-                tma_load_2d(smem, int32(p * M * PANEL), qm, q_map, h * q_ch + p * PANEL,
-                            b * q_rb + h * q_rh + q0, bars, OWN_LANDED)
-                tma_load_2d(smem, int32(M * D + p * M * PANEL), dom, do_map,
-                            h * do_ch + p * PANEL, b * do_rb + h * do_rh + q0, bars,
-                            OWN_LANDED)
+            copy_resident(smem, int32(0), bars, OWN_LANDED, qm, q_map, b * q_rb + h * q_rh + q0,
+                          h * q_ch, dom, do_map, b * do_rb + h * do_rh + q0, h * do_ch)
             issued = pipe.refill_ready(bars, stages - 1, stages - 1, issued, steps, operands)
         cuda.syncthreads()
 
@@ -428,8 +366,7 @@ def dq_kernel(D, tile):
         for r in range(o_regs):
             dq_acc[r] = ZERO
         copies = cuda.threadIdx.x == 0
-        q_desc = descriptor(smem, int32(64 * group * PANEL), a_fields)
-        do_desc = descriptor(smem, int32(M * D + 64 * group * PANEL), a_fields)
+        q_at, do_at = int32(64 * group * PANEL), int32(M * D + 64 * group * PANEL)
         # the warpgroup's key steps: to the one holding its last row (none past T)
         own = (min(T, first + 64) + N - 1) // N if first < T else 0
         while not mbarrier_try_wait(bars, OWN_LANDED, 0):
@@ -439,11 +376,11 @@ def dq_kernel(D, tile):
             u = uint32(it)                  # (as the dk/dv pass's)
             at = int32(own_size + u % stages * stage_size)
             pipe.wait(bars, u)
-            scores(s, smem, q_desc, descriptor(smem, at, b_fields))
-            scores(dp, smem, do_desc, descriptor(smem, at + N * D, b_fields))
+            scores(s, smem, q_at, at)
+            scores(dp, smem, do_at, at + N * D)
             s_wait_one(s)               # S, and the previous step's product: dP runs on
             if thread == 0 and it > 0:
-                pipe.release(bars, u - 1)
+                pipe.release(bars, uint32(it - 1))
             if copies:
                 issued = pipe.refill_ready(bars, it + 2, it + stages - 1, issued, steps,
                                            operands)
@@ -464,7 +401,7 @@ def dq_kernel(D, tile):
                     dp[4 * j + r] = s[4 * j + r] * (dp[4 * j + r] - row_delta[r // 2])
             for r in range(p_regs):
                 ds[r] = pack_bf16x2(dp[2 * r], dp[2 * r + 1])
-            accumulate(dq_acc, ds, smem, descriptor(smem, at, r_fields))
+            accumulate(dq_acc, ds, smem, at)
         o_wait(dq_acc)
         if thread == 0 and own > 0:
             pipe.release(bars, uint32(own - 1))
