@@ -33,7 +33,8 @@ if REAL_SHAPES:
     SHAPES = st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 1024),
                        st.sampled_from([64, 128]))
     TILE = st.sampled_from([None, BackwardTile(1, 64, 4), BackwardTile(2, 64, 8),
-                            BackwardTile(1, 32, 4, 2), BackwardTile(1, 32, 4, 3)])
+                            BackwardTile(1, 32, 4, 2), BackwardTile(1, 32, 4, 3),
+                            BackwardTile(2, 32, 4, 2), BackwardTile(2, 64, 8, 1, True)])
     TILES = st.tuples(st.one_of(TILE, st.just(FlashTile(64, 32))), TILE)
 else:
     SHAPES = st.tuples(st.just(1), st.sampled_from([1, 2]), st.integers(1, 70),
@@ -76,11 +77,11 @@ def check_backward(shape, tiles, seed, fused):
 @given(shape=SHAPES, tiles=TILES, seed=SEEDS, fused=st.booleans())
 # T = 1 in one head; in the simulator two key tiles of 64, the first walking three query
 # steps of 32 through three stages (one refilled), ragged at T, and D 128 (two panels a
-# row); on the GPU a long walk at D 128
+# row); on the GPU a producer warp's copies, ragged, and a long walk at D 128
 @example(shape=(1, 1, 1, 64), tiles=(None, None) if REAL_SHAPES else (SIM, SIM), seed=1,
          fused=False)
-@example(shape=(1, 1, 70, 64), tiles=(None, None) if REAL_SHAPES else (SIM_32, SIM_32), seed=2,
-         fused=True)
+@example(shape=(1, 1, 70, 64), tiles=((BackwardTile(2, 64, 4, 1, True), None) if REAL_SHAPES
+                                      else (SIM_32, SIM_32)), seed=2, fused=True)
 @example(shape=(1, 2, 1000, 128) if REAL_SHAPES else (1, 1, 40, 128),
          tiles=(None, None) if REAL_SHAPES else (SIM_32, SIM_32), seed=3, fused=False)
 def test_hopper_attention_backward(shape, tiles, seed, fused):
@@ -109,3 +110,6 @@ def test_hopper_attention_backward_rejects_bad_arguments():
     with pytest.raises(ValueError, match="16-byte aligned"):
         off = to_device_off_group(np.ones((1, 2, 3), np.float32))
         hb.hopper_attention_backward(x, x, x, off, x, x, x, x, x, rows)
+    if not ON_GPU:
+        with pytest.raises(ValueError, match="producer warp runs on the GPU only"):
+            hb.hopper_attention_backward(*args, tiles=(BackwardTile(1, 64, 4, 1, True), None))

@@ -65,11 +65,15 @@ class BackwardTile(NamedTuple):
     two score-like products, 2 x step / 2 registers, beside the D / 2 of each gradient);
     stages: shared buffers of steps (4 or 8: the copies run stages - 2 steps ahead, as
     far as both warpgroups have released their buffers);
-    min_blocks: blocks per SM the register allocation must leave room for."""
+    min_blocks: blocks per SM the register allocation must leave room for;
+    producer: a warp of its own issues the copies, each as soon as its stage is released
+    (else the first warpgroup's thread 0, between its products, as far as the others'
+    releases let it without waiting)."""
     warpgroups: int = 2
     step: int = 64
     stages: int = 4
     min_blocks: int = 1
+    producer: bool = False
 
     @property
     def rows(self):
@@ -77,7 +81,7 @@ class BackwardTile(NamedTuple):
 
     @property
     def threads(self):
-        return WARPGROUP * self.warpgroups
+        return WARPGROUP * self.warpgroups + (32 if self.producer else 0)
 
 
 def default_tile(D, kind):
@@ -99,7 +103,7 @@ def shared_bytes(tile, D, kind):
 
 
 def check_tile(tile, D, kind):
-    warpgroups, step, stages, min_blocks = tile
+    warpgroups, step, stages, min_blocks, producer = tile
     if D not in WIDTHS:
         raise ValueError(f"head_dim {D}: the wgmma backward takes {WIDTHS}")
     if not 1 <= warpgroups <= 2:
@@ -111,13 +115,17 @@ def check_tile(tile, D, kind):
                          "stage is a mask of its count)")
     if not 1 <= min_blocks <= 3:
         raise ValueError(f"tile {tile}: min_blocks must be 1 to 3")
+    if producer and SIMULATOR:
+        # its thread spins on the barriers while the simulator's twins of the consumers'
+        # warp-collective atoms wait for every live thread of the block
+        raise ValueError(f"tile {tile}: a producer warp runs on the GPU only")
     check_block(f"tile {tile} of the {kind} pass with head_dim {D}", tile.threads,
                 shared_bytes(tile, D, kind), DYNAMIC_SHARED_LIMIT // min_blocks)
 
 
 @functools.cache
 def dkdv_kernel(D, tile):
-    G, N, stages, min_blocks = tile
+    G, N, stages, min_blocks, producer = tile
     M = tile.rows
     s_regs, o_regs = N // 2, D // 2        # accumulators per thread: S^T, dP^T; dk, dv
     p_regs = N // 4                         # P^T, dS^T: bf16 pairs; a thread's columns
@@ -190,8 +198,14 @@ def dkdv_kernel(D, tile):
             kv_row = b * kv_rb + h * kv_rh + k0
             copy_resident(smem, int32(0), bars, KV_LANDED, k, k_map, kv_row, h * kv_ch, v,
                           v_map, kv_row, h * kv_ch)
-            issued = pipe.refill_ready(bars, stages - 1, stages - 1, issued, steps, operands)
+            if not producer:
+                issued = pipe.refill_ready(bars, stages - 1, stages - 1, issued, steps,
+                                           operands)
         cuda.syncthreads()
+        if group == G:                  # the producer warp: every step's copies in turn
+            if thread == 0:
+                pipe.refill_ready(bars, steps, steps, 0, steps, operands)
+            return
 
         row = k0 + 64 * group + wgmma_accumulator_row(thread)     # and row + 8
         col = accumulator_col(thread)
@@ -205,7 +219,7 @@ def dkdv_kernel(D, tile):
         for r in range(o_regs):
             dk_acc[r] = ZERO
             dv_acc[r] = ZERO
-        copies = cuda.threadIdx.x == 0
+        copies = not producer and cuda.threadIdx.x == 0
         k_at, v_at = int32(64 * group * PANEL), int32(M * D + 64 * group * PANEL)
         # the steps wholly above the warpgroup's keys (queries all before its first)
         skip = (k0 + 64 * group) // N - first
@@ -279,7 +293,7 @@ def dkdv_kernel(D, tile):
 
 @functools.cache
 def dq_kernel(D, tile):
-    G, N, stages, min_blocks = tile
+    G, N, stages, min_blocks, producer = tile
     M = tile.rows
     s_regs, o_regs = N // 2, D // 2        # accumulators per thread: S, dP; dq
     p_regs = N // 4                         # dS: bf16 pairs
@@ -338,8 +352,14 @@ def dq_kernel(D, tile):
             mbarrier_arrive_expect_tx(bars, OWN_LANDED, 4 * M * D)
             copy_resident(smem, int32(0), bars, OWN_LANDED, qm, q_map, b * q_rb + h * q_rh + q0,
                           h * q_ch, dom, do_map, b * do_rb + h * do_rh + q0, h * do_ch)
-            issued = pipe.refill_ready(bars, stages - 1, stages - 1, issued, steps, operands)
+            if not producer:
+                issued = pipe.refill_ready(bars, stages - 1, stages - 1, issued, steps,
+                                           operands)
         cuda.syncthreads()
+        if group == G:                  # the producer warp: every step's copies in turn
+            if thread == 0:
+                pipe.refill_ready(bars, steps, steps, 0, steps, operands)
+            return
 
         first = q0 + 64 * group
         row = first + wgmma_accumulator_row(thread)             # and row + 8
@@ -365,7 +385,7 @@ def dq_kernel(D, tile):
         dq_acc = cuda.local.array(o_regs, float32)
         for r in range(o_regs):
             dq_acc[r] = ZERO
-        copies = cuda.threadIdx.x == 0
+        copies = not producer and cuda.threadIdx.x == 0
         q_at, do_at = int32(64 * group * PANEL), int32(M * D + 64 * group * PANEL)
         # the warpgroup's key steps: to the one holding its last row (none past T)
         own = (min(T, first + 64) + N - 1) // N if first < T else 0
