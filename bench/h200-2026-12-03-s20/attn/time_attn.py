@@ -43,8 +43,7 @@ def variants(D, which):
         else:
             dqs, dkdvs = [BT(1, 32, 4, 2)], [BT(1, 32, 4, 2), BT(2, 32, 8)]
     elif D == 64:
-        dqs = [BT(2, 64, 8), BT(1, 32, 4, 3), BT(2, 32, 4, 2), BT(2, 32, 8, 2),
-               BT(2, 64, 8, 1, True)]
+        dqs = [BT(2, 64, 8), BT(1, 32, 4, 3), BT(2, 32, 4, 2), BT(2, 64, 8, 1, True)]
         dkdvs = [BT(1, 64, 4, 2)]
     else:
         dqs, dkdvs = [BT(1, 32, 4, 2)], [BT(2, 32, 8)]
