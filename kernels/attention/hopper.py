@@ -504,12 +504,13 @@ def forward_kernel(D, tile):
             oh = out[b, h]
             for half in range(2):
                 total = quad_sum(l[half])
-                i = row + 8 * half
+                i = uint32(row + 8 * half)     # unsigned: numba tests no index for < 0
                 if i < T:
                     factor = rcp_approx(total)
                     for j in range(D // 8):
-                        oh[i, 8 * j + col] = to_bf16(o[4 * j + 2 * half] * factor)
-                        oh[i, 8 * j + col + 1] = to_bf16(o[4 * j + 2 * half + 1] * factor)
+                        c = uint32(8 * j + col)
+                        oh[i, c] = to_bf16(o[4 * j + 2 * half] * factor)
+                        oh[i, uint32(c + 1)] = to_bf16(o[4 * j + 2 * half + 1] * factor)
                     if col == 0:
                         lse[b, h, i] = (m[half] + math.log2(total)) * ln2
             g0 += steps

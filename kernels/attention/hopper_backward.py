@@ -279,14 +279,16 @@ def dkdv_kernel(D, tile):
         if thread == 0 and steps > skip:
             pipe.release(bars, uint32(steps - 1))
 
+        # unsigned indices here and in the dq pass (as the statistics')
         dkh, dvh = dk[b, h], dv[b, h]
         for half in range(2):
-            i = row + 8 * half
+            i = uint32(row + 8 * half)
             if i < T:
                 for j in range(D // 8):
                     for e in range(2):
-                        dkh[i, 8 * j + col + e] = to_bf16(dk_acc[4 * j + 2 * half + e] * scale)
-                        dvh[i, 8 * j + col + e] = to_bf16(dv_acc[4 * j + 2 * half + e])
+                        c = uint32(8 * j + col + e)
+                        dkh[i, c] = to_bf16(dk_acc[4 * j + 2 * half + e] * scale)
+                        dvh[i, c] = to_bf16(dv_acc[4 * j + 2 * half + e])
 
     return hopper_attention_backward_dkdv_kernel
 
@@ -370,11 +372,11 @@ def dq_kernel(D, tile):
         row_lse = cuda.local.array(2, float32)
         row_delta = cuda.local.array(2, float32)
         for half in range(2):
-            i = row + 8 * half
+            i = uint32(row + 8 * half)
             part = ZERO
             if i < T:
                 for c in range(thread % 4, D, 4):
-                    part += bf16_value(doh[i, c]) * bf16_value(oh[i, c])
+                    part += bf16_value(doh[i, uint32(c)]) * bf16_value(oh[i, uint32(c)])
             row_delta[half] = quad_sum(part)
             row_lse[half] = lse[b, h, i] * log2e if i < T else INF
             if i < T and thread % 4 == 0:
@@ -435,11 +437,12 @@ def dq_kernel(D, tile):
 
         dqh = dq[b, h]
         for half in range(2):
-            i = row + 8 * half
+            i = uint32(row + 8 * half)
             if i < T:
                 for j in range(D // 8):
                     for e in range(2):
-                        dqh[i, 8 * j + col + e] = to_bf16(dq_acc[4 * j + 2 * half + e] * scale)
+                        dqh[i, uint32(8 * j + col + e)] = to_bf16(
+                            dq_acc[4 * j + 2 * half + e] * scale)
 
     return hopper_attention_backward_dq_kernel
 
