@@ -22,7 +22,8 @@ from microgpt.kernels.atoms import (bits_to_float32, bulk_commit, bulk_wait, cp_
                                     fence_tensor_map, ldmatrix_x4, ldmatrix_x4_trans,
                                     mbarrier_arrive_expect_tx, mbarrier_init,
                                     mbarrier_try_wait, mma_bf16_16816, pack_bf16x2,
-                                    rcp_approx, shared_address, shuffle_xor, tma_add_2d,
+                                    rcp_approx, shared_address, shuffle_xor, store_pair,
+                                    tma_add_2d,
                                     tma_load_2d, tma_store_2d, to_bf16, warp_uniform,
                                     warpgroup_commit, warpgroup_fence, warpgroup_wait,
                                     wgmma_bf16, words_to_b64)
@@ -246,6 +247,26 @@ def test_words_to_b64_joins_the_words(seed):
     words_kernel[1, 32](out, cuda.to_device(low.astype(np.uint32)),
                         cuda.to_device(high.astype(np.uint32)))
     np.testing.assert_array_equal(out.copy_to_host(), high << np.uint64(32) | low)
+
+
+@cuda.jit
+def pair_kernel(out, words):
+    i = cuda.threadIdx.x
+    for c in range(words.shape[1]):
+        store_pair(out, (uint32(i), uint32(2 * c)), words[i, c])
+
+
+@given(seed=SEEDS)
+def test_store_pair_writes_a_word_into_two_elements_of_a_row(seed):
+    """Into a view whose rows lie apart (a head of fused rows), the low half first; the
+    elements around it untouched."""
+    words = np.random.default_rng(seed).integers(0, 2**32, (4, 3), dtype=np.uint64)
+    words = words.astype(np.uint32)
+    rows = cuda.to_device(np.full((4, 16), 0xFFFF, np.uint16))
+    pair_kernel[1, 4](rows[:, 4:10], cuda.to_device(words))
+    want = np.full((4, 16), 0xFFFF, np.uint16)
+    want[:, 4:10] = words.view(np.uint16)
+    np.testing.assert_array_equal(rows.copy_to_host(), want)
 
 
 # wgmma.m64nNk16 with both operands in shared memory. The image holds A (64 x 16) from byte

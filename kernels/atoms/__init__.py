@@ -96,6 +96,8 @@ The loads and stores of activations in float32 or bf16 (``precision`` builds on 
   load_group4, store_group4   GROUP (4) consecutive elements by one aligned vector access
   load_words4, store_words4   the same without conversion, a tuple of the array's dtype
                       (bf16 pairs as uint32 words: 16 bytes, 8 elements)
+  store_pair          a bf16 pair (a uint32 word) into a 2-D bf16 array's element and the
+                      next along its row, by one 4-byte store (a row of any pitch)
 
 Fragment layouts of mma.m16n8k16 (lane = threadIdx.x % 32, g = lane // 4, t = lane % 4;
 each register holds the pair at columns 2t, 2t+1 of its row, or rows 2t, 2t+1 for B):
@@ -125,7 +127,7 @@ ATOMS = (
     "mma_bf16_16816", "ldmatrix_x4", "ldmatrix_x4_trans", "cp_async_16", "cp_async_4",
     "cp_async_commit", "cp_async_wait_group", "exp2_ftz", "rcp_approx", "pack_bf16x2",
     "to_bf16", "bits_to_float32", "shuffle_xor", "opaque", "shared_address",
-    "words_to_b64", "warp_uniform",
+    "words_to_b64", "warp_uniform", "store_pair",
     "wgmma_bf16", "warpgroup_fence", "warpgroup_commit", "warpgroup_wait",
     "wgmma_bf16_acc", "wgmma_bf16_rs", "named_barrier_arrive",
     "fence_proxy_async", "mbarrier_init", "mbarrier_arrive",

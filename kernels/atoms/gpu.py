@@ -632,6 +632,24 @@ def store_words4(typingctx, arr, index, values):
     return sig, codegen
 
 
+@intrinsic
+def store_pair(typingctx, arr, index, word):
+    """The bf16 pair `word` (its low half first) into arr[index] and the element after it
+    along the last axis (contiguous), by one 4-byte store: arr[index] 4-byte aligned."""
+    sig = types.void(arr, index, types.uint32)
+
+    def codegen(context, builder, sig, args):
+        aryty, indexty = sig.args[0], sig.args[1]
+        indices = cgutils.unpack_tuple(builder, args[1], len(indexty))
+        indices = [context.cast(builder, i, t, types.intp)
+                   for i, t in zip(indices, indexty.types)]
+        array = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, array, indices)
+        builder.store(args[2], builder.bitcast(ptr, _i32.as_pointer()), align=4)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
 def load_group4(out, at, arr, index):
     """out[at:at + GROUP] = arr's GROUP elements from index, as float32; device code
     only."""

@@ -509,6 +509,15 @@ def store_words4(arr, index, values):
 
 
 @cuda.jit(device=True)
+def store_pair(arr, index, word):
+    i, c = int(index[0]), int(index[1])
+    if (arr.ctypes.data + c * arr.strides[1] + i * arr.strides[0]) % 4:
+        raise IndexError(f"a pair store at {index} is not 4-byte aligned")
+    arr[i, c] = np.uint16(int(word) & 0xFFFF)
+    arr[i, c + 1] = np.uint16(int(word) >> 16)
+
+
+@cuda.jit(device=True)
 def load_group4(out, at, arr, index):
     flat = _flat(arr, index)
     for i in range(GROUP):

@@ -40,8 +40,8 @@ from numba import cuda, float32, int32, types, uint16, uint32, uint64
 from ..atoms import (exp2_ftz, fence_barrier_init, fence_tensor_map,
                      mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
                      mbarrier_try_wait, named_barrier, named_barrier_arrive,
-                     pack_bf16x2, rcp_approx, shared_address, tma_load_2d,
-                     to_bf16, warp_uniform, warpgroup_commit, warpgroup_fence, warpgroup_wait,
+                     pack_bf16x2, rcp_approx, shared_address, store_pair, tma_load_2d,
+                     warp_uniform, warpgroup_commit, warpgroup_fence, warpgroup_wait,
                      wgmma_bf16_acc, wgmma_bf16_rs, words_to_b64)
 from ..cache import jit
 from ..common import ceil_div, device_address
@@ -504,13 +504,15 @@ def forward_kernel(D, tile):
             oh = out[b, h]
             for half in range(2):
                 total = quad_sum(l[half])
-                i = uint32(row + 8 * half)     # unsigned: numba tests no index for < 0
+                # a thread's pairs of columns by 4-byte stores (_check_heads: the rows
+                # 16-byte aligned), at unsigned indices (numba tests no index for < 0)
+                i = uint32(row + 8 * half)
                 if i < T:
                     factor = rcp_approx(total)
                     for j in range(D // 8):
-                        c = uint32(8 * j + col)
-                        oh[i, c] = to_bf16(o[4 * j + 2 * half] * factor)
-                        oh[i, uint32(c + 1)] = to_bf16(o[4 * j + 2 * half + 1] * factor)
+                        r = 4 * j + 2 * half
+                        store_pair(oh, (i, uint32(8 * j + col)),
+                                   pack_bf16x2(o[r] * factor, o[r + 1] * factor))
                     if col == 0:
                         lse[b, h, i] = (m[half] + math.log2(total)) * ln2
             g0 += steps

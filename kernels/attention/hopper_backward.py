@@ -43,7 +43,7 @@ from numba import cuda, float32, int32, types, uint16, uint32, uint64
 
 from ..atoms import (exp2_ftz, fence_barrier_init, fence_tensor_map, mbarrier_arrive_expect_tx,
                      mbarrier_init, mbarrier_try_wait, pack_bf16x2, shared_address,
-                     tma_load_2d, to_bf16, warp_uniform, warpgroup_wait)
+                     store_pair, tma_load_2d, warp_uniform, warpgroup_wait)
 from ..cache import jit
 from ..common import ceil_div, device_address
 from ..device import (DYNAMIC_SHARED_LIMIT, SIMULATOR, SWIZZLE_BYTES, WARPGROUP,
@@ -279,16 +279,16 @@ def dkdv_kernel(D, tile):
         if thread == 0 and steps > skip:
             pipe.release(bars, uint32(steps - 1))
 
-        # unsigned indices here and in the dq pass (as the statistics')
+        # a thread's pairs of columns by 4-byte stores (_check_heads: the rows 16-byte
+        # aligned), at unsigned indices here and in the dq pass (as the statistics')
         dkh, dvh = dk[b, h], dv[b, h]
         for half in range(2):
             i = uint32(row + 8 * half)
             if i < T:
                 for j in range(D // 8):
-                    for e in range(2):
-                        c = uint32(8 * j + col + e)
-                        dkh[i, c] = to_bf16(dk_acc[4 * j + 2 * half + e] * scale)
-                        dvh[i, c] = to_bf16(dv_acc[4 * j + 2 * half + e])
+                    r, c = 4 * j + 2 * half, uint32(8 * j + col)
+                    store_pair(dkh, (i, c), pack_bf16x2(dk_acc[r] * scale, dk_acc[r + 1] * scale))
+                    store_pair(dvh, (i, c), pack_bf16x2(dv_acc[r], dv_acc[r + 1]))
 
     return hopper_attention_backward_dkdv_kernel
 
@@ -440,9 +440,9 @@ def dq_kernel(D, tile):
             i = uint32(row + 8 * half)
             if i < T:
                 for j in range(D // 8):
-                    for e in range(2):
-                        dqh[i, uint32(8 * j + col + e)] = to_bf16(
-                            dq_acc[4 * j + 2 * half + e] * scale)
+                    r = 4 * j + 2 * half
+                    store_pair(dqh, (i, uint32(8 * j + col)),
+                               pack_bf16x2(dq_acc[r] * scale, dq_acc[r + 1] * scale))
 
     return hopper_attention_backward_dq_kernel
 
