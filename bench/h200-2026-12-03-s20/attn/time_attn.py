@@ -46,7 +46,7 @@ def variants(D, which):
         dqs = [BT(2, 64, 8), BT(1, 32, 4, 3), BT(2, 32, 4, 2), BT(2, 64, 8, 1, True)]
         dkdvs = [BT(1, 64, 4, 2)]
     else:
-        dqs, dkdvs = [BT(1, 32, 4, 2)], [BT(2, 32, 8)]
+        dqs, dkdvs = [BT(1, 32, 4, 2), BT(2, 64, 4)], [BT(2, 32, 8), BT(2, 64, 4)]
     return ([(dq0, dkdv0), (mma, dkdv0)] + [(t, dkdv0) for t in dqs]
             + [(mma, t) for t in dkdvs])
 
