@@ -41,19 +41,20 @@ import numba
 import numpy as np
 from numba import cuda, float32, int32, types, uint16, uint32, uint64
 
-from ..atoms import (exp2_ftz, fence_barrier_init, fence_tensor_map, mbarrier_arrive_expect_tx,
-                     mbarrier_init, mbarrier_try_wait, pack_bf16x2, shared_address,
+from ..atoms import (exp2_ftz, fence_barrier_init, fence_tensor_map, load_group4,
+                     mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_try_wait, pack_bf16x2,
+                     shared_address,
                      store_pair, tma_load_2d, warp_uniform, warpgroup_wait)
 from ..cache import jit
 from ..common import ceil_div, device_address
-from ..device import (DYNAMIC_SHARED_LIMIT, SIMULATOR, SWIZZLE_BYTES, WARPGROUP,
+from ..device import (DYNAMIC_SHARED_LIMIT, GROUP, SIMULATOR, SWIZZLE_BYTES, WARPGROUP,
                       allow_dynamic_shared, check_block)
 from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
 from ..layouts.tensor_maps import tensor_map
 from ..layouts.tiles import PANEL
 from ..pipelines.tma import tma_pipeline
 from . import flash
-from .flash import INF, bf16_value, quad_sum
+from .flash import INF, quad_sum
 from .hopper import LOG2E, NEG_INF, WIDTHS, ZERO, described_heads, pair_copier, products
 
 STATS = 2                   # float32 statistics a query row brings: lse, delta
@@ -367,16 +368,23 @@ def dq_kernel(D, tile):
         row = first + wgmma_accumulator_row(thread)             # and row + 8
         col = accumulator_col(thread)
         # delta = rowsum(dout * out) of the thread's rows, the 4 lanes of a row splitting
-        # it, while the copies fly; lse to the log2 domain, +inf past T: p = 0 there
+        # it (a quarter each, by 8-byte loads: _check_heads has the rows 16-byte aligned),
+        # while the copies fly; lse to the log2 domain, +inf past T: p = 0 there
         doh, oh = dout[b, h], out[b, h]
         row_lse = cuda.local.array(2, float32)
         row_delta = cuda.local.array(2, float32)
+        do4 = cuda.local.array(GROUP, float32)
+        o4 = cuda.local.array(GROUP, float32)
         for half in range(2):
             i = uint32(row + 8 * half)
             part = ZERO
             if i < T:
-                for c in range(thread % 4, D, 4):
-                    part += bf16_value(doh[i, uint32(c)]) * bf16_value(oh[i, uint32(c)])
+                for g in range(D // 4 // GROUP):
+                    c = uint32(thread % 4 * (D // 4) + GROUP * g)
+                    load_group4(do4, 0, doh, (i, c))
+                    load_group4(o4, 0, oh, (i, c))
+                    for e in range(GROUP):
+                        part += do4[e] * o4[e]
             row_delta[half] = quad_sum(part)
             row_lse[half] = lse[b, h, i] * log2e if i < T else INF
             if i < T and thread % 4 == 0:
