@@ -113,3 +113,49 @@ def test_hopper_attention_backward_rejects_bad_arguments():
     if not ON_GPU:
         with pytest.raises(ValueError, match="producer warp runs on the GPU only"):
             hb.hopper_attention_backward(*args, tiles=(BackwardTile(1, 64, 4, 1, True), None))
+
+
+def test_the_attention_op_sends_hopper_heads_here(monkeypatch):
+    """kernels.attention's backward, the op the model calls, runs bf16 heads of head_dim 64
+    and 128 from T = hopper.MIN_T on here on a Hopper GPU and on flash's mma.sync kernels
+    elsewhere (the simulator, other GPUs, other widths, shorter T): each launcher recorded
+    and, on a GPU, run and its results compared with float64 (in the simulator a recorded
+    call launches nothing: the tests above and flash's run them)."""
+    from microgpt.kernels import attention
+    from microgpt.kernels.attention import flash, hopper
+
+    calls = []
+
+    def recorded(module, name):
+        launcher = getattr(module, name)
+
+        def record(*args, **kwargs):
+            calls.append(name)
+            if ON_GPU:
+                launcher(*args, **kwargs)
+        monkeypatch.setattr(module, name, record)
+    recorded(hb, "hopper_attention_backward")
+    recorded(flash, "flash_attention_backward")
+    hopper_gpu = ON_GPU and cuda.get_current_device().compute_capability[0] == 9
+    for D, T in ((64, hopper.MIN_T), (32, hopper.MIN_T), (64, 5)):
+        shape = (1, 2, T, D)
+        rng = np.random.default_rng(D)
+        (q, q64), (k, k64), (v, v64), (dout, dout64) = (bf16(randn(rng, *shape))
+                                                         for _ in range(4))
+        want_out, want_lse = ref.attention_forward(q64, k64, v64)
+        out, _ = bf16(want_out.astype(np.float32))
+        grads = [cuda.to_device(poisoned(shape, np.uint16)) for _ in range(3)]
+        delta = cuda.to_device(poisoned(shape[:3]))
+        attention.attention_backward(*grads, delta, *map(cuda.to_device, (dout, q, k, v, out)),
+                                     cuda.to_device(want_lse.astype(np.float32)))
+        want = ("hopper_attention_backward" if hopper_gpu and D == 64 and T >= hopper.MIN_T
+                else "flash_attention_backward")
+        assert calls.pop() == want and calls == []
+        if not ON_GPU:
+            continue
+        out64 = from_bf16(out)
+        got = [from_bf16(g.copy_to_host()) for g in grads] + [delta.copy_to_host()]
+        assert_attention_gradients(
+            got, (*ref.attention_backward(dout64, q64, k64, v64, out64, want_lse),
+                  ref.attention_delta(dout64, out64)), dout64, q64, k64, v64, TOL_OUT,
+            TOL_GRAD, f"the op's backward, D {D} T {T}")

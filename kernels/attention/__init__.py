@@ -4,19 +4,21 @@ the kernels around it.
 NumPy twins: ``microgpt.reference.attention_forward`` and ``attention_backward``.
 ``attention_forward`` and ``attention_backward`` route by dtype: float32 heads to the
 CUDA cores' kernels (``attention.fp32``, the seed's block per (batch, head)), bf16 heads
-(uint16 arrays) to the tensor cores: on Hopper the forward of head_dims 64 and 128 at T
-of at least ``hopper.MIN_T`` to ``attention.hopper`` (wgmma), every other to
-``attention.flash`` (mma.sync), with their default tiles.
+(uint16 arrays) to the tensor cores: on Hopper head_dims 64 and 128 at T of at least
+``hopper.MIN_T`` to ``attention.hopper`` (the wgmma forward) and
+``attention.hopper_backward`` (the wgmma backward), every other to ``attention.flash``
+(mma.sync), with their default tiles.
 
   fp32       the float32 kernels, one row per thread
   flash      flash attention on the mma.sync tensor cores (bf16)
   hopper     flash attention's forward on Hopper's wgmma (bf16, head_dim 64 and 128)
+  hopper_backward   its backward there: the dq and dk/dv passes on wgmma
   heads      the fused QKV rows split into heads, and the heads merged back
   kv_cache   generation's cache: its write, and attention of new rows over it
 """
 import numpy as np
 
-from . import flash, fp32, hopper
+from . import flash, fp32, hopper, hopper_backward
 
 
 def _no_geometry(block, blocks_per_head):
@@ -46,10 +48,13 @@ def attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, *, block=None
     """dq, dk, dv (B, H, T, D) and delta (B, H, T) = rowsum(dout * out), overwritten, from
     dout (B, H, T, D) and the forward's q, k, v, out and lse; P is recomputed from q, k
     and lse. block and blocks_per_head as attention_forward's, for both of ``fp32``'s
-    launches; bf16 heads (delta stays float32) go to ``flash`` with its default tiles."""
+    launches; bf16 heads (delta stays float32) go to ``hopper_backward`` where it takes them
+    (as the forward), ``flash`` otherwise, with their default tiles."""
     if q.dtype == np.uint16:
         _no_geometry(block, blocks_per_head)
-        return flash.flash_attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse,
-                                              stream=stream)
+        arrays = (dq, dk, dv, delta, dout, q, k, v, out, lse)
+        if hopper_backward.takes(*arrays):
+            return hopper_backward.hopper_attention_backward(*arrays, stream=stream)
+        return flash.flash_attention_backward(*arrays, stream=stream)
     fp32.attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, block=block,
                             blocks_per_head=blocks_per_head, stream=stream)

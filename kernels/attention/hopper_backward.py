@@ -87,12 +87,16 @@ class BackwardTile(NamedTuple):
 
 def default_tile(D, kind):
     """The tile of the dq or the dk/dv pass (kind "dq", "dkdv"): the fastest measured on the
-    H200 (docs/flash-attention.md, session 19 call B: at D 64 the dk/dv pass 0.270 ms with
-    4 stages, 0.257 with 8). (The simulator's: one warpgroup, whose 128 Python threads are
-    a block's cost.)"""
+    H200 (docs/flash-attention.md, session 20 call B, at andrea-120m: the dq pass 0.156 ms
+    with one warpgroup of 64 queries, steps of 32 keys and three blocks an SM, against
+    0.174 with the two warpgroups of (2, 64, 8); the dk/dv pass 0.190 with (2, 64, 8); at
+    D 128 the dq pass 0.684 with (1, 32, 4, 2) against 0.740). (The simulator's: one
+    warpgroup, whose 128 Python threads are a block's cost.)"""
     if SIMULATOR:
         return BackwardTile(1, 64, 4)
-    return BackwardTile(2, 64 if D == 64 else 32, 8 if D == 64 and kind == "dkdv" else 4)
+    if kind == "dq":
+        return BackwardTile(1, 32, 4, 3 if D == 64 else 2)
+    return BackwardTile(2, 64, 8) if D == 64 else BackwardTile(2, 32, 4)
 
 
 def shared_bytes(tile, D, kind):
@@ -488,10 +492,9 @@ def statistics_row(x):
 
 
 def takes(dq, dk, dv, delta, dout, q, k, v, out, lse):
-    """Whether this backward takes these heads here: on sm_90, a width of WIDTHS, T at least
-    hopper.MIN_T, q, k, v and dout views of matrices the bulk copies read, lse and delta
-    at addresses the copies take. (The op does not send them here: on the H200 this
-    backward is still a little slower than flash's, docs/flash-attention.md.)"""
+    """Whether the op runs these heads here: on sm_90, a width of WIDTHS, T at least
+    hopper.MIN_T (as the forward: shorter walks were not compared), q, k, v and dout views
+    of matrices the bulk copies read, lse and delta at addresses the copies take."""
     from .hopper import MIN_T, head_matrix
 
     if SIMULATOR or cuda.get_current_device().compute_capability[0] != 9:
