@@ -17,6 +17,7 @@ import numpy as np  # noqa: E402
 from numba import cuda  # noqa: E402
 
 from benchmarks.attention import bf16_host, graph_time  # noqa: E402
+from microgpt.kernels import attention  # noqa: E402
 from microgpt.kernels.attention import flash as fa, hopper  # noqa: E402
 from microgpt.kernels.attention import hopper_backward as hb  # noqa: E402
 from microgpt.kernels.attention.flash import FlashTile  # noqa: E402
@@ -31,11 +32,14 @@ def variants(D, which):
     dk/dv pass (the dk/dv pass's own time is the backward's less the mma.sync dq pass's),
     each wgmma pass's other tiles beside the other's default (one warpgroup a block, two or
     three blocks an SM: a block's start and end under another's walk). which: the set of
-    call A or of call B (after A's figures)."""
+    call A, B (after A's figures) or C (the routed defaults)."""
     if D not in hb.WIDTHS:
         return []
     mma = fa.default_tile(D, "dq")
     dq0, dkdv0 = hb.default_tile(D, "dq"), hb.default_tile(D, "dkdv")
+    if which == "C":        # the routed defaults, beside a producer warp's dq pass
+        return ([(dq0, dkdv0)] + ([(BT(2, 64, 8, 1, True), dkdv0)] if D == 64 else [])
+                + [(mma, dkdv0)])
     if which == "A":
         if D == 64:
             dqs = [BT(2, 64, 8), BT(1, 64, 4, 2), BT(1, 32, 4, 3)]
@@ -189,6 +193,10 @@ for name in args.shapes:
     if hopper.takes(q, k, v):
         row["wgmma fwd"] = graph_time(
             lambda s: hopper.hopper_attention_forward(out, lse, q, k, v, stream=s), args.reps)
+    row["op fwd+bwd"] = graph_time(lambda s: (attention.attention_forward(out, lse, q, k, v,
+                                                                       stream=s),
+                                              attention.attention_backward(*a, stream=s)),
+                                   args.reps)
     fa.flash_attention_forward(out, lse, q, k, v)
     row["mma dq"] = graph_time(dq_pass, args.reps)
     row["mma bwd"] = graph_time(lambda s: fa.flash_attention_backward(*a, stream=s), args.reps)
@@ -223,7 +231,7 @@ for name in args.shapes:
 print("\n| shape | kernel | ms | TFLOP/s |\n|---|---|---:|---:|")
 for name, shape, flops, row in table:
     for key, ms in row.items():
-        work = (None if key == "mma dq" else 3.5 * flops if "both" in key
+        work = (None if key == "mma dq" else 3.5 * flops if "both" in key or "+" in key
                 else flops if "fwd" in key else 2.5 * flops)
         print(f"| {name} {shape} | {key} | {ms:.4f} | "
               + (f"{work / ms / 1e9:.0f}" if work else "") + " |")
