@@ -193,6 +193,11 @@ for name in args.shapes:
     if hopper.takes(q, k, v):
         row["wgmma fwd"] = graph_time(
             lambda s: hopper.hopper_attention_forward(out, lse, q, k, v, stream=s), args.reps)
+        # its out and lse against mma.sync's (batch 0)
+        got_out, got_lse = bf16_host(out[:1]), lse[:1].copy_to_host()
+        fa.flash_attention_forward(out, lse, q, k, v)
+        print(f"  wgmma fwd against mma.sync's: out {rel(got_out, bf16_host(out[:1])):.1e}, lse "
+              f"{np.abs(got_lse - lse[:1].copy_to_host()).max():.1e}", flush=True)
     row["op fwd+bwd"] = graph_time(lambda s: (attention.attention_forward(out, lse, q, k, v,
                                                                        stream=s),
                                               attention.attention_backward(*a, stream=s)),
