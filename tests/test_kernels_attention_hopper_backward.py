@@ -113,6 +113,9 @@ def test_hopper_attention_backward_rejects_bad_arguments():
     if not ON_GPU:
         with pytest.raises(ValueError, match="producer warp runs on the GPU only"):
             hb.hopper_attention_backward(*args, tiles=(BackwardTile(1, 64, 4, 1, True), None))
+    for tile in (BackwardTile(2, 64, 8, 1, True), BackwardTile(2, 32, 4, 2)):
+        with pytest.raises(ValueError, match="would spill|GPU only"):
+            hb.hopper_attention_backward(*args, tiles=(None, tile))
 
 
 def test_the_attention_op_sends_hopper_heads_here(monkeypatch):

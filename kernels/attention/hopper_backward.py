@@ -124,6 +124,13 @@ def check_tile(tile, D, kind):
         # its thread spins on the barriers while the simulator's twins of the consumers'
         # warp-collective atoms wait for every live thread of the block
         raise ValueError(f"tile {tile}: a producer warp runs on the GPU only")
+    # the dk/dv pass holds two gradients' accumulators: where ptxas leaves a thread fewer
+    # than ~170 registers (a producer's 9 warps count as 12; two blocks of two
+    # warpgroups) it spills and serializes the wgmma (sm_90a), and on the H200 the GPU
+    # tests that drew such tiles died of an illegal instruction in this pass (session 20)
+    if kind == "dkdv" and (producer or tile.threads * min_blocks > 3 * WARPGROUP):
+        raise ValueError(f"tile {tile}: the dk/dv pass takes neither a producer warp nor more "
+                         "than 384 threads an SM (its registers would spill)")
     check_block(f"tile {tile} of the {kind} pass with head_dim {D}", tile.threads,
                 shared_bytes(tile, D, kind), DYNAMIC_SHARED_LIMIT // min_blocks)
 
