@@ -10,7 +10,8 @@ How a block works (docs/flash-attention.md, "The wgmma backward"). A block owns 
 64 x warpgroups rows of one (batch, head), each warpgroup 64 of them; the bulk copies
 bring its two resident tiles into shared memory once and the other side's rows, `step`
 at a time, into `stages` buffers (pipelines.tma; the first warpgroup's thread 0 issues the
-copies, each step's a step or more ahead, and both warpgroups release every step).
+copies, each step's a step or more ahead, or a producer warp of its own does, and every
+warpgroup releases every step).
 
 dq pass    resident q and dout, streamed k and v (the forward's walk: the key steps to
            the diagonal). Per step S = q k^T and dP = dout v^T by wgmma from shared
