@@ -118,15 +118,18 @@ def test_hopper_attention_backward_rejects_bad_arguments():
             hb.hopper_attention_backward(*args, tiles=(None, tile))
 
 
-def test_the_attention_op_sends_hopper_heads_here(monkeypatch):
+@pytest.mark.parametrize("routed", [False, True])
+def test_the_attention_op_sends_hopper_heads_here(monkeypatch, routed):
     """kernels.attention's backward, the op the model calls, runs bf16 heads of head_dim 64
-    and 128 from T = hopper.MIN_T on here on a Hopper GPU and on flash's mma.sync kernels
-    elsewhere (the simulator, other GPUs, other widths, shorter T): each launcher recorded
+    and 128 from T = hopper.MIN_T on here on a Hopper GPU when attention.HOPPER_BACKWARD is
+    set, and on flash's mma.sync kernels otherwise (unset, the simulator, other GPUs, other
+    widths, shorter T): each launcher recorded
     and, on a GPU, run and its results compared with float64 (in the simulator a recorded
     call launches nothing: the tests above and flash's run them)."""
     from microgpt.kernels import attention
     from microgpt.kernels.attention import flash, hopper
 
+    monkeypatch.setattr(attention, "HOPPER_BACKWARD", routed)
     calls = []
 
     def recorded(module, name):
@@ -151,7 +154,8 @@ def test_the_attention_op_sends_hopper_heads_here(monkeypatch):
         delta = cuda.to_device(poisoned(shape[:3]))
         attention.attention_backward(*grads, delta, *map(cuda.to_device, (dout, q, k, v, out)),
                                      cuda.to_device(want_lse.astype(np.float32)))
-        want = ("hopper_attention_backward" if hopper_gpu and D == 64 and T >= hopper.MIN_T
+        want = ("hopper_attention_backward" if routed and hopper_gpu and D == 64
+                and T >= hopper.MIN_T
                 else "flash_attention_backward")
         assert calls.pop() == want and calls == []
         if not ON_GPU:

@@ -5,9 +5,9 @@ NumPy twins: ``microgpt.reference.attention_forward`` and ``attention_backward``
 ``attention_forward`` and ``attention_backward`` route by dtype: float32 heads to the
 CUDA cores' kernels (``attention.fp32``, the seed's block per (batch, head)), bf16 heads
 (uint16 arrays) to the tensor cores: on Hopper head_dims 64 and 128 at T of at least
-``hopper.MIN_T`` to ``attention.hopper`` (the wgmma forward) and
-``attention.hopper_backward`` (the wgmma backward), every other to ``attention.flash``
-(mma.sync), with their default tiles.
+``hopper.MIN_T`` to ``attention.hopper`` (the wgmma forward) and, once ``HOPPER_BACKWARD``
+is set, ``attention.hopper_backward`` (the wgmma backward), every other to
+``attention.flash`` (mma.sync), with their default tiles.
 
   fp32       the float32 kernels, one row per thread
   flash      flash attention on the mma.sync tensor cores (bf16)
@@ -19,6 +19,14 @@ CUDA cores' kernels (``attention.fp32``, the seed's block per (batch, head)), bf
 import numpy as np
 
 from . import flash, fp32, hopper, hopper_backward
+
+
+# Whether the bf16 backward goes to hopper_backward where it takes the heads. Not yet: its
+# GPU property test died of an illegal instruction on a drawn example in session 20's calls
+# B and C (unattributed; the dk/dv tiles suspected are refused since, not re-run on the
+# GPU), although its default tiles matched mma.sync's gradients at every real shape timed
+# (docs/flash-attention.md). Set it once that test passes on the H200.
+HOPPER_BACKWARD = False
 
 
 def _no_geometry(block, blocks_per_head):
@@ -49,11 +57,11 @@ def attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, *, block=None
     dout (B, H, T, D) and the forward's q, k, v, out and lse; P is recomputed from q, k
     and lse. block and blocks_per_head as attention_forward's, for both of ``fp32``'s
     launches; bf16 heads (delta stays float32) go to ``hopper_backward`` where it takes them
-    (as the forward), ``flash`` otherwise, with their default tiles."""
+    and ``HOPPER_BACKWARD`` is set, ``flash`` otherwise, with their default tiles."""
     if q.dtype == np.uint16:
         _no_geometry(block, blocks_per_head)
         arrays = (dq, dk, dv, delta, dout, q, k, v, out, lse)
-        if hopper_backward.takes(*arrays):
+        if HOPPER_BACKWARD and hopper_backward.takes(*arrays):
             return hopper_backward.hopper_attention_backward(*arrays, stream=stream)
         return flash.flash_attention_backward(*arrays, stream=stream)
     fp32.attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, block=block,
