@@ -352,6 +352,10 @@ def test_the_launcher_asks_for_persistent_tiles_only_where_they_run(monkeypatch,
     with pytest.raises(_Asked):
         gemm_bf16.matmul_bf16(out, a, b, **kwargs, **pre)
     assert asked == [persistent]
+    monkeypatch.setattr(tuning, "PERSISTENT_ROUTING", False)    # the routing off: never
+    with pytest.raises(_Asked):
+        gemm_bf16.matmul_bf16(out, a, b, **kwargs, **pre)
+    assert asked == [persistent, False]
 
 
 @pytest.mark.parametrize("transpose_b, deterministic", [(False, False), (True, False),

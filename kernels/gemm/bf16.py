@@ -29,6 +29,7 @@ from . import persistent, wgmma
 from .bias import check_bias, unread_bias
 from .mma_sync import mma_sync_kernel
 from .tiles import GROUP, MmaTile, PersistentTile, WgmmaTile, check_tile
+from . import tuning
 from .tuning import MAX_CHAIN, default_split_k, default_tile, splits_written, wgmma_takes
 from .turns import split_turns
 from .wgmma import wgmma_kernel
@@ -101,7 +102,7 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
         # the persistent tiles have no GELU epilogue, no ordered split-K and no folding;
         # and they read a bias from global memory in the epilogue, where the wgmma kernel
         # stages it in shared memory first (docs/kernels-step.md, row 4: ~3 us a tile so)
-        persistent = (gelu is None and bias is None
+        persistent = (tuning.PERSISTENT_ROUTING and gelu is None and bias is None
                       and not (deterministic and (accumulate or K > max_chain))
                       and not (out_bf16 and K > max_chain))
         tile = default_tile(M, N, K, accumulate, wgmma_takes(out, pre, a, b), out_bf16,

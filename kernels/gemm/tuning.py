@@ -29,6 +29,9 @@ TALL_K = 2048      # the K from which a float32 out may take TALL_TILE on Hopper
 # a TALL_TILE block's time over a WIDE_TILE block's on a long K: 1.38-1.47 over four
 # andrea-120m products on the H200 (ms a wave of each, docs/gemm-bf16.md, row 13)
 TALL_COST = 1.42
+# whether the launcher routes products to the persistent kernel's copier tiles on Hopper
+# (default_tile's `persistent`; their whole-program load: docs/gemm-bf16.md, session 20)
+PERSISTENT_ROUTING = True
 
 
 # Chosen by the sweep of tools/bench.py --gemm-sweep on the H200 (docs/gemm-bf16.md):

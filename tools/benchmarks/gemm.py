@@ -24,7 +24,7 @@ def gemm_candidates(M, N, K, accumulate, bf16_out):
              tuning.WIDE_TILE, tuning.FOLD_TILE, tuning.TALL_TILE]
     # (as the launcher asks for it: these products have no bias, GELU or ordered split)
     default = tuning.default_tile(M, N, K, accumulate, tuning.wgmma_available(), bf16_out,
-                                  persistent=True)
+                                  persistent=tuning.PERSISTENT_ROUTING)
     # the default again, as a candidate: with no split given, or with its own split
     same = {(default, None), (default, tuning.default_split_k(M, N, K, default)
                                        if accumulate else None)}
