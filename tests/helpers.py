@@ -110,6 +110,19 @@ def to_device_off_group(host):
     return cuda.to_device(flat)[1:].reshape(host.shape)
 
 
+def record_launchers(monkeypatch, launchers, run):
+    """Each (module, name) launcher replaced by one that appends its name to the list this
+    returns and, where run, launches it: which kernel an op routes to, on any device."""
+    calls = []
+    for module, name in launchers:
+        def record(*args, _launch=getattr(module, name), _name=name, **kwargs):
+            calls.append(_name)
+            if run:
+                _launch(*args, **kwargs)
+        monkeypatch.setattr(module, name, record)
+    return calls
+
+
 # A test module's kernels, lowered to PTX for the H200 in a process without the simulator:
 # the simulator takes what the GPU's compiler refuses (a shared array sized by an
 # expression, an atom factory called inside a kernel, where numba needs a constant or a

@@ -16,7 +16,7 @@ import functools
 import numpy as np
 import pytest
 from helpers import (ON_GPU, REAL_SHAPES, TOL_F32_OP, assert_close, bf16, from_bf16,
-                     poisoned, randn)
+                     poisoned, randn, record_launchers)
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from numba import cuda, float32, int32, uint16, uint32, uint64
@@ -227,18 +227,7 @@ def test_the_attention_op_sends_hopper_heads_here(monkeypatch):
     from microgpt.kernels import attention
     from microgpt.kernels.attention import flash
 
-    calls = []
-
-    def recorded(module, name):
-        launcher = getattr(module, name)
-
-        def record(*args, **kwargs):
-            calls.append(name)
-            if ON_GPU:
-                launcher(*args, **kwargs)
-        monkeypatch.setattr(module, name, record)
-    recorded(hopper, "hopper_attention_forward")
-    recorded(flash, "flash_attention_forward")
+    calls = record_launchers(monkeypatch, ((hopper, "hopper_attention_forward"), (flash, "flash_attention_forward")), ON_GPU)
     hopper_gpu = ON_GPU and cuda.get_current_device().compute_capability[0] == 9
     for D, T in ((64, hopper.MIN_T), (32, hopper.MIN_T), (64, 5)):
         shape = (1, 2, T, D)

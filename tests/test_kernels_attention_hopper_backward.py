@@ -13,7 +13,7 @@ the simulator a warpgroup is 128 Python threads: one warpgroup a block, a few ex
 import numpy as np
 import pytest
 from helpers import (ON_GPU, REAL_SHAPES, assert_attention_gradients, bf16, from_bf16,
-                     poisoned, randn, to_device_off_group)
+                     poisoned, randn, record_launchers, to_device_off_group)
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from numba import cuda
@@ -130,18 +130,7 @@ def test_the_attention_op_sends_hopper_heads_here(monkeypatch, routed):
     from microgpt.kernels.attention import flash, hopper
 
     monkeypatch.setattr(attention, "HOPPER_BACKWARD", routed)
-    calls = []
-
-    def recorded(module, name):
-        launcher = getattr(module, name)
-
-        def record(*args, **kwargs):
-            calls.append(name)
-            if ON_GPU:
-                launcher(*args, **kwargs)
-        monkeypatch.setattr(module, name, record)
-    recorded(hb, "hopper_attention_backward")
-    recorded(flash, "flash_attention_backward")
+    calls = record_launchers(monkeypatch, ((hb, "hopper_attention_backward"), (flash, "flash_attention_backward")), ON_GPU)
     hopper_gpu = ON_GPU and cuda.get_current_device().compute_capability[0] == 9
     for D, T in ((64, hopper.MIN_T), (32, hopper.MIN_T), (64, 5)):
         shape = (1, 2, T, D)
