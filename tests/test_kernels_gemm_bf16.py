@@ -332,7 +332,8 @@ class _Asked(Exception):
 
 @pytest.mark.parametrize("kwargs, persistent", [
     ({}, True), ({"accumulate": True}, True), ({"deterministic": True}, True),
-    ({"deterministic": True, "accumulate": True}, False),      # ordered split-K
+    ({"deterministic": True, "accumulate": True},            # ordered split-K
+     tuning.ordered_persistent(32, 32, 32)),
     ({"gelu": "forward"}, False), ({"max_chain": 16}, False),   # the GELU epilogue, a fold
     ({"bias": "bias"}, False)])                                  # (staged by the wgmma kernel)
 def test_the_launcher_asks_for_persistent_tiles_only_where_they_run(monkeypatch, kwargs,
@@ -400,7 +401,33 @@ def test_ordered_split_k_adds_its_parts_in_order(sizes, transpose_a, tile, split
     bit, each part the product over its split's K (the same kernel, unsplit, into a
     poisoned out), and within TOL_F32_OP of float64; the turns are back at 0 after it, and
     a second launch gives the same bits."""
-    M, N, K = sizes
+    check_ordered_split_k(*sizes, transpose_a, tile, splits, seed)
+
+
+ORDERED_PERSISTENT_TILES = st.sampled_from(
+    [tuning.COPIER_TILE, tuning.PINGPONG_TILE, tuning.PERSISTENT_TILE] if REAL_SHAPES
+    else [PersistentTile(64, 16, 16, 3, 1),
+          PersistentTile(128, 16, 16, 3, 2, copier=True, pingpong=True)])
+
+
+@settings(max_examples=settings.default.max_examples if ON_GPU else 2)
+@given(sizes=ORDERED_SIZES, transpose_a=st.booleans(), tile=ORDERED_PERSISTENT_TILES,
+       splits=st.integers(2, 4), a_block_a_unit=st.booleans(), seed=SEEDS)
+def test_persistent_ordered_split_k_adds_its_parts_in_order(sizes, transpose_a, tile, splits,
+                                                            a_block_a_unit, seed):
+    """The persistent kernel's ordered epilogue, as the test above: each block walks items
+    of several units and splits (on a GPU one block an SM, an item waiting for another
+    block's; the simulator runs its blocks one after another, so there one block walks
+    every item, or a block each unit walks its splits). Its splits sum one chain each."""
+    splits = max(splits, -(-sizes[2] // tuning.MAX_CHAIN))
+    tiles = -(-sizes[0] // tile.rows) * -(-sizes[1] // tile.cols)
+    walk = (persistent.blocks if ON_GPU
+            else (lambda items: tiles) if a_block_a_unit else (lambda items: 1))
+    with mock.patch.object(persistent, "blocks", walk):
+        check_ordered_split_k(*sizes, transpose_a, tile, splits, seed)
+
+
+def check_ordered_split_k(M, N, K, transpose_a, tile, splits, seed):
     rng = np.random.default_rng(seed)
     a, a64, d_a = operand(rng, *((K, M) if transpose_a else (M, K)), False)
     b, b64, d_b = operand(rng, K, N, False)
@@ -421,17 +448,27 @@ def test_ordered_split_k_adds_its_parts_in_order(sizes, transpose_a, tile, split
                               split_k=splits, deterministic=True)
         got = out.copy_to_host()
         np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32), what)
-        units = -(-M // tile.rows) * -(-N // tile.cols) * getattr(tile, "warpgroups", 1)
-        assert not split_turns(out, units).copy_to_host().any(), what
+        assert not split_turns(out, turn_units(M, N, tile)).copy_to_host().any(), what
     assert_close(got, out0 + (a64.T if transpose_a else a64) @ b64, TOL_F32_OP, what)
+
+
+def turn_units(M, N, tile):
+    """The ordered epilogue's turn counters: a warpgroup's rows of a tile each (a ping-pong
+    tile's warpgroup has all of its rows; an mma.sync tile is one unit)."""
+    groups = 1 if getattr(tile, "pingpong", False) else getattr(tile, "warpgroups", 1)
+    return -(-M // tile.rows) * -(-N // tile.cols) * groups
 
 
 @pytest.mark.skipif(not ON_GPU, reason="the simulator runs one block at a time: its splits "
                     "always add in the same order")
+@pytest.mark.parametrize("tile", [None, tuning.TALL_TILE, tuning.COPIER_TILE,
+                                  tuning.PINGPONG_TILE],
+                         ids=["default", "tall", "copier", "pingpong"])
 @pytest.mark.parametrize("split_k", [None, 3, 8])
-def test_ordered_split_k_gives_the_same_bits_every_run(split_k):
+def test_ordered_split_k_gives_the_same_bits_every_run(split_k, tile):
     """An andrea-120m weight gradient (W_O's, 768 x 768 over K 16384) on the GPU, its
-    split-K ordered: the same bits in five launches and in two replays of a captured one
+    split-K ordered (the launcher's tile; the wgmma kernel's tall one; the persistent
+    kernel's two): the same bits in five launches and in two replays of a captured one
     (the turns left at 0 for the next)."""
     from microgpt.cuda_backend import CudaBackend
 
@@ -444,8 +481,8 @@ def test_ordered_split_k_gives_the_same_bits_every_run(split_k):
     out = cuda.to_device(out0)
 
     def launch():
-        gemm_bf16.matmul_bf16(out, d_a, d_b, True, accumulate=True, split_k=split_k,
-                              deterministic=True, stream=backend.stream)
+        gemm_bf16.matmul_bf16(out, d_a, d_b, True, accumulate=True, tile=tile,
+                              split_k=split_k, deterministic=True, stream=backend.stream)
     runs = []
     for _ in range(5):
         out.copy_to_device(out0, stream=backend.stream)

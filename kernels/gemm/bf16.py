@@ -99,11 +99,13 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
                          "'backward')")
     pre = out if pre is None else pre       # the wgmma kernel's unread stand-in
     if tile is None:
-        # the persistent tiles have no GELU epilogue, no ordered split-K and no folding;
-        # and they read a bias from global memory in the epilogue, where the wgmma kernel
-        # stages it in shared memory first (docs/kernels-step.md, row 4: ~3 us a tile so)
+        # the persistent tiles have no GELU epilogue and no folding; they read a bias from
+        # global memory in the epilogue, where the wgmma kernel stages it in shared memory
+        # first (docs/kernels-step.md, row 4: ~3 us a tile so); ordered split-K where
+        # tuning.ordered_persistent says
+        ordered = deterministic and (accumulate or K > max_chain)
         persistent = (tuning.PERSISTENT_ROUTING and gelu is None and bias is None
-                      and not (deterministic and (accumulate or K > max_chain))
+                      and (not ordered or tuning.ordered_persistent(M, N, K))
                       and not (out_bf16 and K > max_chain))
         tile = default_tile(M, N, K, accumulate, wgmma_takes(out, pre, a, b), out_bf16,
                             persistent)
@@ -144,9 +146,6 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
                   and device_address(arr) % 16 == 0 for arr in (a, b))
     fold = steps_per_split * tile.depth > max_chain
     if isinstance(tile, PersistentTile):
-        if epilogue == "ordered":
-            raise ValueError(f"tile {tile}: the persistent kernel adds its splits by "
-                             "atomics; deterministic split-K is the other kernels'")
         if fold:
             raise ValueError(f"tile {tile}: the persistent kernel sums each split of K in "
                              f"one chain (here {steps_per_split * tile.depth} of K against "
@@ -190,13 +189,18 @@ def _launch_persistent(out, a, b, bias, transpose_a, transpose_b, epilogue, tile
     kernel = persistent.persistent_kernel(bool(transpose_a), bool(transpose_b), epilogue,
                                           tile, bias is not None)
     bias = unread_bias(out) if bias is None else bias
+    tiles_m, tiles_n = ceil_div(M, rows), ceil_div(N, cols)
+    # the ordered epilogue's units: each warpgroup's rows of a tile (a ping-pong tile: one
+    # warpgroup's)
+    turn_units = ceil_div(tiles_m, cluster) * cluster * tiles_n * (
+        1 if tile.pingpong else tile.warpgroups)
+    turns = split_turns(out, turn_units if epilogue == "ordered" else 1)
     layouts = tuple("C" if arr.is_c_contiguous() else "A" for arr in (a, b))
     a_map = tensor_map(a, *((depth, min(rows, PANEL)) if transpose_a else (rows, depth)))
     # a block of a cluster copies its part of b's slab: rows of it, when b is (N, K)
     b_map = tensor_map(b, *((cols // cluster, depth) if transpose_b
                             else (depth, min(cols, PANEL))))
     out_map = tensor_map(out, 64, min(cols, 64 if out.dtype == np.uint16 else 32))
-    tiles_m, tiles_n = ceil_div(M, rows), ceil_div(N, cols)
     signature = persistent.signature(epilogue, *layouts)
     # a copier's setmaxnreg needs the driver's whole-program JIT (the simulator's twin is
     # a no-op: its launch is numba's)
@@ -204,8 +208,8 @@ def _launch_persistent(out, a, b, bias, transpose_a, transpose_b, epilogue, tile
     if not whole:                      # (the JIT's load opts in by itself)
         allow_dynamic_shared(kernel, signature, tile.shared_bytes)
     units = ceil_div(tiles_m, cluster) * tiles_n * splits
-    args = (out, a, b, bias, a_map, b_map, out_map, np.int32(tiles_m), np.int32(tiles_n),
-            np.int32(splits), np.int32(steps_per_split))
+    args = (out, a, b, bias, turns, a_map, b_map, out_map, np.int32(tiles_m),
+            np.int32(tiles_n), np.int32(splits), np.int32(steps_per_split))
     if cluster == 1 and not whole:
         kernel[persistent.blocks(units), tile.threads, stream, tile.shared_bytes](*args)
     else:

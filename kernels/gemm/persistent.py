@@ -16,16 +16,26 @@ the warpgroup lays the next box in the other; the stages stay the ring's.
 
 Epilogues: "float32" and "bf16" (written), "accumulate" and "atomic" (added into a float32
 out by the copy engine, a split of K each: the weight gradients, and a long K written
-into a zeroed out), each with or without a bias (added by the first split); no folding.
+into a zeroed out), "ordered" (the same adds, each warpgroup's rows in the turn of its
+split: ``gemm.turns``), each with or without a bias (added by the first split); no
+folding.
+
+"ordered" waits across blocks: an item waits for the split before it of its unit, an
+item of lower index in the walk, which another block may hold at an earlier or the same
+point of its walk. The blocks of a launch are one an SM, at most the SMs (blocks), so all
+are resident once the kernels before it on the stream have ended, and the item of lowest
+index not yet added can always add: none waits for ever.
 """
 import functools
 import sys
 
 from numba import cuda, float32, int32, types, uint16, uint32, uint64
 
-from ..atoms import (bulk_commit, bulk_wait, bulk_wait_but_one, cluster_count, cluster_index,
+from ..atoms import (bulk_commit, bulk_wait, bulk_wait_but_one, bulk_wait_written,
+                     cluster_count, cluster_index,
                      cluster_rank, cluster_sync, fence_barrier_init,
-                     fence_proxy_async, fence_tensor_map, named_barrier,
+                     fence_proxy_async, fence_proxy_async_global, fence_tensor_map,
+                     named_barrier,
                      named_barrier_arrive, pack_bf16x2, rcp_approx,
                      set_max_registers, shared_address, tma_add_2d, tma_store_2d,
                      warpgroup_commit,
@@ -38,9 +48,10 @@ from ..layouts.tiles import descriptor
 from ..pipelines.tma import tma_pipeline
 from .tiles import BF16_OUT, GROUP
 from .tuning import CLUSTER_TILE, COPIER_TILE, PERSISTENT_TILE, PINGPONG_TILE
+from .turns import pass_turn, wait_turn
 from .wgmma import slabs
 
-EPILOGUES = ("float32", "bf16", "accumulate", "atomic")
+EPILOGUES = ("float32", "bf16", "accumulate", "atomic", "ordered")
 TURN = 4                  # the named barriers of the ping-pong's turns (2, 3: the epilogue's)
 REGISTERS = 65536         # an SM's, which a block of one an SM holds
 COPIER_REGISTERS = 40     # a thread of the copying warpgroup (CUTLASS's, for TMA issue)
@@ -193,7 +204,11 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
     chunk = 8 if bf16_out else 4                  # elements in 16 bytes
     js = panel // 8                               # pairs of 8 columns per box row
     rows_per_line, phases = swizzle(panel // chunk)
-    store_box = tma_add_2d if epilogue in ("accumulate", "atomic") else tma_store_2d
+    store_box = tma_add_2d if epilogue in ("accumulate", "atomic", "ordered") else tma_store_2d
+    ordered = epilogue == "ordered"
+    # the ordered epilogue's units a tile: each warpgroup's 64 rows, or in ping-pong the
+    # tile (one warpgroup's)
+    UNIT_GROUPS = 1 if PINGPONG else GROUPS
     in_word = 2 if bf16_out else 1                # elements of out in 4 bytes
     buffers = STAGES * stage_size * 2             # the buffers' first byte
     box_bytes = tile.box_bytes
@@ -304,7 +319,8 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
         return boxes
 
     @cuda.jit(device=True, inline=True)
-    def consume(out, bias, out_map, pairs, floats, bars, operands, items, total, group):
+    def consume(out, bias, turns, out_map, pairs, floats, bars, operands, items, total,
+                splits, group):
         """A consumer warpgroup's walk: the products of each item's K steps, then its
         epilogue. Cooperative, each warpgroup has its 64 rows of every item's tile; in
         ping-pong, each has every other item, the whole of its tile (two halves of 64 rows
@@ -377,19 +393,32 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
             if not COPIER and cuda.threadIdx.x == 0:
                 issued = pipe.refill_ready(bars, 0, g + STAGES, issued, total, operands)
             # (where, only now: fewer registers live through the products)
-            m0, n0, k_step = work(first + item * stride, units_m, tiles_n, steps, rank)
+            w = first + item * stride
+            m0, n0, k_step = work(w, units_m, tiles_n, steps, rank)
+            if ordered:                      # this warpgroup's rows' turn (gemm.turns)
+                units = units_m * tiles_n
+                split = quotient(w, units)
+                unit = (((w - split * units) * CLUSTER + rank) * UNIT_GROUPS
+                        + (0 if PINGPONG else group))
+                if thread == 0:
+                    wait_turn(turns, unit, split)
+                    fence_proxy_async_global()   # the adds below after the ones before
             boxes = lay_out(out, bias, out_map, pairs, floats, smem, acc, m0 + top, n0,
                             k_step == 0, group, boxes)
             if HALVES == 2:
                 boxes = lay_out(out, bias, out_map, pairs, floats, smem, below,
                                 m0 + top + 64, n0, k_step == 0, group, boxes)
+            if ordered and thread == 0:
+                bulk_wait_written()          # the adds have landed in out
+                fence_proxy_async_global()
+                pass_turn(turns, unit, split, splits)
             item += GROUPS if PINGPONG else 1
         if thread == 0:
             bulk_wait()                      # the block's shared memory is read
 
     @jit(**({} if SIMULATOR else {"launch_bounds": (tile.threads, 1)}))
-    def matmul_persistent_kernel(out, a, b, bias, a_map, b_map, out_map, tiles_m, tiles_n,
-                                 splits, steps):
+    def matmul_persistent_kernel(out, a, b, bias, turns, a_map, b_map, out_map, tiles_m,
+                                 tiles_n, splits, steps):
         # block (or cluster) x takes items x, x + gridDim.x (clusters), ... of the walk
         # (work: a unit of tile_origin's and a split of K, `steps` slabs long; the last
         # split's steps past K read zeros); its K steps are counted on over its items (g),
@@ -428,7 +457,8 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
                 fence_tensor_map(a_map)
                 fence_tensor_map(b_map)
                 pipe.prologue(bars, total, operands)
-            consume(out, bias, out_map, pairs, floats, bars, operands, items, total, group)
+            consume(out, bias, turns, out_map, pairs, floats, bars, operands, items, total,
+                    splits, group)
         elif group == GROUPS:                # the copier: its first thread copies every
             lower_registers()                # slab, each once its stage is released
             if thread == 0:
@@ -437,7 +467,8 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
                 pipe.refill_ready(bars, total, total, int32(0), total, operands)
         else:
             raise_registers()
-            consume(out, bias, out_map, pairs, floats, bars, operands, items, total, group)
+            consume(out, bias, turns, out_map, pairs, floats, bars, operands, items, total,
+                    splits, group)
         if CLUSTER > 1:                      # the others' last releases arrive here
             cluster_sync()
 
@@ -449,11 +480,12 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
 @functools.cache
 def signature(epilogue, a_layout="C", b_layout="C"):
     """The argument types of a launch: out C-contiguous, a and b of their layouts ("C", or
-    "A" for a view of some of a wider matrix's columns), the bias, three tensor maps and
-    the tiles down and across out, the splits of K and the slabs of each."""
+    "A" for a view of some of a wider matrix's columns), the bias, the ordered epilogue's
+    turns, three tensor maps and the tiles down and across out, the splits of K and the
+    slabs of each."""
     out = types.uint16[:, ::1] if epilogue in BF16_OUT else types.float32[:, ::1]
     a, b = (types.Array(types.uint16, 2, layout) for layout in (a_layout, b_layout))
-    return ((out, a, b, types.float32[::1]) + (types.uint64[::1],) * 3
+    return ((out, a, b, types.float32[::1], types.int32[::1]) + (types.uint64[::1],) * 3
             + (types.int32,) * 4)
 
 
@@ -474,5 +506,8 @@ PTX_SIGNATURES = [
         (False, True, "float32", False, COPIER_TILE),
         (False, False, "bf16", True, PINGPONG_TILE),
         (True, False, "atomic", False, PINGPONG_TILE),
+        (True, False, "ordered", False, COPIER_TILE),       # dW += in the splits' order
+        (True, False, "ordered", False, PINGPONG_TILE),
+        (False, False, "ordered", False, COPIER_TILE),      # the LM head's dX, K = V
     ]
 ]

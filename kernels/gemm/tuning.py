@@ -87,7 +87,8 @@ def wgmma_takes(*matrices):
 def default_tile(M, N, K, accumulate=False, wgmma=False, bf16_out=False, persistent=False):
     """With wgmma (a Hopper GPU, and matrices the bulk tensor copies can move) and
     `persistent` (the product needs none of what the persistent kernel lacks: the GELU
-    epilogues, the ordered split-K, folding, a staged bias), the persistent kernel's
+    epilogues, folding, a staged bias; ordered split-K where ordered_persistent says),
+    the persistent kernel's
     copier tiles (persistent_tile). Else with wgmma the wide wgmma tile, or for a K too
     long for one chain that cannot be split (a bf16 out: a float32 one is split, see
     splits_written) the folding one. Otherwise the mma.sync tiles: the large tile for
@@ -131,6 +132,15 @@ def persistent_tile(N):
     wide, narrow = (ceil_div(N, cols) * cols for cols in (COPIER_TILE.cols,
                                                            PINGPONG_TILE.cols))
     return PINGPONG_TILE if 8 * wide > 9 * narrow else COPIER_TILE
+
+
+def ordered_persistent(M, N, K):
+    """Whether a product whose split-K adds its parts in order (--deterministic: a weight
+    gradient, or a float32 out of a K longer than one chain) runs on the persistent
+    kernel's "ordered" epilogue, with the tile and splits of the default's atomic one,
+    rather than the wgmma kernel's (docs/convergence.md, "Reproducible runs"). Not yet:
+    the epilogue awaits the GPU's check (session 21)."""
+    return False
 
 
 def waves(M, N, K, tile, split):

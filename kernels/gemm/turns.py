@@ -37,8 +37,11 @@ def split_turns(out, units):
 def wait_turn(turns, unit, split):
     """Until split `split` has the turn of `unit`; then what the splits before it wrote
     is visible to this thread (the fence after a read of the counter that saw their
-    release: an acquire)."""
-    while cuda.atomic.add(turns, unit, 0) != split:
+    release: an acquire). The counter is read by a compare-and-swap that writes only the
+    value it found: the simulator's atomics take a lock each, so its add of 0 (a read and
+    a write) beside another thread's exchange could write back the value the exchange
+    replaced (a persistent block's ping-pong warpgroups wait on each other's turns)."""
+    while cuda.atomic.cas(turns, unit, split, split) != split:
         pass
     cuda.threadfence()
 
