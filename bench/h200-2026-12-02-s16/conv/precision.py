@@ -17,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))
 import converge  # noqa: E402
+import converge_report  # noqa: E402
 
 seeds = [int(s) for s in sys.argv[1].split(",")]
 precisions = sys.argv[2].split(",")
@@ -38,7 +39,7 @@ with tempfile.TemporaryDirectory(prefix="precision-") as top:
             records[job] = record
             curve = ", ".join(f"step {n} {loss:.4f}" for n, _, loss in record.curve)
             print(f"seed {job[1]} {job[0]}: whole-split val {record.final:.4f}; curve {curve}; "
-                  f"train {record.losses[-1]:.4f}; {converge.step_ms(record):.1f} ms a step "
+                  f"train {record.losses[-1]:.4f}; {converge_report.step_ms(record):.1f} ms a step "
                   f"(all {len(jobs)} at once), {record.times[-1][1]:.1f} s", flush=True)
 for s in seeds:
     if {"bf16", "fp32"} <= set(precisions):
