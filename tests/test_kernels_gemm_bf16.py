@@ -332,8 +332,7 @@ class _Asked(Exception):
 
 @pytest.mark.parametrize("kwargs, persistent", [
     ({}, True), ({"accumulate": True}, True), ({"deterministic": True}, True),
-    ({"deterministic": True, "accumulate": True},            # ordered split-K
-     tuning.ordered_persistent(32, 32, 32)),
+    ({"deterministic": True, "accumulate": True}, True),       # ordered split-K
     ({"gelu": "forward"}, False), ({"max_chain": 16}, False),   # the GELU epilogue, a fold
     ({"bias": "bias"}, False)])                                  # (staged by the wgmma kernel)
 def test_the_launcher_asks_for_persistent_tiles_only_where_they_run(monkeypatch, kwargs,
@@ -357,6 +356,30 @@ def test_the_launcher_asks_for_persistent_tiles_only_where_they_run(monkeypatch,
     with pytest.raises(_Asked):
         gemm_bf16.matmul_bf16(out, a, b, **kwargs, **pre)
     assert asked == [persistent, False]
+
+
+def test_ordered_split_k_takes_its_persistent_tile(monkeypatch):
+    """On Hopper a deterministic backend's ordered split-K runs on the persistent kernel:
+    the copier tile, or ping-pong where the copier's tiles and splits fill one wave."""
+    asked = []
+
+    def ordered_tile(M, N, K):
+        asked.append((M, N, K))
+        raise _Asked
+    monkeypatch.setattr(gemm_bf16, "wgmma_takes", lambda *matrices: True)
+    monkeypatch.setattr(tuning, "ordered_tile", ordered_tile)
+    a, b = (cuda.to_device(np.zeros((32, 32), np.uint16)) for _ in range(2))
+    out = cuda.to_device(np.zeros((32, 32), np.float32))
+    with pytest.raises(_Asked):
+        gemm_bf16.matmul_bf16(out, a, b, accumulate=True, deterministic=True)
+    assert asked == [(32, 32, 32)]
+    monkeypatch.undo()
+    route = {(M, N): tuning.ordered_tile(M, N, 16384) for M, N in
+             [(768, 2304), (768, 768), (4096, 768), (384, 1152), (384, 384), (1536, 384)]}
+    assert route == {(768, 2304): tuning.COPIER_TILE, (768, 768): tuning.PINGPONG_TILE,
+                     (4096, 768): tuning.COPIER_TILE, (384, 1152): tuning.PINGPONG_TILE,
+                     (384, 384): tuning.PINGPONG_TILE, (1536, 384): tuning.PINGPONG_TILE}
+    assert tuning.ordered_tile(16384, 768, 50304) == tuning.COPIER_TILE   # the LM head's dX
 
 
 @pytest.mark.parametrize("transpose_b, deterministic", [(False, False), (True, False),

@@ -101,14 +101,14 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
     if tile is None:
         # the persistent tiles have no GELU epilogue and no folding; they read a bias from
         # global memory in the epilogue, where the wgmma kernel stages it in shared memory
-        # first (docs/kernels-step.md, row 4: ~3 us a tile so); ordered split-K where
-        # tuning.ordered_persistent says
+        # first (docs/kernels-step.md, row 4: ~3 us a tile so); ordered split-K takes
+        # tuning.ordered_tile's
         ordered = deterministic and (accumulate or K > max_chain)
         persistent = (tuning.PERSISTENT_ROUTING and gelu is None and bias is None
-                      and (not ordered or tuning.ordered_persistent(M, N, K))
                       and not (out_bf16 and K > max_chain))
-        tile = default_tile(M, N, K, accumulate, wgmma_takes(out, pre, a, b), out_bf16,
-                            persistent)
+        hopper = wgmma_takes(out, pre, a, b)
+        tile = (tuning.ordered_tile(M, N, K) if hopper and persistent and ordered
+                else default_tile(M, N, K, accumulate, hopper, out_bf16, persistent))
     elif not isinstance(tile, (WgmmaTile, PersistentTile)):
         tile = MmaTile(*tile)
     check_tile(tile)

@@ -87,8 +87,8 @@ def wgmma_takes(*matrices):
 def default_tile(M, N, K, accumulate=False, wgmma=False, bf16_out=False, persistent=False):
     """With wgmma (a Hopper GPU, and matrices the bulk tensor copies can move) and
     `persistent` (the product needs none of what the persistent kernel lacks: the GELU
-    epilogues, folding, a staged bias; ordered split-K where ordered_persistent says),
-    the persistent kernel's
+    epilogues, folding, a staged bias; ordered split-K takes ordered_tile's), the
+    persistent kernel's
     copier tiles (persistent_tile). Else with wgmma the wide wgmma tile, or for a K too
     long for one chain that cannot be split (a bf16 out: a float32 one is split, see
     splits_written) the folding one. Otherwise the mma.sync tiles: the large tile for
@@ -134,13 +134,25 @@ def persistent_tile(N):
     return PINGPONG_TILE if 8 * wide > 9 * narrow else COPIER_TILE
 
 
-def ordered_persistent(M, N, K):
-    """Whether a product whose split-K adds its parts in order (--deterministic: a weight
-    gradient, or a float32 out of a K longer than one chain) runs on the persistent
-    kernel's "ordered" epilogue, with the tile and splits of the default's atomic one,
-    rather than the wgmma kernel's (docs/convergence.md, "Reproducible runs"). Not yet:
-    the epilogue awaits the GPU's check (session 21)."""
-    return False
+def ordered_tile(M, N, K):
+    """The tile of a product whose split-K adds its parts in order on Hopper
+    (--deterministic: a weight gradient, or a float32 out of a K longer than one chain):
+    the persistent kernel's "ordered" epilogue, on persistent_tile's tile, except ping-pong
+    where the copier's tiles in their default splits all fit one wave (every split of a
+    tile then ends with the others and waits for the ones before it; ping-pong's 128 x 128
+    tiles, twice as many, take fewer splits). On the H200 (session 21, call B,
+    bench/h200-2026-12-03-s21/det/ordered_gemm.py; ms, captured) against the wgmma kernel's
+    ordered tiles, --deterministic's before: andrea-120m QKV dW 0.1060 -> 0.0951 (copier),
+    W_O dW 0.0572 -> 0.0485 (ping-pong; the copier 0.0557), MLP dW 0.128-0.130 ->
+    0.122-0.125, LM head dW 0.1512 -> 0.1503 (V 4096), 1.863 -> 1.841 (V 50304), its dX
+    1.913 -> 1.871; andrea-12m QKV dW 0.0583 -> 0.0442 and MLP up dW 0.0577 -> 0.0489
+    (ping-pong; the copier 0.056), W_O dW 0.0710 -> 0.0484, MLP down 0.0580 -> 0.0485."""
+    tile = persistent_tile(N)
+    if tile == COPIER_TILE:
+        tiles = ceil_div(M, tile.rows) * ceil_div(N, tile.cols)
+        if tiles * default_split_k(M, N, K, tile) <= SMS:
+            return PINGPONG_TILE
+    return tile
 
 
 def waves(M, N, K, tile, split):

@@ -1,10 +1,10 @@
 """--deterministic's cost (issue 31's target: a step at most 3% slower) with session 21's
 routing: the captured bf16 step on the default backend, on a deterministic one
-(its ordered split-K on the persistent kernel: tuning.ordered_persistent), and on a
+(its ordered split-K on the persistent kernel: tuning.ordered_tile), and on a
 deterministic one built with session 20's routing (the ordered split-K on the wgmma
-kernel's tiles), on batches of a token shard (or uniform / zipf tokens: session 20's
-batches.py), the steps cycling through 4 of them; the rounds alternate, each figure the
-best round's.
+kernel's tiles, tuning.default_tile's), on batches of a token shard (or uniform / zipf
+tokens: session 20's batches.py), the steps cycling through 4 of them; the rounds
+alternate, each figure the best round's.
 
     python3 det_cost.py CONFIG B T REPS ROUNDS VOCAB TOKENS
 """
@@ -29,9 +29,11 @@ from microgpt.step import Step  # noqa: E402
 
 CONFIG, B, T, REPS, ROUNDS, VOCAB = (sys.argv[1], *map(int, sys.argv[2:7]))
 TOKENS = sys.argv[7]
-# name -> (deterministic, the ordered split-K on the persistent kernel)
-VARIANTS = {"default": (False, True), "deterministic": (True, True),
-            "deterministic, s20's routing (wgmma ordered)": (True, False)}
+# name -> (deterministic, the ordered split-K's tiles: the launcher's, or the wgmma kernel's)
+VARIANTS = {"default": (False, tuning.ordered_tile),
+            "deterministic": (True, tuning.ordered_tile),
+            "deterministic, s20's routing (wgmma ordered)": (
+                True, lambda M, N, K: tuning.default_tile(M, N, K, True, True))}
 kernel_cache.use(default_cache_dir() / "kernels")
 
 
@@ -39,8 +41,8 @@ def build(name, data):
     """The variant's step, compiled and captured (the graph keeps the kernels the routing
     chose while it was captured)."""
     t0 = time.perf_counter()
-    deterministic, persistent = VARIANTS[name]
-    with mock.patch.object(tuning, "ordered_persistent", lambda M, N, K: persistent):
+    deterministic, ordered_tile = VARIANTS[name]
+    with mock.patch.object(tuning, "ordered_tile", ordered_tile):
         model = GPT(get_config(CONFIG, vocab_size=VOCAB),
                     backend=CudaBackend(deterministic=deterministic), precision="bf16")
         step = Step(model, AdamW(model, AdamWConfig(total_steps=10**6)), B, T)
