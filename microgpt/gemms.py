@@ -1,4 +1,5 @@
 """The GEMMs of the model's training step, as the tests and the benchmarks run them."""
+from microgpt.model import head_rows
 
 
 def step_products(B, T, C, V):
@@ -10,7 +11,8 @@ def step_products(B, T, C, V):
     the residual stream (W_O's and MLP down's forward) or its gradient (the dX products
     that feed a LayerNorm's backward); the MLP up forward with the "gelu" epilogue and the
     MLP down dX with "gelu_backward", as the model runs them when GELU is in the
-    epilogues."""
+    epilogues. The LM head's run a chunk of rows at a time (model.head_rows): the shapes
+    are a chunk's."""
     N = B * T
     products = []
     for name, n_in, n_out, forward, dx in (("QKV", C, 3 * C, "bf16", "float32"),
@@ -20,6 +22,7 @@ def step_products(B, T, C, V):
         products += [(f"{name} forward", N, n_out, n_in, False, False, forward),
                      (f"{name} dX", N, n_in, n_out, False, True, dx),
                      (f"{name} dW", n_in, n_out, N, True, False, "accumulate")]
-    return products + [("LM head forward", N, V, C, False, True, "bf16"),
-                       ("LM head dX", N, C, V, False, False, "float32"),
-                       ("LM head dW", V, C, N, True, False, "accumulate")]
+    R = head_rows(N, V)
+    return products + [("LM head forward", R, V, C, False, True, "bf16"),
+                       ("LM head dX", R, C, V, False, False, "float32"),
+                       ("LM head dW", V, C, R, True, False, "accumulate")]

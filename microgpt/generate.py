@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from microgpt.errors import UserError
-from microgpt.model import Buffers, activation_specs, rows
+from microgpt.model import Buffers, activation_specs
 from microgpt.reference import DRAWN, LEFT, NOT_FINITE, POSITION, SEQ_COLUMNS, TOKEN
 
 AHEAD = 2       # decoding steps enqueued before the host reads a step's tokens
@@ -161,7 +161,10 @@ class Decoder:
             ops, p, a = self.ops, self.model.params, self.acts
             ops.decode_embedding(a.resid[0], self.seq, p["wte"], p["wpe"])
             self.model.enqueue_blocks(a, attention=self._attend)
-            ops.sample_tokens(self.seq, rows(a.logits), self.capacity,
+            # the head on the B rows at once (one chunk below 2**28 logits: 5,336 sequences
+            # of a 50,304 vocabulary)
+            logits = self.model.enqueue_logits(a, 0, self.batch)
+            ops.sample_tokens(self.seq, logits, self.capacity,
                               vocab=sampling.vocab_limit, temperature=sampling.temperature,
                               top_k=sampling.top_k, top_p=sampling.top_p, seed=sampling.seed,
                               stop_id=-1 if sampling.stop_id is None else sampling.stop_id)

@@ -58,7 +58,8 @@ class BufferSpec:
 
 
 def activation_specs(cfg, B, T, precision="fp32"):
-    """Every buffer a forward + backward pass of shape (B, T) writes. In bf16 the arrays a
+    """Every buffer a forward + backward pass of shape (B, T) writes; the logits of a chunk
+    of the N token rows at a time (head_rows), which the head and the loss walk. In bf16 the arrays a
     matmul or attention reads are bf16 (fc too, which the GELU backward reads, and dfc,
     the w_fc GEMMs' operand), and the backward keeps bf16 copies of two float32 gradients
     for the GEMMs; in fp32 those copies are the gradients themselves.
@@ -102,7 +103,8 @@ def activation_specs(cfg, B, T, precision="fp32"):
         BufferSpec("ln_f", (B, T, C), low),
         BufferSpec("ln_f_mean", (N,)),
         BufferSpec("ln_f_rstd", (N,)),
-        BufferSpec("logits", (B, T, V), low),                # becomes dlogits in the backward
+        BufferSpec("logits", (head_rows(N, V), V), low),     # a chunk of rows' (the head's),
+                                                             # then their gradient
         BufferSpec("losses", (N,)),
         BufferSpec("logits_lse", (N,)),                     # evaluation's (enqueue_loss)
         # scratch, reused by every layer
@@ -166,17 +168,20 @@ class Buffers:
                 yield s.name, value
 
 
-# the launches of the tied head's dW in a data-parallel step (enqueue_backward): 8 ran
-# faster than 4 and 16 on two H200s (docs/gpu.md)
-HEAD_DW_PARTS = 8
+# the most logits (rows x vocabulary) the head holds at once: andrea-120m's 16 x 1024
+# tokens in 4 chunks of 4096 rows (393 MiB of bf16 logits, not 1.5 GiB), each chunk's
+# products as long as the whole batch's split-K parts were (docs/kernels-step.md, "Memory")
+HEAD_ELEMENTS = 2 ** 28
 
 
-def row_ranges(n, parts, multiple=8):
-    """[lo, hi) ranges that tile range(n) in about `parts` equal parts, each bound but the
-    last a multiple of `multiple` (8 bf16 columns: a view of dlogits' columns starts on a
-    16-byte boundary, as the bulk tensor copies need); empty ones left out."""
-    bounds = [min(n, round(n * k / parts / multiple) * multiple) for k in range(parts)] + [n]
-    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+def head_rows(N, V):
+    """The rows of a chunk of the head over N token rows of V logits: all N where N x V is
+    at most HEAD_ELEMENTS, else N in as few equal chunks as keep each about under it, a
+    multiple of 8 rows (each chunk's first row then starts on a 16-byte boundary of any
+    matrix of bf16 rows, as the bulk tensor copies need)."""
+    parts = -(-N * V // HEAD_ELEMENTS)
+    per_part = -(-N // parts)
+    return N if parts <= 1 else min(N, -(-per_part // 8) * 8)
 
 
 def rows(x):
@@ -226,7 +231,8 @@ class GPT:
 
     # the passes: enqueue work on the backend, read nothing back ------------------------
     def enqueue_forward(self, a):
-        """a.batch[0] (token ids) -> a.logits, and every activation on the way. Each
+        """a.batch[0] (token ids) -> a.ln_f, the head's input, and every activation on the
+        way (the head runs in chunks of rows, with the loss: enqueue_logits). Each
         residual add is fused into the LayerNorm after it, so the norm that reads resid[i]
         (block i's ln_1, or ln_f after the last block) runs at the end of block i - 1."""
         p = self.params
@@ -234,7 +240,7 @@ class GPT:
         self.enqueue_blocks(a)
 
     def enqueue_blocks(self, a, attention=None):
-        """a.resid[0] (the embedded tokens) -> a.logits: the blocks and the head.
+        """a.resid[0] (the embedded tokens) -> a.ln_f: the blocks and the final norm.
         attention(a, i), when given, is block i's attention in place of
         enqueue_attention: generation's (microgpt.generate) against its KV cache."""
         ops, p, w, cfg = self.backend, self.params, self.weights, self.config
@@ -258,7 +264,20 @@ class GPT:
             out, stats, affine = self._norm_of_resid(a, i + 1)
             ops.residual_layernorm_forward(rows(a.resid[i + 1]), out, *stats, rows(a.mid[i]),
                                            rows(a.proj), *affine)
-        ops.matmul(rows(a.logits), rows(a.ln_f), w["wte"], transpose_b=True)     # tied head
+
+    def head_chunks(self, a):
+        """[lo, hi) ranges of the batch's token rows that tile them, as many rows each as
+        a.logits holds."""
+        N, R = a.ln_f.shape[0] * a.ln_f.shape[1], a.logits.shape[0]
+        return [(lo, min(lo + R, N)) for lo in range(0, N, R)]
+
+    def enqueue_logits(self, a, lo, hi):
+        """The tied head on token rows [lo, hi) of a.ln_f -> their logits, the first
+        hi - lo rows of a.logits (returned)."""
+        logits = a.logits[:hi - lo]
+        self.backend.matmul(logits, rows(a.ln_f)[lo:hi], self.weights["wte"],
+                            transpose_b=True)
+        return logits
 
     def enqueue_attention(self, a, i):
         """Block i's causal attention over the batch's own positions: a.qkv[i] ->
@@ -281,15 +300,21 @@ class GPT:
             self.params[h + "ln_1.weight"], self.params[h + "ln_1.bias"])
 
     def enqueue_loss(self, a):
-        """a.logits and a.batch[1] (targets) -> a.losses, one per token, without a backward
-        (evaluation; training gets its losses from enqueue_backward)."""
-        self.backend.crossentropy_forward(a.losses, a.logits_lse, self._logits_in_use(a),
-                                          a.batch[1].reshape(a.losses.size))
+        """a.ln_f and a.batch[1] (targets) -> a.losses, one per token, without a backward
+        (evaluation; training gets its losses from enqueue_backward): the head a chunk of
+        rows at a time."""
+        targets = a.batch[1].reshape(a.losses.size)
+        for lo, hi in self.head_chunks(a):
+            logits = self._in_use(self.enqueue_logits(a, lo, hi))
+            self.backend.crossentropy_forward(a.losses[lo:hi], a.logits_lse[lo:hi], logits,
+                                              targets[lo:hi])
 
     def enqueue_backward(self, a, sync=LOCAL, micro=(0, 1)):
         """a.losses, one per token, and the gradient of their mean -> self.grads, from the
-        buffers the forward left in a: the loss and its gradient come from one pass over
-        the logits, which it overwrites with dlogits. micro (n, count): a is micro-batch n
+        buffers the forward left in a. The head first, a chunk of rows at a time: the
+        chunk's logits, then the loss and its gradient from one pass over them, which it
+        overwrites with dlogits, then the chunk's rows of dln and its part of the tied
+        head's dW, added in the chunks' order. micro (n, count): a is micro-batch n
         of count that one optimizer step accumulates; the gradient is then of the mean
         over all count micro-batches' tokens, zeroed by the first and added to by the
         others. The GEMMs read
@@ -303,13 +328,16 @@ class GPT:
         n, count = micro
         if n == 0:
             ops.fill_zero(self.grads_flat)
-        dlogits = rows(a.logits)                                                 # in place
-        # a padded vocabulary's columns keep the logits 0 (their rows of wte are 0): as
-        # gradients they are 0 too, so the head's GEMMs take every column
-        ops.crossentropy_forward_backward(a.losses, self._logits_in_use(a),
-                                          a.batch[1].reshape(a.losses.size),
-                                          1.0 / (count * a.losses.size))
-        ops.matmul(rows(a.dln), dlogits, w["wte"])      # the head's dW comes last, below
+        targets = a.batch[1].reshape(a.losses.size)
+        for lo, hi in self.head_chunks(a):
+            dlogits = self.enqueue_logits(a, lo, hi)                             # in place
+            # a padded vocabulary's columns keep the logits 0 (their rows of wte are 0): as
+            # gradients they are 0 too, so the head's GEMMs take every column
+            ops.crossentropy_forward_backward(a.losses[lo:hi], self._in_use(dlogits),
+                                              targets[lo:hi], 1.0 / (count * a.losses.size))
+            ops.matmul(rows(a.dln)[lo:hi], dlogits, w["wte"])
+            ops.matmul(g["wte"], dlogits, rows(a.ln_f)[lo:hi], transpose_a=True,
+                       accumulate=True)
         ops.fill_zero(a.dresid)
         # each LayerNorm backward but the first block's ln_1 writes the gradient of an
         # output projection's output (the residual stream's): with biases it sums that
@@ -353,17 +381,11 @@ class GPT:
                                    a.ln_1_mean[i], a.ln_1_rstd[i], dinp_copy=copy,
                                    dinp_sum=g.get(f"h.{i - 1}.mlp.b_proj") if i else None)
             sync.ready(*self.layout.block_matrices(i))
+        # the scatter into wte's gradient, whose other writer, the head, came first
         ops.encoder_backward(g["wte"], g["wpe"], a.dresid, a.batch[0])
         sync.ready(*self.layout.rows("wpe"))
         sync.ready(*self.layout.norms)
-        # the tied head's dW, the other writer of wte's gradient, after the scatter: in row
-        # ranges of wte, each handed over as it ends, so that a data-parallel step has
-        # only the last range's all-reduce left after its backward (a world of one takes
-        # the product in one launch)
-        for lo, hi in row_ranges(cfg.vocab_size, 1 if sync is LOCAL else HEAD_DW_PARTS):
-            ops.matmul(g["wte"][lo:hi], dlogits[:, lo:hi], rows(a.ln_f), transpose_a=True,
-                       accumulate=True)
-            sync.ready(*self.layout.rows("wte", lo, hi))
+        sync.ready(*self.layout.rows("wte"))
         sync.finish()
 
     def _qkv_bias_backward(self, g, h, a):
@@ -383,10 +405,9 @@ class GPT:
         self.backend.matmul(dbias[2 * C:].reshape(1, C), g[h + "attn.b_o"].reshape(1, C),
                             self.params[h + "attn.w_o"], transpose_b=True)
 
-    def _logits_in_use(self, a):
-        """The logits' rows (N, V), or of a padded vocabulary the columns of the tokens in
+    def _in_use(self, logits):
+        """Rows of logits (rows, V), or of a padded vocabulary the columns of the tokens in
         use: the loss and its gradient see those alone."""
-        logits = rows(a.logits)
         return logits if self.config.tokens == self.config.vocab_size \
             else logits[:, :self.config.tokens]
 
@@ -395,7 +416,9 @@ class GPT:
         """idx int (B, T) -> logits (B, T, V), a host numpy array."""
         a = self._load(idx)
         self.enqueue_forward(a)
-        logits = self.backend.to_host(a.logits)
+        logits = np.concatenate([self.backend.to_host(self.enqueue_logits(a, lo, hi))
+                                 for lo, hi in self.head_chunks(a)])
+        logits = logits.reshape(*idx.shape, -1)
         return logits.view(ml_dtypes.bfloat16).astype(np.float32) if self.precision == "bf16" \
             else logits
 

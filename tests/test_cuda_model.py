@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from helpers import ON_GPU, REAL_SHAPES, TOL_F32_MODEL, assert_close, rel_error
 
-from microgpt import GPT, get_config
+from microgpt import GPT, get_config, model as model_module
 from microgpt.cuda_backend import CudaBackend
 from microgpt.errors import BackendError
 from microgpt.model import Buffers, activation_specs
@@ -338,46 +338,58 @@ def test_bf16_needs_the_cuda_backend():
         GPT(get_config("microgpt", vocab_size=16), backend="cuda", precision="fp16")
 
 
-class RangesOnly:
-    """A data-parallel world's gradient sync that exchanges nothing: the ranges it is
-    handed, kept."""
-
-    def __init__(self):
-        self.ranges = []
-
-    def ready(self, lo, hi):
-        self.ranges.append((lo, hi))
-
-    def finish(self):
-        pass
+# the head in chunks of rows (HEAD_ELEMENTS that small), the last one shorter: on a GPU
+# andrea-12m's 1024 rows in three chunks of 344 and GPT-2's padded vocabulary at
+# andrea-120m's size in three of 176; in the simulator the tiny model's 14 rows in chunks
+# of 8 (its bf16 passes are too slow for CI: ~2 minutes each)
+CHUNKED_CASES = ([("fp32", ("andrea-12m", {}, 4, 256), 342 * 4096),
+                  ("bf16", ("andrea-12m", {}, 4, 256), 342 * 4096),
+                  ("bf16", ("andrea-120m", dict(bias=True, n_tokens=50257), 2, 256),
+                   171 * 50304)]
+                 if REAL_SHAPES else
+                 [("fp32", ("microgpt", dict(vocab_size=24, n_layer=1), 2, 7), 5 * 24)])
 
 
-# bf16 on a GPU only: two passes of the tensor-core twins take ~4 minutes in the simulator
-# (its pitched GEMM views are tests/test_kernels_gemm_bf16.py's there)
-@pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=pytest.mark.skipif(
-    not ON_GPU, reason="the simulator's bf16 passes are too slow for CI"))])
-def test_a_data_parallel_backward_takes_the_head_in_parts(precision):
-    """Under a data-parallel world's sync the backward runs the tied head's dW in row ranges
-    of wte (model.row_ranges), each product reading a view of some of dlogits' columns:
-    the gradient (a sync that exchanges nothing) against a world of one's, which takes
-    the product in one launch; wte announced in more than one range. The two differ only
-    in the order of float32 sums (split-K's, by the tile each range's shape takes)."""
-    name, overrides, B, T = BF16_CASES[0] if precision == "bf16" else CASES[0]
-    cfg = get_config(name, **{**overrides, **({} if ON_GPU else {"n_layer": 1})})
-    rng = np.random.default_rng(11)
-    tokens, targets = (rng.integers(0, cfg.vocab_size, (B, T)) for _ in range(2))
-    model = GPT(cfg, backend="cuda", seed=3, precision=precision)
-    poison_activations(model, B, T)
-    model.forward_backward(tokens, targets)
-    whole = model.layout.views(model.backend.to_host(model.grads_flat))
-    sync = RangesOnly()
-    model.forward_backward(tokens, targets, sync=sync)
-    parts = model.layout.views(model.backend.to_host(model.grads_flat))
-    wte = model.layout.rows("wte")
-    assert sum(wte[0] <= lo < wte[1] for lo, _ in sync.ranges) > 1
-    for n in whole:
-        assert rel_error(parts[n], whole[n]) < TOL_F32_MODEL, n
-
+@pytest.mark.parametrize("precision,case,head_elements", CHUNKED_CASES)
+def test_the_head_in_chunks_matches_the_reference(precision, case, head_elements,
+                                                  monkeypatch):
+    """Steps of a model whose head runs a chunk of rows at a time (each chunk's logits,
+    the loss and dlogits in place, its rows of dln and its part of the head's dW) against
+    the float64 reference (in the same chunks, which tests/test_model.py holds to one
+    chunk of the whole batch): on a GPU eager, captured and replayed; the loss and every
+    gradient within the whole-model tolerance (bf16: the bf16 step's, the reference on the
+    rounded matrices), then the evaluation's loss and the logits of the public forward,
+    which walk the chunks too."""
+    name, overrides, B, T = case
+    cfg = get_config(name, **overrides)
+    monkeypatch.setattr(model_module, "HEAD_ELEMENTS", head_elements)
+    chunks = -(-B * T // model_module.head_rows(B * T, cfg.vocab_size))
+    assert chunks == 3 if ON_GPU else chunks == 2
+    rng = np.random.default_rng(abs(hash((name, B, T, "chunks"))) % 2**32)
+    dev = GPT(cfg, backend="cuda", seed=3, precision=precision)
+    ref = GPT(cfg, backend="numpy", seed=3, dtype=np.float64)
+    bf16 = precision == "bf16"
+    tol_loss, tol_grad = (TOL_BF16_LOSS, TOL_BF16_GRAD) if bf16 else (TOL_F32_MODEL,) * 2
+    step = Step(dev, AdamW(dev, AdamWConfig(lr=1e-3)), B, T)
+    poison(dev.backend, step.buffers)
+    for i in range(STEPS if ON_GPU else 1):     # (the simulator's second repeats its first)
+        ref.load_state_dict({n: v.astype(ml_dtypes.bfloat16).astype(np.float32)
+                             if bf16 and v.ndim == 2 else v
+                             for n, v in dev.state_dict().items()})
+        tokens, targets = (rng.integers(0, cfg.tokens, (B, T)) for _ in range(2))
+        step.run(tokens, targets)
+        loss = step.metrics()["loss"][0]
+        loss_ref, grads_ref = ref.loss_and_grads(tokens, targets)
+        assert abs(loss - loss_ref) / loss_ref < tol_loss, (i, loss, loss_ref)
+        grads = dev.layout.views(dev.backend.to_host(dev.grads_flat))
+        errors = {n: rel_error(grads[n], grads_ref[n]) for n in grads_ref}
+        worst = max(errors, key=errors.get)
+        assert errors[worst] < tol_grad, f"step {i} gradient {worst}: {errors[worst]:.2e}"
+    ref.load_state_dict({n: v.astype(ml_dtypes.bfloat16).astype(np.float32)
+                         if bf16 and v.ndim == 2 else v for n, v in dev.state_dict().items()})
+    assert abs(step.evaluate(tokens, targets) - ref.evaluate(tokens, targets)) < \
+        tol_loss * ref.evaluate(tokens, targets)
+    assert_close(dev.forward(tokens), ref.forward(tokens), tol_grad, "logits")
 
 
 # the same bits: on a GPU both precisions at andrea-12m's geometry; in the simulator, whose

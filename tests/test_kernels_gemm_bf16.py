@@ -206,7 +206,7 @@ def test_step_products_write_what_the_model_writes():
     for name, M, N, _, _, _, epilogue in products:
         if name in WRITTEN:
             spec = specs[WRITTEN[name]]
-            assert (B * T, spec.shape[-1]) == (M, N), name
+            assert (np.prod(spec.shape[:-1]), spec.shape[-1]) == (M, N), name
             bf16_out = epilogue in BF16_OUT
             assert (spec.dtype == "uint16") == bf16_out, (name, spec.dtype, epilogue)
 
@@ -221,17 +221,6 @@ def test_step_products(product):
         check_matmul_gelu(M, N, K, epilogue == "gelu_backward", None, seed=5)
     else:
         check_matmul_bf16(M, N, K, ta, tb, epilogue, None, seed=5, split_k=None)
-
-
-@pytest.mark.skipif(not REAL_SHAPES, reason="the model's products need a GPU and real shapes")
-def test_a_part_of_the_lm_head_dw():
-    """A data-parallel step's LM head dW runs in row ranges of wte (model.row_ranges), each
-    reading a view of some of dlogits' columns: one such range of andrea-120m's."""
-    from microgpt.model import HEAD_DW_PARTS, row_ranges
-
-    lo, hi = row_ranges(50304, HEAD_DW_PARTS)[1]
-    check_matmul_bf16(hi - lo, 768, 16384, True, False, "accumulate", None, seed=5,
-                      split_k=None, pitched=True)
 
 
 def test_a_kernel_takes_a_matrix_then_a_view():

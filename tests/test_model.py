@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from microgpt import GPT, reference as ref
 from microgpt.backend import get_backend
 from microgpt.config import GPTConfig, get_config
-from microgpt.model import Buffers, row_ranges
+from microgpt import model as model_module
+from microgpt.model import Buffers, head_rows
 from microgpt.optim import AdamW, AdamWConfig, lr_at
 from microgpt.step import step_specs
 
@@ -184,19 +185,49 @@ def test_any_config_runs_and_its_grads_mirror_the_state_dict(cfg, data, seed):
         assert np.all(np.isfinite(grad)), name
 
 
-@example(n=14, parts=8)      # a bound rounded up past n: the last range overran wte's rows
-@given(n=st.integers(1, 60000), parts=st.integers(1, 20))
-def test_row_ranges_tile_the_rows(n, parts):
-    """The ranges the data-parallel backward takes the tied head's dW in: they tile [0, n)
-    in order, at most `parts` of them, none empty, every bound but n a multiple of 8 (a
-    view of dlogits' columns then starts 16-byte aligned), and about equal (a bound is
-    within 4 rows of n k / parts)."""
-    ranges = row_ranges(n, parts)
-    assert 1 <= len(ranges) <= parts
-    assert ranges[0][0] == 0 and ranges[-1][1] == n
-    assert all(lo < hi for lo, hi in ranges)
-    assert all(a[1] == b[0] and a[1] % 8 == 0 for a, b in zip(ranges, ranges[1:]))
-    assert all(hi - lo <= n / parts + 8 for lo, hi in ranges)
+@example(N=16384, V=50304)     # andrea-120m's step: 4 chunks of 4096 rows
+@given(N=st.integers(1, 2 ** 17), V=st.integers(1, 2 ** 17))
+@CPU
+def test_head_rows_chunk_the_logits(N, V):
+    """A chunk of the head: all N rows where N x V logits are at most HEAD_ELEMENTS; else
+    a multiple of 8 rows (each chunk then starts 16-byte aligned in a bf16 matrix), of
+    about HEAD_ELEMENTS logits or fewer, and no more chunks than N x V / HEAD_ELEMENTS
+    rounded up needs."""
+    rows = head_rows(N, V)
+    chunks = -(-N // rows)
+    if N * V <= model_module.HEAD_ELEMENTS:
+        assert rows == N
+    else:
+        assert rows % 8 == 0 or rows == N
+        assert (rows - 8) * V < model_module.HEAD_ELEMENTS
+        assert chunks == -(-N * V // model_module.HEAD_ELEMENTS)
+
+
+@given(B=st.integers(1, 3), T=st.integers(1, 6), gpt2=st.booleans(), data=st.data())
+@CPU
+def test_the_head_in_chunks_gives_the_whole_batchs_losses_and_gradients(B, T, gpt2, data):
+    """The head and the loss a chunk of rows at a time (HEAD_ELEMENTS small enough for
+    chunks of 8 rows or of the whole batch, drawn) against one chunk, in float64: the
+    logits, the evaluation's loss, the training loss and every gradient; the chunks add
+    the head's dW in another order, so equal to float64's rounding."""
+    cfg = TINY_GPT2 if gpt2 else TINY
+    elements = data.draw(st.integers(1, B * T * cfg.vocab_size), label="HEAD_ELEMENTS")
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
+    idx, targets = random_tokens(rng, cfg, B, T)
+    runs = []
+    for head_elements in (model_module.HEAD_ELEMENTS, elements):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(model_module, "HEAD_ELEMENTS", head_elements)
+            model = GPT(cfg, seed=2, dtype=np.float64)
+            runs.append((model.forward(idx), model.evaluate(idx, targets),
+                         *model.loss_and_grads(idx, targets)))
+            assert model._acts.logits.shape[0] == head_rows(B * T, cfg.vocab_size)
+    (logits, evaluated, loss, grads), (logits_c, evaluated_c, loss_c, grads_c) = runs
+    assert_close(logits_c, logits, 1e-13, "logits")      # (BLAS blocks by the shape)
+    assert evaluated_c == pytest.approx(evaluated, rel=1e-13)
+    assert loss_c == pytest.approx(loss, rel=1e-13)
+    for name in grads:
+        assert_close(grads_c[name], grads[name], 1e-13, name)
 
 
 def owned_arrays(buffers):

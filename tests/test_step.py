@@ -8,7 +8,6 @@ import pytest
 
 from microgpt import GPT, get_config, step as step_module
 from microgpt.backend import NumpyBackend
-from microgpt.model import HEAD_DW_PARTS, row_ranges
 from microgpt.optim import AdamW, AdamWConfig, lr_at
 from microgpt.step import Step
 
@@ -166,9 +165,8 @@ def test_a_step_destroys_its_graph_before_it_releases_the_sync():
     step = Step(model, AdamW(model, OPT), 3, 8, sync=sync)
     for tokens, targets in batches(3, seed=3):
         step.run(tokens, targets)
-    # a step's ranges: a block's matrices each, wpe, the norms and wte's rows in parts
-    parts = len(row_ranges(CFG.vocab_size, HEAD_DW_PARTS))
-    assert sync.ranges == 2 * (CFG.n_layer + 2 + parts) and events == ["replayed"] * 2
+    # a step's ranges: a block's matrices each, wpe, the norms and wte
+    assert sync.ranges == 2 * (CFG.n_layer + 3) and events == ["replayed"] * 2
     del sync        # the Step now holds the sync alone
     del step
     assert events == ["replayed"] * 2 + ["graph destroyed", "sync released"]
