@@ -22,7 +22,7 @@ def step_products(B, T, C, V):
         products += [(f"{name} forward", N, n_out, n_in, False, False, forward),
                      (f"{name} dX", N, n_in, n_out, False, True, dx),
                      (f"{name} dW", n_in, n_out, N, True, False, "accumulate")]
-    R = head_rows(N, V)
+    R = head_rows(N)
     return products + [("LM head forward", R, V, C, False, True, "bf16"),
                        ("LM head dX", R, C, V, False, False, "float32"),
                        ("LM head dW", V, C, R, True, False, "accumulate")]

@@ -41,20 +41,48 @@ class BufferSpec:
     reused: bool = False    # per_layer: one buffer in every place of the list (scratch)
     heads_of: tuple = None  # not a buffer of its own: (name, part), the (B, H, T, D) view
                             # of that part of that buffer's fused rows (per layer alike)
+    phase: tuple = None     # not a buffer of its own: a part of the arena, alive only in
+                            # this phase of a pass (arena_layout)
 
     @property
     def allocations(self):
-        """How many arrays of its own the spec allocates: none for another name or a view,
-        one for scratch that every place of the list shares, else one per place."""
-        if self.same_as is not None or self.heads_of is not None:
+        """How many arrays of its own the spec allocates: none for another name, a view or
+        a part of the arena, one for scratch that every place of the list shares, else one
+        per place."""
+        if self.same_as is not None or self.heads_of is not None or self.phase is not None:
             return 0
         return 1 if self.reused else self.per_layer or 1
 
     @property
     def nbytes(self):
         """The device memory the spec allocates (the backend's float type is float32)."""
+        return self.allocations * self.bytes_each
+
+    @property
+    def bytes_each(self):
         itemsize = np.dtype(self.dtype).itemsize if self.dtype else 4
-        return self.allocations * math.prod(self.shape) * itemsize
+        return math.prod(self.shape) * itemsize
+
+
+ARENA_ALIGN = 64        # elements of float32 between two parts of the arena: 256 bytes
+
+
+def arena_layout(specs):
+    """-> ({name: offset} of the arena's parts, the arena's length), in elements of the
+    backend's float type (a bf16 part takes half an element a value: bf16 runs on float32
+    backends alone). A part's phase is a path: ("head",), ("forward",), ("backward",),
+    ("backward", "mlp"), ... The parts of one phase lie end to end, after those of the
+    phase that holds it (declared first), and beside those of every other phase, whose
+    lives do not overlap theirs: the head's chunk of logits takes the memory that the
+    blocks' scratch takes in the forward and the rest of the backward."""
+    offsets, end = {}, {(): 0}
+    for s in specs:
+        if s.phase is None:
+            continue
+        holder = next(s.phase[:k] for k in range(len(s.phase), -1, -1) if s.phase[:k] in end)
+        offsets[s.name] = end[holder]
+        end[s.phase] = end[holder] + -(-s.bytes_each // (4 * ARENA_ALIGN)) * ARENA_ALIGN
+    return offsets, max(end.values())
 
 
 def activation_specs(cfg, B, T, precision="fp32"):
@@ -73,15 +101,17 @@ def activation_specs(cfg, B, T, precision="fp32"):
     C, H, D, V, L = cfg.d_model, cfg.n_head, cfg.head_dim, cfg.vocab_size, cfg.n_layer
     N = B * T
     low = "uint16" if precision == "bf16" else None     # what feeds a matmul or attention
+    mlp, attention = ("backward", "mlp"), ("backward", "attention")   # the arena's phases
 
-    def copy_of(name, shape, of):
-        return BufferSpec(name, shape, low) if low else BufferSpec(name, shape, same_as=of)
+    def copy_of(name, shape, of, phase):
+        return (BufferSpec(name, shape, low, phase=phase) if low
+                else BufferSpec(name, shape, same_as=of))
 
     def heads(name, of, part, per_layer=0):
         if low:
             return BufferSpec(name, (B, H, T, D), per_layer=per_layer, heads_of=(of, part))
         return BufferSpec(name, (B, H, T, D), per_layer=per_layer)
-    return [
+    specs = [
         BufferSpec("batch", (2, B, T), "int32"),    # token ids and targets: one copy in
         BufferSpec("resid", (B, T, C), per_layer=L + 1),   # each block's input, the output
         BufferSpec("ln_1", (B, T, C), low, per_layer=L),
@@ -103,27 +133,29 @@ def activation_specs(cfg, B, T, precision="fp32"):
         BufferSpec("ln_f", (B, T, C), low),
         BufferSpec("ln_f_mean", (N,)),
         BufferSpec("ln_f_rstd", (N,)),
-        BufferSpec("logits", (head_rows(N, V), V), low),     # a chunk of rows' (the head's),
-                                                             # then their gradient
         BufferSpec("losses", (N,)),
         BufferSpec("logits_lse", (N,)),                     # evaluation's (enqueue_loss)
-        # scratch, reused by every layer
-        BufferSpec("proj", (B, T, C)),
-        BufferSpec("dresid", (B, T, C)),
-        copy_of("dresid_mm", (B, T, C), "dresid"),          # dresid as the GEMMs read it
-        BufferSpec("dln", (B, T, C)),
-        BufferSpec("dfc", (B, T, 4 * C), low),       # the gradient of fc
-        copy_of("dmerged", (B, T, C), "proj"),               # the W_O dX
+        BufferSpec("dresid", (B, T, C)),            # zeroed by a memset: not in the arena
+        BufferSpec("dln", (B, T, C)),               # the head's dX writes it: nor this one
+        # the arena's parts: the head's chunk of logits (the start of the backward, and
+        # evaluation's loss) beside the blocks' scratch, reused by every layer
+        BufferSpec("logits", (head_rows(N), V), low, phase=("head",)),  # then dlogits
+        # in fp32 proj is dmerged too, the attention backward's
+        BufferSpec("proj", (B, T, C), phase=("forward",) if low else attention),
+        copy_of("dresid_mm", (B, T, C), "dresid", ("backward",)),  # dresid as GEMMs read it
+        BufferSpec("dfc", (B, T, 4 * C), low, phase=mlp),   # the gradient of fc
+        copy_of("dmerged", (B, T, C), "proj", attention),   # the W_O dX
         heads("datt", "dmerged", 0),
         # in fp32 the qkv scratch again: its rows are copied into q, k, v before the
         # backward needs the room
-        BufferSpec("dqkv", (B, T, 3 * C), low) if low else
+        BufferSpec("dqkv", (B, T, 3 * C), low, phase=attention) if low else
         BufferSpec("dqkv", (B, T, 3 * C), same_as="qkv"),
         heads("dq", "dqkv", 0),
         heads("dk", "dqkv", 1),
         heads("dv", "dqkv", 2),
-        BufferSpec("att_delta", (B, H, T)),                  # rowsum(datt * att), float32
+        BufferSpec("att_delta", (B, H, T), phase=attention),  # rowsum(datt * att), float32
     ]
+    return specs + [BufferSpec("arena", (arena_layout(specs)[1],))]
 
 
 class Buffers:
@@ -139,6 +171,14 @@ class Buffers:
                         for _ in range(s.allocations)]
                 setattr(self, s.name, bufs * s.per_layer if s.reused else
                         bufs if s.per_layer else bufs[0])
+        offsets, _ = arena_layout(specs)
+        for s in specs:
+            if s.phase is not None:     # a view of the arena's elements from its offset
+                dtype = np.dtype(s.dtype) if s.dtype else self.arena.dtype
+                n = math.prod(s.shape)
+                units = -(-n * dtype.itemsize // self.arena.dtype.itemsize)
+                part = self.arena[offsets[s.name]:offsets[s.name] + units].view(dtype)
+                setattr(self, s.name, part[:n].reshape(s.shape))
         reused = {s.name for s in specs if s.reused}
         for s in specs:
             if s.same_as is not None:      # another name; for a reused list, its one buffer
@@ -155,9 +195,10 @@ class Buffers:
 
     def arrays(self):
         """(name, array) for every buffer, per-layer ones named name.i (a reused one once);
-        a name that is another's (same_as) or a view of one (heads_of) is left out."""
+        a name that is another's (same_as), a view of one (heads_of) or a part of the arena
+        is left out."""
         for s in self.specs:
-            if s.same_as is not None or s.heads_of is not None:
+            if not s.allocations:
                 continue
             value = getattr(self, s.name)
             if s.reused:
@@ -168,20 +209,22 @@ class Buffers:
                 yield s.name, value
 
 
-# the most logits (rows x vocabulary) the head holds at once: andrea-120m's 16 x 1024
-# tokens in 4 chunks of 4096 rows (393 MiB of bf16 logits, not 1.5 GiB), each chunk's
-# products as long as the whole batch's split-K parts were (docs/kernels-step.md, "Memory")
-HEAD_ELEMENTS = 2 ** 28
+# the most token rows the head takes at once: andrea-120m's and andrea-12m's 16 x 1024 and
+# 64 x 256 in two chunks (786 and 64 MiB of bf16 logits held, not 1.5 GiB and 128 MiB),
+# each chunk's products still thousands of rows long (docs/kernels-step.md, "Memory")
+HEAD_ROWS = 8192
 
 
-def head_rows(N, V):
-    """The rows of a chunk of the head over N token rows of V logits: all N where N x V is
-    at most HEAD_ELEMENTS, else N in as few equal chunks as keep each about under it, a
-    multiple of 8 rows (each chunk's first row then starts on a 16-byte boundary of any
-    matrix of bf16 rows, as the bulk tensor copies need)."""
-    parts = -(-N * V // HEAD_ELEMENTS)
+def head_rows(N):
+    """The rows of a chunk of the head over N token rows: all N up to HEAD_ROWS, else N in
+    as few equal chunks as keep each within it, rounded up to a multiple of 8 rows (each
+    chunk's first row then starts on a 16-byte boundary of any matrix of bf16 rows, as
+    the bulk tensor copies need)."""
+    parts = -(-N // HEAD_ROWS)
+    if parts == 1:
+        return N
     per_part = -(-N // parts)
-    return N if parts <= 1 else min(N, -(-per_part // 8) * 8)
+    return min(N, -(-per_part // 8) * 8)
 
 
 def rows(x):

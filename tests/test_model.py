@@ -11,7 +11,7 @@ from microgpt import GPT, reference as ref
 from microgpt.backend import get_backend
 from microgpt.config import GPTConfig, get_config
 from microgpt import model as model_module
-from microgpt.model import Buffers, head_rows
+from microgpt.model import Buffers, activation_specs, arena_layout, head_rows
 from microgpt.optim import AdamW, AdamWConfig, lr_at
 from microgpt.step import step_specs
 
@@ -185,49 +185,76 @@ def test_any_config_runs_and_its_grads_mirror_the_state_dict(cfg, data, seed):
         assert np.all(np.isfinite(grad)), name
 
 
-@example(N=16384, V=50304)     # andrea-120m's step: 4 chunks of 4096 rows
-@given(N=st.integers(1, 2 ** 17), V=st.integers(1, 2 ** 17))
+@example(N=16384)       # andrea-120m's and andrea-12m's steps: two chunks of 8192 rows
+@example(N=8193)
+@given(N=st.integers(1, 2 ** 18))
 @CPU
-def test_head_rows_chunk_the_logits(N, V):
-    """A chunk of the head: all N rows where N x V logits are at most HEAD_ELEMENTS; else
-    a multiple of 8 rows (each chunk then starts 16-byte aligned in a bf16 matrix), of
-    about HEAD_ELEMENTS logits or fewer, and no more chunks than N x V / HEAD_ELEMENTS
-    rounded up needs."""
-    rows = head_rows(N, V)
-    chunks = -(-N // rows)
-    if N * V <= model_module.HEAD_ELEMENTS:
+def test_head_rows_chunk_the_rows(N):
+    """A chunk of the head: all N rows up to HEAD_ROWS; else a multiple of 8 rows (each
+    chunk then starts 16-byte aligned in a bf16 matrix) within HEAD_ROWS, in as few
+    chunks as that allows."""
+    rows = head_rows(N)
+    if N <= model_module.HEAD_ROWS:
         assert rows == N
     else:
-        assert rows % 8 == 0 or rows == N
-        assert (rows - 8) * V < model_module.HEAD_ELEMENTS
-        assert chunks == -(-N * V // model_module.HEAD_ELEMENTS)
+        assert rows % 8 == 0 and rows <= model_module.HEAD_ROWS
+        assert -(-N // rows) == -(-N // model_module.HEAD_ROWS)
 
 
 @given(B=st.integers(1, 3), T=st.integers(1, 6), gpt2=st.booleans(), data=st.data())
 @CPU
 def test_the_head_in_chunks_gives_the_whole_batchs_losses_and_gradients(B, T, gpt2, data):
-    """The head and the loss a chunk of rows at a time (HEAD_ELEMENTS small enough for
-    chunks of 8 rows or of the whole batch, drawn) against one chunk, in float64: the
-    logits, the evaluation's loss, the training loss and every gradient; the chunks add
-    the head's dW in another order, so equal to float64's rounding."""
+    """The head and the loss a chunk of rows at a time (HEAD_ROWS drawn: chunks of 8 rows
+    or the whole batch) against one chunk, in float64: the logits, the evaluation's loss,
+    the training loss and every gradient; the chunks add the head's dW in another order,
+    so equal to float64's rounding."""
     cfg = TINY_GPT2 if gpt2 else TINY
-    elements = data.draw(st.integers(1, B * T * cfg.vocab_size), label="HEAD_ELEMENTS")
+    chunk = data.draw(st.integers(1, B * T), label="HEAD_ROWS")
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
     idx, targets = random_tokens(rng, cfg, B, T)
     runs = []
-    for head_elements in (model_module.HEAD_ELEMENTS, elements):
+    for head_rows_at_most in (model_module.HEAD_ROWS, chunk):
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(model_module, "HEAD_ELEMENTS", head_elements)
+            patch.setattr(model_module, "HEAD_ROWS", head_rows_at_most)
             model = GPT(cfg, seed=2, dtype=np.float64)
             runs.append((model.forward(idx), model.evaluate(idx, targets),
                          *model.loss_and_grads(idx, targets)))
-            assert model._acts.logits.shape[0] == head_rows(B * T, cfg.vocab_size)
+            assert model._acts.logits.shape[0] == head_rows(B * T)
     (logits, evaluated, loss, grads), (logits_c, evaluated_c, loss_c, grads_c) = runs
     assert_close(logits_c, logits, 1e-13, "logits")      # (BLAS blocks by the shape)
     assert evaluated_c == pytest.approx(evaluated, rel=1e-13)
     assert loss_c == pytest.approx(loss, rel=1e-13)
     for name in grads:
         assert_close(grads_c[name], grads[name], 1e-13, name)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("name,B,T", [("andrea-120m", 16, 1024), ("andrea-12m", 64, 256),
+                                      ("microgpt", 2, 7)])
+def test_the_arenas_parts_share_memory_only_across_phases(precision, name, B, T):
+    """Each part of the arena lies inside it, 256-byte aligned; two parts share bytes only
+    where their phases do not hold one another (the head's logits and the blocks'
+    scratch, the MLP's dfc and the attention's scratch), and the arena is as long as its
+    longest phase. (The passes' use of the parts, each only in its phase, is what the
+    whole model's finite differences above hold: a part written over while alive moves a
+    gradient.)"""
+    cfg = get_config(name, vocab_size=24) if name == "microgpt" else get_config(name)
+    specs = activation_specs(cfg, B, T, precision)
+    offsets, length = arena_layout(specs)
+    parts = {s.name: s for s in specs if s.phase is not None}
+    assert {s.name: s.shape for s in specs}["arena"] == (length,)
+    spans = {}
+    for part, s in parts.items():
+        lo = offsets[part] * 4
+        spans[part] = lo, lo + s.bytes_each
+        assert lo % 256 == 0 and lo + s.bytes_each <= 4 * length, part
+    for a in parts:
+        for b in parts:
+            pa, pb = parts[a].phase, parts[b].phase
+            nested = pa[:len(pb)] == pb or pb[:len(pa)] == pa
+            overlap = spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]
+            assert a == b or not (nested and overlap), (a, b)
+    assert max(hi for _, hi in spans.values()) > 4 * length - 256
 
 
 def owned_arrays(buffers):
