@@ -16,8 +16,8 @@ world's gradient sync (``world.gradient_sync(model)``, passed to GPT.enqueue_bac
 held by microgpt.step.Step) range by range, as each becomes final: ``ready(lo, hi)`` when
 no later launch of the backward writes grads_flat[lo:hi] (each block's matrices after that
 block's backward, last layer first; then wpe, which the encoder's scatter ends, and the
-norms; then wte in row ranges, its gradient's last writer being the tied LM head's dW,
-which runs last for that, one launch a range), ``finish()`` at its end, after which, in the
+norms; then wte, whose gradient's writers are the tied head's dW, first in the
+backward, and the encoder's scatter, last), ``finish()`` at its end, after which, in the
 device's order of work, the buffer holds the mean over the ranks. On the cuda backend each
 range is all-reduced on a
 stream of its own while the backward goes on (NCCLGradients); on numpy at once, in place.
