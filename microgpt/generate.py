@@ -161,8 +161,7 @@ class Decoder:
             ops, p, a = self.ops, self.model.params, self.acts
             ops.decode_embedding(a.resid[0], self.seq, p["wte"], p["wpe"])
             self.model.enqueue_blocks(a, attention=self._attend)
-            # the head on the B rows at once (one chunk below 2**28 logits: 5,336 sequences
-            # of a 50,304 vocabulary)
+            # the head on the B rows at once: one chunk up to model.HEAD_ROWS sequences
             logits = self.model.enqueue_logits(a, 0, self.batch)
             ops.sample_tokens(self.seq, logits, self.capacity,
                               vocab=sampling.vocab_limit, temperature=sampling.temperature,
