@@ -300,17 +300,21 @@ def test_hopper_takes_the_wgmma_tiles():
 
 
 def test_hopper_routes_to_the_persistent_tiles():
-    """Where the product needs nothing the persistent kernel lacks: the copier tile, or
-    ping-pong's 128 columns where 256 would leave more than an eighth of the last column
-    of tiles empty (andrea-12m's N 384); a bf16 out of a K longer than a chain folds."""
+    """Where the product needs nothing the persistent kernel lacks: the copier tile; where
+    256 columns would leave more than an eighth of the last column of tiles empty
+    (andrea-12m's N 384) the narrow copier's 192, or ping-pong's 128 for a short K or too
+    few items for a wave; a bf16 out of a K longer than a chain folds."""
     route = lambda M, N, K, *flags: tuning.default_tile(M, N, K, *flags, persistent=True)
     assert route(16384, 2304, 768, False, True) == tuning.COPIER_TILE
     assert route(16384, 50304, 768, False, True, True) == tuning.COPIER_TILE  # 128 of 50,432
     assert route(768, 768, 16384, True, True) == tuning.COPIER_TILE           # split K
     assert route(16384, 768, 50304, False, True) == tuning.COPIER_TILE        # split, written
     assert route(16384, 1152, 384, False, True) == tuning.COPIER_TILE         # 128 of 1,280
-    assert route(16384, 384, 1536, False, True) == tuning.PINGPONG_TILE       # 128 of 512
-    assert route(4096, 384, 16384, True, True) == tuning.PINGPONG_TILE
+    assert route(16384, 384, 1536, False, True) == tuning.NARROW_COPIER_TILE  # 128 of 512
+    assert route(4096, 384, 16384, True, True) == tuning.NARROW_COPIER_TILE   # 256 items
+    assert route(16384, 384, 384, False, True) == tuning.PINGPONG_TILE        # K 384
+    assert route(1536, 384, 16384, True, True) == tuning.PINGPONG_TILE        # 120 items
+    assert route(384, 384, 16384, True, True) == tuning.PINGPONG_TILE         # 96
     assert route(16384, 768, 50304, False, True, True) == tuning.FOLD_TILE
     assert route(16384, 2304, 768) == tuning.LARGE_TILE                       # no wgmma
 
@@ -322,7 +326,8 @@ class _Asked(Exception):
 @pytest.mark.parametrize("kwargs, persistent", [
     ({}, True), ({"accumulate": True}, True), ({"deterministic": True}, True),
     ({"deterministic": True, "accumulate": True}, True),       # ordered split-K
-    ({"gelu": "forward"}, False), ({"max_chain": 16}, False),   # the GELU epilogue, a fold
+    ({"gelu": "forward"}, True), ({"gelu": "backward"}, False),  # (the wgmma kernel's)
+    ({"max_chain": 16}, False),                                  # a fold
     ({"bias": "bias"}, False)])                                  # (staged by the wgmma kernel)
 def test_the_launcher_asks_for_persistent_tiles_only_where_they_run(monkeypatch, kwargs,
                                                                      persistent):
@@ -659,6 +664,41 @@ def test_persistent_kernel_matches_reference(sizes, transpose_a, transpose_b, ep
                           biased=biased and epilogue in ("float32", "bf16"))
 
 
+FOLDING_TILES = st.sampled_from([tuning.NARROW_COPIER_TILE] if REAL_SHAPES
+                                else [PersistentTile(64, 16, 16, 3, 1),
+                                      PersistentTile(64, 16, 16, 3, 1, copier=True),
+                                      PersistentTile(64, 16, 16, 3, 2, copier=True,
+                                                     pingpong=True)])
+
+
+@settings(**({} if ON_GPU else {"max_examples": 4}))   # (the GPU profile's)
+@given(sizes=PERSISTENT_SIZES, transpose_a=st.booleans(), transpose_b=st.booleans(),
+       epilogue=st.sampled_from(["float32", "bf16", "accumulate"]), tile=FOLDING_TILES,
+       blocks=st.integers(1, 3), ragged=st.integers(1, 8), seed=SEEDS)
+def test_the_persistent_kernel_folds_a_long_k(sizes, transpose_a, transpose_b, epilogue,
+                                              tile, blocks, ragged, seed):
+    """One split of K longer than a chain: each item's accumulators folded into float32
+    sums every FOLD_STEPS slabs, two folds and a ragged last one at least, as the blocks
+    walk their tiles."""
+    M, N = (max(8, s // 8 * 8) for s in sizes[:2])      # (the bulk copies need it)
+    K = (2 * FOLD_STEPS + 1) * tile.depth + 8 * ragged
+    walk = persistent.blocks if ON_GPU else lambda tiles: min(tiles, blocks)
+    with mock.patch.object(persistent, "blocks", walk):
+        check_matmul_bf16(M, N, K, transpose_a, transpose_b, epilogue, tile, seed,
+                          split_k=1, max_chain=tile.depth)
+
+
+@settings(**({} if ON_GPU else {"max_examples": 3}))   # (the GPU profile's)
+@given(sizes=PERSISTENT_SIZES, tile=PERSISTENT_TILES, blocks=st.integers(1, 3), seed=SEEDS)
+def test_persistent_gelu_forward_matches_reference(sizes, tile, blocks, seed):
+    """The MLP's up projection in the persistent kernel's "gelu" epilogue: pre, and gelu
+    of pre as stored, each box of a tile through the warpgroup's two buffers in turn."""
+    sizes = tuple(max(8, s // 8 * 8) for s in sizes)     # (the bulk copies need it)
+    walk = persistent.blocks if ON_GPU else lambda tiles: min(tiles, blocks)
+    with mock.patch.object(persistent, "blocks", walk):
+        check_matmul_gelu(*sizes, False, tile, seed)
+
+
 @pytest.mark.parametrize("copier, pingpong", [(False, False), (True, False), (True, True)])
 def test_two_warpgroups_walk_their_tiles(copier, pingpong):
     """A persistent tile of two computing warpgroups (as the GPU's), with a copying one or
@@ -675,13 +715,15 @@ def test_the_persistent_kernel_refuses_what_it_does_not_run():
     x, w = cuda.to_device(np.zeros((64, 32), np.uint16)), cuda.to_device(
         np.zeros((32, 16), np.uint16))
     tile = PersistentTile(64, 16, 16, 3, 1)
-    with pytest.raises(ValueError, match="each split of K in one chain"):
-        gemm_bf16.matmul_bf16(cuda.to_device(np.zeros((64, 16), np.uint16)), x, w,
-                              tile=tile, max_chain=16)
+    with pytest.raises(ValueError, match="folding keeps a second set of accumulators"):
+        gemm_bf16.matmul_bf16(cuda.to_device(np.zeros((64, 256), np.uint16)), x,
+                              cuda.to_device(np.zeros((32, 256), np.uint16)),
+                              tile=PersistentTile(64, 256, 16, 3, 1), max_chain=16)
     with pytest.raises(ValueError, match="the GELU epilogues are the wgmma kernel's"):
-        gemm_bf16.matmul_bf16(cuda.to_device(np.zeros((64, 16), np.uint16)), x, w,
-                              gelu="forward", pre=cuda.to_device(np.zeros((64, 16), np.uint16)),
-                              tile=tile)
+        gemm_bf16.matmul_bf16(cuda.to_device(np.zeros((64, 16), np.uint16)), x,
+                              cuda.to_device(np.zeros((16, 32), np.uint16)), transpose_b=True,
+                              gelu="backward",
+                              pre=cuda.to_device(np.zeros((64, 16), np.uint16)), tile=tile)
 
 
 # (andrea-120m's LM head dX and dW apart: their float64 references take the most time)
@@ -698,8 +740,11 @@ PERSISTENT_PRODUCTS = [p for p in STEP_PRODUCTS
                          ids=lambda p: f"{p[0]} {p[1]}x{p[2]}x{p[3]}")
 def test_step_products_persistent(product, tile):
     """The step's products with the persistent tiles and the launcher's split of K (the
-    GELU epilogues' as plain bf16 products: the persistent kernel has none), one biased."""
+    GELU backward's as a plain bf16 product: the persistent kernel has no such epilogue),
+    one biased."""
     name, M, N, K, ta, tb, epilogue = product
-    epilogue = "bf16" if epilogue.startswith("gelu") else epilogue
+    if epilogue == "gelu":
+        return check_matmul_gelu(M, N, K, False, tile, seed=5)
+    epilogue = "bf16" if epilogue == "gelu_backward" else epilogue
     check_matmul_bf16(M, N, K, ta, tb, epilogue, tile, seed=5, split_k=None,
                       biased=name == "QKV forward")

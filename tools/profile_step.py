@@ -135,12 +135,15 @@ def main(argv=None):
 
     from microgpt import GPT, get_config
     from microgpt.backend import cuda_available, get_backend
+    from microgpt.data import default_cache_dir
+    from microgpt.kernels import cache as kernel_cache
     from microgpt.optim import AdamW, AdamWConfig
     from microgpt.step import Step
 
     if not cuda_available():
         print("profile_step.py: no CUDA GPU found; it times kernels on one", file=sys.stderr)
         return 2
+    kernel_cache.use(default_cache_dir() / "kernels")      # the trainer's compiled kernels
     cfg = get_config(args.config, **(dict(bias=True) if args.bias else {}))
     B, T = args.batch_size, args.seq_len
     rng = np.random.default_rng(0)

@@ -54,35 +54,41 @@ def matmul(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, bi
                 stream=stream)
 
 
-# Whether the bf16 MLP GEMMs compute GELU in their epilogues (gemm.bf16's "gelu" and
-# "gelu_backward") rather than the GEMM then a GELU kernel. Measured on the H200 at
-# andrea-120m, each product captured in a CUDA graph and in the step's profile
-# (docs/gemm-bf16.md, tuning log row 7; tools/bench.py --only fused times both): the fused
-# products are slower, 0.230 against 0.190 ms forward and 0.244 against 0.228 backward,
-# because the wgmma kernel's epilogue does not overlap the next tile's products (8 warps
-# an SM wait on GELU's exponentials), while the GELU kernels run at the memory's rate. So
-# not by default: a persistent GEMM that overlaps its epilogues would turn this around.
-GELU_IN_EPILOGUE = False
+# Whether the bf16 MLP GEMMs compute GELU in their epilogues (gemm.bf16's "gelu", the up
+# projection's forward, and "gelu_backward", the down projection's dX) rather than the
+# GEMM then a GELU kernel. Measured on the H200 at andrea-120m with the wgmma kernel, each
+# product captured in a CUDA graph and in the step's profile (docs/gemm-bf16.md, tuning
+# log row 7; tools/bench.py --only fused times both): the fused products are slower,
+# 0.230 against 0.190 ms forward and 0.244 against 0.228 backward, because the wgmma
+# kernel's epilogue does not overlap the next tile's products (8 warps an SM wait on
+# GELU's exponentials), while the GELU kernels run at the memory's rate. The forward's
+# epilogue is the persistent kernel's too since session 21, which turned it around (row
+# 21; each captured beside the product and the GELU kernel, one process): andrea-120m's
+# 0.1593 -> 0.1448 ms, andrea-12m's 0.0603 -> 0.0532.
+GELU_FORWARD_IN_EPILOGUE = True
+GELU_BACKWARD_IN_EPILOGUE = False
 
 
-def _gelu_in_epilogue(fused, a, *matrices):
-    """Whether GELU goes into the GEMM's epilogue: asked for (fused; by default
-    GELU_IN_EPILOGUE), and a product the wgmma kernel runs (bf16 on sm_90a, matrices the
-    bulk copies take, a K to multiply over: a is the (M, K) operand)."""
-    return ((GELU_IN_EPILOGUE if fused is None else fused) and a.dtype == np.uint16
+def _gelu_in_epilogue(fused, default, a, *matrices):
+    """Whether GELU goes into the GEMM's epilogue: asked for (fused; by default the
+    direction's switch above), and a product the wgmma kernel runs (bf16 on sm_90a,
+    matrices the bulk copies take, a K to multiply over: a is the (M, K) operand)."""
+    return ((default if fused is None else fused) and a.dtype == np.uint16
             and a.shape[1] > 0 and wgmma_takes(a, *matrices))
 
 
 def matmul_gelu_forward(out, pre, a, b, bias=None, *, fused=None, stream=0):
     """The MLP's up projection and its GELU: pre (M, N) = a @ b (+ bias (N,), in the
     GEMM's epilogue), out = gelu(pre) (the backward reads pre). fused (default
-    GELU_IN_EPILOGUE), where the wgmma kernel runs the product: one GEMM whose epilogue
-    writes both (gemm.bf16); otherwise the GEMM, then ``elementwise.gelu_forward``. By
-    default (fused None) at most skinny.ROWS rows without a bias go to ``skinny``, its
+    GELU_FORWARD_IN_EPILOGUE, without a bias), where the wgmma kernel runs the product: one GEMM whose
+    epilogue writes both (gemm.bf16); otherwise the GEMM, then ``elementwise.gelu_forward``.
+    By default (fused None) at most skinny.ROWS rows without a bias go to ``skinny``, its
     GELU epilogue."""
     if fused is None and bias is None and skinny.takes(out, a, b, False, False, pre):
         return skinny.skinny_matmul(out, a, b, gelu_pre=pre, stream=stream)
-    if _gelu_in_epilogue(fused, a, b, out, pre):
+    # (by default not with a bias: the product then stays the wgmma kernel's, whose GELU
+    # epilogue is the slower way)
+    if _gelu_in_epilogue(fused, GELU_FORWARD_IN_EPILOGUE and bias is None, a, b, out, pre):
         return bf16.matmul_bf16(out, a, b, bias=bias, gelu="forward", pre=pre, stream=stream)
     matmul(pre, a, b, bias=bias, stream=stream)
     elementwise.gelu_forward(out, pre, stream=stream)
@@ -92,13 +98,13 @@ def matmul_gelu_backward(dpre, dout, b, pre, dbias=None, *, fused=None, stream=0
     """The gradient through the MLP's down projection and its GELU: dpre (M, N) =
     (dout @ b^T) * gelu'(pre), b (N, K) the down projection's weight; dbias (N,), when
     given, += dpre's column sums (the up projection's bias's gradient). fused (default
-    GELU_IN_EPILOGUE), where the wgmma kernel runs the product: one GEMM whose epilogue
+    GELU_BACKWARD_IN_EPILOGUE), where the wgmma kernel runs the product: one GEMM whose epilogue
     reads pre (gemm.bf16), then any dbias by ``reductions.bias_backward``; otherwise the
     GEMM into dpre, then ``elementwise.gelu_backward`` in place, or with a dbias
     ``reductions.gelu_bias_backward``, which sums dpre as it writes it."""
     if dbias is not None:
         check_array("dbias", dbias, (dpre.shape[1],))
-    if _gelu_in_epilogue(fused, dout, b, dpre, pre):
+    if _gelu_in_epilogue(fused, GELU_BACKWARD_IN_EPILOGUE, dout, b, dpre, pre):
         bf16.matmul_bf16(dpre, dout, b, transpose_b=True, gelu="backward", pre=pre,
                          stream=stream)
         if dbias is not None:

@@ -7,21 +7,22 @@ host, viewed as uint16). The epilogue, what happens to each float32 result, is o
 EPILOGUES: written as float32, written as bf16 (an activation that feeds the next
 matmul), or added into a float32 out (a weight gradient; "atomic" when split-K, or
 "ordered", the same bits every run: ``gemm.turns``); or the
-MLP's GELU around it (the wgmma kernel's): "gelu" writes the product (the pre-activation,
-which the backward reads) to `pre` and gelu of it to out, "gelu_backward" writes the
-product times gelu' of `pre`. These fold the two GELU kernels of ``elementwise`` into the
-GEMMs around them, a pass over the (B*T, 4C) activations fewer each way; on the H200 they
-measured slower than the GEMM and then the kernel, so the model's ops take them only when
-``gemm.GELU_IN_EPILOGUE`` is on. Transposes and the epilogue are compile-time constants of
-one kernel body.
+MLP's GELU around it (the wgmma kernel's; "gelu" the persistent kernel's too): "gelu"
+writes the product (the pre-activation, which the backward reads) to `pre` and gelu of it
+to out, "gelu_backward" writes the product times gelu' of `pre`. These fold the two GELU
+kernels of ``elementwise`` into the GEMMs around them, a pass over the (B*T, 4C)
+activations fewer each way; the model's ops take them where ``gemm.GELU_FORWARD_IN_EPILOGUE``
+and ``gemm.GELU_BACKWARD_IN_EPILOGUE`` say. Transposes and the epilogue are compile-time
+constants of one kernel body.
 
 This module routes a product to a kernel: the wgmma one (``gemm.wgmma``) on Hopper with
 matrices the bulk tensor copies can move, the mma.sync one (``gemm.mma_sync``) otherwise,
 with the tile and split-K that ``gemm.tuning`` chooses, unless the call names its own.
 """
 import numpy as np
+from numba import cuda
 
-from ..common import ceil_div, check_array, device_address, fill_zero
+from ..common import ceil_div, check_array, device_address, fill_zero, kept_with
 from ..device import CHUNK, SIMULATOR, allow_dynamic_shared
 from ..layouts.tensor_maps import tensor_map, tma_ready
 from ..layouts.tiles import PANEL
@@ -97,14 +98,14 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
     elif pre is not None:
         raise ValueError("pre: only the GELU epilogues take it (give gelu='forward' or "
                          "'backward')")
-    pre = out if pre is None else pre       # the wgmma kernel's unread stand-in
+    gelu_pre, pre = pre, out if pre is None else pre     # (the wgmma kernel's unread stand-in)
     if tile is None:
-        # the persistent tiles have no GELU epilogue and no folding; they read a bias from
-        # global memory in the epilogue, where the wgmma kernel stages it in shared memory
-        # first (docs/kernels-step.md, row 4: ~3 us a tile so); ordered split-K takes
-        # tuning.ordered_tile's
+        # the persistent tiles have no GELU backward epilogue and no folding of a bf16 out;
+        # they read a bias from global memory in the epilogue, where the wgmma kernel stages
+        # it in shared memory first (docs/kernels-step.md, row 4: ~3 us a tile so); ordered
+        # split-K takes tuning.ordered_tile's
         ordered = deterministic and (accumulate or K > max_chain)
-        persistent = (tuning.PERSISTENT_ROUTING and gelu is None and bias is None
+        persistent = (tuning.PERSISTENT_ROUTING and gelu != "backward" and bias is None
                       and not (out_bf16 and K > max_chain))
         hopper = wgmma_takes(out, pre, a, b)
         tile = (tuning.ordered_tile(M, N, K) if hopper and persistent and ordered
@@ -121,12 +122,15 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
         raise ValueError(f"split_k={split_k}: must be 1, or more when accumulating")
     if M == 0 or N == 0:
         return
-    if gelu is not None and (not isinstance(tile, WgmmaTile) or K == 0):
+    takes_gelu = isinstance(tile, WgmmaTile) or (gelu == "forward"
+                                                 and isinstance(tile, PersistentTile))
+    if gelu is not None and (not takes_gelu or K == 0):
         # the mma.sync kernel stores from registers in a loop that must unroll, and GELU in
         # it kept the loop from unrolling (the accumulators went to local memory)
-        raise ValueError(f"gelu={gelu!r}: the GELU epilogues are the wgmma kernel's, for a "
-                         f"K of at least 1 (here tile {tuple(tile)}, K {K}); run the product "
-                         "and then elementwise's GELU kernel, as gemm.matmul_gelu_* do")
+        raise ValueError(f"gelu={gelu!r}: the GELU epilogues are the wgmma kernel's (the "
+                         f"forward's the persistent kernel's too), for a K of at least 1 "
+                         f"(here tile {tuple(tile)}, K {K}); run the product and then "
+                         "elementwise's GELU kernel, as gemm.matmul_gelu_* do")
     if K == 0:          # a sum of nothing, and no step for a kernel's pipeline to start on
         if not accumulate:
             fill_zero(out, stream)
@@ -146,12 +150,8 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
                   and device_address(arr) % 16 == 0 for arr in (a, b))
     fold = steps_per_split * tile.depth > max_chain
     if isinstance(tile, PersistentTile):
-        if fold:
-            raise ValueError(f"tile {tile}: the persistent kernel sums each split of K in "
-                             f"one chain (here {steps_per_split * tile.depth} of K against "
-                             f"max_chain {max_chain}): give a split_k")
-        return _launch_persistent(out, a, b, bias, transpose_a, transpose_b, epilogue, tile,
-                                  split_k, steps_per_split, stream)
+        return _launch_persistent(out, gelu_pre, a, b, bias, transpose_a, transpose_b,
+                                  epilogue, tile, split_k, steps_per_split, fold, stream)
     kernel = _kernel(bool(transpose_a), bool(transpose_b), epilogue, aligned, fold, tile,
                      bias is not None)
     bias = unread_bias(out) if bias is None else bias
@@ -180,14 +180,15 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
         kernel[grid, tile.threads, stream](out, a, b, bias, turns, steps_per_split)
 
 
-def _launch_persistent(out, a, b, bias, transpose_a, transpose_b, epilogue, tile, splits,
-                       steps_per_split, stream):
+def _launch_persistent(out, pre, a, b, bias, transpose_a, transpose_b, epilogue, tile, splits,
+                       steps_per_split, fold, stream):
     """gemm.persistent's launch: one block an SM (or a tile) walking out's tiles; in
-    clusters, through the driver's launch with a cluster shape (numba-cuda has none)."""
+    clusters, through the driver's launch with a cluster shape (numba-cuda has none). pre:
+    the "gelu" epilogue's, else None; fold: a split longer than a chain."""
     M, N = out.shape
     rows, cols, depth, cluster = tile.rows, tile.cols, tile.depth, tile.cluster
     kernel = persistent.persistent_kernel(bool(transpose_a), bool(transpose_b), epilogue,
-                                          tile, bias is not None)
+                                          tile, bias is not None, fold)
     bias = unread_bias(out) if bias is None else bias
     tiles_m, tiles_n = ceil_div(M, rows), ceil_div(N, cols)
     # the ordered epilogue's units: each warpgroup's rows of a tile (a ping-pong tile: one
@@ -201,6 +202,11 @@ def _launch_persistent(out, a, b, bias, transpose_a, transpose_b, epilogue, tile
     b_map = tensor_map(b, *((cols // cluster, depth) if transpose_b
                             else (depth, min(cols, PANEL))))
     out_map = tensor_map(out, 64, min(cols, 64 if out.dtype == np.uint16 else 32))
+    if pre is None:                    # unread: a stand-in kept with out's allocation
+        pre, pre_map = kept_with(out, ("unread pre",),
+                                 lambda: cuda.device_array((1, 8), np.uint16)), out_map
+    else:
+        pre_map = tensor_map(pre, 64, min(cols, 64))
     signature = persistent.signature(epilogue, *layouts)
     # a copier's setmaxnreg needs the driver's whole-program JIT (the simulator's twin is
     # a no-op: its launch is numba's)
@@ -208,7 +214,7 @@ def _launch_persistent(out, a, b, bias, transpose_a, transpose_b, epilogue, tile
     if not whole:                      # (the JIT's load opts in by itself)
         allow_dynamic_shared(kernel, signature, tile.shared_bytes)
     units = ceil_div(tiles_m, cluster) * tiles_n * splits
-    args = (out, a, b, bias, turns, a_map, b_map, out_map, np.int32(tiles_m),
+    args = (out, pre, a, b, bias, turns, a_map, b_map, out_map, pre_map, np.int32(tiles_m),
             np.int32(tiles_n), np.int32(splits), np.int32(steps_per_split))
     if cluster == 1 and not whole:
         kernel[persistent.blocks(units), tile.threads, stream, tile.shared_bytes](*args)

@@ -17,8 +17,12 @@ the warpgroup lays the next box in the other; the stages stay the ring's.
 Epilogues: "float32" and "bf16" (written), "accumulate" and "atomic" (added into a float32
 out by the copy engine, a split of K each: the weight gradients, and a long K written
 into a zeroed out), "ordered" (the same adds, each warpgroup's rows in the turn of its
-split: ``gemm.turns``), each with or without a bias (added by the first split); no
-folding.
+split: ``gemm.turns``), each with or without a bias (added by the first split); and "gelu"
+(the MLP's up projection: the product, bf16, to `pre`, and gelu of it as stored to out).
+fold: a split longer than a chain of the tensor cores' accumulation (tuning.MAX_CHAIN)
+folds its accumulators into float32 sums every FOLD_STEPS slabs, as the wgmma kernel's
+folding tile does: a second set of accumulators, so for tiles of at most FOLD_REGISTERS a
+thread, and one m64 wgmma a warpgroup (not a ping-pong tile of 128 rows).
 
 "ordered" waits across blocks: an item waits for the split before it of its unit, an
 item of lower index in the walk, which another block may hold at an earlier or the same
@@ -31,12 +35,13 @@ import sys
 
 from numba import cuda, float32, int32, types, uint16, uint32, uint64
 
+from .. import elementwise
 from ..atoms import (bulk_commit, bulk_wait, bulk_wait_but_one, bulk_wait_written,
                      cluster_count, cluster_index,
                      cluster_rank, cluster_sync, fence_barrier_init,
                      fence_proxy_async, fence_proxy_async_global, fence_tensor_map,
                      named_barrier,
-                     named_barrier_arrive, pack_bf16x2, rcp_approx,
+                     named_barrier_arrive, opaque, pack_bf16x2, rcp_approx,
                      set_max_registers, shared_address, tma_add_2d, tma_store_2d,
                      warpgroup_commit,
                      warpgroup_fence, warpgroup_wait, wgmma_bf16)
@@ -46,15 +51,19 @@ from ..device import (MMA_K, SIMULATOR, SMS, SWIZZLE_BYTES, WARPGROUP, allow_dyn
 from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
 from ..layouts.tiles import descriptor
 from ..pipelines.tma import tma_pipeline
-from .tiles import BF16_OUT, GROUP
-from .tuning import CLUSTER_TILE, COPIER_TILE, PERSISTENT_TILE, PINGPONG_TILE
+from ..precision import unpack_bf16x2
+from .tiles import BF16_OUT, FOLD_STEPS, GROUP
+from .tuning import (CLUSTER_TILE, COPIER_TILE, NARROW_COPIER_TILE, PERSISTENT_TILE,
+                     PINGPONG_TILE)
 from .turns import pass_turn, wait_turn
 from .wgmma import slabs
 
-EPILOGUES = ("float32", "bf16", "accumulate", "atomic", "ordered")
+EPILOGUES = ("float32", "bf16", "accumulate", "atomic", "ordered", "gelu")
 TURN = 4                  # the named barriers of the ping-pong's turns (2, 3: the epilogue's)
 REGISTERS = 65536         # an SM's, which a block of one an SM holds
 COPIER_REGISTERS = 40     # a thread of the copying warpgroup (CUTLASS's, for TMA issue)
+FOLD_COPIER_REGISTERS = 24    # a folding tile's (setmaxnreg's least): 240 for the others
+FOLD_REGISTERS = 96       # accumulators a thread of a folding tile (a 128 x 192 copier's)
 
 
 def blocks(tiles):
@@ -184,13 +193,22 @@ def quotient(n, d):
     return int32(q)
 
 
+def folds(tile):
+    """Whether a persistent tile can fold a long split (a second set of accumulators)."""
+    return not (tile.pingpong and tile.rows > 64) and tile.cols // 2 <= FOLD_REGISTERS
+
+
 @functools.cache
-def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
+def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fold=False):
     if epilogue not in EPILOGUES:
         raise ValueError(f"epilogue {epilogue!r}: the persistent kernel writes {EPILOGUES}")
     BM, BN, BK, STAGES, GROUPS, CLUSTER, COPIER, PINGPONG = tile
     HALVES = BM // 64 if PINGPONG else 1          # m64 wgmmas a warpgroup's tile takes
     regs = BN // 2                                # accumulators per thread
+    if fold and not folds(tile):
+        raise ValueError(f"tile {tile}: folding keeps a second set of accumulators, for "
+                         f"tiles of one m64 wgmma a warpgroup and at most {FOLD_REGISTERS} "
+                         f"accumulators a thread (here {HALVES} of {regs})")
     slab = slabs(transpose_a, transpose_b, BM, BN, BK, tile.stage_elements, CLUSTER)
     BAND = GROUP // CLUSTER                       # rows of the walk's units a band
     a_index, a_fields, a_step, b_fields, b_step, a_size, stage_size, _ = slab
@@ -198,8 +216,10 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
     fence, wait_all, wait_one = (warpgroup_fence(regs), warpgroup_wait(0, regs),
                                  warpgroup_wait(1, regs))
     bf16_out = epilogue in BF16_OUT
+    GELU = epilogue == "gelu"
     # a box of out: 64 rows of `panel` elements (at most 128 bytes), swizzled as the
-    # copy engine reads it; each warpgroup's two buffers follow the stages
+    # copy engine reads it; each warpgroup's two buffers follow the stages ("gelu": the
+    # first for the box of pre, the second for gelu of it)
     panel = min(BN, 64 if bf16_out else 32)
     chunk = 8 if bf16_out else 4                  # elements in 16 bytes
     js = panel // 8                               # pairs of 8 columns per box row
@@ -259,16 +279,90 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
     # the block's registers (the launch bounds': 64K a block of one an SM, in steps of 8 a
     # thread) moved from the copier, which needs few, to the computing warpgroups
     share = REGISTERS // tile.threads // 8 * 8
-    low = COPIER_REGISTERS
+    # (a folding 128 x 192 tile's two sets of 96 spilled 40 bytes at 232, 8 at 240: sm_90a)
+    low = FOLD_COPIER_REGISTERS if fold else COPIER_REGISTERS
     high = min(255, (share * (GROUPS + 1) - low) // GROUPS) // 8 * 8
     lower_registers, raise_registers = (set_max_registers(low, False),
                                         set_max_registers(high, True))
 
     @cuda.jit(device=True, inline=True)
-    def lay_out(out, bias, out_map, pairs, floats, smem, acc, row, n0, biased_here, group,
-                boxes):
+    def box_word(words, place, swapped, h, q):
+        """The 4-byte word of a thread's pair q of row half h in the box at `words`."""
+        return int32(words + place + (h * 8 * panel) // in_word
+                     + ((8 * q) // in_word ^ swapped))
+
+    @cuda.jit(device=True, inline=True)
+    def gelu_box(pairs, words, place, swapped):
+        """gelu of the box of pre at `words` (as stored: rounded) into the next buffer, a
+        pair of each row half at a time. The loop stays rolled (its count through a
+        volatile mov): unrolled (the wgmma kernel's map_places, a row half's loads before
+        its stores), it kept LLVM from unrolling the loop over the boxes around it, and
+        the accumulators, indexed by that loop, went to local memory (512 bytes of
+        stack, sm_90a)."""
+        for q in range(opaque(int32(js))):
+            lo, hi = (box_word(words, place, swapped, 0, q),
+                      box_word(words, place, swapped, 1, q))
+            x0, x1 = unpack_bf16x2(pairs[lo])
+            y0, y1 = unpack_bf16x2(pairs[hi])
+            beside = box_bytes // 4              # the second buffer, in words
+            pairs[lo + beside] = pack_bf16x2(elementwise.gelu(x0), elementwise.gelu(x1))
+            pairs[hi + beside] = pack_bf16x2(elementwise.gelu(y0), elementwise.gelu(y1))
+
+    BOXES = BN // panel           # of a warpgroup's 64 rows of a tile (bf16: at most 4)
+
+    @cuda.jit(device=True, inline=True)
+    def lay_box(p, out, pre, out_map, pre_map, pairs, floats, smem, acc, row, n0, group,
+                boxes, thread, place, swapped):
+        """Box p of a warpgroup's 64 rows x BN of out from its accumulators, through the
+        older of its two buffers once the copy engine has read it (the newer one's store
+        may still be); "gelu": the product through the first buffer into pre (the newer
+        store is then the previous box's gelu), and gelu of it through the second into
+        out. -> its boxes written so far."""
+        slot = 0 if GELU else boxes & 1
+        words = int32((buffers + (2 * group + slot) * box_bytes) // 4)
+        buffer = words * in_word                 # (in elements of out)
+        if thread == 0:
+            bulk_wait_but_one()
+        named_barrier(2 + group, WARPGROUP)
+        for h in range(2):
+            for q in range(js):
+                j = p * js + q
+                r = 4 * j + 2 * h
+                lo, hi = acc[r], acc[r + 1]
+                at = box_word(words, place, swapped, h, q)
+                if bf16_out:
+                    pairs[at] = pack_bf16x2(lo, hi)
+                else:
+                    floats[at] = lo
+                    floats[at + 1] = hi
+        fence_proxy_async()                      # visible to the copy, once all have written
+        named_barrier(2 + group, WARPGROUP)
+        col = n0 + p * panel
+        if thread == 0:
+            if GELU:
+                store_box(pre, pre_map, col, row, smem, buffer)
+            elif bf16_out:
+                store_box(out, out_map, col, row, smem, buffer)
+            else:
+                store_box(out, out_map, col, row, floats, buffer)
+            bulk_commit()
+        if GELU:
+            if thread == 0:                      # the second buffer's last store has read it
+                bulk_wait_but_one()
+            named_barrier(2 + group, WARPGROUP)
+            gelu_box(pairs, words, place, swapped)
+            fence_proxy_async()
+            named_barrier(2 + group, WARPGROUP)
+            if thread == 0:
+                store_box(out, out_map, col, row, smem, buffer + box_bytes // 2)
+                bulk_commit()
+        return boxes + 1
+
+    @cuda.jit(device=True, inline=True)
+    def lay_out(out, pre, bias, out_map, pre_map, pairs, floats, smem, acc, row, n0,
+                biased_here, group, boxes):
         """A warpgroup's 64 rows x BN of out from its accumulators (+ the bias), box by box
-        through its two buffers; -> its boxes written so far."""
+        (lay_box); -> its boxes written so far."""
         N = out.shape[1]
         thread = cuda.threadIdx.x % WARPGROUP
         # the thread's pairs in a box: a constant of the pair XOR-ed with a constant of the
@@ -286,41 +380,22 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
                 for h in range(2):
                     acc[4 * j + 2 * h] += b_lo
                     acc[4 * j + 2 * h + 1] += b_hi
-        for p in range(BN // panel):
-            # the buffer this box goes through (in elements of out): the older one,
-            # once the copy engine has read it (the newer one's store may still be)
-            words = int32((buffers + (2 * group + (boxes & 1)) * box_bytes) // 4)
-            buffer = words * in_word
-            if thread == 0:
-                bulk_wait_but_one()
-            named_barrier(2 + group, WARPGROUP)
-            for h in range(2):
-                for q in range(js):
-                    j = p * js + q
-                    r = 4 * j + 2 * h
-                    lo, hi = acc[r], acc[r + 1]
-                    at = int32(words + place + (h * 8 * panel) // in_word
-                               + ((8 * q) // in_word ^ swapped))
-                    if bf16_out:
-                        pairs[at] = pack_bf16x2(lo, hi)
-                    else:
-                        floats[at] = lo
-                        floats[at + 1] = hi
-            fence_proxy_async()              # visible to the copy, once all have written
-            named_barrier(2 + group, WARPGROUP)
-            if thread == 0:
-                col = n0 + p * panel
-                if bf16_out:
-                    store_box(out, out_map, col, row, smem, buffer)
-                else:
-                    store_box(out, out_map, col, row, floats, buffer)
-                bulk_commit()
-            boxes += 1
+        if GELU:
+            # over a tuple of constants, which unrolls where a range with gelu_box's loop
+            # inside did not (the accumulators it indexes then went to local memory: 512
+            # bytes of stack, sm_90a)
+            for p in (0, 1, 2, 3)[:BOXES]:
+                boxes = lay_box(p, out, pre, out_map, pre_map, pairs, floats, smem, acc, row,
+                                n0, group, boxes, thread, place, swapped)
+        else:
+            for p in range(BOXES):
+                boxes = lay_box(p, out, pre, out_map, pre_map, pairs, floats, smem, acc, row,
+                                n0, group, boxes, thread, place, swapped)
         return boxes
 
     @cuda.jit(device=True, inline=True)
-    def consume(out, bias, turns, out_map, pairs, floats, bars, operands, items, total,
-                splits, group):
+    def consume(out, pre, bias, turns, out_map, pre_map, pairs, floats, bars, operands, items,
+                total, splits, group):
         """A consumer warpgroup's walk: the products of each item's K steps, then its
         epilogue. Cooperative, each warpgroup has its 64 rows of every item's tile; in
         ping-pong, each has every other item, the whole of its tile (two halves of 64 rows
@@ -329,12 +404,15 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
         thread = cuda.threadIdx.x % WARPGROUP
         if thread == 0:                      # each warpgroup's thread 0 writes its rows
             fence_tensor_map(out_map)
+            if GELU:
+                fence_tensor_map(pre_map)
 
         top = 0 if PINGPONG else 64 * group  # the first of its rows in the tile
         a_at = a_index(0, top) if transpose_a else a_index(top, 0)
         a_below = a_index(0, top + 64) if transpose_a else a_index(top + 64, 0)
         acc = cuda.local.array(regs, float32)
         below = cuda.local.array(regs, float32)   # a ping-pong tile's rows 64-127
+        folded = cuda.local.array(regs, float32)  # the folded sums, when folding
         boxes = int32(0)                     # this warpgroup's boxes written so far
         issued = min(int32(STAGES - 1), total)   # the slabs thread 0 has copied (prologue)
         item = int32(group if PINGPONG else 0)
@@ -344,6 +422,8 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
                 acc[r] = float32(0.0)
                 if HALVES == 2:
                     below[r] = float32(0.0)
+                if fold:
+                    folded[r] = float32(0.0)
             if PINGPONG and item > 0:        # this one's turn of the tensor cores: the
                 named_barrier(TURN + group, 2 * WARPGROUP)   # other's main loop is done
             # (a do-while, as gemm.wgmma's: no path from the zeros to a wait)
@@ -378,6 +458,11 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
                     issued = pipe.refill_ready(bars, 0, g + STAGES, issued, total, operands)
                 g += 1
                 s += 1
+                if fold and (s % FOLD_STEPS == 0 or s == steps):
+                    wait_all(acc)
+                    for r in range(regs):
+                        folded[r] += acc[r]
+                        acc[r] = float32(0.0)
                 if s == steps:
                     break
             # the other's turn (its item's slabs come next in the ring): only from here may
@@ -403,10 +488,10 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
                 if thread == 0:
                     wait_turn(turns, unit, split)
                     fence_proxy_async_global()   # the adds below after the ones before
-            boxes = lay_out(out, bias, out_map, pairs, floats, smem, acc, m0 + top, n0,
-                            k_step == 0, group, boxes)
+            boxes = lay_out(out, pre, bias, out_map, pre_map, pairs, floats, smem,
+                            folded if fold else acc, m0 + top, n0, k_step == 0, group, boxes)
             if HALVES == 2:
-                boxes = lay_out(out, bias, out_map, pairs, floats, smem, below,
+                boxes = lay_out(out, pre, bias, out_map, pre_map, pairs, floats, smem, below,
                                 m0 + top + 64, n0, k_step == 0, group, boxes)
             if ordered and thread == 0:
                 bulk_wait_written()          # the adds have landed in out
@@ -417,8 +502,8 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
             bulk_wait()                      # the block's shared memory is read
 
     @jit(**({} if SIMULATOR else {"launch_bounds": (tile.threads, 1)}))
-    def matmul_persistent_kernel(out, a, b, bias, turns, a_map, b_map, out_map, tiles_m,
-                                 tiles_n, splits, steps):
+    def matmul_persistent_kernel(out, pre, a, b, bias, turns, a_map, b_map, out_map, pre_map,
+                                 tiles_m, tiles_n, splits, steps):
         # block (or cluster) x takes items x, x + gridDim.x (clusters), ... of the walk
         # (work: a unit of tile_origin's and a split of K, `steps` slabs long; the last
         # split's steps past K read zeros); its K steps are counted on over its items (g),
@@ -457,8 +542,8 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
                 fence_tensor_map(a_map)
                 fence_tensor_map(b_map)
                 pipe.prologue(bars, total, operands)
-            consume(out, bias, turns, out_map, pairs, floats, bars, operands, items, total,
-                    splits, group)
+            consume(out, pre, bias, turns, out_map, pre_map, pairs, floats, bars, operands,
+                    items, total, splits, group)
         elif group == GROUPS:                # the copier: its first thread copies every
             lower_registers()                # slab, each once its stage is released
             if thread == 0:
@@ -467,8 +552,8 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
                 pipe.refill_ready(bars, total, total, int32(0), total, operands)
         else:
             raise_registers()
-            consume(out, bias, turns, out_map, pairs, floats, bars, operands, items, total,
-                    splits, group)
+            consume(out, pre, bias, turns, out_map, pre_map, pairs, floats, bars, operands,
+                    items, total, splits, group)
         if CLUSTER > 1:                      # the others' last releases arrive here
             cluster_sync()
 
@@ -479,13 +564,15 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
 
 @functools.cache
 def signature(epilogue, a_layout="C", b_layout="C"):
-    """The argument types of a launch: out C-contiguous, a and b of their layouts ("C", or
-    "A" for a view of some of a wider matrix's columns), the bias, the ordered epilogue's
-    turns, three tensor maps and the tiles down and across out, the splits of K and the
-    slabs of each."""
+    """The argument types of a launch: out and pre (the "gelu" epilogue's, else unread)
+    C-contiguous, a and b of their layouts ("C", or "A" for a view of some of a wider
+    matrix's columns), the bias, the ordered epilogue's turns, four tensor maps (a's, b's,
+    out's, pre's) and the tiles down and across out, the splits of K and the slabs of
+    each."""
     out = types.uint16[:, ::1] if epilogue in BF16_OUT else types.float32[:, ::1]
     a, b = (types.Array(types.uint16, 2, layout) for layout in (a_layout, b_layout))
-    return ((out, a, b, types.float32[::1], types.int32[::1]) + (types.uint64[::1],) * 3
+    return ((out, types.uint16[:, ::1], a, b, types.float32[::1], types.int32[::1])
+            + (types.uint64[::1],) * 4
             + (types.int32,) * 4)
 
 
@@ -503,11 +590,15 @@ PTX_SIGNATURES = [
         (False, True, "bf16", False, CLUSTER_TILE),
         (False, True, "float32", False, CLUSTER_TILE),
         (False, False, "bf16", False, COPIER_TILE),         # (whole-program: ptxas)
+        (False, False, "gelu", False, COPIER_TILE),         # the MLP's up projection
         (False, True, "float32", False, COPIER_TILE),
         (False, False, "bf16", True, PINGPONG_TILE),
         (True, False, "atomic", False, PINGPONG_TILE),
         (True, False, "ordered", False, COPIER_TILE),       # dW += in the splits' order
         (True, False, "ordered", False, PINGPONG_TILE),
         (False, False, "ordered", False, COPIER_TILE),      # the LM head's dX, K = V
+        (False, True, "float32", False, NARROW_COPIER_TILE),   # andrea-12m's N 384: dX
+        (False, False, "float32", False, NARROW_COPIER_TILE),  # MLP down, the LM head's dX
+        (True, False, "atomic", False, NARROW_COPIER_TILE),    # the LM head's dW
     ]
 ]

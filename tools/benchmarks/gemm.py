@@ -12,9 +12,11 @@ def gemm_candidates(M, N, K, accumulate, bf16_out):
     takes on this GPU, and its split). Accumulating products try 5 and 7 splits beside the
     powers of two: a number of work items that fills its last wave of SMs better (the MLP
     weight gradients' 72 tiles split 4 ways make 288 items, 2.2 waves of 132). The
-    persistent tiles (alone, with a copier, in ping-pong) where they run: on Hopper, K in
-    one chain, no split."""
-    from microgpt.kernels.gemm import tuning
+    persistent tiles (alone, with a copier, in ping-pong, the copier's 128 x 192 that
+    folds a long K) on Hopper, with those splits, or one for a written out: each split in
+    one chain, or folded."""
+    from microgpt.kernels.common import ceil_div
+    from microgpt.kernels.gemm import persistent, tuning
     from microgpt.kernels.gemm.tiles import MmaTile
 
     tiles = [tuning.LARGE_TILE, tuning.SMALL_TILE, MmaTile(128, 128, 32, 64, 32, 3, 2),
@@ -33,10 +35,14 @@ def gemm_candidates(M, N, K, accumulate, bf16_out):
         for split in ((1, 2, 4, 5, 7, 8) if accumulate else (None,)):
             if (tile, split) not in same:
                 out.append((tile, split))
-    if K <= tuning.MAX_CHAIN and tuning.wgmma_available():   # one block a tile, one chain
-        for tile in (tuning.PERSISTENT_TILE, tuning.COPIER_TILE, tuning.PINGPONG_TILE):
-            if (tile, None) not in same:
-                out.append((tile, 1 if accumulate else None))
+    if tuning.wgmma_available():
+        for tile in (tuning.PERSISTENT_TILE, tuning.COPIER_TILE, tuning.PINGPONG_TILE,
+                     tuning.NARROW_COPIER_TILE):
+            for split in ((1, 2, 4, 5, 7, 8) if accumulate else (1,)):
+                # (a split longer than a chain: the tiles that fold it)
+                if ((tile, split) not in same and (ceil_div(K, split) <= tuning.MAX_CHAIN
+                                                   or persistent.folds(tile))):
+                    out.append((tile, split))
     return out
 
 
