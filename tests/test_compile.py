@@ -140,7 +140,8 @@ def compile_all(part=0, parts=1):
             allowed = getattr(module, "FLOAT_ATOMICS", ())
             record = {"module": name, "kernel": kernel.py_func.__name__,
                       "signature": str(signature), "head_dim": closure.get("D"),
-                      "epilogue": closure.get("epilogue"),
+                      # (a kernel whose body does not name it says it as an attribute)
+                      "epilogue": closure.get("epilogue", getattr(kernel, "epilogue", None)),
                       # a kernel its module names (or lists) as taking float atomics on
                       # purpose
                       "atomics_allowed": (kernel.py_func.__name__ in allowed
@@ -255,12 +256,13 @@ def test_the_update_kernels_use_no_float_atomics(records):
             if "error" not in r and r["float_atomics"] != r["atomics_allowed"]] == []
 
 
-def test_the_wgmma_split_k_adds_in_turn_when_ordered(records):
-    """The wgmma GEMM adds into out by bulk tensor adds, whose PTX does not say in what
-    order they come: its ordered epilogue's kernels (the deterministic backend's split-K)
-    take turns around them, its atomic epilogue's do not, and no kernel of it takes a
-    float atomic instruction."""
-    kernels = [r for r in records if r.get("module") == "gemm.wgmma" and "kernel" in r]
+@pytest.mark.parametrize("module", ["gemm.wgmma", "gemm.persistent"])
+def test_the_split_k_adds_in_turn_when_ordered(records, module):
+    """The wgmma GEMMs add into out by bulk tensor adds, whose PTX does not say in what
+    order they come: their ordered epilogue's kernels (the deterministic backend's split-K)
+    take turns around them, their atomic epilogue's do not, and no kernel of theirs takes
+    a float atomic instruction."""
+    kernels = [r for r in records if r.get("module") == module and "kernel" in r]
     turns = {(r["epilogue"], r["bulk_adds"], r["turns"], r["float_atomics"])
              for r in kernels if r["epilogue"] in ("ordered", "atomic")}
     assert turns == {("ordered", True, True, False), ("atomic", True, False, False)}

@@ -559,6 +559,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
 
     # loaded by the driver's JIT, whole-program, where setmaxnreg moves registers
     matmul_persistent_kernel.whole_program = COPIER
+    matmul_persistent_kernel.epilogue = epilogue     # (tests/test_compile.py reads it)
     return matmul_persistent_kernel
 
 
