@@ -121,18 +121,18 @@ def test_hopper_attention_backward_rejects_bad_arguments():
 @pytest.mark.parametrize("routed", [False, True])
 def test_the_attention_op_sends_hopper_heads_here(monkeypatch, routed):
     """kernels.attention's backward, the op the model calls, runs bf16 heads of head_dim 64
-    and 128 from T = hopper.MIN_T on here on a Hopper GPU when attention.HOPPER_BACKWARD is
-    set, and on flash's mma.sync kernels otherwise (unset, the simulator, other GPUs, other
-    widths, shorter T): each launcher recorded
-    and, on a GPU, run and its results compared with float64 (in the simulator a recorded
-    call launches nothing: the tests above and flash's run them)."""
+    and 128 from T = hopper.MIN_T on (T a multiple of 4) here on a Hopper GPU when
+    attention.HOPPER_BACKWARD is set, and on flash's mma.sync kernels otherwise (unset, the
+    simulator, other GPUs, other widths, shorter T, T off a multiple of 4): each launcher
+    recorded and, on a GPU, run and its results compared with float64 (in the simulator a
+    recorded call launches nothing: the tests above and flash's run them)."""
     from microgpt.kernels import attention
     from microgpt.kernels.attention import flash, hopper
 
     monkeypatch.setattr(attention, "HOPPER_BACKWARD", routed)
     calls = record_launchers(monkeypatch, ((hb, "hopper_attention_backward"), (flash, "flash_attention_backward")), ON_GPU)
     hopper_gpu = ON_GPU and cuda.get_current_device().compute_capability[0] == 9
-    for D, T in ((64, hopper.MIN_T), (32, hopper.MIN_T), (64, 5)):
+    for D, T in ((64, hopper.MIN_T), (32, hopper.MIN_T), (64, 5), (64, hopper.MIN_T + 2)):
         shape = (1, 2, T, D)
         rng = np.random.default_rng(D)
         (q, q64), (k, k64), (v, v64), (dout, dout64) = (bf16(randn(rng, *shape))
@@ -144,7 +144,7 @@ def test_the_attention_op_sends_hopper_heads_here(monkeypatch, routed):
         attention.attention_backward(*grads, delta, *map(cuda.to_device, (dout, q, k, v, out)),
                                      cuda.to_device(want_lse.astype(np.float32)))
         want = ("hopper_attention_backward" if routed and hopper_gpu and D == 64
-                and T >= hopper.MIN_T
+                and T >= hopper.MIN_T and T % 4 == 0
                 else "flash_attention_backward")
         assert calls.pop() == want and calls == []
         if not ON_GPU:

@@ -21,12 +21,12 @@ import numpy as np
 from . import flash, fp32, hopper, hopper_backward
 
 
-# Whether the bf16 backward goes to hopper_backward where it takes the heads. Not yet: its
-# GPU property test died of an illegal instruction on a drawn example in session 20's calls
-# B and C (unattributed; the dk/dv tiles suspected are refused since, not re-run on the
-# GPU), although its default tiles matched mma.sync's gradients at every real shape timed
-# (docs/flash-attention.md). Set it once that test passes on the H200.
-HOPPER_BACKWARD = False
+# Whether the bf16 backward goes to hopper_backward where it takes the heads (session 21):
+# the illegal instruction of its GPU property test (sessions 20, 21) was the dk/dv pass's
+# bulk copies of statistics off a 16-byte boundary, which hopper_backward.takes leaves out
+# (T a multiple of 4); at those shapes call B ran it routed, matching mma.sync's gradients.
+# False sends every bf16 backward to flash's mma.sync passes.
+HOPPER_BACKWARD = True
 
 
 def _no_geometry(block, blocks_per_head):

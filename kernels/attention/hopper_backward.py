@@ -88,15 +88,17 @@ class BackwardTile(NamedTuple):
 
 def default_tile(D, kind):
     """The tile of the dq or the dk/dv pass (kind "dq", "dkdv"): the fastest measured on the
-    H200 (docs/flash-attention.md, session 20 call B, at andrea-120m: the dq pass 0.156 ms
-    with one warpgroup of 64 queries, steps of 32 keys and three blocks an SM, against
-    0.174 with the two warpgroups of (2, 64, 8); the dk/dv pass 0.190 with (2, 64, 8); at
-    D 128 the dq pass 0.684 with (1, 32, 4, 2) against 0.740). (The simulator's: one
+    H200 (docs/flash-attention.md): at D 64 the dq pass with a producer warp, two
+    warpgroups and 8 stages (session 21 call B, the backward beside the (2, 64, 8) dk/dv
+    pass: 0.312 against 0.327 ms with one warpgroup of 64 queries, steps of 32 keys and
+    three blocks an SM at andrea-120m, 0.950 against 1.079 at T 4096); the dk/dv pass
+    (2, 64, 8) (session 20: 0.190 ms of the backward); at D 128 the dq pass (1, 32, 4, 2)
+    (0.684 against 0.740), where a producer's tiles do not fit. (The simulator's: one
     warpgroup, whose 128 Python threads are a block's cost.)"""
     if SIMULATOR:
         return BackwardTile(1, 64, 4)
     if kind == "dq":
-        return BackwardTile(1, 32, 4, 3 if D == 64 else 2)
+        return BackwardTile(2, 64, 8, 1, True) if D == 64 else BackwardTile(1, 32, 4, 2)
     return BackwardTile(2, 64, 8) if D == 64 else BackwardTile(2, 32, 4)
 
 
@@ -501,13 +503,16 @@ def statistics_row(x):
 
 def takes(dq, dk, dv, delta, dout, q, k, v, out, lse):
     """Whether the op runs these heads here: on sm_90, a width of WIDTHS, T at least
-    hopper.MIN_T (as the forward: shorter walks were not compared), q, k, v and dout views
-    of matrices the bulk copies read, lse and delta at addresses the copies take."""
+    hopper.MIN_T (as the forward: shorter walks were not compared) and a multiple of 4, q,
+    k, v and dout views of matrices the bulk copies read, lse and delta at addresses the
+    copies take. (T a multiple of 4: every head's statistics then begin on a 16-byte
+    boundary, which the dk/dv pass's bulk copies of them need: the H200 raised an illegal
+    instruction on the others, session 21's call B.)"""
     from .hopper import MIN_T, head_matrix
 
     if SIMULATOR or cuda.get_current_device().compute_capability[0] != 9:
         return False
-    return (q.shape[3] in WIDTHS and q.shape[2] >= MIN_T
+    return (q.shape[3] in WIDTHS and q.shape[2] >= MIN_T and q.shape[2] % 4 == 0
             and all(head_matrix(x) is not None for x in (q, k, v, dout))
             and all(_statistics_ready(x) for x in (lse, delta)))
 
