@@ -2,7 +2,7 @@
 # One call on the GPU machine for several jobs at once (docs/gpu.md, "Working on the H200").
 # Runs from the repository root there, after the wheels' install. A job NAME is a folder
 # .devtree/jobs/NAME/ with test.sh (GPU correctness) and bench.sh (timings), run from the
-# git worktree .devtree/wt/NAME: every test.sh at the same time (correctness does not mind
+# git worktree .devtree/wt/NAME (the repository root if that is not carried): every test.sh at the same time (correctness does not mind
 # company), then each bench.sh alone on the GPU (timings do), then the lead's scripts.
 #
 # usage: bash tools/device_call.sh "job1 job2 ..." [lead-script-parallel] [lead-script-serial]
@@ -25,9 +25,10 @@ export DATA=/tmp/data
 stamp "caches unpacked: $(du -sh /tmp/tk /tmp/mgcache 2>/dev/null | tr '\n' ' ')"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$W/summary.log"
 
+tree() { [ -d ".devtree/wt/$1" ] && echo ".devtree/wt/$1" || echo .; }   # (none carried: main's)
 for n in $JOBS; do
   mkdir -p "$W/$n"
-  [ -f ".devtree/jobs/$n/test.sh" ] && (cd ".devtree/wt/$n" && OUT=$W/$n PYTHONPATH=/tmp/site:$PWD \
+  [ -f ".devtree/jobs/$n/test.sh" ] && (cd "$(tree "$n")" && OUT=$W/$n PYTHONPATH=/tmp/site:$PWD \
       timeout -k 5 "${TEST_S:-170}" bash "$ROOT/.devtree/jobs/$n/test.sh" > "$W/$n/test.log" 2>&1
       echo "test.sh $n rc $?" | tee -a "$W/$n/test.log" >> "$W/summary.log") &
 done
@@ -40,7 +41,7 @@ for n in $JOBS; do
   s=$(cat ".devtree/jobs/$n/bench_seconds" 2>/dev/null || echo 60)
   [ "$(left)" -lt 20 ] && { stamp "bench $n skipped: no time"; continue; }
   [ "$s" -gt "$(left)" ] && s=$(left)
-  (cd ".devtree/wt/$n" && OUT=$W/$n PYTHONPATH=/tmp/site:$PWD \
+  (cd "$(tree "$n")" && OUT=$W/$n PYTHONPATH=/tmp/site:$PWD \
       timeout -k 5 "$s" bash "$ROOT/.devtree/jobs/$n/bench.sh" > "$W/$n/bench.log" 2>&1
       echo "bench.sh $n rc $?" >> "$W/summary.log")
   stamp "bench $n"
