@@ -325,7 +325,8 @@ class _Asked(Exception):
 
 @pytest.mark.parametrize("kwargs, persistent", [
     ({}, True), ({"accumulate": True}, True), ({"deterministic": True}, True),
-    ({"deterministic": True, "accumulate": True}, True),       # ordered split-K
+    ({"deterministic": True, "accumulate": True}, False),      # ordered split-K: its
+    # persistent tile is tuning.ordered_tile's (test_ordered_split_k_takes_its_persistent_tile)
     ({"gelu": "forward"}, True), ({"gelu": "backward"}, False),  # (the wgmma kernel's)
     ({"max_chain": 16}, False),                                  # a fold
     ({"bias": "bias"}, False)])                                  # (staged by the wgmma kernel)
@@ -354,7 +355,8 @@ def test_the_launcher_asks_for_persistent_tiles_only_where_they_run(monkeypatch,
 
 def test_ordered_split_k_takes_its_persistent_tile(monkeypatch):
     """On Hopper a deterministic backend's ordered split-K runs on the persistent kernel:
-    the copier tile, or ping-pong where the copier's tiles and splits fill one wave."""
+    the copier tile, or ping-pong where the copier's tiles and splits fill one wave; with
+    a split_k given, on the wgmma kernel's tiles."""
     asked = []
 
     def ordered_tile(M, N, K):
@@ -367,6 +369,14 @@ def test_ordered_split_k_takes_its_persistent_tile(monkeypatch):
     with pytest.raises(_Asked):
         gemm_bf16.matmul_bf16(out, a, b, accumulate=True, deterministic=True)
     assert asked == [(32, 32, 32)]
+
+    def default_tile(*args):            # a split_k given: the wgmma kernel's tiles (they fold)
+        asked.append(("default_tile", args[6]))
+        raise _Asked
+    monkeypatch.setattr(gemm_bf16, "default_tile", default_tile)
+    with pytest.raises(_Asked):
+        gemm_bf16.matmul_bf16(out, a, b, accumulate=True, deterministic=True, split_k=2)
+    assert asked == [(32, 32, 32), ("default_tile", False)]
     monkeypatch.undo()
     route = {(M, N): tuning.ordered_tile(M, N, 16384) for M, N in
              [(768, 2304), (768, 768), (4096, 768), (384, 1152), (384, 384), (1536, 384)]}
@@ -478,10 +488,12 @@ def turn_units(M, N, tile):
 
 @pytest.mark.skipif(not ON_GPU, reason="the simulator runs one block at a time: its splits "
                     "always add in the same order")
-@pytest.mark.parametrize("tile", [None, tuning.TALL_TILE, tuning.COPIER_TILE,
-                                  tuning.PINGPONG_TILE],
-                         ids=["default", "tall", "copier", "pingpong"])
-@pytest.mark.parametrize("split_k", [None, 3, 8])
+@pytest.mark.parametrize("split_k, tile", [
+    (None, None), (3, None), (8, None), (None, tuning.TALL_TILE), (3, tuning.TALL_TILE),
+    # (the persistent kernel sums a split in one chain: not 3 splits of 16384)
+    (None, tuning.COPIER_TILE), (8, tuning.COPIER_TILE), (None, tuning.PINGPONG_TILE),
+    (8, tuning.PINGPONG_TILE)], ids=["default", "3-default", "8-default", "tall", "3-tall",
+                                      "copier", "8-copier", "pingpong", "8-pingpong"])
 def test_ordered_split_k_gives_the_same_bits_every_run(split_k, tile):
     """An andrea-120m weight gradient (W_O's, 768 x 768 over K 16384) on the GPU, its
     split-K ordered (the launcher's tile; the wgmma kernel's tall one; the persistent

@@ -108,8 +108,12 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
         persistent = (tuning.PERSISTENT_ROUTING and gelu != "backward" and bias is None
                       and not (out_bf16 and K > max_chain))
         hopper = wgmma_takes(out, pre, a, b)
+        # (a split_k given keeps the wgmma kernel's tiles, which fold a split longer than
+        # a chain)
         tile = (tuning.ordered_tile(M, N, K) if hopper and persistent and ordered
-                else default_tile(M, N, K, accumulate, hopper, out_bf16, persistent))
+                and split_k is None
+                else default_tile(M, N, K, accumulate, hopper, out_bf16,
+                                  persistent and not ordered))
     elif not isinstance(tile, (WgmmaTile, PersistentTile)):
         tile = MmaTile(*tile)
     check_tile(tile)
