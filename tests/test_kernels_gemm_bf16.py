@@ -327,8 +327,8 @@ class _Asked(Exception):
     ({}, True), ({"accumulate": True}, True), ({"deterministic": True}, True),
     ({"deterministic": True, "accumulate": True}, False),      # ordered split-K: its
     # persistent tile is tuning.ordered_tile's (test_ordered_split_k_takes_its_persistent_tile)
-    ({"gelu": "forward"}, True), ({"gelu": "backward"}, False),  # (the wgmma kernel's)
-    ({"max_chain": 16}, False),                                  # a fold
+    ({"gelu": "forward"}, True), ({"gelu": "backward"}, True),   # the GELU epilogues
+    ({"max_chain": 16}, False),                                  # a fold of a bf16 out
     ({"bias": "bias"}, False)])                                  # (staged by the wgmma kernel)
 def test_the_launcher_asks_for_persistent_tiles_only_where_they_run(monkeypatch, kwargs,
                                                                      persistent):
@@ -571,7 +571,7 @@ def test_matmul_bf16_rejects_bad_arguments():
             gemm_bf16.matmul_bf16(out16, x, w, **kwargs)
     with pytest.raises(ValueError, match="bf16 out"):
         gemm_bf16.matmul_bf16(out, x, w, gelu="forward", pre=out16)
-    with pytest.raises(ValueError, match="the GELU epilogues are the wgmma kernel's"):
+    with pytest.raises(ValueError, match="the GELU epilogues are the wgmma and persistent"):
         gemm_bf16.matmul_bf16(out16, x, w, gelu="backward", pre=out16,
                               tile=MmaTile(16, 16, 16, 16, 16, 2))
 
@@ -701,14 +701,17 @@ def test_the_persistent_kernel_folds_a_long_k(sizes, transpose_a, transpose_b, e
 
 
 @settings(**({} if ON_GPU else {"max_examples": 3}))   # (the GPU profile's)
-@given(sizes=PERSISTENT_SIZES, tile=PERSISTENT_TILES, blocks=st.integers(1, 3), seed=SEEDS)
-def test_persistent_gelu_forward_matches_reference(sizes, tile, blocks, seed):
-    """The MLP's up projection in the persistent kernel's "gelu" epilogue: pre, and gelu
-    of pre as stored, each box of a tile through the warpgroup's two buffers in turn."""
+@given(sizes=PERSISTENT_SIZES, backward=st.booleans(), tile=PERSISTENT_TILES,
+       blocks=st.integers(1, 3), seed=SEEDS)
+def test_persistent_gelu_epilogues_match_reference(sizes, backward, tile, blocks, seed):
+    """The MLP's GELU in the persistent kernel's epilogues: forward, pre and gelu of pre
+    as stored, each box of a tile through the warpgroup's two buffers in turn; backward,
+    each box of pre brought in by the copy engine (its barrier's phases turning over box
+    by box), gelu' of it times the product."""
     sizes = tuple(max(8, s // 8 * 8) for s in sizes)     # (the bulk copies need it)
     walk = persistent.blocks if ON_GPU else lambda tiles: min(tiles, blocks)
     with mock.patch.object(persistent, "blocks", walk):
-        check_matmul_gelu(*sizes, False, tile, seed)
+        check_matmul_gelu(*sizes, backward, tile, seed)
 
 
 @pytest.mark.parametrize("copier, pingpong", [(False, False), (True, False), (True, True)])
@@ -726,16 +729,10 @@ def test_two_warpgroups_walk_their_tiles(copier, pingpong):
 def test_the_persistent_kernel_refuses_what_it_does_not_run():
     x, w = cuda.to_device(np.zeros((64, 32), np.uint16)), cuda.to_device(
         np.zeros((32, 16), np.uint16))
-    tile = PersistentTile(64, 16, 16, 3, 1)
     with pytest.raises(ValueError, match="folding keeps a second set of accumulators"):
         gemm_bf16.matmul_bf16(cuda.to_device(np.zeros((64, 256), np.uint16)), x,
                               cuda.to_device(np.zeros((32, 256), np.uint16)),
                               tile=PersistentTile(64, 256, 16, 3, 1), max_chain=16)
-    with pytest.raises(ValueError, match="the GELU epilogues are the wgmma kernel's"):
-        gemm_bf16.matmul_bf16(cuda.to_device(np.zeros((64, 16), np.uint16)), x,
-                              cuda.to_device(np.zeros((16, 32), np.uint16)), transpose_b=True,
-                              gelu="backward",
-                              pre=cuda.to_device(np.zeros((64, 16), np.uint16)), tile=tile)
 
 
 # (andrea-120m's LM head dX and dW apart: their float64 references take the most time)

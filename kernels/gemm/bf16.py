@@ -100,12 +100,12 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
                          "'backward')")
     gelu_pre, pre = pre, out if pre is None else pre     # (the wgmma kernel's unread stand-in)
     if tile is None:
-        # the persistent tiles have no GELU backward epilogue and no folding of a bf16 out;
-        # they read a bias from global memory in the epilogue, where the wgmma kernel stages
-        # it in shared memory first (docs/kernels-step.md, row 4: ~3 us a tile so); ordered
-        # split-K takes tuning.ordered_tile's
+        # the persistent tiles do not fold a bf16 out; they read a bias from global memory
+        # in the epilogue, where the wgmma kernel stages it in shared memory first
+        # (docs/kernels-step.md, row 4: ~3 us a tile so); ordered split-K takes
+        # tuning.ordered_tile's
         ordered = deterministic and (accumulate or K > max_chain)
-        persistent = (tuning.PERSISTENT_ROUTING and gelu != "backward" and bias is None
+        persistent = (tuning.PERSISTENT_ROUTING and bias is None
                       and not (out_bf16 and K > max_chain))
         hopper = wgmma_takes(out, pre, a, b)
         # (a split_k given keeps the wgmma kernel's tiles, which fold a split longer than
@@ -126,15 +126,13 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
         raise ValueError(f"split_k={split_k}: must be 1, or more when accumulating")
     if M == 0 or N == 0:
         return
-    takes_gelu = isinstance(tile, WgmmaTile) or (gelu == "forward"
-                                                 and isinstance(tile, PersistentTile))
-    if gelu is not None and (not takes_gelu or K == 0):
+    if gelu is not None and (not isinstance(tile, (WgmmaTile, PersistentTile)) or K == 0):
         # the mma.sync kernel stores from registers in a loop that must unroll, and GELU in
         # it kept the loop from unrolling (the accumulators went to local memory)
-        raise ValueError(f"gelu={gelu!r}: the GELU epilogues are the wgmma kernel's (the "
-                         f"forward's the persistent kernel's too), for a K of at least 1 "
-                         f"(here tile {tuple(tile)}, K {K}); run the product and then "
-                         "elementwise's GELU kernel, as gemm.matmul_gelu_* do")
+        raise ValueError(f"gelu={gelu!r}: the GELU epilogues are the wgmma and persistent "
+                         f"kernels', for a K of at least 1 (here tile {tuple(tile)}, K {K}); "
+                         "run the product and then elementwise's GELU kernel, as "
+                         "gemm.matmul_gelu_* do")
     if K == 0:          # a sum of nothing, and no step for a kernel's pipeline to start on
         if not accumulate:
             fill_zero(out, stream)

@@ -41,8 +41,10 @@ from ..atoms import (bulk_commit, bulk_wait, bulk_wait_but_one, bulk_wait_writte
                      cluster_rank, cluster_sync, fence_barrier_init,
                      fence_proxy_async, fence_proxy_async_global, fence_tensor_map,
                      named_barrier,
+                     mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_try_wait,
                      named_barrier_arrive, opaque, pack_bf16x2, rcp_approx,
-                     set_max_registers, shared_address, tma_add_2d, tma_store_2d,
+                     set_max_registers, shared_address, tma_add_2d, tma_load_2d,
+                     tma_store_2d,
                      warpgroup_commit,
                      warpgroup_fence, warpgroup_wait, wgmma_bf16)
 from ..cache import jit
@@ -58,7 +60,7 @@ from .tuning import (CLUSTER_TILE, COPIER_TILE, NARROW_COPIER_TILE, PERSISTENT_T
 from .turns import pass_turn, wait_turn
 from .wgmma import slabs
 
-EPILOGUES = ("float32", "bf16", "accumulate", "atomic", "ordered", "gelu")
+EPILOGUES = ("float32", "bf16", "accumulate", "atomic", "ordered", "gelu", "gelu_backward")
 TURN = 4                  # the named barriers of the ping-pong's turns (2, 3: the epilogue's)
 REGISTERS = 65536         # an SM's, which a block of one an SM holds
 COPIER_REGISTERS = 40     # a thread of the copying warpgroup (CUTLASS's, for TMA issue)
@@ -216,7 +218,8 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
     fence, wait_all, wait_one = (warpgroup_fence(regs), warpgroup_wait(0, regs),
                                  warpgroup_wait(1, regs))
     bf16_out = epilogue in BF16_OUT
-    GELU = epilogue == "gelu"
+    GELU, GELU_BACKWARD = epilogue == "gelu", epilogue == "gelu_backward"
+    gelu_of = elementwise.gelu if GELU else elementwise.gelu_derivative
     # a box of out: 64 rows of `panel` elements (at most 128 bytes), swizzled as the
     # copy engine reads it; each warpgroup's two buffers follow the stages ("gelu": the
     # first for the box of pre, the second for gelu of it)
@@ -232,6 +235,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
     in_word = 2 if bf16_out else 1                # elements of out in 4 bytes
     buffers = STAGES * stage_size * 2             # the buffers' first byte
     box_bytes = tile.box_bytes
+    mapped_to = box_bytes // 4 if GELU else 0     # (words: the next buffer, or in place)
 
     @cuda.jit(device=True, inline=True)
     def tile_origin(t, units_m, tiles_n, rank):
@@ -275,7 +279,9 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
 
     # (in ping-pong one warpgroup reads a stage)
     pipe = tma_pipeline(STAGES, 1 if PINGPONG else GROUPS, fill, CLUSTER)
-    BARRIERS = pipe.barriers
+    # and each warpgroup's "pre landed" (the GELU backward's box of pre, by the copy engine)
+    PRE_LANDED = pipe.barriers
+    BARRIERS = pipe.barriers + (GROUPS if GELU_BACKWARD else 0)
     # the block's registers (the launch bounds': 64K a block of one an SM, in steps of 8 a
     # thread) moved from the copier, which needs few, to the computing warpgroups
     share = REGISTERS // tile.threads // 8 * 8
@@ -293,7 +299,8 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
 
     @cuda.jit(device=True, inline=True)
     def gelu_box(pairs, words, place, swapped):
-        """gelu of the box of pre at `words` (as stored: rounded) into the next buffer, a
+        """gelu of the box of pre at `words` (as stored: rounded) into the next buffer, or
+        (the backward) gelu' of it in place, rounded to bf16 as the wgmma kernel's is; a
         pair of each row half at a time. The loop stays rolled (its count through a
         volatile mov): unrolled (the wgmma kernel's map_places, a row half's loads before
         its stores), it kept LLVM from unrolling the loop over the boxes around it, and
@@ -304,32 +311,44 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
                       box_word(words, place, swapped, 1, q))
             x0, x1 = unpack_bf16x2(pairs[lo])
             y0, y1 = unpack_bf16x2(pairs[hi])
-            beside = box_bytes // 4              # the second buffer, in words
-            pairs[lo + beside] = pack_bf16x2(elementwise.gelu(x0), elementwise.gelu(x1))
-            pairs[hi + beside] = pack_bf16x2(elementwise.gelu(y0), elementwise.gelu(y1))
+            pairs[lo + mapped_to] = pack_bf16x2(gelu_of(x0), gelu_of(x1))
+            pairs[hi + mapped_to] = pack_bf16x2(gelu_of(y0), gelu_of(y1))
 
     BOXES = BN // panel           # of a warpgroup's 64 rows of a tile (bf16: at most 4)
 
     @cuda.jit(device=True, inline=True)
-    def lay_box(p, out, pre, out_map, pre_map, pairs, floats, smem, acc, row, n0, group,
-                boxes, thread, place, swapped):
+    def lay_box(p, out, pre, out_map, pre_map, pairs, floats, smem, bars, acc, row, n0,
+                group, boxes, thread, place, swapped):
         """Box p of a warpgroup's 64 rows x BN of out from its accumulators, through the
         older of its two buffers once the copy engine has read it (the newer one's store
         may still be); "gelu": the product through the first buffer into pre (the newer
         store is then the previous box's gelu), and gelu of it through the second into
-        out. -> its boxes written so far."""
+        out; "gelu_backward": the box of pre brought into the buffer by the copy engine,
+        gelu' of it in place, times the accumulators. -> its boxes written so far."""
         slot = 0 if GELU else boxes & 1
         words = int32((buffers + (2 * group + slot) * box_bytes) // 4)
         buffer = words * in_word                 # (in elements of out)
+        col = n0 + p * panel
         if thread == 0:
             bulk_wait_but_one()
-        named_barrier(2 + group, WARPGROUP)
+            if GELU_BACKWARD:                    # (a box of pre a box of out: the parity)
+                mbarrier_arrive_expect_tx(bars, PRE_LANDED + group, 2 * 64 * panel)
+                tma_load_2d(smem, buffer, pre, pre_map, col, row, bars, PRE_LANDED + group)
+        if GELU_BACKWARD:                        # (the load waited for the buffer's store)
+            while not mbarrier_try_wait(bars, PRE_LANDED + group, boxes & 1):
+                pass
+            gelu_box(pairs, words, place, swapped)   # each thread its own places
+        else:
+            named_barrier(2 + group, WARPGROUP)
         for h in range(2):
             for q in range(js):
                 j = p * js + q
                 r = 4 * j + 2 * h
                 lo, hi = acc[r], acc[r + 1]
                 at = box_word(words, place, swapped, h, q)
+                if GELU_BACKWARD:
+                    d_lo, d_hi = unpack_bf16x2(pairs[at])
+                    lo, hi = lo * d_lo, hi * d_hi
                 if bf16_out:
                     pairs[at] = pack_bf16x2(lo, hi)
                 else:
@@ -337,7 +356,6 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
                     floats[at + 1] = hi
         fence_proxy_async()                      # visible to the copy, once all have written
         named_barrier(2 + group, WARPGROUP)
-        col = n0 + p * panel
         if thread == 0:
             if GELU:
                 store_box(pre, pre_map, col, row, smem, buffer)
@@ -359,7 +377,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
         return boxes + 1
 
     @cuda.jit(device=True, inline=True)
-    def lay_out(out, pre, bias, out_map, pre_map, pairs, floats, smem, acc, row, n0,
+    def lay_out(out, pre, bias, out_map, pre_map, pairs, floats, smem, bars, acc, row, n0,
                 biased_here, group, boxes):
         """A warpgroup's 64 rows x BN of out from its accumulators (+ the bias), box by box
         (lay_box); -> its boxes written so far."""
@@ -380,17 +398,17 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
                 for h in range(2):
                     acc[4 * j + 2 * h] += b_lo
                     acc[4 * j + 2 * h + 1] += b_hi
-        if GELU:
+        if GELU or GELU_BACKWARD:
             # over a tuple of constants, which unrolls where a range with gelu_box's loop
             # inside did not (the accumulators it indexes then went to local memory: 512
             # bytes of stack, sm_90a)
             for p in (0, 1, 2, 3)[:BOXES]:
-                boxes = lay_box(p, out, pre, out_map, pre_map, pairs, floats, smem, acc, row,
-                                n0, group, boxes, thread, place, swapped)
+                boxes = lay_box(p, out, pre, out_map, pre_map, pairs, floats, smem, bars, acc,
+                                row, n0, group, boxes, thread, place, swapped)
         else:
             for p in range(BOXES):
-                boxes = lay_box(p, out, pre, out_map, pre_map, pairs, floats, smem, acc, row,
-                                n0, group, boxes, thread, place, swapped)
+                boxes = lay_box(p, out, pre, out_map, pre_map, pairs, floats, smem, bars, acc,
+                                row, n0, group, boxes, thread, place, swapped)
         return boxes
 
     @cuda.jit(device=True, inline=True)
@@ -404,7 +422,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
         thread = cuda.threadIdx.x % WARPGROUP
         if thread == 0:                      # each warpgroup's thread 0 writes its rows
             fence_tensor_map(out_map)
-            if GELU:
+            if GELU or GELU_BACKWARD:
                 fence_tensor_map(pre_map)
 
         top = 0 if PINGPONG else 64 * group  # the first of its rows in the tile
@@ -488,11 +506,11 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
                 if thread == 0:
                     wait_turn(turns, unit, split)
                     fence_proxy_async_global()   # the adds below after the ones before
-            boxes = lay_out(out, pre, bias, out_map, pre_map, pairs, floats, smem,
+            boxes = lay_out(out, pre, bias, out_map, pre_map, pairs, floats, smem, bars,
                             folded if fold else acc, m0 + top, n0, k_step == 0, group, boxes)
             if HALVES == 2:
-                boxes = lay_out(out, pre, bias, out_map, pre_map, pairs, floats, smem, below,
-                                m0 + top + 64, n0, k_step == 0, group, boxes)
+                boxes = lay_out(out, pre, bias, out_map, pre_map, pairs, floats, smem, bars,
+                                below, m0 + top + 64, n0, k_step == 0, group, boxes)
             if ordered and thread == 0:
                 bulk_wait_written()          # the adds have landed in out
                 fence_proxy_async_global()
@@ -528,6 +546,9 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
         floats = cuda.shared.array(0, float32)[start // 2:]
         if cuda.threadIdx.x == 0:
             pipe.init(bars)
+            if GELU_BACKWARD:
+                for g in range(GROUPS):
+                    mbarrier_init(bars, PRE_LANDED + g, 1)
             fence_barrier_init()
         if CLUSTER == 1:
             cuda.syncthreads()
@@ -592,6 +613,7 @@ PTX_SIGNATURES = [
         (False, True, "float32", False, CLUSTER_TILE),
         (False, False, "bf16", False, COPIER_TILE),         # (whole-program: ptxas)
         (False, False, "gelu", False, COPIER_TILE),         # the MLP's up projection
+        (False, True, "gelu_backward", False, COPIER_TILE),  # and its down's dX
         (False, True, "float32", False, COPIER_TILE),
         (False, False, "bf16", True, PINGPONG_TILE),
         (True, False, "atomic", False, PINGPONG_TILE),

@@ -15,6 +15,8 @@ python3 probe.py gelu [CONFIG...]    the MLP up forward with its GELU: the produ
                                      elementwise's GELU kernel, against the GELU epilogue of
                                      the persistent tiles and of the wgmma one (captured),
                                      each checked first against torch in float32
+python3 probe.py gelu_backward [CONFIG...]   the MLP down dX with its GELU, the same three
+                                     ways (the persistent kernel's, the wgmma kernel's, none)
 python3 probe.py ncu NAME CONFIG VARIANT...   two launches of each variant of one product
                                      (VARIANT: a key of VARIANTS or "torch"), the second
                                      between cuda.profile_start/stop, for ncu
@@ -258,6 +260,58 @@ def gelu_forward(names):
             + f" | {mm_ms:.4f} | {both_ms:.4f} |", flush=True)
 
 
+GELU_BACKWARD_VARIANTS = {"unfused": None, "fused": "default", "fused_wgmma": tuning.WIDE_TILE}
+
+
+def gelu_backward(names):
+    """The MLP down dX with its GELU (dpre = (dout @ w^T) * gelu'(pre)) each way, captured;
+    the fused ways' outs against the wgmma kernel's fused one (the same arithmetic: gelu'
+    rounded to bf16, times the product) and against the unfused way's."""
+    import torch
+    from microgpt.kernels import elementwise
+    ops = CudaBackend()
+    rng = np.random.default_rng(0)
+    print("| config | M x N x K | " + " | ".join(f"{v} ms" for v in GELU_BACKWARD_VARIANTS)
+          + " |", flush=True)
+    print("|---|---|" + "---:|" * len(GELU_BACKWARD_VARIANTS), flush=True)
+    for config in names:
+        B, T, C, V = CONFIGS[config]
+        M, N, K = B * T, 4 * C, C
+        ddout, dw, dpre, _, _ = operands(M, N, K, False, True, "bf16", rng)
+        gen = torch.Generator(device="cuda").manual_seed(1)
+        pre_t = torch.randn((M, N), device="cuda", generator=gen).bfloat16()
+        pre = cuda.as_cuda_array(pre_t.view(torch.int16)).view(np.uint16)
+
+        def run(tile, stream=0):
+            if tile is None:
+                gemm_bf16.matmul_bf16(dpre, ddout, dw, transpose_b=True, stream=stream)
+                elementwise.gelu_backward(dpre, dpre, pre, stream=stream)
+            else:
+                gemm_bf16.matmul_bf16(dpre, ddout, dw, transpose_b=True, gelu="backward",
+                                      pre=pre, stream=stream,
+                                      tile=None if tile == "default" else tile)
+        outs, ms = {}, {}
+        for v, tile in GELU_BACKWARD_VARIANTS.items():
+            try:
+                device_memset(dpre, 0xFF, dpre.nbytes)
+                run(tile)
+                cuda.synchronize()
+                outs[v] = as_float(dpre).clone()
+                ms[v] = captured_time(lambda stream: run(tile, stream), REPS, ops)
+            except Exception as e:
+                print(f"  {config} {v}: {type(e).__name__}: {str(e).splitlines()[0][:160]}",
+                      flush=True)
+        for v in ("fused", "unfused"):
+            if v in outs and "fused_wgmma" in outs:
+                ref = outs["fused_wgmma"]
+                print(f"  {config} {v} against fused_wgmma: rel diff "
+                      f"{float(torch.linalg.norm(outs[v] - ref) / torch.linalg.norm(ref)):.2e}",
+                      flush=True)
+        print(f"| {config} | {M} x {N} x {K} | " + " | ".join(
+            f"{ms[v]:.4f}" if v in ms else "-" for v in GELU_BACKWARD_VARIANTS) + " |",
+            flush=True)
+
+
 def profile(name, config, kinds):
     import torch
     rng = np.random.default_rng(0)
@@ -297,7 +351,9 @@ if __name__ == "__main__":
         timed(rest or list(CONFIGS))
     elif mode == "gelu":
         gelu_forward(rest or list(CONFIGS))
+    elif mode == "gelu_backward":
+        gelu_backward(rest or list(CONFIGS))
     elif mode == "ncu":
         profile(rest[0], rest[1], rest[2:])
     else:
-        raise SystemExit(f"mode {mode!r}: check, time, gelu or ncu")
+        raise SystemExit(f"mode {mode!r}: check, time, gelu, gelu_backward or ncu")

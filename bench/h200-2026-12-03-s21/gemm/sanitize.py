@@ -1,4 +1,4 @@
-"""The persistent kernel's GELU epilogue (copier and ping-pong tiles) and its narrow copier
+"""The persistent kernel's GELU epilogues (copier and ping-pong tiles) and its narrow copier
 (folding, and not) on ragged products, against float64 on the host: for compute-sanitizer's memcheck (small
 shapes).
 
@@ -37,6 +37,15 @@ for tile in (tuning.COPIER_TILE, tuning.PINGPONG_TILE):
         print(f"{tuple(tile)} {M}x{N}x{K} gelu: rel err pre {err_pre:.2e} out {err:.2e}",
               flush=True)
         assert err_pre < 2.0**-8 + 1e-5 and err < 2.0**-8 + 1e-5, (err_pre, err)
+        # the backward: (dy @ w^T) * gelu'(pre), pre drawn, w as (N, K)
+        dw, w64 = bf16((N, K))
+        dpre = cuda.to_device(np.full((M, N), 0xFFFF, np.uint16))
+        gemm_bf16.matmul_bf16(dpre, da, dw, transpose_b=True, gelu="backward", pre=pre,
+                              tile=tile)
+        want = ref.gelu_backward(a64 @ w64.T, stored)
+        err = np.linalg.norm(host(dpre) - want) / np.linalg.norm(want)
+        print(f"{tuple(tile)} {M}x{N}x{K} gelu backward: rel err {err:.2e}", flush=True)
+        assert err < 2.0**-7 + 3e-5, err      # (the tests' TOL_GELU_BACKWARD)
 for max_chain in (128, tuning.MAX_CHAIN):     # folded, and not (the narrow copier's routing)
     for M, N, K, ta, accumulate in ((1000, 392, 2056, False, False),
                                     (392, 776, 1032, True, True)):
