@@ -302,8 +302,8 @@ def test_hopper_takes_the_wgmma_tiles():
 def test_hopper_routes_to_the_persistent_tiles():
     """Where the product needs nothing the persistent kernel lacks: the copier tile; where
     256 columns would leave more than an eighth of the last column of tiles empty
-    (andrea-12m's N 384) the narrow copier's 192, or ping-pong's 128 for a short K or too
-    few items for a wave; a bf16 out of a K longer than a chain folds."""
+    (andrea-12m's N 384) the narrow copier's 192; a bf16 out of a K longer than a chain
+    folds."""
     route = lambda M, N, K, *flags: tuning.default_tile(M, N, K, *flags, persistent=True)
     assert route(16384, 2304, 768, False, True) == tuning.COPIER_TILE
     assert route(16384, 50304, 768, False, True, True) == tuning.COPIER_TILE  # 128 of 50,432
@@ -312,9 +312,8 @@ def test_hopper_routes_to_the_persistent_tiles():
     assert route(16384, 1152, 384, False, True) == tuning.COPIER_TILE         # 128 of 1,280
     assert route(16384, 384, 1536, False, True) == tuning.NARROW_COPIER_TILE  # 128 of 512
     assert route(4096, 384, 16384, True, True) == tuning.NARROW_COPIER_TILE   # 256 items
-    assert route(16384, 384, 384, False, True) == tuning.PINGPONG_TILE        # K 384
-    assert route(1536, 384, 16384, True, True) == tuning.PINGPONG_TILE        # 120 items
-    assert route(384, 384, 16384, True, True) == tuning.PINGPONG_TILE         # 96
+    assert route(16384, 384, 384, False, True) == tuning.NARROW_COPIER_TILE
+    assert route(384, 384, 16384, True, True) == tuning.NARROW_COPIER_TILE
     assert route(16384, 768, 50304, False, True, True) == tuning.FOLD_TILE
     assert route(16384, 2304, 768) == tuning.LARGE_TILE                       # no wgmma
 
@@ -337,7 +336,12 @@ def test_the_launcher_asks_for_persistent_tiles_only_where_they_run(monkeypatch,
     def default_tile(*args):
         asked.append(args[6])
         raise _Asked
+
+    def ordered_tile(*args):             # (on Hopper, the ordered split-K's persistent tile)
+        asked.append(True)
+        raise _Asked
     monkeypatch.setattr(gemm_bf16, "default_tile", default_tile)
+    monkeypatch.setattr(tuning, "ordered_tile", ordered_tile)
     a, b = (cuda.to_device(np.zeros((32, 32), np.uint16)) for _ in range(2))
     bf16_out = not kwargs.get("accumulate")
     out = cuda.to_device(np.zeros((32, 32), np.uint16 if bf16_out else np.float32))

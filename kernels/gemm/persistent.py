@@ -621,6 +621,7 @@ PTX_SIGNATURES = [
         (True, False, "ordered", False, PINGPONG_TILE),
         (False, False, "ordered", False, COPIER_TILE),      # the LM head's dX, K = V
         (False, True, "float32", False, NARROW_COPIER_TILE),   # andrea-12m's N 384: dX
+        (False, True, "bf16", False, NARROW_COPIER_TILE),      # W_O's dX
         (False, False, "float32", False, NARROW_COPIER_TILE),  # MLP down, the LM head's dX
         (True, False, "atomic", False, NARROW_COPIER_TILE),    # the LM head's dW
     ]

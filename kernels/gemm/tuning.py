@@ -93,8 +93,14 @@ def default_tile(M, N, K, accumulate=False, wgmma=False, bf16_out=False, persist
     """With wgmma (a Hopper GPU, and matrices the bulk tensor copies can move) and
     `persistent` (the product needs none of what the persistent kernel lacks: the GELU
     backward's epilogue, folding a bf16 out, a staged bias; ordered split-K takes
-    ordered_tile's), the persistent kernel's copier tiles (persistent_tile, narrow_tile).
-    Else with wgmma the wide wgmma tile, or for a K too
+    ordered_tile's), the persistent kernel's copier tiles: persistent_tile's, and where
+    that is ping-pong the narrow copier (128 x 192, which covers N 384 whole). On the H200
+    (docs/gemm-bf16.md, tuning log rows 21 and 23; session 21, calls B and C, each product
+    captured beside cuBLAS in one process) the narrow copier was faster than ping-pong on
+    every one of andrea-12m's nine products of N 384: QKV dX 0.0315 -> 0.0288 ms, MLP up
+    dX 0.0395 -> 0.0347, MLP down forward 0.0396 -> 0.0341, MLP down dW 0.0409 -> 0.0322,
+    the LM head's dX 0.0647 -> 0.0398 and dW 0.0510 -> 0.0393 (8192-row chunks), W_O's
+    three by 2-10% (call C). Else with wgmma the wide wgmma tile, or for a K too
     long for one chain that cannot be split (a bf16 out: a float32 one is split, see
     splits_written) the folding one. Otherwise the mma.sync tiles: the large tile for
     products with a K of at least 768 and either many output tiles or a long K to split
@@ -112,8 +118,9 @@ def default_tile(M, N, K, accumulate=False, wgmma=False, bf16_out=False, persist
         if folds and bf16_out:
             return FOLD_TILE
         if persistent:
+            # (ping-pong's products: the narrow copier, faster on each of them, below)
             tile = persistent_tile(N)
-            return narrow_tile(M, N, K, accumulate) if tile == PINGPONG_TILE else tile
+            return NARROW_COPIER_TILE if tile == PINGPONG_TILE else tile
         if bf16_out or K < TALL_K:
             return WIDE_TILE
         split = accumulate or folds        # (a float32 out of a long K is split too)
@@ -128,8 +135,8 @@ def default_tile(M, N, K, accumulate=False, wgmma=False, bf16_out=False, persist
 def persistent_tile(N):
     """The copier tile (128 x 256, cooperative), or the ping-pong one (128 x 128 a
     warpgroup) where the wide tile's 256 columns would leave more than an eighth of its
-    last column of tiles empty (andrea-12m's products of N 384; default_tile then asks
-    narrow_tile). On the H200 (docs/gemm-bf16.md, tuning log row 19; every step product
+    last column of tiles empty (andrea-12m's products of N 384; default_tile then takes the
+    narrow copier, the ordered split-K ping-pong: ordered_tile). On the H200 (docs/gemm-bf16.md, tuning log row 19; every step product
     captured beside the default wgmma tiles and cuBLAS in one call) the copier took
     andrea-120m's fifteen from 0.879x cuBLAS (geometric mean) to 0.973x, faster on fourteen
     and level on the LM head dW (2.013 against 2.007 ms), and andrea-12m's from 0.794x to
@@ -139,23 +146,6 @@ def persistent_tile(N):
     wide, narrow = (ceil_div(N, cols) * cols for cols in (COPIER_TILE.cols,
                                                            PINGPONG_TILE.cols))
     return PINGPONG_TILE if 8 * wide > 9 * narrow else COPIER_TILE
-
-
-def narrow_tile(M, N, K, accumulate=False):
-    """Where persistent_tile takes ping-pong: the narrow copier (128 x 192, which covers N
-    384 whole) for a K over 768 whose items (the narrow tile's split of K, the launcher's)
-    fill at least a wave of SMs; ping-pong (one warpgroup's epilogue under the other's main
-    loop) for a shorter K or fewer items. On the H200 (docs/gemm-bf16.md, tuning log row
-    21; session 21, call B, each captured beside cuBLAS in one process) the narrow copier
-    beat ping-pong on all five such products of andrea-12m: QKV dX 0.0310 -> 0.0284 ms, MLP
-    up dX 0.0391 -> 0.0342, MLP down forward 0.0392 -> 0.0338, LM head dX 0.0959 ->
-    0.0757, LM head dW 0.0979 -> 0.0767 (0.95-1.09x cuBLAS, from 0.75-0.95x). Not measured
-    against ping-pong on the other four (W_O's three: K 384, or 96 items of its dW; MLP
-    down dW, 120 items), which keep it."""
-    tile = NARROW_COPIER_TILE
-    items = ceil_div(M, tile.rows) * ceil_div(N, tile.cols) * (
-        default_split_k(M, N, K, tile) if accumulate else 1)
-    return PINGPONG_TILE if K <= 768 or items < SMS else tile
 
 
 def ordered_tile(M, N, K):
