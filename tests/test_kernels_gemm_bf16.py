@@ -336,12 +336,9 @@ def test_the_launcher_asks_for_persistent_tiles_only_where_they_run(monkeypatch,
     def default_tile(*args):
         asked.append(args[6])
         raise _Asked
-
-    def ordered_tile(*args):             # (on Hopper, the ordered split-K's persistent tile)
-        asked.append(True)
-        raise _Asked
     monkeypatch.setattr(gemm_bf16, "default_tile", default_tile)
-    monkeypatch.setattr(tuning, "ordered_tile", ordered_tile)
+    # (off Hopper's path on the GPU too: there the ordered split-K asks ordered_tile)
+    monkeypatch.setattr(gemm_bf16, "wgmma_takes", lambda *matrices: False)
     a, b = (cuda.to_device(np.zeros((32, 32), np.uint16)) for _ in range(2))
     bf16_out = not kwargs.get("accumulate")
     out = cuda.to_device(np.zeros((32, 32), np.uint16 if bf16_out else np.float32))
