@@ -319,6 +319,7 @@ def _barrier_key(bars, index):
 def _barrier_update(bars, index, arrivals, tx):
     with _barrier_lock:
         state = _barriers[_barrier_key(bars, index)]
+        _check_not_failed(state)
         state[1] -= arrivals
         state[3] += tx
         if state[1] == 0 and state[3] == 0:       # the phase completes
@@ -345,7 +346,9 @@ def mbarrier_arrive_expect_tx(bars, index, nbytes):
 @cuda.jit(device=True)
 def mbarrier_try_wait(bars, index, parity):
     with _barrier_lock:
-        done = _barriers[_barrier_key(bars, index)][0] != int(parity)
+        state = _barriers[_barrier_key(bars, index)]
+        _check_not_failed(state)
+        done = state[0] != int(parity)
     if not done:
         time.sleep(0)
     return done
@@ -374,10 +377,32 @@ def _box(tensor_map, matrix, index):
     return int(index) + r * cols + at * chunk + c % chunk, rows, cols
 
 
+def _misplaced(matrix, col):
+    """What is wrong with a box from column col (None if nothing): the hardware takes a
+    box whose first element is 16-byte aligned in global memory (the row pitch and the
+    matrix's start are: tma_ready), and raises an illegal instruction for any other (the
+    H200, session 21's wgmma backward)."""
+    off = int(col) * matrix.dtype.itemsize % 16
+    return (f"a bulk tensor copy of a box from column {int(col)}, {off} bytes past a 16-byte "
+            "boundary") if off else None
+
+
+def _check_not_failed(state):
+    # a barrier whose copy failed holds the failure: the threads waiting on it fail too
+    # (spinning on, they would keep the simulator's launch from ever returning)
+    if isinstance(state, str):
+        raise AssertionError(state)
+
+
 @cuda.jit(device=True)
 def tma_load_2d(smem, index, src, tensor_map, col, row, bars, bar):
     # copied at once, zero-filled past src's edges; then its bytes complete on the
     # barrier
+    failure = _misplaced(src, col)
+    if failure:
+        with _barrier_lock:
+            _barriers[_barrier_key(bars, bar)] = failure
+        raise AssertionError(failure)
     places, rows, cols = _box(tensor_map, src, index)
     box = np.zeros((rows, cols), src.dtype)
     part = src[row: row + rows, col: col + cols]
@@ -389,6 +414,9 @@ def tma_load_2d(smem, index, src, tensor_map, col, row, bars, bar):
 def _tma_store(add):
     @cuda.jit(device=True)
     def store(dst, tensor_map, col, row, smem, index):
+        failure = _misplaced(dst, col)
+        if failure:
+            raise AssertionError(failure)
         places, rows, cols = _box(tensor_map, dst, index)
         rows, cols = min(rows, dst.shape[0] - row), min(cols, dst.shape[1] - col)
         if rows <= 0 or cols <= 0:      # wholly past dst's edges: nothing written
