@@ -127,10 +127,11 @@ def test_the_attention_op_sends_hopper_heads_here(monkeypatch, routed):
     recorded and, on a GPU, run and its results compared with float64 (in the simulator a
     recorded call launches nothing: the tests above and flash's run them)."""
     from microgpt.kernels import attention
-    from microgpt.kernels.attention import flash, hopper
+    from microgpt.kernels.attention import flash_backward, hopper
 
     monkeypatch.setattr(attention, "HOPPER_BACKWARD", routed)
-    calls = record_launchers(monkeypatch, ((hb, "hopper_attention_backward"), (flash, "flash_attention_backward")), ON_GPU)
+    calls = record_launchers(monkeypatch, ((hb, "hopper_attention_backward"),
+                                           (flash_backward, "flash_attention_backward")), ON_GPU)
     hopper_gpu = ON_GPU and cuda.get_current_device().compute_capability[0] == 9
     for D, T in ((64, hopper.MIN_T), (32, hopper.MIN_T), (64, 5), (64, hopper.MIN_T + 2)):
         shape = (1, 2, T, D)

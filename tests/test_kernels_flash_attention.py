@@ -40,6 +40,7 @@ from numba import cuda
 from microgpt import reference as ref
 from microgpt.cuda_backend import CudaBackend
 from microgpt.kernels.attention import flash as fa
+from microgpt.kernels.attention import flash_backward as fb
 from microgpt.kernels.attention.flash import FlashTile
 from microgpt.kernels.device import SHARED_LIMIT
 
@@ -128,7 +129,7 @@ def check_backward(shape, tiles, seed, fused):
     grads = poisoned_heads(shape, 3, fused)
     delta = cuda.to_device(poisoned(shape[:3]))
     (dout_dev,), (out_dev,) = Heads([dout], fused).views, Heads([out], fused).views
-    fa.flash_attention_backward(*grads.views, delta, dout_dev, *Heads([q, k, v], fused).views,
+    fb.flash_attention_backward(*grads.views, delta, dout_dev, *Heads([q, k, v], fused).views,
                                 out_dev, cuda.to_device(lse), tiles=tiles)
     got = [from_bf16(g) for g in grads.to_host()] + [delta.copy_to_host()]
     # the reference takes the out the kernels take (delta = rowsum(dout * out) is theirs)
@@ -210,10 +211,10 @@ def test_flash_attention_rejects_bad_arguments():
         fa.flash_attention_forward(x, lse, x, x, x, tile=FlashTile(64, 16, stages=1))
     wide = dev(1, 2, 3, 64)
     with pytest.raises(ValueError, match="shared memory"):
-        fa.flash_attention_backward(*[wide] * 3, lse, *[wide] * 5, lse,
+        fb.flash_attention_backward(*[wide] * 3, lse, *[wide] * 5, lse,
                                     tiles=(FlashTile(128, 128), None))
     with pytest.raises(ValueError, match="delta: expected shape"):
-        fa.flash_attention_backward(x, x, x, dev(1, 2, 4, dtype=np.float32), x, x, x, x, x, lse)
+        fb.flash_attention_backward(x, x, x, dev(1, 2, 4, dtype=np.float32), x, x, x, x, x, lse)
     # views: a head's row must be contiguous, and (D a multiple of 8) rows 16-byte aligned
     with pytest.raises(ValueError, match="q: a head's row of D elements must be contiguous"):
         fa.flash_attention_forward(x, lse, dev(1, 2, 3, 64)[:, :, :, ::2], x, x)
@@ -236,8 +237,8 @@ def test_the_attention_ops_send_bf16_heads_here(monkeypatch):
             calls.append((launcher.__name__, args, kwargs))
             return launcher(*args, **kwargs)
         return record
-    for name in ("flash_attention_forward", "flash_attention_backward"):
-        monkeypatch.setattr(fa, name, recorded(getattr(fa, name)))
+    for module, name in ((fa, "flash_attention_forward"), (fb, "flash_attention_backward")):
+        monkeypatch.setattr(module, name, recorded(getattr(module, name)))
     shape = (1, 2, 5, 16)
     rng = np.random.default_rng(11)
     (q, q64), (k, k64), (v, v64), (dout, dout64) = (bf16(randn(rng, *shape)) for _ in range(4))

@@ -7,10 +7,11 @@ CUDA cores' kernels (``attention.fp32``, the seed's block per (batch, head)), bf
 (uint16 arrays) to the tensor cores: on Hopper head_dims 64 and 128 at T of at least
 ``hopper.MIN_T`` to ``attention.hopper`` (the wgmma forward) and, once ``HOPPER_BACKWARD``
 is set, ``attention.hopper_backward`` (the wgmma backward), every other to
-``attention.flash`` (mma.sync), with their default tiles.
+``attention.flash`` and ``attention.flash_backward`` (mma.sync), with their default tiles.
 
   fp32       the float32 kernels, one row per thread
-  flash      flash attention on the mma.sync tensor cores (bf16)
+  flash      flash attention on the mma.sync tensor cores (bf16): tiles, parts, forward
+  flash_backward   its backward: the dq and dk/dv passes
   hopper     flash attention's forward on Hopper's wgmma (bf16, head_dim 64 and 128)
   hopper_backward   its backward there: the dq and dk/dv passes on wgmma
   heads      the fused QKV rows split into heads, and the heads merged back
@@ -18,7 +19,7 @@ is set, ``attention.hopper_backward`` (the wgmma backward), every other to
 """
 import numpy as np
 
-from . import flash, fp32, hopper, hopper_backward
+from . import flash, flash_backward, fp32, hopper, hopper_backward
 
 
 # Whether the bf16 backward goes to hopper_backward where it takes the heads (session 21):
@@ -57,12 +58,12 @@ def attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, *, block=None
     dout (B, H, T, D) and the forward's q, k, v, out and lse; P is recomputed from q, k
     and lse. block and blocks_per_head as attention_forward's, for both of ``fp32``'s
     launches; bf16 heads (delta stays float32) go to ``hopper_backward`` where it takes them
-    and ``HOPPER_BACKWARD`` is set, ``flash`` otherwise, with their default tiles."""
+    and ``HOPPER_BACKWARD`` is set, ``flash_backward`` otherwise, with their default tiles."""
     if q.dtype == np.uint16:
         _no_geometry(block, blocks_per_head)
         arrays = (dq, dk, dv, delta, dout, q, k, v, out, lse)
         if HOPPER_BACKWARD and hopper_backward.takes(*arrays):
             return hopper_backward.hopper_attention_backward(*arrays, stream=stream)
-        return flash.flash_attention_backward(*arrays, stream=stream)
+        return flash_backward.flash_attention_backward(*arrays, stream=stream)
     fp32.attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, block=block,
                             blocks_per_head=blocks_per_head, stream=stream)

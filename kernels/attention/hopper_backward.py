@@ -54,7 +54,7 @@ from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
 from ..layouts.tensor_maps import tensor_map
 from ..layouts.tiles import PANEL
 from ..pipelines.tma import tma_pipeline
-from . import flash
+from . import flash, flash_backward
 from .flash import INF, quad_sum
 from .hopper import LOG2E, NEG_INF, WIDTHS, ZERO, described_heads, pair_copier, products
 
@@ -539,9 +539,9 @@ def hopper_attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, *,
                               tiles=(None, None), stream=0):
     """dq, dk, dv (B, H, T, D) bf16 and delta (B, H, T) float32 = rowsum(dout * out),
     overwritten, from dout and the forward's q, k, v, out and lse, as
-    flash.flash_attention_backward. Two launches: dq by query tiles (writing delta), then
-    dk and dv by key tiles (reading it); tiles: their BackwardTiles (default by D), or a
-    FlashTile for flash's mma.sync dq pass."""
+    flash_backward.flash_attention_backward. Two launches: dq by query tiles (writing
+    delta), then dk and dv by key tiles (reading it); tiles: their BackwardTiles (default
+    by D), or a FlashTile for flash_backward's mma.sync dq pass."""
     B, H, T, D = flash._check_heads(dict(lse=lse, delta=delta), q=q, k=k, v=v, out=out,
                                     dout=dout, dq=dq, dk=dk, dv=dv)
     if q.size == 0:
@@ -566,8 +566,9 @@ def hopper_attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, *,
     layouts = (*q_layout, *do_layout, *kv_layout)
     if mma_sync_dq:
         dq_tile = flash._tile(dq_tile, D, "dq")
-        flash._dq_kernel(D, dq_tile)[(ceil_div(T, dq_tile.rows), H, B), dq_tile.threads,
-                                     stream](dq, delta, dout, q, k, v, out, lse)
+        flash_backward._dq_kernel(D, dq_tile)[(ceil_div(T, dq_tile.rows), H, B),
+                                              dq_tile.threads, stream](
+            dq, delta, dout, q, k, v, out, lse)
     else:
         maps = (tensor_map(qm, dq_tile.rows, PANEL), tensor_map(dom, dq_tile.rows, PANEL),
                 tensor_map(km, dq_tile.step, PANEL), tensor_map(vm, dq_tile.step, PANEL))

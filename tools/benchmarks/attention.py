@@ -95,7 +95,7 @@ def time_flash_attention(host, reps, sweep):
     sweep the best tiles of each."""
     import ml_dtypes
     from numba import cuda
-    from microgpt.kernels.attention import flash as fa
+    from microgpt.kernels.attention import flash as fa, flash_backward as fb
 
     shape = host[0].shape
     q, k, v, dout = (cuda.to_device(x.astype(ml_dtypes.bfloat16).view(np.uint16))
@@ -107,7 +107,7 @@ def time_flash_attention(host, reps, sweep):
         fa.flash_attention_forward(out, lse, q, k, v, tile=tile)
 
     def backward(tiles=(None, None)):
-        fa.flash_attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, tiles=tiles)
+        fb.flash_attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, tiles=tiles)
 
     row = dict(fwd=cuda_time(forward, reps), bwd=cuda_time(backward, reps),
                both=cuda_time(lambda: (forward(), backward()), reps),
@@ -273,7 +273,8 @@ def attention_report(rows, sweep):
 
     lines = ["## Flash attention (bf16, tensor cores) against SDPA bf16, causal",
              "",
-             "microgpt: kernels/attention/flash.py (mma.sync) with its default tiles, and "
+             "microgpt: kernels/attention/flash.py and flash_backward.py (mma.sync) with their "
+             "default tiles, and "
              "the wgmma forward of kernels/attention/hopper.py where it runs (its default "
              "tile); each forward eager and (in parentheses) replayed in a CUDA graph, as "
              "the step runs it, the TFLOP/s of that; bwd = the dq and dk/dv passes, eager, "
