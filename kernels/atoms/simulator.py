@@ -377,14 +377,21 @@ def _box(tensor_map, matrix, index):
     return int(index) + r * cols + at * chunk + c % chunk, rows, cols
 
 
-def _misplaced(matrix, col):
-    """What is wrong with a box from column col (None if nothing): the hardware takes a
-    box whose first element is 16-byte aligned in global memory (the row pitch and the
-    matrix's start are: tma_ready), and raises an illegal instruction for any other (the
-    H200, session 21's wgmma backward)."""
+def _misplaced(matrix, col, smem, index):
+    """What is wrong with a box from column col of matrix, at element index of smem (None
+    if nothing): the hardware takes a box whose first element is 16-byte aligned in global
+    memory (the row pitch and the matrix's start are: tma_ready) and lies 128-byte aligned
+    in shared memory (the twins' shared memory starts at 0), and raises an illegal
+    instruction, or a misaligned address, for any other (the H200, session 21's wgmma
+    backward)."""
     off = int(col) * matrix.dtype.itemsize % 16
-    return (f"a bulk tensor copy of a box from column {int(col)}, {off} bytes past a 16-byte "
-            "boundary") if off else None
+    if off:
+        return (f"a bulk tensor copy of a box from column {int(col)}, {off} bytes past a "
+                "16-byte boundary")
+    at = int(index) * smem.dtype.itemsize
+    if at % 128:
+        return f"a bulk tensor copy of a box at shared byte {at}, off a 128-byte boundary"
+    return None
 
 
 def _check_not_failed(state):
@@ -398,7 +405,7 @@ def _check_not_failed(state):
 def tma_load_2d(smem, index, src, tensor_map, col, row, bars, bar):
     # copied at once, zero-filled past src's edges; then its bytes complete on the
     # barrier
-    failure = _misplaced(src, col)
+    failure = _misplaced(src, col, smem, index)
     if failure:
         with _barrier_lock:
             _barriers[_barrier_key(bars, bar)] = failure
@@ -414,7 +421,7 @@ def tma_load_2d(smem, index, src, tensor_map, col, row, bars, bar):
 def _tma_store(add):
     @cuda.jit(device=True)
     def store(dst, tensor_map, col, row, smem, index):
-        failure = _misplaced(dst, col)
+        failure = _misplaced(dst, col, smem, index)
         if failure:
             raise AssertionError(failure)
         places, rows, cols = _box(tensor_map, dst, index)

@@ -503,18 +503,27 @@ def statistics_row(x):
 
 def takes(dq, dk, dv, delta, dout, q, k, v, out, lse):
     """Whether the op runs these heads here: on sm_90, a width of WIDTHS, T at least
-    hopper.MIN_T (as the forward: shorter walks were not compared) and a multiple of 4, q,
-    k, v and dout views of matrices the bulk copies read, lse and delta at addresses the
-    copies take. (T a multiple of 4: every head's statistics then begin on a 16-byte
-    boundary, which the dk/dv pass's bulk copies of them need: the H200 raised an illegal
-    instruction on the others, session 21's call B.)"""
+    hopper.MIN_T (as the forward: shorter walks were not compared), every head's
+    statistics on a 16-byte boundary (statistics_aligned), q, k, v and dout views of
+    matrices the bulk copies read, lse and delta at addresses the copies take."""
     from .hopper import MIN_T, head_matrix
 
     if SIMULATOR or cuda.get_current_device().compute_capability[0] != 9:
         return False
-    return (q.shape[3] in WIDTHS and q.shape[2] >= MIN_T and q.shape[2] % 4 == 0
+    return (q.shape[3] in WIDTHS and q.shape[2] >= MIN_T
+            and statistics_aligned(*q.shape[:3])
             and all(head_matrix(x) is not None for x in (q, k, v, dout))
             and all(_statistics_ready(x) for x in (lse, delta)))
+
+
+def statistics_aligned(B, H, T):
+    """Whether every head's lse and delta, at (b H + h) T of the statistics' row, begin on a
+    16-byte boundary, where the dk/dv pass's bulk copies of them must start: T a multiple
+    of 4, or one head. (The H200 raises an illegal instruction for a box off a boundary:
+    session 21's call B. Boxes from the boundary before, with the stage's statistics in
+    128-byte slots as the copies' shared side needs, would take any T: built, not yet run
+    on the GPU, docs/flash-attention.md.)"""
+    return T % 4 == 0 or B * H == 1
 
 
 def _statistics_ready(x):
@@ -558,6 +567,10 @@ def hopper_attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, *,
     if not mma_sync_dq:
         check_tile(dq_tile, D, "dq")
     check_tile(dkdv_tile, D, "dkdv")
+    if not statistics_aligned(B, H, T):
+        raise ValueError(f"T {T} with {B * H} heads: the wgmma backward's bulk copies of each "
+                         "head's lse and delta start 16-byte aligned only for T a multiple "
+                         "of 4 (or one head)")
     (qm, q_layout), (dom, do_layout), (km, kv_layout), (vm, v_layout) = (
         described_heads(name, x) for name, x in (("q", q), ("dout", dout), ("k", k),
                                                  ("v", v)))
