@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from microgpt.errors import UserError
-from microgpt.model import Buffers, activation_specs
+from microgpt.model import HEAD_ROWS, Buffers, activation_specs
 from microgpt.reference import DRAWN, LEFT, NOT_FINITE, POSITION, SEQ_COLUMNS, TOKEN
 
 AHEAD = 2       # decoding steps enqueued before the host reads a step's tokens
@@ -91,6 +91,9 @@ class Decoder:
     runs one position of every active sequence, ``state`` reads the state back."""
 
     def __init__(self, model, batch, *, graph=True):
+        if batch > HEAD_ROWS:       # (the decode step's head takes its B rows as one chunk)
+            raise UserError(f"a batch of {batch} sequences (prompts times --num-samples): "
+                            f"generation decodes at most {HEAD_ROWS} at once; give fewer")
         self.model, self.batch = model, batch
         cfg, ops = model.config, model.backend
         self.ops, self.capacity = ops, cfg.context

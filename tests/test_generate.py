@@ -16,6 +16,7 @@ from microgpt import GPT, get_config
 from microgpt import reference as ref
 from microgpt.errors import UserError
 from microgpt.generate import PREFILL_STEP, Decoder, Sampling, generate, prefill_length
+from microgpt.model import HEAD_ROWS
 
 if ON_GPU:
     CONFIGS = [get_config("andrea-12m", n_layer=2), get_config("microgpt", vocab_size=40)]
@@ -219,6 +220,12 @@ def test_bad_generation_arguments_are_refused(prompts, n, sampling, message):
         sampling = Sampling(vocab_limit=V + 1)
     with pytest.raises(ValueError, match=message.replace("V", str(V))):
         generate(GPT(CONFIGS[-1]), prompts, n, sampling)
+
+
+def test_a_batch_past_the_heads_chunk_is_refused():
+    # refused before any buffer is allocated: 8,193 one-token prompts cost nothing here
+    with pytest.raises(UserError, match=f"at most {HEAD_ROWS} at once"):
+        generate(GPT(CONFIGS[-1]), [[3]] * (HEAD_ROWS + 1), 2, GREEDY)
 
 
 @pytest.mark.parametrize("args, message", [
