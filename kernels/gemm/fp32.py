@@ -207,7 +207,7 @@ PTX_SIGNATURES = [
        for tile in (MEDIUM_TILE, SMALL_TILE)] + [
     # a config with biases: X @ W + b
     (_matmul_kernel(False, False, False, LARGE_TILE, True), (_MATRIX,) * 3 + (_VECTOR,)),
-    # the LM head's dW in row ranges: a of some of dlogits' columns
+    # a of a view of some of a wider matrix's columns (the GEMMs take views)
     (_matmul_kernel(True, False, True, LARGE_TILE),
      (_MATRIX, float32[:, :], _MATRIX, _VECTOR))]
 
@@ -229,8 +229,8 @@ def matmul(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, bi
     M, N = out.shape
     K = a.shape[0] if transpose_a else a.shape[1]
     check_array("out", out, (M, N))
-    # the kernel reads a and b by numba's indexing, through their strides: a view (the LM
-    # head's dW in row ranges reads some of dlogits' columns) compiles a kernel for it
+    # the kernel reads a and b by numba's indexing, through their strides: a view (of some
+    # of a wider matrix's columns) compiles a kernel for it
     check_array("a", a, (K, M) if transpose_a else (M, K), strided=True)
     check_array("b", b, (N, K) if transpose_b else (K, N), strided=True)
     check_bias(bias, N, accumulate)

@@ -195,7 +195,7 @@ def signature(epilogue, a_layout="C", b_layout="C"):
 
 
 # the tiles given explicitly (the sweep's), and a of a view of some of a wider matrix's
-# columns (the LM head's dW in row ranges)
+# columns (the GEMMs take views)
 PTX_SIGNATURES = [
     (mma_sync_kernel(ta, tb, epilogue, aligned, fold, tile), signature(epilogue, *layouts))
     for ta, tb, epilogue, aligned, fold, tile, layouts in [

@@ -399,7 +399,7 @@ PTX_SIGNATURES = [
         (False, False, "atomic", False, TALL_TILE, ()),         # the LM head's dX
         (False, False, "gelu", False, WIDE_TILE, ()),           # the MLP's up projection
         (False, True, "gelu_backward", False, WIDE_TILE, ()),   # and its dX
-        # a of a view of some of a wider matrix's columns: the LM head's dW in row ranges
+        # a of a view of some of a wider matrix's columns (the GEMMs take views)
         (True, False, "atomic", False, TALL_TILE, ("A",)),
     ]
 ] + [   # a config with biases: X @ W + b into bf16, and into the MLP's GELU
