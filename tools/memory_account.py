@@ -15,7 +15,7 @@ and after) holds besides.
 """
 import argparse
 
-from microgpt.config import get_config
+from microgpt.config import ConfigError, get_config
 from microgpt.memory import required_bytes
 from microgpt.model import arena_layout
 from microgpt.params import ParamLayout
@@ -53,13 +53,20 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seq-len", type=int, default=None, help="default: the context")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
+    parser.add_argument("--vocab-size", type=int, default=None,
+                        help="for a config whose vocabulary is the tokenizer's (microgpt)")
     args = parser.parse_args(argv)
-    T = args.seq_len or get_config(args.config).context
-    cfg = get_config(args.config, context=max(T, get_config(args.config).context))
+    vocab = {} if args.vocab_size is None else {"vocab_size": args.vocab_size}
+    try:
+        base = get_config(args.config, **vocab)
+    except ConfigError as err:
+        parser.error(f"{err} (here: --vocab-size N)")
+    T = args.seq_len or base.context
+    cfg = get_config(args.config, context=max(T, base.context), **vocab)
     rows = account(cfg, args.batch_size, T, args.precision)
     total = sum(copies * nbytes for *_, copies, nbytes in rows)
-    assert total == required_bytes(get_config(args.config, context=T), args.batch_size,
-                                   args.precision, 0)
+    assert total == required_bytes(get_config(args.config, context=T, **vocab),
+                                   args.batch_size, args.precision, 0)
     print(f"{args.config}, B {args.batch_size} x T {T}, {args.precision}\n")
     print("| buffer | shape | dtype | copies | MiB |\n|---|---|---|--:|--:|")
     for item, shape, dtype, copies, nbytes in rows:

@@ -1,0 +1,39 @@
+"""tools/memory_account.py: the step's device memory, buffer by buffer, summing to what the
+trainer's memory check (microgpt.memory.required_bytes) counts."""
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "memory_account.py"
+spec = importlib.util.spec_from_file_location("memory_account", SCRIPT)
+memory_account = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(memory_account)
+
+
+def total_gib(argv, capsys):
+    memory_account.main(argv)      # (asserts its sum is required_bytes)
+    table = capsys.readouterr().out
+    assert "| logits (arena, head, at" in table
+    return float(re.search(r"\(([0-9.]+) GiB\)", table.splitlines()[-1]).group(1))
+
+
+@pytest.mark.parametrize("argv, gib", [
+    # docs/kernels-step.md's figures (session 21: 9.118 and 1.815 before the chunked head)
+    (["--config", "andrea-120m", "--batch-size", "16", "--seq-len", "1024"], 8.091),
+    (["--config", "andrea-12m", "--batch-size", "64", "--seq-len", "256"], 1.623),
+])
+def test_the_account_of_the_andrea_steps(argv, gib, capsys):
+    assert total_gib(argv, capsys) == gib
+
+
+def test_a_config_without_a_vocabulary_asks_for_one(capsys):
+    argv = ["--config", "microgpt", "--batch-size", "4", "--seq-len", "16"]
+    with pytest.raises(SystemExit) as exit_:
+        memory_account.main(argv)
+    assert exit_.value.code == 2
+    assert "vocab_size" in capsys.readouterr().err.splitlines()[-1]
+    for precision in ("fp32", "bf16"):     # given one, either precision's table
+        assert total_gib(argv + ["--vocab-size", "256", "--precision", precision],
+                         capsys) >= 0
