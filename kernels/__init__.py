@@ -6,7 +6,7 @@ The layers, each built on the ones above it:
                tiles, swizzle modes) and the driver opt-in for more shared memory
   common       launch checks, ceil_div, block reductions
   atoms/       single PTX instructions (mma.sync, ldmatrix, cp.async, wgmma, mbarriers,
-               TMA, ...): atoms/gpu.py on the GPU, their twins in atoms/simulator.py
+               TMA, ...): atoms/gpu/ on the GPU, their twins in atoms/simulator.py
   precision    activations in float32 or bf16, element by element or in vector groups
   layouts/     shared-memory tiles and their swizzles, mma fragments and the accumulators'
                maps, tensor maps

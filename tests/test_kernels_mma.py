@@ -51,12 +51,15 @@ def public_definitions(path):
 
 
 def test_the_simulator_twins_are_the_atoms():
-    """atoms.gpu and atoms.simulator each define every atom of the package's list and
-    nothing else public: a twin missing, or an atom left out of the list, fails here
-    rather than on the other machine."""
+    """atoms.gpu (its modules together, each atom in one of them) and atoms.simulator each
+    define every atom of the package's list and nothing else public: a twin missing, or an
+    atom left out of the list, fails here rather than on the other machine."""
     assert len(set(atoms.ATOMS)) == len(atoms.ATOMS)
-    for twin in ("gpu.py", "simulator.py"):
-        assert public_definitions(ATOMS / twin) == set(atoms.ATOMS), twin
+    on_gpu = [public_definitions(ATOMS / "gpu" / f"{part}.py")
+              for part in ("warp", "hopper", "memory")]
+    assert sum(len(part) for part in on_gpu) == len(set().union(*on_gpu)), "defined twice"
+    assert set().union(*on_gpu) == set(atoms.ATOMS)
+    assert public_definitions(ATOMS / "simulator.py") == set(atoms.ATOMS)
     assert all(callable(getattr(atoms, name)) for name in atoms.ATOMS)
 
 
