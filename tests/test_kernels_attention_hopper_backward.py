@@ -84,8 +84,15 @@ def check_backward(shape, tiles, seed, fused):
                                       else (SIM_32, SIM_32)), seed=2, fused=True)
 @example(shape=(1, 2, 1000, 128) if REAL_SHAPES else (1, 1, 40, 128),
          tiles=(None, None) if REAL_SHAPES else (SIM_32, SIM_32), seed=3, fused=False)
+# a head whose lse and delta do not start on a 16-byte boundary ((b H + h) T not a multiple
+# of 4): their bulk copies took an illegal instruction on the H200 (session 21's call A,
+# this example) until the boxes started at the boundary before (the simulator's copy
+# twins refuse such a box, as the hardware does)
+@example(shape=(4, 4, 265, 64) if REAL_SHAPES else (1, 2, 5, 64),
+         tiles=(FlashTile(64, 32), BackwardTile(1, 64, 4)) if REAL_SHAPES else (SIM, SIM),
+         seed=191, fused=True)
 def test_hopper_attention_backward(shape, tiles, seed, fused):
-    assume(fits(tiles, shape[3]) and hb.statistics_aligned(*shape[:3]))
+    assume(fits(tiles, shape[3]))
     check_backward(shape, tiles, seed, fused)
 
 
@@ -110,14 +117,6 @@ def test_hopper_attention_backward_rejects_bad_arguments():
     with pytest.raises(ValueError, match="16-byte aligned"):
         off = to_device_off_group(np.ones((1, 2, 3), np.float32))
         hb.hopper_attention_backward(x, x, x, off, x, x, x, x, x, rows)
-    # call A's failing example (its second head's statistics begin at 265 floats): refused,
-    # where its bulk copies took an illegal instruction on the H200
-    heads = cuda.to_device(np.ones((4, 4, 265, 64), np.uint16))
-    stats = cuda.to_device(np.ones((4, 4, 265), np.float32))
-    with pytest.raises(ValueError, match="T 265 with 16 heads"):
-        hb.hopper_attention_backward(heads, heads, heads, stats, heads, heads, heads, heads,
-                                     heads, stats)
-    assert hb.statistics_aligned(4, 4, 264) and hb.statistics_aligned(1, 1, 265)
     if not ON_GPU:
         with pytest.raises(ValueError, match="producer warp runs on the GPU only"):
             hb.hopper_attention_backward(*args, tiles=(BackwardTile(1, 64, 4, 1, True), None))
@@ -153,7 +152,7 @@ def test_the_attention_op_sends_hopper_heads_here(monkeypatch, routed):
         attention.attention_backward(*grads, delta, *map(cuda.to_device, (dout, q, k, v, out)),
                                      cuda.to_device(want_lse.astype(np.float32)))
         want = ("hopper_attention_backward" if routed and hopper_gpu and D == 64
-                and T >= hopper.MIN_T and hb.statistics_aligned(*shape[:3])
+                and T >= hopper.MIN_T
                 else "flash_attention_backward")
         assert calls.pop() == want and calls == []
         if not ON_GPU:

@@ -59,6 +59,19 @@ from .flash import INF, quad_sum
 from .hopper import LOG2E, NEG_INF, WIDTHS, ZERO, described_heads, pair_copier, products
 
 STATS = 2                   # float32 statistics a query row brings: lse, delta
+# A bulk copy's first element must lie on a 16-byte boundary in global memory (the H200
+# raises an illegal instruction otherwise: session 21, heads whose statistics start at
+# (b H + h) T, not a multiple of 4), and its box 128-byte aligned in shared memory (a
+# misaligned address otherwise: session 21's call C): a step's box of a statistic starts
+# at the boundary at or before its first query, STAT_PAD floats wider, in a slot of
+# stat_slot(step) floats, and is read from that query on
+STAT_PAD = 4
+
+
+def stat_slot(step):
+    """The floats of shared memory a statistic's box of step + STAT_PAD takes: 128-byte
+    slots."""
+    return ceil_div(4 * (step + STAT_PAD), 128) * 32
 
 
 class BackwardTile(NamedTuple):
@@ -106,7 +119,7 @@ def shared_bytes(tile, D, kind):
     """The resident tiles (q and dout, or k and v), the stages of the streamed ones (with
     the queries' statistics in the dk/dv pass), and room to align the start to a swizzle
     pattern."""
-    stats = 4 * STATS * tile.stages * tile.step if kind == "dkdv" else 0
+    stats = 4 * STATS * tile.stages * stat_slot(tile.step) if kind == "dkdv" else 0
     return 2 * D * (2 * tile.rows + 2 * tile.stages * tile.step) + stats + SWIZZLE_BYTES
 
 
@@ -147,7 +160,8 @@ def dkdv_kernel(D, tile):
     kv_size = 2 * M * D                     # elements: k's tile, v's, then the stages
     stage_size = 2 * N * D                  # q's rows of a step, then dout's
     stats_at = (kv_size + stages * stage_size) // 2     # float32: each stage's lse, delta
-    stage_bytes = 2 * stage_size + 4 * STATS * N
+    box, slot = N + STAT_PAD, stat_slot(N)  # floats: a statistic's box, its slot
+    stage_bytes = 2 * stage_size + 4 * STATS * box
     s_wait_one, o_wait = warpgroup_wait(1, s_regs), warpgroup_wait(0, o_regs)
     scale = np.float32(1.0 / math.sqrt(D))
     scale_log2 = np.float32(LOG2E / math.sqrt(D))
@@ -168,9 +182,9 @@ def dkdv_kernel(D, tile):
         t0 = (first + step) * N
         copy_step(smem, int32(kv_size + stage * stage_size), bars, stage, q, q_map, q_row + t0,
                   q_col, dout, do_map, do_row + t0, do_col)
-        at = int32(stats_at + stage * STATS * N)
+        at = int32(stats_at + stage * STATS * slot)
         tma_load_2d(stats, at, lse, lse_map, stat_col + t0, 0, bars, stage)
-        tma_load_2d(stats, at + N, delta, delta_map, stat_col + t0, 0, bars, stage)
+        tma_load_2d(stats, at + slot, delta, delta_map, stat_col + t0, 0, bars, stage)
 
     pipe = tma_pipeline(stages, G, copy_queries)
     KV_LANDED = pipe.barriers
@@ -199,9 +213,12 @@ def dkdv_kernel(D, tile):
                       % SWIZZLE_BYTES // 2)
         smem = raw[start:]
         stats = raw32[start // 2:]
+        # the head's statistics begin at (b H + h) T; its boxes at the 16-byte boundary before
+        head_stats = (b * H + h) * T
+        stat_shift = int32(head_stats % STAT_PAD)
         operands = (smem, stats, q, dout, lse, delta, q_map, do_map, lse_map, delta_map,
                     b * q_rb + h * q_rh, h * q_ch, b * do_rb + h * do_rh, h * do_ch,
-                    (b * H + h) * T, first)
+                    head_stats - stat_shift, first)
         issued = 0                               # the copier's steps copied
         if cuda.threadIdx.x == 0:
             pipe.init(bars)
@@ -261,7 +278,7 @@ def dkdv_kernel(D, tile):
                                            operands)
             # the stats by unsigned indices: numba wraps a signed one that is negative
             # around the array's end (two compares and a select a load)
-            stat = int32(stats_at + u % stages * STATS * N + col)
+            stat = int32(stats_at + u % stages * STATS * slot + stat_shift + col)
             for j in range(N // 8):
                 for e in range(2):
                     column[2 * j + e] = stats[uint32(stat + 8 * j + e)] * log2e
@@ -281,7 +298,7 @@ def dkdv_kernel(D, tile):
             accumulate(dv_acc, p, smem, at + N * D)
             for j in range(N // 8):
                 for e in range(2):
-                    column[2 * j + e] = stats[uint32(stat + N + 8 * j + e)]
+                    column[2 * j + e] = stats[uint32(stat + slot + 8 * j + e)]
             s_wait_one(dp)              # dP^T; dv's product runs on
             for j in range(N // 8):
                 for r in range(4):
@@ -503,27 +520,15 @@ def statistics_row(x):
 
 def takes(dq, dk, dv, delta, dout, q, k, v, out, lse):
     """Whether the op runs these heads here: on sm_90, a width of WIDTHS, T at least
-    hopper.MIN_T (as the forward: shorter walks were not compared), every head's
-    statistics on a 16-byte boundary (statistics_aligned), q, k, v and dout views of
-    matrices the bulk copies read, lse and delta at addresses the copies take."""
+    hopper.MIN_T (as the forward: shorter walks were not compared), q, k, v and dout views
+    of matrices the bulk copies read, lse and delta at addresses the copies take."""
     from .hopper import MIN_T, head_matrix
 
     if SIMULATOR or cuda.get_current_device().compute_capability[0] != 9:
         return False
     return (q.shape[3] in WIDTHS and q.shape[2] >= MIN_T
-            and statistics_aligned(*q.shape[:3])
             and all(head_matrix(x) is not None for x in (q, k, v, dout))
             and all(_statistics_ready(x) for x in (lse, delta)))
-
-
-def statistics_aligned(B, H, T):
-    """Whether every head's lse and delta, at (b H + h) T of the statistics' row, begin on a
-    16-byte boundary, where the dk/dv pass's bulk copies of them must start: T a multiple
-    of 4, or one head. (The H200 raises an illegal instruction for a box off a boundary:
-    session 21's call B. Boxes from the boundary before, with the stage's statistics in
-    128-byte slots as the copies' shared side needs, would take any T: built, not yet run
-    on the GPU, docs/flash-attention.md.)"""
-    return T % 4 == 0 or B * H == 1
 
 
 def _statistics_ready(x):
@@ -567,10 +572,6 @@ def hopper_attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, *,
     if not mma_sync_dq:
         check_tile(dq_tile, D, "dq")
     check_tile(dkdv_tile, D, "dkdv")
-    if not statistics_aligned(B, H, T):
-        raise ValueError(f"T {T} with {B * H} heads: the wgmma backward's bulk copies of each "
-                         "head's lse and delta start 16-byte aligned only for T a multiple "
-                         "of 4 (or one head)")
     (qm, q_layout), (dom, do_layout), (km, kv_layout), (vm, v_layout) = (
         described_heads(name, x) for name, x in (("q", q), ("dout", dout), ("k", k),
                                                  ("v", v)))
@@ -591,7 +592,8 @@ def hopper_attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, *,
     lse_row, delta_row = statistics_row(lse), statistics_row(delta)
     maps = (tensor_map(qm, dkdv_tile.step, PANEL), tensor_map(dom, dkdv_tile.step, PANEL),
             tensor_map(km, dkdv_tile.rows, PANEL), tensor_map(vm, dkdv_tile.rows, PANEL),
-            tensor_map(lse_row, 1, dkdv_tile.step), tensor_map(delta_row, 1, dkdv_tile.step))
+            tensor_map(lse_row, 1, dkdv_tile.step + STAT_PAD),
+            tensor_map(delta_row, 1, dkdv_tile.step + STAT_PAD))
     _launch(dkdv_kernel(D, dkdv_tile), dkdv_tile, D, "dkdv",
             (ceil_div(T, dkdv_tile.rows), H, B), stream,
             (dk, dv, qm, dom, km, vm, lse_row, delta_row, *maps, *layouts),
