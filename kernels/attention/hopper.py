@@ -40,11 +40,12 @@ from numba import cuda, float32, int32, types, uint16, uint32, uint64
 from ..atoms import (exp2_ftz, fence_barrier_init, fence_tensor_map,
                      mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
                      mbarrier_try_wait, named_barrier, named_barrier_arrive,
-                     pack_bf16x2, rcp_approx, shared_address, store_pair, tma_load_2d,
-                     warp_uniform, warpgroup_commit, warpgroup_fence, warpgroup_wait,
-                     wgmma_bf16_acc, wgmma_bf16_rs, words_to_b64)
+                     pack_bf16x2, rcp_approx, set_max_registers, shared_address, store_pair,
+                     tma_load_2d, warp_uniform, warpgroup_commit, warpgroup_fence,
+                     warpgroup_wait, wgmma_bf16_acc, wgmma_bf16_rs, words_to_b64)
 from ..cache import jit
 from ..common import ceil_div, device_address
+from ..gemm import persistent
 from ..device import (DYNAMIC_SHARED_LIMIT, MMA_K, SIMULATOR, SMS, SWIZZLE_BYTES, WARPGROUP,
                       allow_dynamic_shared, check_block)
 from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
@@ -62,7 +63,10 @@ WIDTHS = (64, 128)          # the head_dims this forward takes (others: flash's)
 class HopperTile(NamedTuple):
     """warpgroups: of 128 threads, each owning 64 query rows; step: key rows per stage;
     stages: shared buffers of key and value tiles; producer: a warp of its own issues the
-    copies (else the first warpgroup's thread 0, between its products); pingpong: two
+    copies (else the first warpgroup's thread 0, between its products); donate (with
+    producer): that warp is the first of a warpgroup of its own, which hands its registers
+    to the computing ones (setmaxnreg, which only the driver's whole-program JIT honours:
+    the kernel is launched by it); pingpong: two
     warpgroups take turns to issue their products (each one's softmax then runs while
     the other's products do); min_blocks: blocks per SM that the register allocation
     must leave room for (the launch bounds), so that one block's start and end overlap
@@ -75,6 +79,7 @@ class HopperTile(NamedTuple):
     pingpong: bool = False
     min_blocks: int = 1
     persistent: bool = False
+    donate: bool = False
 
     @property
     def q_buffers(self):
@@ -86,7 +91,8 @@ class HopperTile(NamedTuple):
 
     @property
     def threads(self):
-        return WARPGROUP * self.warpgroups + (32 if self.producer else 0)
+        return (WARPGROUP * self.warpgroups
+                + (WARPGROUP if self.donate else 32 if self.producer else 0))
 
 
 def default_tile(D):
@@ -106,8 +112,22 @@ def shared_bytes(tile, D):
     return 2 * D * (tile.q_buffers * tile.rows + 2 * tile.stages * tile.step) + SWIZZLE_BYTES
 
 
+# a thread of the producer warpgroup, which issues copies only (setmaxnreg's least)
+PRODUCER_REGISTERS = 24
+REGISTERS = 65536           # an SM's
+
+
+def consumer_registers(tile):
+    """The registers a thread of a computing warpgroup takes from a donating producer's:
+    the launch bounds' share of the SM's (in steps of 8), the producer's all but
+    PRODUCER_REGISTERS, at most setmaxnreg's 256."""
+    share = REGISTERS // (tile.threads * tile.min_blocks) // 8 * 8
+    return min(256, (share * (tile.warpgroups + 1) - PRODUCER_REGISTERS)
+               // tile.warpgroups // 8 * 8)
+
+
 def check_tile(tile, D):
-    warpgroups, step, stages, producer, pingpong, min_blocks, persistent = tile
+    warpgroups, step, stages, producer, pingpong, min_blocks, persistent, donate = tile
     if D not in WIDTHS:
         raise ValueError(f"head_dim {D}: the wgmma forward takes {WIDTHS}")
     if not 1 <= warpgroups <= 4:
@@ -128,6 +148,8 @@ def check_tile(tile, D):
                          "two warpgroups run on the GPU only")
     if min_blocks not in (1, 2):
         raise ValueError(f"tile {tile}: min_blocks must be 1 or 2")
+    if donate and not producer:
+        raise ValueError(f"tile {tile}: donate hands a producer warpgroup's registers on")
     check_block(f"tile {tile} with head_dim {D}", tile.threads, shared_bytes(tile, D),
                 DYNAMIC_SHARED_LIMIT // min_blocks)
 
@@ -208,7 +230,7 @@ def products(D, M, N):
 
 @functools.cache
 def forward_kernel(D, tile):
-    G, N, stages, producer, pingpong, min_blocks, persistent = tile
+    G, N, stages, producer, pingpong, min_blocks, persistent, donate = tile
     QB = tile.q_buffers
     M = tile.rows
     panels = D // PANEL                     # 64-column panels of a head row
@@ -223,9 +245,9 @@ def forward_kernel(D, tile):
     o_wait = warpgroup_wait(0, o_regs)
     scale_log2 = np.float32(LOG2E / math.sqrt(D))
     ln2 = np.float32(math.log(2.0))
-    # the thread that issues the copies: lane 0 of the warp after the warpgroups, or the
-    # first consumer's thread 0
-    copier = G * WARPGROUP if producer else 0
+    copier = G * WARPGROUP      # with a producer, the thread that issues the copies
+    lower_registers = set_max_registers(PRODUCER_REGISTERS, False)
+    raise_registers = set_max_registers(consumer_registers(tile) if donate else 256, True)
 
     copy_pair = pair_copier(N, D)
 
@@ -296,6 +318,13 @@ def forward_kernel(D, tile):
                     advance(cur, cuda.gridDim.x, H, B)
                 else:
                     cur[0] = -1
+
+    @cuda.jit(device=True, inline=True)
+    def start_copies(bars, cur, limit, operands, H, B, T):
+        """The copier's first walk (copy_ahead), once the tensor maps are fetched."""
+        for tensor in operands[4:7]:
+            fence_tensor_map(tensor)
+        copy_ahead(bars, cur, limit, operands, H, B, T)
 
     @cuda.jit(device=True, inline=True)
     def scores(s, smem, q_at, g):
@@ -402,15 +431,18 @@ def forward_kernel(D, tile):
         for e in range(3, 7):
             cur[e] = 0
         operands = (smem, q, k, v, q_map, k_map, v_map, q_rb, q_rh, q_ch, kv_rb, kv_rh, kv_ch)
-        if cuda.threadIdx.x == copier:
-            fence_tensor_map(q_map)
-            fence_tensor_map(k_map)
-            fence_tensor_map(v_map)
-            # without a producer warp the prologue: the first stages - 1 steps
-            copy_ahead(bars, cur, stages - 1 if not producer else 1 << 30, operands, H, B,
-                       T)
-        if group == G:                           # the producer warp
+        # The producer returns from its own branch, so that ptxas sees the computing code
+        # reached only after the registers are raised (setmaxnreg ignored otherwise)
+        if producer and group == G:
+            if donate:
+                lower_registers()
+            if cuda.threadIdx.x == copier:
+                start_copies(bars, cur, 1 << 30, operands, H, B, T)
             return
+        if donate:
+            raise_registers()
+        if not producer and cuda.threadIdx.x == 0:   # the prologue: the first stages - 1
+            start_copies(bars, cur, stages - 1, operands, H, B, T)
 
         row_in = wgmma_accumulator_row(thread)
         col = accumulator_col(thread)
@@ -520,6 +552,7 @@ def forward_kernel(D, tile):
             for e in range(3):
                 at[e] = nxt[e]
 
+    hopper_attention_forward_kernel.whole_program = donate
     return hopper_attention_forward_kernel
 
 
@@ -602,17 +635,23 @@ def hopper_attention_forward(out, lse, q, k, v, *, tile=None, stream=0):
     kernel = forward_kernel(D, tile)
     size = shared_bytes(tile, D)
     args = (out, lse, qm, km, vm, q_map, k_map, v_map, *q_layout, *kv_layout)
+    grid = ((min(ceil_div(T, tile.rows) * H * B, SMS * tile.min_blocks),) if tile.persistent
+            else (ceil_div(T, tile.rows), H, B))
     # the overload this launch runs (its arrays' layouts, "C" or "A") is the one opted in
     layouts = (kernel, *(x.is_c_contiguous() for x in (out, qm, km, vm)))
+    if tile.donate:        # (the driver's JIT opts in by itself, once a signature)
+        persistent.launch_by_driver(kernel, _signatures.setdefault(
+            layouts, tuple(map(numba.typeof, args))), grid, 1, tile.threads, size, stream,
+            args, whole=True)
+        return
     if layouts not in _opted_in and allow_dynamic_shared(kernel, tuple(map(numba.typeof, args)),
                                                          size):
         _opted_in.add(layouts)
-    grid = ((min(ceil_div(T, tile.rows) * H * B, SMS * tile.min_blocks),) if tile.persistent
-            else (ceil_div(T, tile.rows), H, B))
     kernel[grid, tile.threads, stream, size](*args)
 
 
 _opted_in = set()      # (kernel, whether each array is C-contiguous) launched before
+_signatures = {}       # the same keys: a driver launch's signature
 
 
 def described_heads(name, x):

@@ -161,7 +161,8 @@ def cluster_blocks(kernel, signature, units, cluster, threads, shared_bytes, who
 def launch_by_driver(kernel, signature, blocks, cluster, threads, shared_bytes, stream,
                      args, whole=False):
     """kernel[blocks, threads, stream, shared_bytes](*args), in clusters of `cluster`
-    blocks along x, and (whole) as the driver's JIT compiles its PTX (_load): numba-cuda's
+    blocks along x (blocks a count then; without clusters also a grid's shape), and
+    (whole) as the driver's JIT compiles its PTX (_load): numba-cuda's
     launch has neither a cluster shape nor that load, cuda.core's (which numba-cuda
     launches through) has; the arguments are marshalled as numba-cuda's launch does."""
     if SIMULATOR:
@@ -177,7 +178,8 @@ def launch_by_driver(kernel, signature, blocks, cluster, threads, shared_bytes, 
     marshalled, written_back = [], []
     for ty, value in zip(compiled.argument_types, args):
         compiled._prepare_args(ty, value, stream, written_back, marshalled)
-    config = LaunchConfig(grid=blocks // cluster, cluster=cluster if cluster > 1 else None,
+    config = LaunchConfig(grid=blocks // cluster if cluster > 1 else blocks,
+                          cluster=cluster if cluster > 1 else None,
                           block=threads, shmem_size=shared_bytes)
     launch(stream, config, launched, *marshalled)
 

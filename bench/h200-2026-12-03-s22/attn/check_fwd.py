@@ -1,0 +1,37 @@
+"""Session 22 (attn): the wgmma forward's tiles with a donating producer warpgroup
+(setmaxnreg, the driver's whole-program JIT) against float64, at ragged shapes, each with
+the property test's check (tests/test_kernels_attention_hopper.check_forward).
+
+python3 check_fwd.py [quick]"""
+import os
+import sys
+import traceback
+
+sys.path.insert(0, "tests")
+from test_kernels_attention_hopper import check_forward  # noqa: E402
+
+from microgpt.kernels import cache  # noqa: E402
+from microgpt.kernels.attention.hopper import HopperTile as HT  # noqa: E402
+
+TILES = {64: [HT(2, 128, 3, True, True, donate=True), HT(2, 128, 4, True, True, donate=True),
+              HT(3, 128, 3, True, donate=True), HT(3, 64, 4, True, donate=True)],
+         128: [HT(2, 128, 3, True, True, donate=True), HT(3, 64, 4, True, donate=True)]}
+SHAPES = [(2, 3, 1000, 64), (1, 2, 1, 64), (3, 2, 265, 64), (2, 3, 777, 128), (1, 1, 70, 128)]
+if os.environ.get("MICROGPT_TEST_KERNEL_CACHE"):
+    cache.use(os.environ["MICROGPT_TEST_KERNEL_CACHE"])
+shapes = SHAPES[:1] + SHAPES[3:4] if sys.argv[1:] == ["quick"] else SHAPES
+failed = 0
+for shape in shapes:
+    for tile in TILES[shape[3]]:
+        for fused in (False, True):
+            try:
+                check_forward(shape, tile, 7, fused)
+                print(f"PASS {shape} {tuple(tile)} fused={fused}", flush=True)
+            except Exception as error:
+                failed += 1
+                frames = [f"{f.name}:{f.lineno}" for f in traceback.extract_tb(error.__traceback__)]
+                print(f"FAIL {shape} {tuple(tile)} fused={fused}: {type(error).__name__}: "
+                      f"{str(error).splitlines()[0][:200]} at {' < '.join(frames[-4:])}",
+                      flush=True)
+print(f"check_fwd: {failed} failed")
+sys.exit(1 if failed else 0)

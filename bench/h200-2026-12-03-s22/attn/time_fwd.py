@@ -1,0 +1,113 @@
+"""Session 22 (attn): the wgmma forward's tiles at the issue's shapes, graph-replayed (the
+fastest of --reps replays of 20 launches), each first compared with the mma.sync forward
+(out's relative error, lse's largest difference), beside SDPA's cuDNN and flash forwards
+in the same process (torch graph-replayed). ms and TFLOP/s (causal: 2 B H T^2 D).
+
+python3 time_fwd.py [--shapes 120m 4096 d128] [--reps N] [--warm] [--set A]"""
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, "tools")
+import ml_dtypes  # noqa: E402
+import numpy as np  # noqa: E402
+from numba import cuda  # noqa: E402
+
+from benchmarks.attention import bf16_host, graph_time  # noqa: E402
+from microgpt.kernels import cache  # noqa: E402
+from microgpt.kernels.attention import flash as fa, hopper  # noqa: E402
+from microgpt.kernels.attention.hopper import HopperTile as HT  # noqa: E402
+
+SHAPES = {"120m": (16, 12, 1024, 64), "4096": (4, 12, 4096, 64), "d128": (8, 16, 2048, 128)}
+SETS = {"A": {64: [None, HT(2, 128, 3, True, True, donate=True),
+                   HT(2, 128, 4, True, True, donate=True), HT(3, 128, 3, True, donate=True),
+                   HT(3, 64, 4, True, donate=True), HT(2, 128, 4, True, True)],
+              128: [None, HT(2, 128, 3, True, True, donate=True),
+                    HT(3, 64, 4, True, donate=True), HT(2, 64, 4, False, True)]}}
+
+
+def torch_graph(fn, reps, launches=20):
+    """ms of fn, `launches` of it captured in a torch CUDA graph, the fastest replay."""
+    import torch
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(launches):
+            fn()
+    best = float("inf")
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        best = min(best, a.elapsed_time(b) / launches)
+    return best
+
+
+def sdpa(host, reps):
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = (torch.from_numpy(x).cuda().bfloat16() for x in host)
+    rows = {}
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION),
+                          ("flash", SDPBackend.FLASH_ATTENTION)):
+        with sdpa_kernel(backend):
+            rows[name] = torch_graph(
+                lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), reps)
+    return rows
+
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--shapes", nargs="+", default=list(SHAPES))
+parser.add_argument("--reps", type=int, default=5)
+parser.add_argument("--warm", action="store_true")
+parser.add_argument("--set", default="A")
+parser.add_argument("--no-sdpa", action="store_true")
+args = parser.parse_args()
+if os.environ.get("MICROGPT_TEST_KERNEL_CACHE"):
+    cache.use(os.environ["MICROGPT_TEST_KERNEL_CACHE"])
+for name in args.shapes:
+    shape = (1, 2, 1024, SHAPES[name][3]) if args.warm else SHAPES[name]
+    B, H, T, D = shape
+    flops = 2 * B * H * T * T * D
+    rng = np.random.default_rng(0)
+    host = [rng.standard_normal(shape, np.float32) for _ in range(3)]
+    q, k, v = (cuda.to_device(x.astype(ml_dtypes.bfloat16).view(np.uint16)) for x in host)
+    out, lse = cuda.device_array(shape, np.uint16), cuda.device_array(shape[:3], np.float32)
+    fa.flash_attention_forward(out, lse, q, k, v)
+    want, want_lse = bf16_host(out), lse.copy_to_host()
+    print(f"{name} {shape}  mma.sync "
+          f"{graph_time(lambda s: fa.flash_attention_forward(out, lse, q, k, v, stream=s), args.reps):.4f} ms"
+          if not args.warm else f"warm {name}", flush=True)
+    for tile in SETS[args.set][D]:
+        t0 = time.time()
+        label = "default " + str(tuple(hopper.default_tile(D))) if tile is None else str(tuple(tile))
+        try:
+            hopper.hopper_attention_forward(out, lse, q, k, v, tile=tile)
+            cuda.synchronize()
+            got = bf16_host(out)
+            err = np.linalg.norm(got - want) / np.linalg.norm(want)
+            lse_err = np.abs(lse.copy_to_host() - want_lse).max()
+            if args.warm:
+                print(f"  {label}: rel {err:.2e} lse {lse_err:.2e} ({time.time() - t0:.1f} s)",
+                      flush=True)
+                continue
+            ms = graph_time(lambda s: hopper.hopper_attention_forward(out, lse, q, k, v,
+                                                                      tile=tile, stream=s),
+                            args.reps)
+            print(f"  {label}: {ms:.4f} ms {flops / ms / 1e9:.0f} TFLOP/s  rel {err:.2e} "
+                  f"lse {lse_err:.2e}", flush=True)
+        except ValueError as error:
+            print(f"  {label}: {error}", flush=True)
+    if not args.warm and not args.no_sdpa:
+        for backend, ms in sdpa(host, args.reps).items():
+            print(f"  SDPA {backend}: {ms:.4f} ms {flops / ms / 1e9:.0f} TFLOP/s", flush=True)
