@@ -30,6 +30,7 @@ rows, or zeros past the matrix: those keys are masked, those queries never writt
 out is written from the registers, a row's pairs of columns at a time, rows past T not.
 """
 import functools
+import importlib
 import math
 from typing import NamedTuple
 
@@ -45,7 +46,6 @@ from ..atoms import (exp2_ftz, fence_barrier_init, fence_tensor_map,
                      warpgroup_wait, wgmma_bf16_acc, wgmma_bf16_rs, words_to_b64)
 from ..cache import jit
 from ..common import ceil_div, device_address
-from ..gemm import persistent
 from ..device import (DYNAMIC_SHARED_LIMIT, MMA_K, SIMULATOR, SMS, SWIZZLE_BYTES, WARPGROUP,
                       allow_dynamic_shared, check_block)
 from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
@@ -640,6 +640,9 @@ def hopper_attention_forward(out, lse, q, k, v, *, tile=None, stream=0):
     # the overload this launch runs (its arrays' layouts, "C" or "A") is the one opted in
     layouts = (kernel, *(x.is_c_contiguous() for x in (out, qm, km, vm)))
     if tile.donate:        # (the driver's JIT opts in by itself, once a signature)
+        # imported by name: kernels.cache keys a kernel on every module its module imports,
+        # and this launch (not the kernel's code) would tie the forward's to the GEMMs'
+        persistent = importlib.import_module("..gemm.persistent", __package__)
         persistent.launch_by_driver(kernel, _signatures.setdefault(
             layouts, tuple(map(numba.typeof, args))), grid, 1, tile.threads, size, stream,
             args, whole=True)
