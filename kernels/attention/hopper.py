@@ -66,9 +66,8 @@ class HopperTile(NamedTuple):
     copies (else the first warpgroup's thread 0, between its products); donate (with
     producer): that warp is the first of a warpgroup of its own, which hands its registers
     to the computing ones (setmaxnreg, which only the driver's whole-program JIT honours:
-    the kernel is launched by it); pingpong: two
-    warpgroups take turns to issue their products (each one's softmax then runs while
-    the other's products do); min_blocks: blocks per SM that the register allocation
+    the kernel is launched by it); pingpong: the warpgroups take turns, in a ring, to
+    issue their products (each one's softmax then runs while the others' products do); min_blocks: blocks per SM that the register allocation
     must leave room for (the launch bounds), so that one block's start and end overlap
     another's walk; persistent: min_blocks blocks an SM walk all the query tiles, the
     copies of the next one's q (two buffers) and first steps under this one's last."""
@@ -137,8 +136,8 @@ def check_tile(tile, D):
                          "at most 128 at head_dim 128 (its accumulators)")
     if not 3 <= stages <= 4:
         raise ValueError(f"tile {tile}: stages must be 3 or 4")
-    if pingpong and warpgroups != 2:
-        raise ValueError(f"tile {tile}: ping-pong takes two warpgroups")
+    if pingpong and warpgroups < 2:
+        raise ValueError(f"tile {tile}: ping-pong takes two warpgroups or more")
     if (producer or pingpong or persistent and warpgroups > 1) and SIMULATOR:
         # a copying thread spins on barriers (a producer warp's, or across a persistent
         # block's tiles, where the warpgroups fall out of step), a warpgroup waits for its
@@ -381,13 +380,13 @@ def forward_kernel(D, tile):
 
     @cuda.jit(device=True, inline=True)
     def take_turn(group, final):
-        """The other warpgroup's turn next. The turns alternate over the block's tiles: the
-        second warpgroup gives the first its first turn at the start, and passes none
-        after its final one, so that every arrival at a barrier meets a wait there (a
-        barrier that counts the arrivals of one warpgroup twice would complete without
-        the other)."""
-        if pingpong and not (group == 1 and final):
-            named_barrier_arrive(2 - group, 2 * WARPGROUP)
+        """The next warpgroup's turn next, in a ring over the block's tiles (every
+        warpgroup takes as many turns a tile): the last warpgroup gives the first its
+        first turn at the start, and passes none after its final one, so that every
+        arrival at a barrier meets a wait there (a barrier that counts the arrivals of one
+        warpgroup twice would complete without the other)."""
+        if pingpong and not (group == G - 1 and final):
+            named_barrier_arrive(1 + (group + 1) % G, 2 * WARPGROUP)
 
     @jit(**({} if SIMULATOR else {"launch_bounds": (tile.threads, min_blocks)}))
     def hopper_attention_forward_kernel(out, lse, q, k, v, q_map, k_map, v_map, q_rb, q_rh,
@@ -455,7 +454,7 @@ def forward_kernel(D, tile):
         copies = not producer and cuda.threadIdx.x == 0
         g0 = 0                                   # the block's steps before this tile's
         n = 0                                    # and its tiles
-        if group == 1:
+        if group == G - 1:
             take_turn(group, False)              # the first warpgroup's first turn
         while at[0] >= 0:
             h, b = at[1], at[2]

@@ -13,9 +13,8 @@ from test_kernels_attention_hopper import check_forward  # noqa: E402
 from microgpt.kernels import cache  # noqa: E402
 from microgpt.kernels.attention.hopper import HopperTile as HT  # noqa: E402
 
-TILES = {64: [HT(2, 128, 3, True, True, donate=True), HT(2, 128, 4, True, True, donate=True),
-              HT(3, 128, 3, True, donate=True), HT(3, 64, 4, True, donate=True)],
-         128: [HT(2, 128, 3, True, True, donate=True), HT(3, 64, 4, True, donate=True)]}
+sys.path.insert(0, os.path.dirname(__file__))
+from time_fwd import DONATING as TILES  # noqa: E402
 SHAPES = [(2, 3, 1000, 64), (1, 2, 1, 64), (3, 2, 265, 64), (2, 3, 777, 128), (1, 1, 70, 128)]
 if os.environ.get("MICROGPT_TEST_KERNEL_CACHE"):
     cache.use(os.environ["MICROGPT_TEST_KERNEL_CACHE"])

@@ -20,11 +20,15 @@ from microgpt.kernels.attention import flash as fa, hopper  # noqa: E402
 from microgpt.kernels.attention.hopper import HopperTile as HT  # noqa: E402
 
 SHAPES = {"120m": (16, 12, 1024, 64), "4096": (4, 12, 4096, 64), "d128": (8, 16, 2048, 128)}
-SETS = {"A": {64: [None, HT(2, 128, 3, True, True, donate=True),
-                   HT(2, 128, 4, True, True, donate=True), HT(3, 128, 3, True, donate=True),
-                   HT(3, 64, 4, True, donate=True), HT(2, 128, 4, True, True)],
-              128: [None, HT(2, 128, 3, True, True, donate=True),
-                    HT(3, 64, 4, True, donate=True), HT(2, 64, 4, False, True)]}}
+DONATING = {64: [HT(2, 128, 3, True, True, donate=True), HT(2, 128, 4, True, True, donate=True),
+                 HT(3, 128, 3, True, donate=True), HT(3, 128, 3, True, True, donate=True),
+                 HT(3, 64, 4, True, donate=True), HT(3, 64, 4, True, True, donate=True)],
+            128: [HT(2, 128, 3, True, True, donate=True), HT(3, 64, 4, True, donate=True),
+                  HT(3, 64, 4, True, True, donate=True)]}
+# call A: the defaults, the tiles with a producer warpgroup donating its registers, and
+# one tile each without (a producer warp; ping-pong in steps of 64)
+SETS = {"A": {64: [None] + DONATING[64] + [HT(2, 128, 4, True, True)],
+              128: [None] + DONATING[128] + [HT(2, 64, 4, False, True)]}}
 
 
 def torch_graph(fn, reps, launches=20):
@@ -66,48 +70,53 @@ def sdpa(host, reps):
     return rows
 
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--shapes", nargs="+", default=list(SHAPES))
-parser.add_argument("--reps", type=int, default=5)
-parser.add_argument("--warm", action="store_true")
-parser.add_argument("--set", default="A")
-parser.add_argument("--no-sdpa", action="store_true")
-args = parser.parse_args()
-if os.environ.get("MICROGPT_TEST_KERNEL_CACHE"):
-    cache.use(os.environ["MICROGPT_TEST_KERNEL_CACHE"])
-for name in args.shapes:
-    shape = (1, 2, 1024, SHAPES[name][3]) if args.warm else SHAPES[name]
-    B, H, T, D = shape
-    flops = 2 * B * H * T * T * D
-    rng = np.random.default_rng(0)
-    host = [rng.standard_normal(shape, np.float32) for _ in range(3)]
-    q, k, v = (cuda.to_device(x.astype(ml_dtypes.bfloat16).view(np.uint16)) for x in host)
-    out, lse = cuda.device_array(shape, np.uint16), cuda.device_array(shape[:3], np.float32)
-    fa.flash_attention_forward(out, lse, q, k, v)
-    want, want_lse = bf16_host(out), lse.copy_to_host()
-    print(f"{name} {shape}  mma.sync "
-          f"{graph_time(lambda s: fa.flash_attention_forward(out, lse, q, k, v, stream=s), args.reps):.4f} ms"
-          if not args.warm else f"warm {name}", flush=True)
-    for tile in SETS[args.set][D]:
-        t0 = time.time()
-        label = "default " + str(tuple(hopper.default_tile(D))) if tile is None else str(tuple(tile))
-        try:
-            hopper.hopper_attention_forward(out, lse, q, k, v, tile=tile)
-            cuda.synchronize()
-            got = bf16_host(out)
-            err = np.linalg.norm(got - want) / np.linalg.norm(want)
-            lse_err = np.abs(lse.copy_to_host() - want_lse).max()
-            if args.warm:
-                print(f"  {label}: rel {err:.2e} lse {lse_err:.2e} ({time.time() - t0:.1f} s)",
-                      flush=True)
-                continue
-            ms = graph_time(lambda s: hopper.hopper_attention_forward(out, lse, q, k, v,
-                                                                      tile=tile, stream=s),
-                            args.reps)
-            print(f"  {label}: {ms:.4f} ms {flops / ms / 1e9:.0f} TFLOP/s  rel {err:.2e} "
-                  f"lse {lse_err:.2e}", flush=True)
-        except ValueError as error:
-            print(f"  {label}: {error}", flush=True)
-    if not args.warm and not args.no_sdpa:
-        for backend, ms in sdpa(host, args.reps).items():
-            print(f"  SDPA {backend}: {ms:.4f} ms {flops / ms / 1e9:.0f} TFLOP/s", flush=True)
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPES))
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--warm", action="store_true")
+    parser.add_argument("--set", default="A")
+    parser.add_argument("--no-sdpa", action="store_true")
+    args = parser.parse_args()
+    if os.environ.get("MICROGPT_TEST_KERNEL_CACHE"):
+        cache.use(os.environ["MICROGPT_TEST_KERNEL_CACHE"])
+    for name in args.shapes:
+        shape = (1, 2, 1024, SHAPES[name][3]) if args.warm else SHAPES[name]
+        B, H, T, D = shape
+        flops = 2 * B * H * T * T * D
+        rng = np.random.default_rng(0)
+        host = [rng.standard_normal(shape, np.float32) for _ in range(3)]
+        q, k, v = (cuda.to_device(x.astype(ml_dtypes.bfloat16).view(np.uint16)) for x in host)
+        out, lse = cuda.device_array(shape, np.uint16), cuda.device_array(shape[:3], np.float32)
+        fa.flash_attention_forward(out, lse, q, k, v)
+        want, want_lse = bf16_host(out), lse.copy_to_host()
+        print(f"{name} {shape}  mma.sync "
+              f"{graph_time(lambda s: fa.flash_attention_forward(out, lse, q, k, v, stream=s), args.reps):.4f} ms"
+              if not args.warm else f"warm {name}", flush=True)
+        for tile in SETS[args.set][D]:
+            t0 = time.time()
+            label = "default " + str(tuple(hopper.default_tile(D))) if tile is None else str(tuple(tile))
+            try:
+                hopper.hopper_attention_forward(out, lse, q, k, v, tile=tile)
+                cuda.synchronize()
+                got = bf16_host(out)
+                err = np.linalg.norm(got - want) / np.linalg.norm(want)
+                lse_err = np.abs(lse.copy_to_host() - want_lse).max()
+                if args.warm:
+                    print(f"  {label}: rel {err:.2e} lse {lse_err:.2e} ({time.time() - t0:.1f} s)",
+                          flush=True)
+                    continue
+                ms = graph_time(lambda s: hopper.hopper_attention_forward(out, lse, q, k, v,
+                                                                          tile=tile, stream=s),
+                                args.reps)
+                print(f"  {label}: {ms:.4f} ms {flops / ms / 1e9:.0f} TFLOP/s  rel {err:.2e} "
+                      f"lse {lse_err:.2e}", flush=True)
+            except ValueError as error:
+                print(f"  {label}: {error}", flush=True)
+        if not args.warm and not args.no_sdpa:
+            for backend, ms in sdpa(host, args.reps).items():
+                print(f"  SDPA {backend}: {ms:.4f} ms {flops / ms / 1e9:.0f} TFLOP/s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
