@@ -2,7 +2,7 @@
 (setmaxnreg, the driver's whole-program JIT) against float64, at ragged shapes, each with
 the property test's check (tests/test_kernels_attention_hopper.check_forward).
 
-python3 check_fwd.py [quick]"""
+python3 check_fwd.py [quick] [64|128]   (quick: one shape, unfused)"""
 import os
 import sys
 import traceback
@@ -18,11 +18,13 @@ from time_fwd import DONATING as TILES  # noqa: E402
 SHAPES = [(2, 3, 1000, 64), (1, 2, 1, 64), (3, 2, 265, 64), (2, 3, 777, 128), (1, 1, 70, 128)]
 if os.environ.get("MICROGPT_TEST_KERNEL_CACHE"):
     cache.use(os.environ["MICROGPT_TEST_KERNEL_CACHE"])
-shapes = SHAPES[:1] + SHAPES[3:4] if sys.argv[1:] == ["quick"] else SHAPES
+quick = "quick" in sys.argv[1:]
+widths = [int(a) for a in sys.argv[1:] if a.isdigit()] or [64, 128]
+shapes = [x for x in SHAPES[:1 if quick else None] if x[3] in widths]
 failed = 0
 for shape in shapes:
     for tile in TILES[shape[3]]:
-        for fused in (False, True):
+        for fused in (False,) if quick else (False, True):
             try:
                 check_forward(shape, tile, 7, fused)
                 print(f"PASS {shape} {tuple(tile)} fused={fused}", flush=True)
