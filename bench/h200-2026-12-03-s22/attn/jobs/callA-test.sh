@@ -1,5 +1,5 @@
 #!/bin/bash
-# call A (attn, <= 150 s, beside the other jobs' tests). Branch s22-attn = s21-attn-statpad
+# call A (attn, <= 150 s, beside the other jobs' tests; no bench in call A). Branch s22-attn = s21-attn-statpad
 # on main: the dk/dv pass's lse and delta boxes from the 16-byte boundary at or before the
 # head's first value, 4 floats wider, in 128-byte shared slots; takes() no longer asks
 # statistics_aligned, so every T routes to the wgmma backward. 1) its GPU property test,
@@ -37,6 +37,16 @@ done
 for w in 120m d128; do
   timeout 140 python3 $S22/time_fwd.py --warm --shapes $w > $OUT/warm_fwd_$w.log 2>&1 &
 done
+# ncu (instruction counts and SASS mix; timings under the other jobs' load mean nothing):
+# the wgmma forward's default tile and a donating one at andrea-120m, one launch each
+(for t in default 2,128,3,1,1,1,0,1; do
+   timeout 65 ncu --clock-control none --kernel-name regex:hopper_attention_forward --launch-skip 2 \
+     --launch-count 1 --set full --import-source no -f -o $OUT/fwd_120m_$t \
+     python3 $S22/fwd_ncu.py 120m $([ $t = default ] || echo $t) > $OUT/ncu_run_$t.log 2>&1
+   echo "ncu rc $?" >> $OUT/ncu_run_$t.log
+   timeout 5 ncu --import $OUT/fwd_120m_$t.ncu-rep --page details --print-details all > $OUT/fwd_120m_${t}_details.txt 2>&1
+   timeout 5 ncu --import $OUT/fwd_120m_$t.ncu-rep --page source --print-source sass --csv > $OUT/fwd_120m_${t}_sass.csv 2>&1
+ done) &
 wait
 grep -h "passed\|failed\|error\|rc \|ERROR SUMMARY\|RACECHECK SUMMARY\|PASS\|FAIL" $OUT/pytest_*.log $OUT/*check*.log | grep -v "^E " | tail -40
 echo "test.sh done at $SECONDS s"
