@@ -14,6 +14,8 @@ is set, ``attention.hopper_backward`` (the wgmma backward), every other to
   flash_backward   its backward: the dq and dk/dv passes
   hopper     flash attention's forward on Hopper's wgmma (bf16, head_dim 64 and 128)
   hopper_backward   its backward there: the dq and dk/dv passes on wgmma
+  hopper_operands   their operands: heads as the bulk copies' matrices, the copies, the
+             products' issuers
   heads      the fused QKV rows split into heads, and the heads merged back
   kv_cache   generation's cache: its write, and attention of new rows over it
 """

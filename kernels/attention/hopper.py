@@ -19,14 +19,8 @@ accumulator layout of 16 columns is the A fragment of wgmma's register form) and
 v into its output accumulators by wgmma with A from registers (``atoms.wgmma_bf16_rs``),
 v read MN-major. Only the key steps at or below the diagonal are walked; a warpgroup
 skips the step wholly past its rows, and masks the one that crosses them (and the one
-past T) element by element.
-
-q, k, v as the bulk copies see them: a head array (B, H, T, D) is a view of a 2-D
-matrix, either (B H T, D) (the heads one after another: arrays of their own) or (B T,
-H D) (the heads side by side: the parts of the fused QKV rows the bf16 step passes),
-and the tile of query or key rows t0.. of head (b, h) is the box at row b rb + h rh + t0,
-column h ch (`layout`). A box that runs past row T of its head reads the next head's
-rows, or zeros past the matrix: those keys are masked, those queries never written.
+past T) element by element. q, k and v are views of 2-D matrices the bulk copies read
+(``hopper_operands``: a box past row T of a head reads the next head's rows, masked);
 out is written from the registers, a row's pairs of columns at a time, rows past T not.
 """
 import functools
@@ -38,21 +32,21 @@ import numba
 import numpy as np
 from numba import cuda, float32, int32, types, uint16, uint32, uint64
 
-from ..atoms import (exp2_ftz, fence_barrier_init, fence_tensor_map,
-                     mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
-                     mbarrier_try_wait, named_barrier, named_barrier_arrive,
-                     pack_bf16x2, rcp_approx, set_max_registers, shared_address, store_pair,
-                     tma_load_2d, warp_uniform, warpgroup_commit, warpgroup_fence,
-                     warpgroup_wait, wgmma_bf16_acc, wgmma_bf16_rs, words_to_b64)
+from ..atoms import (exp2_ftz, fence_barrier_init, fence_tensor_map, mbarrier_arrive,
+                     mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_try_wait,
+                     named_barrier, named_barrier_arrive, pack_bf16x2, rcp_approx,
+                     set_max_registers, shared_address, store_pair, tma_load_2d,
+                     warp_uniform, warpgroup_wait)
 from ..cache import jit
-from ..common import ceil_div, device_address
-from ..device import (DYNAMIC_SHARED_LIMIT, MMA_K, SIMULATOR, SMS, SWIZZLE_BYTES, WARPGROUP,
+from ..common import ceil_div
+from ..device import (DYNAMIC_SHARED_LIMIT, SIMULATOR, SMS, SWIZZLE_BYTES, WARPGROUP,
                       allow_dynamic_shared, check_block)
 from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
-from ..layouts.tensor_maps import tensor_map, tma_ready
-from ..layouts.tiles import PANEL, wgmma_operand
+from ..layouts.tensor_maps import tensor_map
+from ..layouts.tiles import PANEL
 from ..pipelines.tma import tma_pipeline
 from .flash import quad_max, quad_sum   # a row's 4 lanes, the same accumulator layout
+from .hopper_operands import described_heads, head_matrix, pair_copier, products
 
 LOG2E = 1.4426950408889634
 NEG_INF = np.float32(-np.inf)
@@ -151,80 +145,6 @@ def check_tile(tile, D):
         raise ValueError(f"tile {tile}: donate hands a producer warpgroup's registers on")
     check_block(f"tile {tile} with head_dim {D}", tile.threads, shared_bytes(tile, D),
                 DYNAMIC_SHARED_LIMIT // min_blocks)
-
-
-@functools.cache
-def pair_copier(rows, D):
-    """copy(smem, at, bars, barrier, a, a_map, a_row, a_col, b, b_map, b_row, b_col):
-    `rows` rows of a head of each of the matrices a and b (q's and dout's, k's and v's),
-    from (a_row, a_col) and (b_row, b_col), by the bulk copies into smem from element `at`
-    (a's) and `at + rows D` (b's), panel by panel, completing on bars[barrier]; the caller
-    announces the bytes."""
-    panels, panel = D // PANEL, rows * PANEL
-
-    @cuda.jit(device=True, inline=True)
-    def copy(smem, at, bars, barrier, a, a_map, a_row, a_col, b, b_map, b_row, b_col):
-        for p in range(panels):
-            tma_load_2d(smem, at + p * panel, a, a_map, a_col + p * PANEL, a_row, bars,
-                        barrier)
-            tma_load_2d(smem, at + rows * D + p * panel, b, b_map, b_col + p * PANEL, b_row,
-                        bars, barrier)
-    return copy
-
-
-@cuda.jit(device=True, inline=True)
-def low_word(smem, index, fields):
-    """The low word of the wgmma descriptor of smem[index] with these fields: its start
-    address field (the address >> 4) and the leading offset's."""
-    return uint32(((shared_address(smem, index) >> 4) & 0x3FFF) | (fields & 0xFFFFFFFF))
-
-
-@functools.cache
-def products(D, M, N):
-    """(scores, accumulate): the issuers of a warpgroup's two kinds of product, each one
-    commit group, in blocks whose resident tiles are M rows and whose steps are N rows,
-    the operands at element indices of smem:
-      scores(s, smem, a, b)        s = a b^T over the head dim: a the warpgroup's 64 rows
-                                   of a resident tile, b a step's rows (both K-major: rows
-                                   of one panel of 64 columns of the head dim, in panels)
-      accumulate(o, p, smem, r)    o += p r: p the bf16 A fragments over a step's rows, r
-                                   those rows (MN-major: k the step's rows)
-    Each descriptor is its low word plus the instruction's offset, summed in 32 bits (a
-    start address plus an offset inside the shared memory never carries), joined to the
-    constant high word of its fields (words_to_b64). Summed in 64 bits, as numba does,
-    ptxas added and carried in register pairs and moved both words to uniform registers
-    for every wgmma: half the instructions of session 19's backward passes were integer
-    work."""
-    panel_rows = N * PANEL
-    (a_fields, _), (b_fields, _), (r_fields, r_step) = (
-        wgmma_operand(64, PANEL, k_is_row=False), wgmma_operand(N, PANEL, k_is_row=False),
-        wgmma_operand(N, D, k_is_row=True))
-    a_high, b_high, r_high = (np.uint32(f >> 32) for f in (a_fields, b_fields, r_fields))
-    over_d = wgmma_bf16_acc(N, False, False)
-    over_step = wgmma_bf16_rs(D, True)
-    s_fence, o_fence = warpgroup_fence(N // 2), warpgroup_fence(D // 2)
-
-    @cuda.jit(device=True, inline=True)
-    def scores(s, smem, a, b):
-        a_low, b_low = low_word(smem, a, a_fields), low_word(smem, b, b_fields)
-        s_fence(s)
-        for kk in range(D // MMA_K):
-            over_d(smem, words_to_b64(uint32(a_low + (kk // 4 * (M * PANEL * 2 // 16)
-                                                      + kk % 4 * 2)), a_high),
-                   words_to_b64(uint32(b_low + (kk // 4 * (panel_rows * 2 // 16) + kk % 4 * 2)),
-                                b_high), s, uint32(kk > 0))
-        warpgroup_commit()
-
-    @cuda.jit(device=True, inline=True)
-    def accumulate(o, p, smem, r):
-        r_low = low_word(smem, r, r_fields)
-        o_fence(o)
-        for kk in range(N // MMA_K):
-            over_step(smem, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3],
-                      words_to_b64(uint32(r_low + kk * r_step), r_high), o)
-        warpgroup_commit()
-
-    return scores, accumulate
 
 
 @functools.cache
@@ -565,34 +485,6 @@ PTX_SIGNATURES = [(forward_kernel(D, default_tile(D)), SIGNATURE) for D in WIDTH
 # ----------------------------------------------------------------------------------
 # launcher
 
-def head_matrix(x):
-    """(matrix, (rb, rh, ch)) of a head array (B, H, T, D) that is a view of a 2-D matrix
-    the bulk copies can read (tma_ready), with its heads one after another or side by side
-    (the module's docstring); None for any other."""
-    if x.size == 0 or x.strides[3] != 2:
-        return None
-    B, H, T, D = x.shape
-    sb, sh, st, _ = x.strides
-    if (H == 1 or sh == T * st) and (B == 1 or sb == H * T * st):
-        shape, layout = (B * H * T, D), (H * T, T, 0)
-    elif (H == 1 or sh == 2 * D) and (B == 1 or sb == T * st) and (T == 1 or st >= 2 * H * D):
-        shape, layout = (B * T, H * D), (T, 0, D)
-    else:
-        return None
-    if SIMULATOR:
-        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-
-        data = np.asarray(getattr(x, "_ary", x))
-        matrix = FakeCUDAArray(np.lib.stride_tricks.as_strided(data, shape, (st, 2)))
-    else:
-        from numba.cuda.cudadrv import devicearray
-
-        matrix = devicearray.DeviceNDArray(shape, (st, 2), x.dtype, gpu_data=x.gpu_data)
-    if not tma_ready(matrix) or device_address(matrix) % 16:
-        return None
-    return matrix, tuple(np.int32(x) for x in layout)
-
-
 def supports(D):
     """Whether this forward takes heads of width D (on a Hopper GPU)."""
     return D in WIDTHS
@@ -654,12 +546,3 @@ def hopper_attention_forward(out, lse, q, k, v, *, tile=None, stream=0):
 
 _opted_in = set()      # (kernel, whether each array is C-contiguous) launched before
 _signatures = {}       # the same keys: a driver launch's signature
-
-
-def described_heads(name, x):
-    described = head_matrix(x)
-    if described is None:
-        raise ValueError(f"{name}: heads of shape {tuple(x.shape)} strides "
-                         f"{tuple(x.strides)} are no view of a matrix the bulk copies read "
-                         "(hopper.head_matrix); flash.flash_attention_forward takes them")
-    return described

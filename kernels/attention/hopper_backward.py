@@ -56,7 +56,8 @@ from ..layouts.tiles import PANEL
 from ..pipelines.tma import tma_pipeline
 from . import flash, flash_backward
 from .flash import INF, quad_sum
-from .hopper import LOG2E, NEG_INF, WIDTHS, ZERO, described_heads, pair_copier, products
+from .hopper import LOG2E, NEG_INF, WIDTHS, ZERO
+from .hopper_operands import described_heads, head_matrix, pair_copier, products
 
 STATS = 2                   # float32 statistics a query row brings: lse, delta
 # A bulk copy's first element must lie on a 16-byte boundary in global memory (the H200
@@ -522,7 +523,7 @@ def takes(dq, dk, dv, delta, dout, q, k, v, out, lse):
     """Whether the op runs these heads here: on sm_90, a width of WIDTHS, T at least
     hopper.MIN_T (as the forward: shorter walks were not compared), q, k, v and dout views
     of matrices the bulk copies read, lse and delta at addresses the copies take."""
-    from .hopper import MIN_T, head_matrix
+    from .hopper import MIN_T
 
     if SIMULATOR or cuda.get_current_device().compute_capability[0] != 9:
         return False
