@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from .gemm_operands import operands
 from .timing import CAPTURED_LAUNCHES, captured_time, cuda_time, torch_time
 
 GEMM_CONFIGS = (("andrea-120m", 16, 1024, 768, 50304), ("andrea-12m", 64, 256, 384, 4096))
@@ -51,7 +52,6 @@ def bench_gemm(reps, sweep, captured=False):
     eagerly: at andrea-12m's sizes an eager launch costs the host more than the product
     takes the GPU. torch.mm is timed eagerly either way."""
     import torch
-    from numba import cuda
     from microgpt.cuda_backend import CudaBackend
     from microgpt.gemms import step_products
     from microgpt.kernels.common import fill_zero
@@ -67,14 +67,8 @@ def bench_gemm(reps, sweep, captured=False):
     for config, B, T, C, V in GEMM_CONFIGS:
         for name, M, N, K, ta, tb, epilogue in step_products(B, T, C, V):
             accumulate = epilogue == "accumulate"
-            # drawn on the GPU (the LM head's (16384, 50304) operands took NumPy seconds),
-            # shared with numba as uint16 (through int16, which torch's array interface names)
-            ta_t = torch.randn((K, M) if ta else (M, K), device="cuda", generator=gen).bfloat16()
-            tb_t = torch.randn((N, K) if tb else (K, N), device="cuda", generator=gen).bfloat16()
-            da, db = (cuda.as_cuda_array(t.view(torch.int16)).view(np.uint16)
-                      for t in (ta_t, tb_t))
-            bf16_out = epilogue not in ("accumulate", "float32")
-            out = cuda.device_array((M, N), np.uint16 if bf16_out else np.float32)
+            da, db, out, lhs, rhs = operands(M, N, K, ta, tb, epilogue, gen)
+            bf16_out = out.dtype == np.uint16
             fill_zero(out)
             flops = 2 * M * N * K
             timings = []
@@ -83,7 +77,6 @@ def bench_gemm(reps, sweep, captured=False):
                 ms = timed(lambda stream: gemm_bf16.matmul_bf16(
                     out, da, db, ta, tb, accumulate, tile=tile, split_k=split, stream=stream))
                 timings.append((ms, tile, split))
-            lhs, rhs = (ta_t.T if ta else ta_t), (tb_t.T if tb else tb_t)
             torch_ms = torch_time(lambda: torch.mm(lhs, rhs), reps)
             default_ms = timings[0][0]
             best_ms, best_tile, best_split = min(timings, key=lambda t: t[0])

@@ -1,0 +1,78 @@
+"""tools/benchmarks' harness for the bench scripts (bench/h200-*/): the token batches they
+step on and the timing of built steps in alternating rounds, on the CPU."""
+import sys
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from benchmarks import captured_steps, token_batches  # noqa: E402
+
+from microgpt import get_config  # noqa: E402
+from microgpt.data import write_shard  # noqa: E402
+from microgpt.step import Step  # noqa: E402
+
+
+@pytest.mark.parametrize("source", ["uniform", "zipf", "shard"])
+def test_batches_are_next_token_pairs_within_the_vocabulary(tmp_path, source):
+    rng = np.random.default_rng()
+    vocab, B, T = 50, 3, 7
+    tokens = rng.integers(0, vocab, 400)
+    if source == "shard":
+        write_shard(tmp_path / "train.bin", tokens)
+        source = str(tmp_path / "train.bin")
+    pairs = token_batches.batches(source, vocab, 4, B, T, seed=int(rng.integers(1000)))
+    assert len(pairs) == 4
+    for inputs, targets in pairs:
+        for a in (inputs, targets):
+            assert a.shape == (B, T) and a.dtype == np.int32 and a.flags.c_contiguous
+            assert 0 <= a.min() and a.max() < vocab
+        np.testing.assert_array_equal(inputs[:, 1:], targets[:, :-1])
+        if source not in ("uniform", "zipf"):       # each row a window of the shard
+            for row, last in zip(inputs, targets[:, -1]):
+                window = np.append(row, last)
+                assert any(np.array_equal(tokens[s:s + T + 1], window)
+                           for s in range(tokens.size - T))
+    assert "distinct, the commonest" in token_batches.describe(pairs[0][0])
+
+
+def test_a_built_step_runs_twice_under_its_patches_and_then_without():
+    cfg = get_config("microgpt", vocab_size=11)
+    rng = np.random.default_rng()
+    pairs = token_batches.batches("uniform", 11, 2, 2, 8, seed=int(rng.integers(1000)))
+    runs, run = [], Step.run
+
+    def recorded(self, inputs, targets):
+        runs.append(inputs.copy())
+        return run(self, inputs, targets)
+    said = []
+    step = captured_steps.built_step(cfg, 2, 8, pairs, backend="numpy", precision="fp32",
+                                     patches=[(Step, "run", recorded)], say=said.append)
+    assert len(runs) == 2 and all(np.array_equal(r, p[0]) for r, p in zip(runs, pairs))
+    assert Step.run is run and said[0].startswith("built, compiled and captured in")
+    assert 0 < captured_steps.step_seconds(step, pairs, 2) < np.inf
+    assert len(runs) == 2                       # (the patch's gone: unrecorded since)
+
+
+def test_the_variants_alternate_and_keep_their_best_round():
+    order = []
+
+    class Timed:
+        def __init__(self, name, seconds):
+            self.name, self.seconds, self.runs = name, iter(seconds), 0
+
+        def run(self, inputs, targets):
+            self.runs += 1
+            order.append(self.name)
+
+        def metrics(self):
+            pass
+    steps = {"a": Timed("a", []), "b": Timed("b", [])}
+    # each round's time: the clock read by step_seconds, one round of each after the other
+    clock = iter([0.0, 3.0, 10.0, 12.0, 20.0, 21.0, 30.0, 34.0])
+    with mock.patch.object(captured_steps.time, "perf_counter", lambda: next(clock)):
+        best = captured_steps.best_of_rounds(steps, [(1, 2)], reps=2, rounds=2)
+    assert best == {"a": 0.5, "b": 1.0}
+    assert order == ["a"] * 3 + ["b"] * 3 + ["a"] * 3 + ["b"] * 3
