@@ -166,7 +166,9 @@ def plot(records, path, title):
         axes[2].errorbar(cx, cs.mean(0), yerr=[cs.mean(0) - cs.min(0), cs.max(0) - cs.mean(0)],
                          color=color, linestyle=style, marker="o", ms=3, capsize=2,
                          label=trainer)
-    axes[0].set(xlabel="step", ylabel="training loss (smoothed), nats/token", title=title)
+    fig.suptitle(title)             # (as the first plot's title, a long one was cut off)
+    axes[0].set(xlabel="step", ylabel="training loss (smoothed), nats/token",
+                title="against steps")
     axes[1].set(xlabel="wall seconds (start-up included)", ylabel="training loss (smoothed)",
                 title="against wall time")
     axes[2].set(xlabel="step", ylabel="validation loss (float32 evaluator)",
