@@ -245,8 +245,10 @@ def test_kernels_use_registers_and_float32_only(records):
 # (issue 31: two runs of one seed and data ended at 3.2523 and 3.2354): the embedding's
 # default scatter alone takes float atomics (FLOAT_ATOMICS; --deterministic sorts instead).
 # The mma.sync GEMM: its split-K's atomic epilogue alone (the deterministic backend's
-# splits take the ordered one, tests/test_kernels_gemm_bf16.py)
-SAME_BITS_EVERY_TIME = {"reductions", "adamw", "embedding", "layernorm", "gemm.mma_sync"}
+# splits take the ordered one, tests/test_kernels_gemm_bf16.py); and the ordered split-K by
+# parts' adding (gemm.turns.add_parts), which reduces the splits in their order
+SAME_BITS_EVERY_TIME = {"reductions", "adamw", "embedding", "layernorm", "gemm.mma_sync",
+                        "gemm.turns"}
 
 
 def test_the_update_kernels_use_no_float_atomics(records):

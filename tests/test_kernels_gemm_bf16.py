@@ -385,6 +385,12 @@ def test_ordered_split_k_takes_its_persistent_tile(monkeypatch):
                      (4096, 768): tuning.COPIER_TILE, (384, 1152): tuning.PINGPONG_TILE,
                      (384, 384): tuning.PINGPONG_TILE, (1536, 384): tuning.PINGPONG_TILE}
     assert tuning.ordered_tile(16384, 768, 50304) == tuning.COPIER_TILE   # the LM head's dX
+    # by parts where a tile's splits fill one wave: andrea-12m's W_O and QKV dW, not its MLP's
+    # (ping-pong, 36 tiles in 7 splits: two waves) nor andrea-120m's (W_O: 36 in 7)
+    by_parts = {(M, N): tuning.ordered_by_parts(M, N, 16384, tile, tuning.default_split_k(
+        M, N, 16384, tile)) for (M, N), tile in route.items()}
+    assert by_parts == {(768, 2304): False, (768, 768): False, (4096, 768): False,
+                        (384, 1152): True, (384, 384): True, (1536, 384): False}
 
 
 @pytest.mark.parametrize("transpose_b, deterministic", [(False, False), (True, False),
@@ -438,21 +444,32 @@ ORDERED_PERSISTENT_TILES = st.sampled_from(
           PersistentTile(128, 16, 16, 3, 2, copier=True, pingpong=True)])
 
 
+@pytest.mark.parametrize("by_parts", [False, True], ids=["turns", "parts"])
 @settings(max_examples=settings.default.max_examples if ON_GPU else 2)
 @given(sizes=ORDERED_SIZES, transpose_a=st.booleans(), tile=ORDERED_PERSISTENT_TILES,
        splits=st.integers(2, 4), a_block_a_unit=st.booleans(), seed=SEEDS)
 def test_persistent_ordered_split_k_adds_its_parts_in_order(sizes, transpose_a, tile, splits,
-                                                            a_block_a_unit, seed):
-    """The persistent kernel's ordered epilogue, as the test above: each block walks items
-    of several units and splits (on a GPU one block an SM, an item waiting for another
-    block's; the simulator runs its blocks one after another, so there one block walks
-    every item, or a block each unit walks its splits). Its splits sum one chain each."""
+                                                            a_block_a_unit, by_parts, seed):
+    """The persistent kernel's ordered split-K, as the test above, in turns (the "ordered"
+    epilogue: each block walks items of several units and splits, on a GPU one block an
+    SM, an item waiting for another block's; the simulator runs its blocks one after
+    another, so there one block walks every item, or a block each unit walks its splits)
+    or by parts (the "parts" epilogue into a workspace, then turns.add_parts): the same
+    bits. Its splits sum one chain each."""
     splits = max(splits, -(-sizes[2] // tuning.MAX_CHAIN))
     tiles = -(-sizes[0] // tile.rows) * -(-sizes[1] // tile.cols)
     walk = (persistent.blocks if ON_GPU
             else (lambda items: tiles) if a_block_a_unit else (lambda items: 1))
-    with mock.patch.object(persistent, "blocks", walk):
+    launched, launch = [], gemm_bf16._launch_persistent
+
+    def recorded(*args):
+        launched.append(args[7])            # its epilogue
+        return launch(*args)
+    with mock.patch.object(persistent, "blocks", walk), \
+            mock.patch.object(tuning, "ordered_by_parts", lambda *args: by_parts), \
+            mock.patch.object(gemm_bf16, "_launch_persistent", recorded):
         check_ordered_split_k(*sizes, transpose_a, tile, splits, seed)
+    assert {"parts", "ordered"} & set(launched) == {"parts" if by_parts else "ordered"}
 
 
 def check_ordered_split_k(M, N, K, transpose_a, tile, splits, seed):

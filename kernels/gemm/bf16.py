@@ -32,7 +32,7 @@ from .mma_sync import mma_sync_kernel
 from .tiles import GROUP, MmaTile, PersistentTile, WgmmaTile, check_tile
 from . import tuning
 from .tuning import MAX_CHAIN, default_split_k, default_tile, splits_written, wgmma_takes
-from .turns import split_turns
+from .turns import add_parts, split_turns
 from .wgmma import wgmma_kernel
 
 
@@ -152,6 +152,9 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
                   and device_address(arr) % 16 == 0 for arr in (a, b))
     fold = steps_per_split * tile.depth > max_chain
     if isinstance(tile, PersistentTile):
+        if epilogue == "ordered" and tuning.ordered_by_parts(M, N, K, tile, split_k):
+            return _add_by_parts(out, a, b, transpose_a, transpose_b, tile, split_k,
+                                 steps_per_split, fold, stream)
         return _launch_persistent(out, gelu_pre, a, b, bias, transpose_a, transpose_b,
                                   epilogue, tile, split_k, steps_per_split, fold, stream)
     kernel = _kernel(bool(transpose_a), bool(transpose_b), epilogue, aligned, fold, tile,
@@ -182,12 +185,28 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
         kernel[grid, tile.threads, stream](out, a, b, bias, turns, steps_per_split)
 
 
+def _add_by_parts(out, a, b, transpose_a, transpose_b, tile, splits, steps_per_split, fold,
+                  stream):
+    """The ordered split-K without its waits: each split's part into rows of its own of a
+    float32 workspace kept with out (the "parts" epilogue), then turns.add_parts adds them
+    into out in the splits' order, the ordered epilogue's sums bit for bit."""
+    M, N = out.shape
+    rows = ceil_div(ceil_div(M, tile.rows), tile.cluster) * tile.cluster * tile.rows
+    parts = kept_with(out, ("split parts", splits, rows, N),
+                      lambda: cuda.device_array((splits * rows, N), np.float32))
+    _launch_persistent(parts, None, a, b, None, transpose_a, transpose_b, "parts", tile,
+                       splits, steps_per_split, fold, stream, M)
+    add_parts(out, parts, splits, stream)
+
+
 def _launch_persistent(out, pre, a, b, bias, transpose_a, transpose_b, epilogue, tile, splits,
-                       steps_per_split, fold, stream):
+                       steps_per_split, fold, stream, M=None):
     """gemm.persistent's launch: one block an SM (or a tile) walking out's tiles; in
     clusters, through the driver's launch with a cluster shape (numba-cuda has none). pre:
-    the "gelu" epilogue's, else None; fold: a split longer than a chain."""
-    M, N = out.shape
+    the "gelu" epilogue's, else None; fold: a split longer than a chain; M: the product's
+    rows where out is the "parts" epilogue's workspace (its splits' parts one below the
+    other)."""
+    M, N = (out.shape[0] if M is None else M), out.shape[1]
     rows, cols, depth, cluster = tile.rows, tile.cols, tile.depth, tile.cluster
     kernel = persistent.persistent_kernel(bool(transpose_a), bool(transpose_b), epilogue,
                                           tile, bias is not None, fold)

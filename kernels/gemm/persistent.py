@@ -17,7 +17,9 @@ the warpgroup lays the next box in the other; the stages stay the ring's.
 Epilogues: "float32" and "bf16" (written), "accumulate" and "atomic" (added into a float32
 out by the copy engine, a split of K each: the weight gradients, and a long K written
 into a zeroed out), "ordered" (the same adds, each warpgroup's rows in the turn of its
-split: ``gemm.turns``), each with or without a bias (added by the first split); and "gelu"
+split: ``gemm.turns``), "parts" (each split's part written into rows of its own of a
+workspace, for ``turns.add_parts`` to add into out in the splits' order: no waits), each
+with or without a bias (added by the first split); and "gelu"
 (the MLP's up projection: the product, bf16, to `pre`, and gelu of it as stored to out).
 fold: a split longer than a chain of the tensor cores' accumulation (tuning.MAX_CHAIN)
 folds its accumulators into float32 sums every FOLD_STEPS slabs, as the wgmma kernel's
@@ -60,7 +62,8 @@ from .tuning import (CLUSTER_TILE, COPIER_TILE, NARROW_COPIER_TILE, PERSISTENT_T
 from .turns import pass_turn, wait_turn
 from .wgmma import slabs
 
-EPILOGUES = ("float32", "bf16", "accumulate", "atomic", "ordered", "gelu", "gelu_backward")
+EPILOGUES = ("float32", "bf16", "accumulate", "atomic", "ordered", "parts", "gelu",
+             "gelu_backward")
 TURN = 4                  # the named barriers of the ping-pong's turns (2, 3: the epilogue's)
 REGISTERS = 65536         # an SM's, which a block of one an SM holds
 COPIER_REGISTERS = 40     # a thread of the copying warpgroup (CUTLASS's, for TMA issue)
@@ -231,6 +234,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
     rows_per_line, phases = swizzle(panel // chunk)
     store_box = tma_add_2d if epilogue in ("accumulate", "atomic", "ordered") else tma_store_2d
     ordered = epilogue == "ordered"
+    PARTS = epilogue == "parts"
     # the ordered epilogue's units a tile: each warpgroup's 64 rows, or in ping-pong the
     # tile (one warpgroup's)
     UNIT_GROUPS = 1 if PINGPONG else GROUPS
@@ -500,6 +504,8 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
             # (where, only now: fewer registers live through the products)
             w = first + item * stride
             m0, n0, k_step = work(w, units_m, tiles_n, steps, rank)
+            if PARTS:                        # split z's rows of the workspace: z * rows
+                m0 += quotient(w, units_m * tiles_n) * units_m * (CLUSTER * BM)
             if ordered:                      # this warpgroup's rows' turn (gemm.turns)
                 units = units_m * tiles_n
                 split = quotient(w, units)
@@ -622,6 +628,7 @@ PTX_SIGNATURES = [
         (True, False, "ordered", False, COPIER_TILE),       # dW += in the splits' order
         (True, False, "ordered", False, PINGPONG_TILE),
         (False, False, "ordered", False, COPIER_TILE),      # the LM head's dX, K = V
+        (True, False, "parts", False, PINGPONG_TILE),       # dW's parts (ordered_by_parts)
         (False, True, "float32", False, NARROW_COPIER_TILE),   # andrea-12m's N 384: dX
         (False, True, "bf16", False, NARROW_COPIER_TILE),      # W_O's dX
         (False, False, "float32", False, NARROW_COPIER_TILE),  # MLP down, the LM head's dX

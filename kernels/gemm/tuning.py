@@ -169,6 +169,15 @@ def ordered_tile(M, N, K):
     return tile
 
 
+def ordered_by_parts(M, N, K, tile, splits):
+    """Whether a persistent tile's ordered split-K writes its splits' parts into a
+    workspace and adds them after (gemm.turns.add_parts) instead of adding them in turns:
+    where all the splits of a tile run in one wave, so that its splits end together and
+    the turns would add one after another."""
+    tiles = ceil_div(M, tile.rows) * ceil_div(N, tile.cols)
+    return tiles * splits <= SMS
+
+
 def waves(M, N, K, tile, split):
     """Waves of one block an SM that a product's blocks take with a wgmma tile, split-K's
     default split or none."""

@@ -1,14 +1,17 @@
 """Where --deterministic's cost lies: every op of one bf16 step timed on the device
 (tools/profile_step.py's events between ops, run behind a spin kernel), on the default
-backend and on a deterministic one, on batches of a token shard; each op and operands'
-best of ROUNDS steps, the two side by side, the largest differences first; and each
-backend's captured step (the best of ROUNDS rounds of 10).
+backend and on deterministic ones, on batches of a token shard: the ordered split-K in
+turns (the "ordered" epilogue, session 21's) and as routed (tuning.ordered_by_parts: by
+parts where a tile's splits fill one wave); each op and operands' best of ROUNDS steps,
+side by side, the largest differences from the default first; and each backend's
+captured step (the best of ROUNDS rounds of 10).
 
     python3 det_profile.py CONFIG B T VOCAB ROUNDS TOKENS
 """
 import os
 import sys
 import time
+from unittest import mock
 
 import numpy as np
 
@@ -22,6 +25,7 @@ from microgpt import GPT, get_config  # noqa: E402
 from microgpt.cuda_backend import CudaBackend  # noqa: E402
 from microgpt.data import default_cache_dir  # noqa: E402
 from microgpt.kernels import cache as kernel_cache  # noqa: E402
+from microgpt.kernels.gemm import tuning  # noqa: E402
 from microgpt.optim import AdamW, AdamWConfig  # noqa: E402
 from microgpt.step import Step  # noqa: E402
 
@@ -30,7 +34,12 @@ TOKENS = sys.argv[6]
 kernel_cache.use(default_cache_dir() / "kernels")
 
 
-def profile(deterministic, data):
+def profile(deterministic, by_parts, data):
+    with mock.patch.object(tuning, "ordered_by_parts", by_parts):
+        return profiled(deterministic, data)
+
+
+def profiled(deterministic, data):
     model = GPT(get_config(CONFIG, vocab_size=VOCAB),
                 backend=CudaBackend(deterministic=deterministic), precision="bf16")
     step = Step(model, AdamW(model, AdamWConfig(total_steps=10**6)), B, T)
@@ -58,13 +67,21 @@ def profile(deterministic, data):
 
 
 data = batches(TOKENS, VOCAB, 4, B, T)
-(g0, d0, c0), (g1, d1, c1) = profile(False, data), profile(True, data)
+VARIANTS = {"default": (False, tuning.ordered_by_parts),
+            "turns": (True, lambda *args: False),
+            "routed": (True, tuning.ordered_by_parts)}
+runs = {name: profile(*how, data) for name, how in VARIANTS.items()}
+g0, d0, c0 = runs["default"]
 print(f"{CONFIG} vocab {VOCAB}, B {B} x {T}, bf16, {TOKENS} tokens, best of {ROUNDS}")
-print(f"captured step: default {g0:.3f} ms, deterministic {g1:.3f} ms ({100 * (g1 / g0 - 1):+.1f}%)")
-print(f"sum of the ops: default {sum(d0.values()):.3f} ms, deterministic {sum(d1.values()):.3f} ms")
-print("\n| op and operands | calls | default ms | deterministic ms | difference |")
-print("|---|---:|---:|---:|---:|")
-labels = sorted(set(d0) | set(d1), key=lambda k: -abs(d1.get(k, 0) - d0.get(k, 0)))
+for name, (g, d, _) in runs.items():
+    print(f"{name}: captured step {g:.3f} ms ({100 * (g / g0 - 1):+.1f}%), "
+          f"sum of the ops {sum(d.values()):.3f} ms")
+names = list(runs)
+print("\n| op and operands | calls | " + " | ".join(f"{n} ms" for n in names) + " |")
+print("|---|---:|" + "---:|" * len(names))
+labels = sorted(set().union(*(d for _, d, _ in runs.values())),
+                key=lambda k: -max(abs(d.get(k, 0) - d0.get(k, 0)) for _, d, _ in runs.values()))
 for label in labels:
-    a, b = d0.get(label, 0.0), d1.get(label, 0.0)
-    print(f"| `{label}` | {c1.get(label, c0.get(label))} | {a:.4f} | {b:.4f} | {b - a:+.4f} |")
+    calls = next(c[label] for _, _, c in runs.values() if label in c)
+    print(f"| `{label}` | {calls} | " + " | ".join(
+        f"{runs[n][1].get(label, 0.0):.4f}" for n in names) + " |")

@@ -1,5 +1,6 @@
 """The splits and tiles an ordered split-K (--deterministic's weight gradients) can take,
-on one config's ordered products: each captured (20 launches a CUDA graph, the best of
+on one config's ordered products, in turns (the "ordered" epilogue) and by parts (the
+"parts" epilogue into a workspace, then gemm.turns.add_parts): each captured (20 launches a CUDA graph, the best of
 REPS replays), after two runs from the same zeroed out checked for the same bits and
 against torch.mm in float32 (TF32 off) of the same bf16 operands. "atomic" is the
 default's product (the launcher's tile and splits, float atomics); split 1 owns its whole
@@ -11,6 +12,7 @@ Stops trying new ways after DEADLINE seconds (kernels compile on a fresh machine
 import os
 import sys
 import time
+from unittest import mock
 
 import numpy as np
 from numba import cuda
@@ -49,9 +51,10 @@ def main(config, vocab):
         da, db, out, lhs, rhs = operands(M, N, K, ta, tb, epilogue, rng)
         ref = torch.mm(lhs.float(), rhs.float())
         print(f"{name} {M} x {N} x {K}: routed {tuning.ordered_tile(M, N, K)}", flush=True)
-        rows = [("atomic", None, None, False)] + [
-            (t, tile, s, True) for t, tile in TILES.items() for s in SPLITS]
-        for label, tile, split_k, deterministic in rows:
+        rows = [("atomic", None, None, False, False)] + [
+            (t, tile, s, True, parts) for t, tile in TILES.items() for s in SPLITS
+            for parts in (False, True)]
+        for label, tile, split_k, deterministic, by_parts in rows:
             if time.perf_counter() > DEADLINE:
                 print("  (deadline: the rest not tried)", flush=True)
                 return
@@ -59,12 +62,16 @@ def main(config, vocab):
                 s = split_k or tuning.default_split_k(M, N, K, tile)
                 if -(-K // s) > tuning.MAX_CHAIN and not folds(tile):
                     continue
-                label = f"{label} split {s}{'' if split_k else ' (default)'}"
+                label = (f"{label} split {s}{'' if split_k else ' (default)'}"
+                         f"{' parts' if by_parts else ' turns'}")
+                if by_parts and s == 1:
+                    continue
 
             def launch(stream=0):
-                gemm_bf16.matmul_bf16(out, da, db, ta, tb, True, tile=tile,
-                                      split_k=split_k, deterministic=deterministic,
-                                      stream=stream)
+                with mock.patch.object(tuning, "ordered_by_parts", lambda *args: by_parts):
+                    gemm_bf16.matmul_bf16(out, da, db, ta, tb, True, tile=tile,
+                                          split_k=split_k, deterministic=deterministic,
+                                          stream=stream)
             try:
                 note = ""
                 if deterministic:
