@@ -32,6 +32,7 @@ from microgpt.kernels.gemm import bf16 as gemm_bf16
 from microgpt.kernels.gemm import fp32, persistent, tuning
 from microgpt.kernels.gemm.tiles import (BF16_OUT, FOLD_STEPS, GROUP, MmaTile, PersistentTile,
                                          WgmmaTile)
+from microgpt.kernels.gemm import turns
 from microgpt.kernels.gemm.turns import split_turns
 
 EPILOGUES = ["float32", "bf16", "accumulate", "split_k"]
@@ -495,6 +496,30 @@ def check_ordered_split_k(M, N, K, transpose_a, tile, splits, seed):
         np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32), what)
         assert not split_turns(out, turn_units(M, N, tile)).copy_to_host().any(), what
     assert_close(got, out0 + (a64.T if transpose_a else a64) @ b64, TOL_F32_OP, what)
+
+
+@settings(max_examples=2)
+@given(M=st.integers(1, 5), N=st.integers(1, 140), splits=st.integers(1, 4),
+       spare=st.integers(0, 2), seed=SEEDS)
+def test_add_parts_adds_the_splits_in_order(M, N, splits, spare, seed):
+    """out += each part, ((out + part 0) + part 1) + ... in float32 bit for bit, part z
+    the first M of rows z R .. z R + R - 1 (the rows past M poisoned: unread), a grid of
+    fewer rows than out's taking the rest in laps; a workspace of another shape refused."""
+    rng = np.random.default_rng(seed)
+    rows = M + spare
+    out0, parts = randn(rng, M, N), randn(rng, splits * rows, N)
+    for z in range(splits):
+        parts[z * rows + M:(z + 1) * rows] = np.nan
+    expected = out0.copy()
+    for z in range(splits):
+        expected = expected + parts[z * rows:z * rows + M]
+    out = cuda.to_device(out0)
+    with mock.patch.object(turns, "MAX_GRID_Y", 2):
+        turns.add_parts(out, cuda.to_device(parts), splits)
+    np.testing.assert_array_equal(out.copy_to_host().view(np.uint32), expected.view(np.uint32))
+    with pytest.raises(ValueError, match="parts: expected"):
+        turns.add_parts(out, cuda.to_device(parts[:, :N - 1] if N > 1 else parts[:M - 1]),
+                        splits)
 
 
 def turn_units(M, N, tile):

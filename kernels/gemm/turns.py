@@ -83,17 +83,19 @@ def block_turns(ordered):
 
 
 ADD_BLOCK = 128     # threads of add_parts' blocks: one a column, a block a row of out
+MAX_GRID_Y = 65535  # blocks down a grid's y (rows past it: the next lap of the loop)
 
 
 @jit
 def _add_parts_kernel(out, parts, splits, rows):
     M, N = out.shape
-    r, c = cuda.blockIdx.y, cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    c = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     if c < N:
-        total = out[r, c]
-        for z in range(splits):             # in the splits' order: the turns' sums
-            total += parts[z * rows + r, c]
-        out[r, c] = total
+        for r in range(cuda.blockIdx.y, M, cuda.gridDim.y):
+            total = out[r, c]
+            for z in range(splits):         # in the splits' order: the turns' sums
+                total += parts[z * rows + r, c]
+            out[r, c] = total
 
 
 def add_parts(out, parts, splits, stream=0):
@@ -106,7 +108,7 @@ def add_parts(out, parts, splits, stream=0):
         raise ValueError(f"parts: expected {splits} parts of at least {M} rows x {N}, "
                          f"got shape {tuple(parts.shape)}")
     if M and N:
-        _add_parts_kernel[(ceil_div(N, ADD_BLOCK), M), ADD_BLOCK, stream](
+        _add_parts_kernel[(ceil_div(N, ADD_BLOCK), min(M, MAX_GRID_Y)), ADD_BLOCK, stream](
             out, parts, np.int32(splits), np.int32(rows))
 
 

@@ -1,11 +1,12 @@
 """--deterministic's cost (issue 31's target: a step at most 3% slower): the captured bf16
 step on the default backend, on a deterministic one as routed (the ordered split-K by
-parts where a tile's splits fill one wave: tuning.ordered_by_parts), and on one whose
-ordered split-K adds in turns everywhere (session 21's), on batches of a token shard (or
+parts where a tile's splits fill one wave: tuning.ordered_by_parts), on one whose
+ordered split-K adds in turns everywhere (session 21's), by parts everywhere (on
+tuning.ordered_tile's tiles, or on the atomic split-K's own tiles and splits), on batches of a token shard (or
 uniform / zipf tokens), the steps cycling through 4 of them; the rounds alternate, each
 figure the best round's (tools/benchmarks/captured_steps.py).
 
-    python3 det_cost.py CONFIG B T REPS ROUNDS VOCAB TOKENS
+    [VARIANTS=name,name] python3 det_cost.py CONFIG B T REPS ROUNDS VOCAB TOKENS
 """
 import os
 import sys
@@ -22,11 +23,20 @@ from microgpt.kernels.gemm import tuning  # noqa: E402
 
 CONFIG, B, T, REPS, ROUNDS, VOCAB = (sys.argv[1], *map(int, sys.argv[2:7]))
 TOKENS = sys.argv[7]
+# the default's tile for a weight gradient (its splits follow from it)
+ATOMICS_TILE = lambda M, N, K: tuning.default_tile(M, N, K, True, True, False, True)
 # name -> (deterministic, the routing's patches while the step is built)
 VARIANTS = {"default": (False, ()),
             "deterministic": (True, ()),
             "deterministic, in turns (s21's)": (
-                True, [(tuning, "ordered_by_parts", lambda *args: False)])}
+                True, [(tuning, "ordered_by_parts", lambda *args: False)]),
+            "deterministic, by parts everywhere": (
+                True, [(tuning, "ordered_by_parts", lambda *args: True)]),
+            "deterministic, by parts on the atomics' tiles": (
+                True, [(tuning, "ordered_by_parts", lambda *args: True),
+                       (tuning, "ordered_tile", ATOMICS_TILE)])}
+if os.environ.get("VARIANTS"):          # (names: the keys above, default first)
+    VARIANTS = {name: VARIANTS[name] for name in os.environ["VARIANTS"].split(",")}
 kernel_cache.use(default_cache_dir() / "kernels")
 
 data = batches(TOKENS, VOCAB, 4, B, T)
