@@ -518,8 +518,8 @@ def test_add_parts_adds_the_splits_in_order(M, N, splits, spare, seed):
         turns.add_parts(out, cuda.to_device(parts), splits)
     np.testing.assert_array_equal(out.copy_to_host().view(np.uint32), expected.view(np.uint32))
     with pytest.raises(ValueError, match="parts: expected"):
-        turns.add_parts(out, cuda.to_device(parts[:, :N - 1] if N > 1 else parts[:M - 1]),
-                        splits)
+        turns.add_parts(out, cuda.to_device(np.ascontiguousarray(
+            parts[:, :N - 1] if N > 1 else parts[:M - 1])), splits)
 
 
 def turn_units(M, N, tile):
