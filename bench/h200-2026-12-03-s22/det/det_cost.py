@@ -25,6 +25,16 @@ CONFIG, B, T, REPS, ROUNDS, VOCAB = (sys.argv[1], *map(int, sys.argv[2:7]))
 TOKENS = sys.argv[7]
 # the default's tile for a weight gradient (its splits follow from it)
 ATOMICS_TILE = lambda M, N, K: tuning.default_tile(M, N, K, True, True, False, True)
+ROUTED_TILE = tuning.ordered_tile
+
+
+def one_wave_on_atomics_tile(M, N, K):
+    """By parts on the atomics' tile where its splits fill one wave, else in turns."""
+    tile = ATOMICS_TILE(M, N, K)
+    one_wave = tuning.ordered_by_parts(M, N, K, tile, tuning.default_split_k(M, N, K, tile))
+    return tile if one_wave else ROUTED_TILE(M, N, K)
+
+
 # name -> (deterministic, the routing's patches while the step is built)
 VARIANTS = {"default": (False, ()),
             "deterministic": (True, ()),
@@ -34,7 +44,9 @@ VARIANTS = {"default": (False, ()),
                 True, [(tuning, "ordered_by_parts", lambda *args: True)]),
             "deterministic, by parts on the atomics' tiles": (
                 True, [(tuning, "ordered_by_parts", lambda *args: True),
-                       (tuning, "ordered_tile", ATOMICS_TILE)])}
+                       (tuning, "ordered_tile", ATOMICS_TILE)]),
+            "deterministic, by parts on the atomics' tiles where one wave": (
+                True, [(tuning, "ordered_tile", one_wave_on_atomics_tile)])}
 if os.environ.get("VARIANTS"):          # (names: the keys above, default first)
     VARIANTS = {name: VARIANTS[name] for name in os.environ["VARIANTS"].split(",")}
 kernel_cache.use(default_cache_dir() / "kernels")
