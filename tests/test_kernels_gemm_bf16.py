@@ -440,7 +440,8 @@ def test_ordered_split_k_adds_its_parts_in_order(sizes, transpose_a, tile, split
 
 
 ORDERED_PERSISTENT_TILES = st.sampled_from(
-    [tuning.COPIER_TILE, tuning.PINGPONG_TILE, tuning.PERSISTENT_TILE] if REAL_SHAPES
+    [tuning.COPIER_TILE, tuning.PINGPONG_TILE, tuning.PERSISTENT_TILE,
+     tuning.NARROW_COPIER_TILE] if REAL_SHAPES
     else [PersistentTile(64, 16, 16, 3, 1),
           PersistentTile(128, 16, 16, 3, 2, copier=True, pingpong=True)])
 
