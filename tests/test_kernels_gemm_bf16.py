@@ -357,8 +357,9 @@ def test_the_launcher_asks_for_persistent_tiles_only_where_they_run(monkeypatch,
 
 def test_ordered_split_k_takes_its_persistent_tile(monkeypatch):
     """On Hopper a deterministic backend's ordered split-K runs on the persistent kernel:
-    the copier tile, or ping-pong where the copier's tiles and splits fill one wave; with
-    a split_k given, on the wgmma kernel's tiles."""
+    by parts on the atomic split-K's tile (the narrow copier where it covers N whole and
+    the copier does not) where its splits fill one wave, else in turns on persistent_tile's;
+    with a split_k given, on the wgmma kernel's tiles."""
     asked = []
 
     def ordered_tile(M, N, K):
@@ -382,16 +383,18 @@ def test_ordered_split_k_takes_its_persistent_tile(monkeypatch):
     monkeypatch.undo()
     route = {(M, N): tuning.ordered_tile(M, N, 16384) for M, N in
              [(768, 2304), (768, 768), (4096, 768), (384, 1152), (384, 384), (1536, 384)]}
-    assert route == {(768, 2304): tuning.COPIER_TILE, (768, 768): tuning.PINGPONG_TILE,
-                     (4096, 768): tuning.COPIER_TILE, (384, 1152): tuning.PINGPONG_TILE,
-                     (384, 384): tuning.PINGPONG_TILE, (1536, 384): tuning.PINGPONG_TILE}
+    assert route == {(768, 2304): tuning.COPIER_TILE, (768, 768): tuning.COPIER_TILE,
+                     (4096, 768): tuning.COPIER_TILE, (384, 1152): tuning.NARROW_COPIER_TILE,
+                     (384, 384): tuning.NARROW_COPIER_TILE,
+                     (1536, 384): tuning.NARROW_COPIER_TILE}
     assert tuning.ordered_tile(16384, 768, 50304) == tuning.COPIER_TILE   # the LM head's dX
-    # by parts where a tile's splits fill one wave: andrea-12m's W_O and QKV dW, not its MLP's
-    # (ping-pong, 36 tiles in 7 splits: two waves) nor andrea-120m's (W_O: 36 in 7)
+    assert tuning.ordered_tile(4096, 384, 16384) == tuning.PINGPONG_TILE  # 2 waves: turns
+    # by parts where the tile's splits fill one wave: every andrea-12m dW of a layer and
+    # andrea-120m's W_O (18 copier tiles in 7 splits), not its QKV (54 in 7) nor its LM head's
     by_parts = {(M, N): tuning.ordered_by_parts(M, N, 16384, tile, tuning.default_split_k(
         M, N, 16384, tile)) for (M, N), tile in route.items()}
-    assert by_parts == {(768, 2304): False, (768, 768): False, (4096, 768): False,
-                        (384, 1152): True, (384, 384): True, (1536, 384): False}
+    assert by_parts == {(768, 2304): False, (768, 768): True, (4096, 768): False,
+                        (384, 1152): True, (384, 384): True, (1536, 384): True}
 
 
 @pytest.mark.parametrize("transpose_b, deterministic", [(False, False), (True, False),

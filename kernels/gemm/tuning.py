@@ -150,30 +150,32 @@ def persistent_tile(N):
 
 def ordered_tile(M, N, K):
     """The tile of a product whose split-K adds its parts in order on Hopper
-    (--deterministic: a weight gradient, or a float32 out of a K longer than one chain):
-    the persistent kernel's "ordered" epilogue, on persistent_tile's tile, except ping-pong
-    where the copier's tiles in their default splits all fit one wave (every split of a
-    tile then ends with the others and waits for the ones before it; ping-pong's 128 x 128
-    tiles, twice as many, take fewer splits). On the H200 (session 21, call B,
-    bench/h200-2026-12-03-s21/det/ordered_gemm.py; ms, captured) against the wgmma kernel's
-    ordered tiles, --deterministic's before: andrea-120m QKV dW 0.1060 -> 0.0951 (copier),
-    W_O dW 0.0572 -> 0.0485 (ping-pong; the copier 0.0557), MLP dW 0.128-0.130 ->
-    0.122-0.125, LM head dW 0.1512 -> 0.1503 (V 4096), 1.863 -> 1.841 (V 50304), its dX
-    1.913 -> 1.871; andrea-12m QKV dW 0.0583 -> 0.0442 and MLP up dW 0.0577 -> 0.0489
-    (ping-pong; the copier 0.056), W_O dW 0.0710 -> 0.0484, MLP down 0.0580 -> 0.0485."""
-    tile = persistent_tile(N)
-    if tile == COPIER_TILE:
-        tiles = ceil_div(M, tile.rows) * ceil_div(N, tile.cols)
-        if tiles * default_split_k(M, N, K, tile) <= SMS:
-            return PINGPONG_TILE
-    return tile
+    (--deterministic: a weight gradient, or a float32 out of a K longer than one chain).
+    Where the atomic split-K's own tile (default_tile's; the narrow copier where it covers
+    N whole and the copier does not) takes its splits in one wave, that tile, whose splits
+    then go by parts (ordered_by_parts: in turns every split of a tile would wait for the
+    ones before it, all ending together); otherwise persistent_tile's, in turns (the
+    persistent kernel's "ordered" epilogue), where a split mostly finds its turn come.
+
+    On the H200 (session 22, call B, bench/h200-2026-12-03-s22/det/ordered_sweep.py; ms,
+    captured; the atomics' / in turns, as session 21 routed it / by parts on this tile):
+    andrea-12m W_O dW 0.0136 / 0.0488 / 0.0186 (narrow copier, 16 splits), MLP up 0.0320
+    / 0.0491 / 0.0409 (copier, 7), MLP down 0.0319 / 0.0492 / 0.0406 (narrow, 5), QKV
+    0.0307 / 0.0480 / 0.0332 (narrow, 7; the copier's 8 splits by parts 0.0400), the LM
+    head dW of an 8192-row chunk 0.0389 / 0.0538 / 0.0526 (narrow, 2). andrea-120m W_O dW 0.0350 / 0.0511 / 0.0440 (copier, 7); its QKV and MLP dW (two
+    or three waves) in turns, by parts 13-19% slower (QKV 0.1004 against 0.1130)."""
+    tile = default_tile(M, N, K, True, True, False, True)
+    if N % COPIER_TILE.cols and not N % NARROW_COPIER_TILE.cols:
+        tile = NARROW_COPIER_TILE
+    if ordered_by_parts(M, N, K, tile, default_split_k(M, N, K, tile)):
+        return tile
+    return persistent_tile(N)
 
 
 def ordered_by_parts(M, N, K, tile, splits):
     """Whether a persistent tile's ordered split-K writes its splits' parts into a
-    workspace and adds them after (gemm.turns.add_parts) instead of adding them in turns:
-    where all the splits of a tile run in one wave, so that its splits end together and
-    the turns would add one after another."""
+    workspace kept with out and adds them after (gemm.turns.add_parts), instead of adding
+    them in turns: where a tile's splits all run in one wave (ordered_tile)."""
     tiles = ceil_div(M, tile.rows) * ceil_div(N, tile.cols)
     return tiles * splits <= SMS
 

@@ -1,7 +1,7 @@
 """Where --deterministic's cost lies: every op of one bf16 step timed on the device
 (tools/profile_step.py's events between ops, run behind a spin kernel), on the default
-backend and on deterministic ones, on batches of a token shard: the ordered split-K in
-turns (the "ordered" epilogue, session 21's) and as routed (tuning.ordered_by_parts);
+backend and on deterministic ones, on batches of a token shard: session 21's routing (the
+ordered split-K in turns: routings.py) and main's (by parts where one wave);
 each op and operands' best of ROUNDS steps, side by side, the largest differences from
 the default first; and each variant's captured step (the best of ROUNDS alternating
 rounds of 10: tools/benchmarks/captured_steps.py).
@@ -17,6 +17,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "tools"))
+sys.path.insert(0, HERE)
 from benchmarks.captured_steps import best_of_rounds, built_step  # noqa: E402
 from benchmarks.token_batches import batches  # noqa: E402
 from profile_step import behind_spin, group, instrumented, op_times  # noqa: E402
@@ -24,14 +25,12 @@ from profile_step import behind_spin, group, instrumented, op_times  # noqa: E40
 from microgpt import get_config  # noqa: E402
 from microgpt.data import default_cache_dir  # noqa: E402
 from microgpt.kernels import cache as kernel_cache  # noqa: E402
-from microgpt.kernels.gemm import tuning  # noqa: E402
+from routings import SESSION21  # noqa: E402
 
 CONFIG, B, T, VOCAB, ROUNDS = sys.argv[1], *map(int, sys.argv[2:6])
 TOKENS = sys.argv[6]
 # name -> (deterministic, the routing's patches while the step is built and profiled)
-VARIANTS = {"default": (False, ()),
-            "turns": (True, [(tuning, "ordered_by_parts", lambda *args: False)]),
-            "routed": (True, ())}
+VARIANTS = {"default": (False, ()), "session 21": (True, SESSION21), "routed": (True, ())}
 kernel_cache.use(default_cache_dir() / "kernels")
 
 
