@@ -261,7 +261,11 @@ def forward_kernel(D, tile):
         """s = exp2 of the scaled scores less the new running max m (per half: the rows
         row and row + 8), masked at the diagonal and past T; l and rescale (the old max's
         factor, which o still has to take) updated."""
-        if key0 + N > row or key0 + N > T:
+        # (unsigned 32-bit compares: numba's signed 64-bit ones, with the stage's index
+        # and phase from a signed count, took ~30 of the loop's ~330 instructions a warp,
+        # call A's ncu)
+        end = uint32(key0 + N)
+        if end > uint32(row) or end > uint32(T):
             for j in range(N // 8):
                 for r in range(4):
                     i = row + 8 * (r // 2)
@@ -269,8 +273,8 @@ def forward_kernel(D, tile):
                     if c > i or c >= T:
                         s[4 * j + r] = NEG_INF
         for half in range(2):
-            top = NEG_INF
-            for j in range(N // 8):
+            top = max(s[2 * half], s[2 * half + 1])
+            for j in range(1, N // 8):
                 top = max(top, max(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]))
             new_max = max(m[half], quad_max(top) * scale_log2)
             rescale[half] = exp2_ftz(m[half] - new_max)
@@ -410,27 +414,28 @@ def forward_kernel(D, tile):
             # copies a step ahead, across tiles too. With ping-pong each warpgroup waits
             # for its turn at its named barrier before it issues products, and passes the
             # turn on after (take_turn).
-            pipe.wait(bars, g0)
+            pipe.wait(bars, uint32(g0))
             wait_turn(group)
             scores(s, smem, q_at, g0)
             take_turn(group, False)
             if copies:
                 copy_ahead(bars, cur, g0 + stages - 1, operands, H, B, T)
             s_wait_all(s)
-            softmax(s, m, l, rescale, 0, row, col, T)
+            softmax(s, m, l, rescale, uint32(0), row, col, T)
             rescale_and_pack(o, p, s, rescale)
             for it in range(1, own):
-                g = g0 + it
+                # the step's stage and phase from an unsigned count (softmax's comment)
+                g = uint32(g0 + it)
                 pipe.wait(bars, g)
                 wait_turn(group)
                 scores(s, smem, q_at, g)
                 accumulate(o, p, smem, g - 1)
                 take_turn(group, False)
                 s_wait_one(s)                    # the scores; the product runs on
-                softmax(s, m, l, rescale, it * N, row, col, T)
+                softmax(s, m, l, rescale, uint32(it * N), row, col, T)
                 o_wait(o)
                 if thread == 0:
-                    pipe.release(bars, g - 1)
+                    pipe.release(bars, uint32(g - 1))
                 if copies:
                     copy_ahead(bars, cur, g + stages - 1, operands, H, B, T)
                 rescale_and_pack(o, p, s, rescale)
@@ -439,7 +444,7 @@ def forward_kernel(D, tile):
             take_turn(group, last and own == steps)
             o_wait(o)
             if thread == 0:
-                pipe.release(bars, g0 + own - 1)
+                pipe.release(bars, uint32(g0 + own - 1))
                 mbarrier_arrive(bars, Q_READ + buf, 1)
             if copies:
                 copy_ahead(bars, cur, g0 + own + stages - 1, operands, H, B, T)
@@ -448,9 +453,9 @@ def forward_kernel(D, tile):
                 take_turn(group, last and it == steps - 1)
                 if copies:
                     copy_ahead(bars, cur, g0 + it + stages - 1, operands, H, B, T)
-                pipe.wait(bars, g0 + it)
+                pipe.wait(bars, uint32(g0 + it))
                 if thread == 0:
-                    pipe.release(bars, g0 + it)
+                    pipe.release(bars, uint32(g0 + it))
 
             oh = out[b, h]
             for half in range(2):

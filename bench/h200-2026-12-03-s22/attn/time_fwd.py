@@ -28,7 +28,12 @@ DONATING = {64: [HT(2, 128, 3, True, True, donate=True), HT(2, 128, 4, True, Tru
 # call A: the defaults, the tiles with a producer warpgroup donating its registers, and
 # one tile each without (a producer warp; ping-pong in steps of 64)
 SETS = {"A": {64: [None] + DONATING[64] + [HT(2, 128, 4, True, True)],
-              128: [None] + DONATING[128] + [HT(2, 64, 4, False, True)]}}
+              128: [None] + DONATING[128] + [HT(2, 64, 4, False, True)]},
+        # call B: call A's, beside two blocks an SM without ping-pong, and donating tiles
+        # without ping-pong
+        "B": {64: [None] + DONATING[64] + [HT(2, 128, 3, True, donate=True),
+                                           HT(2, 128, 4, True, True), HT(2, 64, 4, min_blocks=2)],
+              128: [None] + DONATING[128] + [HT(2, 128, 3, True, donate=True)]}}
 
 
 def torch_graph(fn, reps, launches=20):
@@ -75,7 +80,7 @@ def main():
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES))
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--warm", action="store_true")
-    parser.add_argument("--set", default="A")
+    parser.add_argument("--set", default="B")
     parser.add_argument("--no-sdpa", action="store_true")
     args = parser.parse_args()
     if os.environ.get("MICROGPT_TEST_KERNEL_CACHE"):
