@@ -128,9 +128,10 @@ def test_hopper_attention_backward_rejects_bad_arguments():
 @pytest.mark.parametrize("routed", [False, True])
 def test_the_attention_op_sends_hopper_heads_here(monkeypatch, routed):
     """kernels.attention's backward, the op the model calls, runs bf16 heads of head_dim 64
-    and 128 from T = hopper.MIN_T on (T a multiple of 4) here on a Hopper GPU when
+    and 128 from T = hopper.MIN_T on (T off a multiple of 4 too: a second head's
+    statistics then start off a 16-byte boundary) here on a Hopper GPU when
     attention.HOPPER_BACKWARD is set, and on flash's mma.sync kernels otherwise (unset, the
-    simulator, other GPUs, other widths, shorter T, T off a multiple of 4): each launcher
+    simulator, other GPUs, other widths, shorter T): each launcher
     recorded and, on a GPU, run and its results compared with float64 (in the simulator a
     recorded call launches nothing: the tests above and flash's run them)."""
     from microgpt.kernels import attention

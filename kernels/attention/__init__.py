@@ -24,11 +24,12 @@ import numpy as np
 from . import flash, flash_backward, fp32, hopper, hopper_backward
 
 
-# Whether the bf16 backward goes to hopper_backward where it takes the heads (session 21):
-# the illegal instruction of its GPU property test (sessions 20, 21) was the dk/dv pass's
-# bulk copies of statistics off a 16-byte boundary, which hopper_backward.takes leaves out
-# (T a multiple of 4); at those shapes call B ran it routed, matching mma.sync's gradients.
-# False sends every bf16 backward to flash's mma.sync passes.
+# Whether the bf16 backward goes to hopper_backward where it takes the heads: the illegal
+# instruction of its GPU property test (sessions 20, 21) was the dk/dv pass's bulk copies
+# of statistics off a 16-byte boundary; since session 22 their boxes start at the boundary
+# before, in 128-byte shared slots, so every T runs there (call A: the property test at
+# ragged T over several heads, memcheck and racecheck clean). False sends every bf16
+# backward to flash's mma.sync passes.
 HOPPER_BACKWARD = True
 
 
