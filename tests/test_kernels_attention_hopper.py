@@ -43,7 +43,9 @@ if REAL_SHAPES:
                              HopperTile(2, 128, 3, False, True, 1, True),
                              HopperTile(2, 64, 4, False, True, 2, True),
                              HopperTile(2, 128, 3, True, True, donate=True),
-                             HopperTile(3, 64, 4, True, donate=True)])
+                             HopperTile(3, 64, 4, True, donate=True),
+                             HopperTile(2, 64, 4, False, True, 2, lazy=True),
+                             HopperTile(2, 128, 3, True, True, donate=True, lazy=True)])
 else:
     SHAPES = st.tuples(st.just(1), st.sampled_from([1, 2]), st.integers(1, 64),
                        st.just(64))

@@ -51,7 +51,9 @@ from .hopper_operands import described_heads, head_matrix, pair_copier, products
 LOG2E = 1.4426950408889634
 NEG_INF = np.float32(-np.inf)
 ZERO = np.float32(0.0)
+ONE = np.float32(1.0)
 WIDTHS = (64, 128)          # the head_dims this forward takes (others: flash's)
+LAZY_LOG2 = np.float32(8.0)  # a lazy tile's slack of a row's max (log2: P at most 256)
 
 
 class HopperTile(NamedTuple):
@@ -61,10 +63,14 @@ class HopperTile(NamedTuple):
     producer): that warp is the first of a warpgroup of its own, which hands its registers
     to the computing ones (setmaxnreg, which only the driver's whole-program JIT honours:
     the kernel is launched by it); pingpong: the warpgroups take turns, in a ring, to
-    issue their products (each one's softmax then runs while the others' products do); min_blocks: blocks per SM that the register allocation
-    must leave room for (the launch bounds), so that one block's start and end overlap
-    another's walk; persistent: min_blocks blocks an SM walk all the query tiles, the
-    copies of the next one's q (two buffers) and first steps under this one's last."""
+    issue their products (each one's softmax then runs while the others' products do);
+    min_blocks: blocks per SM that the register allocation must leave room for (the
+    launch bounds), so that one block's start and end overlap another's walk;
+    persistent: min_blocks blocks an SM walk all the query tiles, the copies of the next
+    one's q (two buffers) and first steps under this one's last; lazy: a row's running
+    max moves only where a step's exceeds it by LAZY_LOG2, so that o keeps its scale in
+    most steps, and a warp whose rows all kept theirs skips the rescale (P is then at
+    most 2^LAZY_LOG2: out and lse stay exact, o and l sharing the max)."""
     warpgroups: int = 2
     step: int = 128
     stages: int = 3
@@ -73,6 +79,7 @@ class HopperTile(NamedTuple):
     min_blocks: int = 1
     persistent: bool = False
     donate: bool = False
+    lazy: bool = False
 
     @property
     def q_buffers(self):
@@ -120,7 +127,7 @@ def consumer_registers(tile):
 
 
 def check_tile(tile, D):
-    warpgroups, step, stages, producer, pingpong, min_blocks, persistent, donate = tile
+    warpgroups, step, stages, producer, pingpong, min_blocks, persistent, donate, _ = tile
     if D not in WIDTHS:
         raise ValueError(f"head_dim {D}: the wgmma forward takes {WIDTHS}")
     if not 1 <= warpgroups <= 4:
@@ -149,7 +156,7 @@ def check_tile(tile, D):
 
 @functools.cache
 def forward_kernel(D, tile):
-    G, N, stages, producer, pingpong, min_blocks, persistent, donate = tile
+    G, N, stages, producer, pingpong, min_blocks, persistent, donate, lazy = tile
     QB = tile.q_buffers
     M = tile.rows
     panels = D // PANEL                     # 64-column panels of a head row
@@ -277,6 +284,8 @@ def forward_kernel(D, tile):
             for j in range(1, N // 8):
                 top = max(top, max(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]))
             new_max = max(m[half], quad_max(top) * scale_log2)
+            if lazy and new_max <= m[half] + LAZY_LOG2:
+                new_max = m[half]
             rescale[half] = exp2_ftz(m[half] - new_max)
             total = l[half] * rescale[half]
             for j in range(N // 8):
@@ -290,9 +299,12 @@ def forward_kernel(D, tile):
     def rescale_and_pack(o, p, s, rescale):
         """o times the rescale of its rows; p = s as the bf16 A fragments of P v (the
         accumulators of 16 keys, paired, are the A fragment of those 16)."""
-        for j in range(D // 8):
-            for r in range(4):
-                o[4 * j + r] *= rescale[r // 2]
+        # (a thread's test: a warp whose rows all kept their max branches past the
+        # products, the others run them)
+        if not lazy or rescale[0] != ONE or rescale[1] != ONE:
+            for j in range(D // 8):
+                for r in range(4):
+                    o[4 * j + r] *= rescale[r // 2]
         for r in range(p_regs):
             p[r] = pack_bf16x2(s[2 * r], s[2 * r + 1])
 

@@ -1,6 +1,7 @@
-"""Session 22 (attn): the wgmma forward's tiles with a donating producer warpgroup
-(setmaxnreg, the driver's whole-program JIT) against float64, at ragged shapes, each with
-the property test's check (tests/test_kernels_attention_hopper.check_forward).
+"""Session 22 (attn): the wgmma forward's new tiles (a donating producer warpgroup:
+setmaxnreg, the driver's whole-program JIT; the lazy max) against float64, at ragged
+shapes, each with the property test's check (tests/test_kernels_attention_hopper's
+check_forward).
 
 python3 check_fwd.py [quick] [64|128]   (quick: one shape, unfused)"""
 import os
@@ -14,7 +15,7 @@ from microgpt.kernels import cache  # noqa: E402
 from microgpt.kernels.attention.hopper import HopperTile as HT  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from time_fwd import DONATING as TILES  # noqa: E402
+from time_fwd import NEW as TILES  # noqa: E402
 SHAPES = [(2, 3, 1000, 64), (1, 2, 1, 64), (3, 2, 265, 64), (2, 3, 777, 128), (1, 1, 70, 128)]
 if os.environ.get("MICROGPT_TEST_KERNEL_CACHE"):
     cache.use(os.environ["MICROGPT_TEST_KERNEL_CACHE"])

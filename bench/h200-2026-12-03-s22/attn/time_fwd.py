@@ -25,15 +25,21 @@ DONATING = {64: [HT(2, 128, 3, True, True, donate=True), HT(2, 128, 4, True, Tru
                  HT(3, 64, 4, True, donate=True), HT(3, 64, 4, True, True, donate=True)],
             128: [HT(2, 128, 3, True, True, donate=True), HT(3, 64, 4, True, donate=True),
                   HT(3, 64, 4, True, True, donate=True)]}
+# the defaults' walk with a lazy max, at D 64 and 128, and with a donating producer
+LAZY = {64: [HT(2, 64, 4, False, True, 2, lazy=True),
+             HT(2, 128, 3, True, True, donate=True, lazy=True)],
+        128: [HT(2, 128, 3, False, True, lazy=True),
+              HT(2, 128, 3, True, True, donate=True, lazy=True)]}
+NEW = {D: DONATING[D] + LAZY[D] for D in DONATING}        # what check_fwd.py checks
 # call A: the defaults, the tiles with a producer warpgroup donating its registers, and
-# one tile each without (a producer warp; ping-pong in steps of 64)
+# one tile each without (a producer warp; ping-pong in steps of 64); call B: those, with
+# the lazy max, two blocks an SM without ping-pong, donating tiles without ping-pong
 SETS = {"A": {64: [None] + DONATING[64] + [HT(2, 128, 4, True, True)],
               128: [None] + DONATING[128] + [HT(2, 64, 4, False, True)]},
-        # call B: call A's, beside two blocks an SM without ping-pong, and donating tiles
-        # without ping-pong
-        "B": {64: [None] + DONATING[64] + [HT(2, 128, 3, True, donate=True),
-                                           HT(2, 128, 4, True, True), HT(2, 64, 4, min_blocks=2)],
-              128: [None] + DONATING[128] + [HT(2, 128, 3, True, donate=True)]}}
+        "B": {64: [None] + LAZY[64] + DONATING[64] + [HT(2, 128, 3, True, donate=True),
+                                                      HT(2, 128, 4, True, True),
+                                                      HT(2, 64, 4, min_blocks=2)],
+              128: [None] + LAZY[128] + DONATING[128] + [HT(2, 128, 3, True, donate=True)]}}
 
 
 def torch_graph(fn, reps, launches=20):
