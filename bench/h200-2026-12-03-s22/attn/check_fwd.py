@@ -12,7 +12,6 @@ sys.path.insert(0, "tests")
 from test_kernels_attention_hopper import check_forward  # noqa: E402
 
 from microgpt.kernels import cache  # noqa: E402
-from microgpt.kernels.attention.hopper import HopperTile as HT  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from time_fwd import NEW as TILES  # noqa: E402

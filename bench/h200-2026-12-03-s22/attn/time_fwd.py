@@ -3,7 +3,8 @@ fastest of --reps replays of 20 launches), each first compared with the mma.sync
 (out's relative error, lse's largest difference), beside SDPA's cuDNN and flash forwards
 in the same process (torch graph-replayed). ms and TFLOP/s (causal: 2 B H T^2 D).
 
-python3 time_fwd.py [--shapes 120m 4096 d128] [--reps N] [--warm] [--set A]"""
+python3 time_fwd.py [--shapes 120m 4096 d128] [--reps N] [--warm [PART PARTS]] [--set B]
+--warm: compile and check each tile (every PARTS-th from PART on) at (1, 2, 1024, D)."""
 import argparse
 import os
 import sys
@@ -30,16 +31,18 @@ LAZY = {64: [HT(2, 64, 4, False, True, 2, lazy=True),
              HT(2, 128, 3, True, True, donate=True, lazy=True)],
         128: [HT(2, 128, 3, False, True, lazy=True),
               HT(2, 128, 3, True, True, donate=True, lazy=True)]}
-NEW = {D: DONATING[D] + LAZY[D] for D in DONATING}        # what check_fwd.py checks
 # call A: the defaults, the tiles with a producer warpgroup donating its registers, and
-# one tile each without (a producer warp; ping-pong in steps of 64); call B: those, with
-# the lazy max, two blocks an SM without ping-pong, donating tiles without ping-pong
+# one tile each without (a producer warp; ping-pong in steps of 64); call B: the defaults,
+# with the lazy max, the donating tiles with ping-pong, and without it, two blocks an SM
+# without ping-pong
 SETS = {"A": {64: [None] + DONATING[64] + [HT(2, 128, 4, True, True)],
               128: [None] + DONATING[128] + [HT(2, 64, 4, False, True)]},
-        "B": {64: [None] + LAZY[64] + DONATING[64] + [HT(2, 128, 3, True, donate=True),
-                                                      HT(2, 128, 4, True, True),
-                                                      HT(2, 64, 4, min_blocks=2)],
-              128: [None] + LAZY[128] + DONATING[128] + [HT(2, 128, 3, True, donate=True)]}}
+        "B": {64: [None] + LAZY[64] + [DONATING[64][i] for i in (0, 3, 5)]
+                  + [HT(2, 128, 3, True, donate=True), HT(2, 64, 4, min_blocks=2)],
+              128: [None] + LAZY[128] + [DONATING[128][i] for i in (0, 2)]
+                   + [HT(2, 128, 3, True, donate=True)]}}
+# what check_fwd.py checks: call B's new tiles
+NEW = {D: [t for t in SETS["B"][D] if t is not None and (t.donate or t.lazy)] for D in LAZY}
 
 
 def torch_graph(fn, reps, launches=20):
@@ -85,14 +88,15 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES))
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--warm", action="store_true")
+    parser.add_argument("--warm", nargs="*", type=int)
     parser.add_argument("--set", default="B")
     parser.add_argument("--no-sdpa", action="store_true")
     args = parser.parse_args()
     if os.environ.get("MICROGPT_TEST_KERNEL_CACHE"):
         cache.use(os.environ["MICROGPT_TEST_KERNEL_CACHE"])
+    warm = args.warm is not None
     for name in args.shapes:
-        shape = (1, 2, 1024, SHAPES[name][3]) if args.warm else SHAPES[name]
+        shape = (1, 2, 1024, SHAPES[name][3]) if warm else SHAPES[name]
         B, H, T, D = shape
         flops = 2 * B * H * T * T * D
         rng = np.random.default_rng(0)
@@ -103,8 +107,9 @@ def main():
         want, want_lse = bf16_host(out), lse.copy_to_host()
         print(f"{name} {shape}  mma.sync "
               f"{graph_time(lambda s: fa.flash_attention_forward(out, lse, q, k, v, stream=s), args.reps):.4f} ms"
-              if not args.warm else f"warm {name}", flush=True)
-        for tile in SETS[args.set][D]:
+              if not warm else f"warm {name}", flush=True)
+        tiles = SETS[args.set][D]
+        for tile in tiles[args.warm[0]::args.warm[1]] if warm and args.warm else tiles:
             t0 = time.time()
             label = "default " + str(tuple(hopper.default_tile(D))) if tile is None else str(tuple(tile))
             try:
@@ -113,7 +118,7 @@ def main():
                 got = bf16_host(out)
                 err = np.linalg.norm(got - want) / np.linalg.norm(want)
                 lse_err = np.abs(lse.copy_to_host() - want_lse).max()
-                if args.warm:
+                if warm:
                     print(f"  {label}: rel {err:.2e} lse {lse_err:.2e} ({time.time() - t0:.1f} s)",
                           flush=True)
                     continue
@@ -124,7 +129,7 @@ def main():
                       f"lse {lse_err:.2e}", flush=True)
             except ValueError as error:
                 print(f"  {label}: {error}", flush=True)
-        if not args.warm and not args.no_sdpa:
+        if not warm and not args.no_sdpa:
             for backend, ms in sdpa(host, args.reps).items():
                 print(f"  SDPA {backend}: {ms:.4f} ms {flops / ms / 1e9:.0f} TFLOP/s", flush=True)
 
