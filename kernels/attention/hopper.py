@@ -162,6 +162,8 @@ def forward_kernel(D, tile):
     panels = D // PANEL                     # 64-column panels of a head row
     s_regs, o_regs = N // 2, D // 2         # accumulators per thread: S (64 x N), O (64 x D)
     p_regs = N // 4                         # P: bf16 pairs, 4 per 16 keys
+    pairs = N // 8                          # a thread's pairs of a row in S
+    levels = pairs.bit_length() - 1         # of a tree over them
     q_size = QB * M * D                     # elements: q's tiles, then the stages
     stage_size = 2 * N * D
     stage_bytes = 2 * stage_size
@@ -264,7 +266,7 @@ def forward_kernel(D, tile):
         products_pv(o, p, smem, int32(q_size + uint32(g) % stages * stage_size + N * D))
 
     @cuda.jit(device=True, inline=True)
-    def softmax(s, m, l, rescale, key0, row, col, T):
+    def softmax(s, m, l, rescale, part, key0, row, col, T):
         """s = exp2 of the scaled scores less the new running max m (per half: the rows
         row and row + 8), masked at the diagonal and past T; l and rescale (the old max's
         factor, which o still has to take) updated."""
@@ -279,21 +281,30 @@ def forward_kernel(D, tile):
                     c = key0 + 8 * j + col + r % 2
                     if c > i or c >= T:
                         s[4 * j + r] = NEG_INF
+        # A row's max and sum by trees of pairs (call A's ncu: the serial chains' fixed
+        # latencies, "stall wait", were a fifth of the loop's cycles); part holds each
+        # level's values, in place
         for half in range(2):
-            top = max(s[2 * half], s[2 * half + 1])
-            for j in range(1, N // 8):
-                top = max(top, max(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]))
-            new_max = max(m[half], quad_max(top) * scale_log2)
+            for j in range(pairs):
+                part[j] = max(s[4 * j + 2 * half], s[4 * j + 2 * half + 1])
+            for level in range(levels):
+                width = pairs >> (level + 1)
+                for j in range(width):
+                    part[j] = max(part[j], part[j + width])
+            new_max = max(m[half], quad_max(part[0]) * scale_log2)
             if lazy and new_max <= m[half] + LAZY_LOG2:
                 new_max = m[half]
             rescale[half] = exp2_ftz(m[half] - new_max)
-            total = l[half] * rescale[half]
             for j in range(N // 8):
                 for e in range(2):
                     r = 4 * j + 2 * half + e
                     s[r] = exp2_ftz(cuda.fma(s[r], scale_log2, -new_max))
-                    total += s[r]
-            m[half], l[half] = new_max, total
+                part[j] = s[4 * j + 2 * half] + s[4 * j + 2 * half + 1]
+            for level in range(levels):
+                width = pairs >> (level + 1)
+                for j in range(width):
+                    part[j] += part[j + width]
+            m[half], l[half] = new_max, l[half] * rescale[half] + part[0]
 
     @cuda.jit(device=True, inline=True)
     def rescale_and_pack(o, p, s, rescale):
@@ -387,6 +398,7 @@ def forward_kernel(D, tile):
         m = cuda.local.array(2, float32)        # running max of the scaled log2 scores
         l = cuda.local.array(2, float32)        # their exp2 summed, this lane's part
         rescale = cuda.local.array(2, float32)
+        part = cuda.local.array(pairs, float32)      # softmax's trees
         copies = not producer and cuda.threadIdx.x == 0
         g0 = 0                                   # the block's steps before this tile's
         n = 0                                    # and its tiles
@@ -433,7 +445,7 @@ def forward_kernel(D, tile):
             if copies:
                 copy_ahead(bars, cur, g0 + stages - 1, operands, H, B, T)
             s_wait_all(s)
-            softmax(s, m, l, rescale, uint32(0), row, col, T)
+            softmax(s, m, l, rescale, part, uint32(0), row, col, T)
             rescale_and_pack(o, p, s, rescale)
             for it in range(1, own):
                 # the step's stage and phase from an unsigned count (softmax's comment)
@@ -444,7 +456,7 @@ def forward_kernel(D, tile):
                 accumulate(o, p, smem, g - 1)
                 take_turn(group, False)
                 s_wait_one(s)                    # the scores; the product runs on
-                softmax(s, m, l, rescale, uint32(it * N), row, col, T)
+                softmax(s, m, l, rescale, part, uint32(it * N), row, col, T)
                 o_wait(o)
                 if thread == 0:
                     pipe.release(bars, uint32(g - 1))
