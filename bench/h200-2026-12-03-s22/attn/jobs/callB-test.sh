@@ -3,7 +3,7 @@
 # padded statistics: every T routed to the wgmma backward; the forward's donating
 # producer warpgroup, not routed; hopper_operands.py split off). This branch adds, for
 # every forward tile, the walk in unsigned 32-bit counts (~40 fewer SASS instructions in
-# the loop), and the lazy max as a tile option. 1) the forward's bench tiles compiled
+# the loop) and a row's max and sum by trees, and the lazy max as a tile option. 1) the forward's bench tiles compiled
 # (the sources changed: every key is new) and checked against mma.sync at (1, 2, 1024),
 # four processes, then the new tiles against float64 at ragged shapes (check_fwd) and
 # memcheck of the D 64 ones; 2) the forward's GPU property test (donating and lazy tiles
