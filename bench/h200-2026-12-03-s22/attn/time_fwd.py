@@ -20,6 +20,9 @@ from microgpt.kernels import cache  # noqa: E402
 from microgpt.kernels.attention import flash as fa, hopper  # noqa: E402
 from microgpt.kernels.attention.hopper import HopperTile as HT  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hopper_base  # noqa: E402  (main's forward before call B's branch: the baseline)
+
 SHAPES = {"120m": (16, 12, 1024, 64), "4096": (4, 12, 4096, 64), "d128": (8, 16, 2048, 128)}
 DONATING = {64: [HT(2, 128, 3, True, True, donate=True), HT(2, 128, 4, True, True, donate=True),
                  HT(3, 128, 3, True, donate=True), HT(3, 128, 3, True, True, donate=True),
@@ -89,6 +92,7 @@ def main():
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES))
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--warm", nargs="*", type=int)
+    parser.add_argument("--warm-t", type=int, default=1024)
     parser.add_argument("--set", default="B")
     parser.add_argument("--no-sdpa", action="store_true")
     args = parser.parse_args()
@@ -96,7 +100,7 @@ def main():
         cache.use(os.environ["MICROGPT_TEST_KERNEL_CACHE"])
     warm = args.warm is not None
     for name in args.shapes:
-        shape = (1, 2, 1024, SHAPES[name][3]) if warm else SHAPES[name]
+        shape = (1, 2, args.warm_t, SHAPES[name][3]) if warm else SHAPES[name]
         B, H, T, D = shape
         flops = 2 * B * H * T * T * D
         rng = np.random.default_rng(0)
@@ -108,12 +112,16 @@ def main():
         print(f"{name} {shape}  mma.sync "
               f"{graph_time(lambda s: fa.flash_attention_forward(out, lse, q, k, v, stream=s), args.reps):.4f} ms"
               if not warm else f"warm {name}", flush=True)
-        tiles = SETS[args.set][D]
+        # "base": main's default tile in main's kernel (hopper_base.py)
+        tiles = SETS[args.set][D] + (["base"] if args.set == "B" else [])
         for tile in tiles[args.warm[0]::args.warm[1]] if warm and args.warm else tiles:
             t0 = time.time()
-            label = "default " + str(tuple(hopper.default_tile(D))) if tile is None else str(tuple(tile))
+            label = ("default " + str(tuple(hopper.default_tile(D))) if tile is None
+                     else "main's kernel, default" if tile == "base" else str(tuple(tile)))
+            forward = hopper_base.hopper_attention_forward if tile == "base" else (
+                lambda *a, **kw: hopper.hopper_attention_forward(*a, tile=tile, **kw))
             try:
-                hopper.hopper_attention_forward(out, lse, q, k, v, tile=tile)
+                forward(out, lse, q, k, v)
                 cuda.synchronize()
                 got = bf16_host(out)
                 err = np.linalg.norm(got - want) / np.linalg.norm(want)
@@ -122,9 +130,7 @@ def main():
                     print(f"  {label}: rel {err:.2e} lse {lse_err:.2e} ({time.time() - t0:.1f} s)",
                           flush=True)
                     continue
-                ms = graph_time(lambda s: hopper.hopper_attention_forward(out, lse, q, k, v,
-                                                                          tile=tile, stream=s),
-                                args.reps)
+                ms = graph_time(lambda s: forward(out, lse, q, k, v, stream=s), args.reps)
                 print(f"  {label}: {ms:.4f} ms {flops / ms / 1e9:.0f} TFLOP/s  rel {err:.2e} "
                       f"lse {lse_err:.2e}", flush=True)
             except ValueError as error:
