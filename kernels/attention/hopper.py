@@ -51,9 +51,7 @@ from .hopper_operands import described_heads, head_matrix, pair_copier, products
 LOG2E = 1.4426950408889634
 NEG_INF = np.float32(-np.inf)
 ZERO = np.float32(0.0)
-ONE = np.float32(1.0)
 WIDTHS = (64, 128)          # the head_dims this forward takes (others: flash's)
-LAZY_LOG2 = np.float32(8.0)  # a lazy tile's slack of a row's max (log2: P at most 256)
 
 
 class HopperTile(NamedTuple):
@@ -67,10 +65,7 @@ class HopperTile(NamedTuple):
     min_blocks: blocks per SM that the register allocation must leave room for (the
     launch bounds), so that one block's start and end overlap another's walk;
     persistent: min_blocks blocks an SM walk all the query tiles, the copies of the next
-    one's q (two buffers) and first steps under this one's last; lazy: a row's running
-    max moves only where a step's exceeds it by LAZY_LOG2, so that o keeps its scale in
-    most steps, and a warp whose rows all kept theirs skips the rescale (P is then at
-    most 2^LAZY_LOG2: out and lse stay exact, o and l sharing the max)."""
+    one's q (two buffers) and first steps under this one's last."""
     warpgroups: int = 2
     step: int = 128
     stages: int = 3
@@ -79,7 +74,6 @@ class HopperTile(NamedTuple):
     min_blocks: int = 1
     persistent: bool = False
     donate: bool = False
-    lazy: bool = False
 
     @property
     def q_buffers(self):
@@ -95,15 +89,23 @@ class HopperTile(NamedTuple):
                 + (WARPGROUP if self.donate else 32 if self.producer else 0))
 
 
-def default_tile(D):
-    """The fastest tiles of the H200 (docs/flash-attention.md, call B): at D 64 steps of 64
-    keys, ping-pong, two blocks an SM; at D 128 steps of 128, ping-pong. (The simulator,
-    which runs neither ping-pong nor two warpgroups at a pace, takes one warpgroup.)"""
+# The shortest T at which D 64 takes three computing warpgroups: measured faster at T 4096,
+# slower at 1024 (docs/flash-attention.md, session 22 call B); between them not measured
+LONG_T = 4096
+
+
+def default_tile(D, T):
+    """The fastest tiles of the H200 (docs/flash-attention.md, session 22 call B, graph ms
+    against main's): at D 64 and T below LONG_T steps of 64 keys, ping-pong, two blocks an
+    SM (andrea-120m 0.0957); from LONG_T on a producer warpgroup donating its registers to
+    three computing ones, steps of 128, ping-pong (T 4096 0.2602 against 0.3072); at D 128
+    the same with two computing warpgroups (0.2834 against 0.3766). (The simulator, which
+    runs neither ping-pong nor two warpgroups at a pace, takes one warpgroup.)"""
     if SIMULATOR:
         return HopperTile(1, 64, 3)
-    if D == 64:
+    if D == 64 and T < LONG_T:
         return HopperTile(2, 64, 4, pingpong=True, min_blocks=2)
-    return HopperTile(2, 128, 3, pingpong=True)
+    return HopperTile(3 if D == 64 else 2, 128, 3, producer=True, pingpong=True, donate=True)
 
 
 def shared_bytes(tile, D):
@@ -127,7 +129,7 @@ def consumer_registers(tile):
 
 
 def check_tile(tile, D):
-    warpgroups, step, stages, producer, pingpong, min_blocks, persistent, donate, _ = tile
+    warpgroups, step, stages, producer, pingpong, min_blocks, persistent, donate = tile
     if D not in WIDTHS:
         raise ValueError(f"head_dim {D}: the wgmma forward takes {WIDTHS}")
     if not 1 <= warpgroups <= 4:
@@ -156,7 +158,7 @@ def check_tile(tile, D):
 
 @functools.cache
 def forward_kernel(D, tile):
-    G, N, stages, producer, pingpong, min_blocks, persistent, donate, lazy = tile
+    G, N, stages, producer, pingpong, min_blocks, persistent, donate = tile
     QB = tile.q_buffers
     M = tile.rows
     panels = D // PANEL                     # 64-column panels of a head row
@@ -292,8 +294,6 @@ def forward_kernel(D, tile):
                 for j in range(width):
                     part[j] = max(part[j], part[j + width])
             new_max = max(m[half], quad_max(part[0]) * scale_log2)
-            if lazy and new_max <= m[half] + LAZY_LOG2:
-                new_max = m[half]
             rescale[half] = exp2_ftz(m[half] - new_max)
             for j in range(N // 8):
                 for e in range(2):
@@ -310,12 +310,9 @@ def forward_kernel(D, tile):
     def rescale_and_pack(o, p, s, rescale):
         """o times the rescale of its rows; p = s as the bf16 A fragments of P v (the
         accumulators of 16 keys, paired, are the A fragment of those 16)."""
-        # (a thread's test: a warp whose rows all kept their max branches past the
-        # products, the others run them)
-        if not lazy or rescale[0] != ONE or rescale[1] != ONE:
-            for j in range(D // 8):
-                for r in range(4):
-                    o[4 * j + r] *= rescale[r // 2]
+        for j in range(D // 8):
+            for r in range(4):
+                o[4 * j + r] *= rescale[r // 2]
         for r in range(p_regs):
             p[r] = pack_bf16x2(s[2 * r], s[2 * r + 1])
 
@@ -508,7 +505,10 @@ _HEADS = types.Array(types.uint16, 4, "A")
 _MATRIX = types.Array(types.uint16, 2, "A")
 SIGNATURE = ((_HEADS, types.float32[:, :, ::1]) + (_MATRIX,) * 3
              + (types.uint64[::1],) * 3 + (types.int32,) * 6)
-PTX_SIGNATURES = [(forward_kernel(D, default_tile(D)), SIGNATURE) for D in WIDTHS]
+# every default tile (short and long T)
+PTX_SIGNATURES = [(forward_kernel(D, tile), SIGNATURE)
+                  for D, tile in dict.fromkeys((D, default_tile(D, T)) for D in WIDTHS
+                                               for T in (1, LONG_T))]
 
 
 # ----------------------------------------------------------------------------------
@@ -544,7 +544,7 @@ def hopper_attention_forward(out, lse, q, k, v, *, tile=None, stream=0):
     B, H, T, D = _check_heads(dict(lse=lse), q=q, k=k, v=v, out=out)
     if q.size == 0:
         return
-    tile = default_tile(D) if tile is None else HopperTile(*tile)
+    tile = default_tile(D, T) if tile is None else HopperTile(*tile)
     check_tile(tile, D)
     (qm, q_layout), (km, kv_layout), (vm, v_layout) = (
         described_heads(name, x) for name, x in (("q", q), ("k", k), ("v", v)))

@@ -22,7 +22,7 @@ if sys.argv[2:]:
     f = [int(x) for x in sys.argv[2].split(",")]
     tile = hopper.HopperTile(*f[:3], *map(bool, f[3:5]), f[5], *map(bool, f[6:]))
 else:
-    tile = hopper.default_tile(shape[3])
+    tile = hopper.default_tile(shape[3], shape[2])
 rng = np.random.default_rng(0)
 q, k, v = (cuda.to_device(rng.standard_normal(shape, np.float32).astype(ml_dtypes.bfloat16)
                           .view(np.uint16)) for _ in range(3))

@@ -29,23 +29,19 @@ DONATING = {64: [HT(2, 128, 3, True, True, donate=True), HT(2, 128, 4, True, Tru
                  HT(3, 64, 4, True, donate=True), HT(3, 64, 4, True, True, donate=True)],
             128: [HT(2, 128, 3, True, True, donate=True), HT(3, 64, 4, True, donate=True),
                   HT(3, 64, 4, True, True, donate=True)]}
-# the defaults' walk with a lazy max, at D 64 and 128, and with a donating producer
-LAZY = {64: [HT(2, 64, 4, False, True, 2, lazy=True),
-             HT(2, 128, 3, True, True, donate=True, lazy=True)],
-        128: [HT(2, 128, 3, False, True, lazy=True),
-              HT(2, 128, 3, True, True, donate=True, lazy=True)]}
 # call A: the defaults, the tiles with a producer warpgroup donating its registers, and
 # one tile each without (a producer warp; ping-pong in steps of 64); call B: the defaults,
-# with the lazy max, the donating tiles with ping-pong, and without it, two blocks an SM
-# without ping-pong
+# the donating tiles with ping-pong, and without it, two blocks an SM without ping-pong
+# (and the lazy max, a tile option since removed: no gain); call C: the defaults, by T
 SETS = {"A": {64: [None] + DONATING[64] + [HT(2, 128, 4, True, True)],
               128: [None] + DONATING[128] + [HT(2, 64, 4, False, True)]},
-        "B": {64: [None] + LAZY[64] + [DONATING[64][i] for i in (0, 3, 5)]
+        "B": {64: [None] + [DONATING[64][i] for i in (0, 3, 5)]
                   + [HT(2, 128, 3, True, donate=True), HT(2, 64, 4, min_blocks=2)],
-              128: [None] + LAZY[128] + [DONATING[128][i] for i in (0, 2)]
-                   + [HT(2, 128, 3, True, donate=True)]}}
-# what check_fwd.py checks: call B's new tiles
-NEW = {D: [t for t in SETS["B"][D] if t is not None and (t.donate or t.lazy)] for D in LAZY}
+              128: [None] + [DONATING[128][i] for i in (0, 2)]
+                   + [HT(2, 128, 3, True, donate=True)]},
+        "C": {64: [None], 128: [None]}}
+# what check_fwd.py checks: the donating tiles
+NEW = DONATING
 
 
 def torch_graph(fn, reps, launches=20):
@@ -113,10 +109,10 @@ def main():
               f"{graph_time(lambda s: fa.flash_attention_forward(out, lse, q, k, v, stream=s), args.reps):.4f} ms"
               if not warm else f"warm {name}", flush=True)
         # "base": main's default tile in main's kernel (hopper_base.py)
-        tiles = SETS[args.set][D] + (["base"] if args.set == "B" else [])
+        tiles = SETS[args.set][D] + (["base"] if args.set in "BC" else [])
         for tile in tiles[args.warm[0]::args.warm[1]] if warm and args.warm else tiles:
             t0 = time.time()
-            label = ("default " + str(tuple(hopper.default_tile(D))) if tile is None
+            label = ("default " + str(tuple(hopper.default_tile(D, T))) if tile is None
                      else "main's kernel, default" if tile == "base" else str(tuple(tile)))
             forward = hopper_base.hopper_attention_forward if tile == "base" else (
                 lambda *a, **kw: hopper.hopper_attention_forward(*a, tile=tile, **kw))
