@@ -136,17 +136,20 @@ def hopper_backward(arrays, reps, row):
     return lambda: attention.attention_backward(*arrays)
 
 
-def hopper_variants(D, sweep):
-    """The wgmma forward's tiles the benchmark times, the default first; with sweep also
-    ping-pong, steps of 64 keys (two blocks an SM at D 64), a producer warp (at D 64: at
-    D 128 it spills)."""
+def hopper_variants(D, T, sweep):
+    """The wgmma forward's tiles the benchmark times, the default (by T) first; with sweep
+    also ping-pong, steps of 64 keys (two blocks an SM at D 64), a producer warp (at D 64:
+    at D 128 it spills), and a producer warpgroup donating its registers to two or three
+    computing ones."""
     from microgpt.kernels.attention import hopper
     from microgpt.kernels.attention.hopper import HopperTile as H
 
-    tiles = [hopper.default_tile(D)]
+    tiles = [hopper.default_tile(D, T)]
     if sweep:
-        tiles += [H(2, 128, 3, False, True), H(2, 64, 4, False, True, 2 if D == 64 else 1)] + (
-            [H(2, 128, 3, True), H(2, 64, 4, False, False, 2)] if D == 64 else [])
+        tiles += [H(2, 128, 3, False, True), H(2, 64, 4, False, True, 2 if D == 64 else 1),
+                  H(2, 128, 3, True, True, donate=True)] + (
+            [H(2, 128, 3, True), H(2, 64, 4, False, False, 2),
+             H(3, 128, 3, True, True, donate=True)] if D == 64 else [])
     return list(dict.fromkeys(tiles))
 
 
@@ -167,7 +170,7 @@ def time_hopper_attention(arrays, backward, reps, sweep=False):
     fa.flash_attention_forward(ref, ref_lse, q, k, v)
     want, want_lse = bf16_host(ref), ref_lse.copy_to_host()
     row = {}
-    for tile in hopper_variants(q.shape[-1], sweep):
+    for tile in hopper_variants(q.shape[-1], q.shape[2], sweep):
         def forward(tile=tile):
             hopper.hopper_attention_forward(out, lse, q, k, v, tile=tile)
         forward()
