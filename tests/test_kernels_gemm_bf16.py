@@ -761,6 +761,17 @@ def test_persistent_gelu_epilogues_match_reference(sizes, backward, tile, blocks
         check_matmul_gelu(*sizes, backward, tile, seed)
 
 
+def test_the_gelu_backward_keeps_a_box_of_pre_in_flight():
+    """The GELU backward's boxes of pre, two buffers a warpgroup: the first two of a tile
+    brought at its start, the third once the first's store has read its buffer; one block
+    walking two tiles of three boxes (each buffer's barrier through three phases), the
+    last row of tiles and the column ragged."""
+    tile = tuning.COPIER_TILE if ON_GPU else PersistentTile(64, 192, 16, 3, 1)
+    with mock.patch.object(persistent, "blocks", lambda tiles: 1):
+        check_matmul_gelu(2 * tile.rows - 8, tile.cols - 8, 2 * tile.depth, True, tile,
+                          seed=4)
+
+
 @pytest.mark.parametrize("copier, pingpong", [(False, False), (True, False), (True, True)])
 def test_two_warpgroups_walk_their_tiles(copier, pingpong):
     """A persistent tile of two computing warpgroups (as the GPU's), with a copying one or

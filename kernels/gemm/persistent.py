@@ -285,9 +285,10 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
 
     # (in ping-pong one warpgroup reads a stage)
     pipe = tma_pipeline(STAGES, 1 if PINGPONG else GROUPS, fill, CLUSTER)
-    # and each warpgroup's "pre landed" (the GELU backward's box of pre, by the copy engine)
+    # and each warpgroup's two "pre landed", one a buffer (the GELU backward's boxes of pre,
+    # by the copy engine, two in flight)
     PRE_LANDED = pipe.barriers
-    BARRIERS = pipe.barriers + (GROUPS if GELU_BACKWARD else 0)
+    BARRIERS = pipe.barriers + (2 * GROUPS if GELU_BACKWARD else 0)
     # the block's registers (the launch bounds': 64K a block of one an SM, in steps of 8 a
     # thread) moved from the copier, which needs few, to the computing warpgroups
     share = REGISTERS // tile.threads // 8 * 8
@@ -323,28 +324,44 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
     BOXES = BN // panel           # of a warpgroup's 64 rows of a tile (bf16: at most 4)
 
     @cuda.jit(device=True, inline=True)
+    def load_pre(p, pre, pre_map, smem, bars, row, n0, group, boxes):
+        """The GELU backward's box p of pre (of a warpgroup's 64 rows from `row`) brought by
+        the copy engine into the buffer of the warpgroup's `boxes`-th box, on that
+        buffer's barrier (thread 0; the buffer's last store has read it)."""
+        slot = boxes & 1
+        buffer = (buffers + (2 * group + slot) * box_bytes) // 2     # (in bf16 elements)
+        mbarrier_arrive_expect_tx(bars, PRE_LANDED + 2 * group + slot, 2 * 64 * panel)
+        tma_load_2d(smem, int32(buffer), pre, pre_map, n0 + p * panel, row, bars,
+                    PRE_LANDED + 2 * group + slot)
+
+    @cuda.jit(device=True, inline=True)
     def lay_box(p, out, pre, out_map, pre_map, pairs, floats, smem, bars, acc, row, n0,
                 group, boxes, thread, place, swapped):
         """Box p of a warpgroup's 64 rows x BN of out from its accumulators, through the
         older of its two buffers once the copy engine has read it (the newer one's store
         may still be); "gelu": the product through the first buffer into pre (the newer
         store is then the previous box's gelu), and gelu of it through the second into
-        out; "gelu_backward": the box of pre brought into the buffer by the copy engine,
-        gelu' of it in place, times the accumulators. -> its boxes written so far."""
+        out; "gelu_backward": the box of pre brought into the buffer by the copy engine
+        (the first two of a tile at its start, box p + 2 once box p's store has read the
+        buffer: a load in flight while a box is laid), gelu' of it in place, times the
+        accumulators. -> its boxes written so far."""
         slot = 0 if GELU else boxes & 1
         words = int32((buffers + (2 * group + slot) * box_bytes) // 4)
         buffer = words * in_word                 # (in elements of out)
         col = n0 + p * panel
-        if thread == 0:
-            bulk_wait_but_one()
-            if GELU_BACKWARD:                    # (a box of pre a box of out: the parity)
-                mbarrier_arrive_expect_tx(bars, PRE_LANDED + group, 2 * 64 * panel)
-                tma_load_2d(smem, buffer, pre, pre_map, col, row, bars, PRE_LANDED + group)
-        if GELU_BACKWARD:                        # (the load waited for the buffer's store)
-            while not mbarrier_try_wait(bars, PRE_LANDED + group, boxes & 1):
+        if GELU_BACKWARD:
+            if thread == 0 and p == 0:           # both buffers' stores have read them
+                bulk_wait()
+                load_pre(0, pre, pre_map, smem, bars, row, n0, group, boxes)
+                if BOXES > 1:
+                    load_pre(1, pre, pre_map, smem, bars, row, n0, group, boxes + 1)
+            # (each buffer's barrier: a load every other box, so its parity is boxes // 2's)
+            while not mbarrier_try_wait(bars, PRE_LANDED + 2 * group + slot, (boxes >> 1) & 1):
                 pass
             gelu_box(pairs, words, place, swapped)   # each thread its own places
         else:
+            if thread == 0:
+                bulk_wait_but_one()
             named_barrier(2 + group, WARPGROUP)
         for h in range(2):
             for q in range(js):
@@ -370,6 +387,9 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
             else:
                 store_box(out, out_map, col, row, floats, buffer)
             bulk_commit()
+            if GELU_BACKWARD and p + 2 < BOXES:  # its buffer read: box p + 2 into it
+                bulk_wait()
+                load_pre(p + 2, pre, pre_map, smem, bars, row, n0, group, boxes + 2)
         if GELU:
             if thread == 0:                      # the second buffer's last store has read it
                 bulk_wait_but_one()
@@ -555,7 +575,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
         if cuda.threadIdx.x == 0:
             pipe.init(bars)
             if GELU_BACKWARD:
-                for g in range(GROUPS):
+                for g in range(2 * GROUPS):
                     mbarrier_init(bars, PRE_LANDED + g, 1)
             fence_barrier_init()
         if CLUSTER == 1:
