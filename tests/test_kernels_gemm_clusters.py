@@ -15,7 +15,7 @@ from microgpt.kernels.atoms import (bulk_commit, bulk_wait, cluster_count, clust
                                     fence_tensor_map, mbarrier_arrive_cluster,
                                     mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_try_wait,
                                     shared_address, tma_load_2d_multicast, tma_store_2d)
-from microgpt.kernels.gemm import persistent
+from microgpt.kernels.gemm import launch
 from microgpt.kernels.layouts.tensor_maps import tensor_map
 
 ROWS, COLS = 64, 64          # a box of bf16, 128-byte rows
@@ -78,7 +78,7 @@ def test_a_cluster_shares_its_copies_and_barriers(seed):
     else:
         signature = (types.uint16[:, ::1], types.uint16[:, ::1], types.uint64[::1],
                      types.uint64[::1], types.int32[::1])
-        persistent.launch_by_driver(kernel, signature, blocks, CLUSTER, 32, shared, 0, args)
+        launch.launch_by_driver(kernel, signature, blocks, CLUSTER, 32, shared, 0, args)
     np.testing.assert_array_equal(out.copy_to_host(), np.tile(src, (blocks, 1)))
     ranks = np.arange(blocks) % CLUSTER
     np.testing.assert_array_equal(seen.copy_to_host(), CLUSTERS * 100 + ranks)

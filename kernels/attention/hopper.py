@@ -562,8 +562,8 @@ def hopper_attention_forward(out, lse, q, k, v, *, tile=None, stream=0):
     if tile.donate:        # (the driver's JIT opts in by itself, once a signature)
         # imported by name: kernels.cache keys a kernel on every module its module imports,
         # and this launch (not the kernel's code) would tie the forward's to the GEMMs'
-        persistent = importlib.import_module("..gemm.persistent", __package__)
-        persistent.launch_by_driver(kernel, _signatures.setdefault(
+        launch = importlib.import_module("..gemm.launch", __package__)
+        launch.launch_by_driver(kernel, _signatures.setdefault(
             layouts, tuple(map(numba.typeof, args))), grid, 1, tile.threads, size, stream,
             args, whole=True)
         return

@@ -26,7 +26,7 @@ from ..common import ceil_div, check_array, device_address, fill_zero, kept_with
 from ..device import CHUNK, SIMULATOR, allow_dynamic_shared
 from ..layouts.tensor_maps import tensor_map, tma_ready
 from ..layouts.tiles import PANEL
-from . import persistent, wgmma
+from . import launch, persistent, wgmma
 from .bias import check_bias, unread_bias
 from .mma_sync import mma_sync_kernel
 from .tiles import GROUP, MmaTile, PersistentTile, WgmmaTile, check_tile
@@ -242,5 +242,5 @@ def _launch_persistent(out, pre, a, b, bias, transpose_a, transpose_b, epilogue,
     else:
         shape = (cluster, tile.threads, tile.shared_bytes)
         grid = (persistent.blocks(units) if cluster == 1
-                else persistent.cluster_blocks(kernel, signature, units, *shape, whole))
-        persistent.launch_by_driver(kernel, signature, grid, *shape, stream, args, whole)
+                else launch.cluster_blocks(kernel, signature, units, *shape, whole))
+        launch.launch_by_driver(kernel, signature, grid, *shape, stream, args, whole)

@@ -33,7 +33,6 @@ are resident once the kernels before it on the stream have ended, and the item o
 index not yet added can always add: none waits for ever.
 """
 import functools
-import sys
 
 from numba import cuda, float32, int32, types, uint16, uint32, uint64
 
@@ -46,12 +45,11 @@ from ..atoms import (bulk_commit, bulk_wait, bulk_wait_but_one, bulk_wait_writte
                      mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_try_wait,
                      named_barrier_arrive, opaque, pack_bf16x2, rcp_approx,
                      set_max_registers, shared_address, tma_add_2d, tma_load_2d,
-                     tma_store_2d,
+                     tma_prefetch_2d, tma_store_2d,
                      warpgroup_commit,
                      warpgroup_fence, warpgroup_wait, wgmma_bf16)
 from ..cache import jit
-from ..device import (MMA_K, SIMULATOR, SMS, SWIZZLE_BYTES, WARPGROUP, allow_dynamic_shared,
-                      swizzle)
+from ..device import MMA_K, SIMULATOR, SMS, SWIZZLE_BYTES, WARPGROUP, swizzle
 from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
 from ..layouts.tiles import descriptor
 from ..pipelines.tma import tma_pipeline
@@ -74,117 +72,6 @@ FOLD_REGISTERS = 96       # accumulators a thread of a folding tile (a 128 x 192
 def blocks(tiles):
     """Blocks of a launch (without clusters) over `tiles`: one an SM, or one a tile."""
     return min(tiles, SMS)
-
-
-_loaded = {}      # (kernel, signature, cluster, whole, device) -> (overload, kernel, clusters)
-
-
-def _load(kernel, signature, cluster, threads, shared_bytes, whole):
-    """The overload a driver launch runs, the cuda.core kernel to launch (numba's own load
-    of it, or, whole, its PTX loaded by the driver's JIT) and the most clusters of it that
-    the device holds at once (an SM's clusters must lie within one of its GPCs, whose SMs
-    need not come in whole clusters): a persistent grid of more would leave the rest of
-    them to start when the first have ended, and take twice as long.
-
-    whole: numba-cuda links its kernels through nvJitLink, which assembles the PTX as
-    relocatable code, and ptxas then ignores setmaxnreg ("to maintain compatibility across
-    compilation units"); the driver's JIT of the same PTX compiles the whole program, which
-    honours it (the copier's registers handed to the computing warpgroups)."""
-    # (per device: the JIT's kernel takes its shared-memory opt-in per device)
-    key = (id(kernel), signature, cluster, whole, cuda.get_current_device().id)
-    if key not in _loaded:              # (looking up the overload costs more than a launch)
-        from numba.cuda.cudadrv.driver import binding, driver
-
-        compiled = kernel.compile(signature)
-        if compiled is None:            # kernels.ahead's recording: nothing will launch
-            return None, None, 1
-        launched = _jit_whole(kernel, signature, compiled, shared_bytes) if whole else None
-        if launched is None:
-            launched = compiled._codelibrary.get_cufunc().kernel
-        fits = SMS
-        if cluster > 1:
-            function = driver.cuKernelGetFunction(launched.handle)
-            shape = binding.CUlaunchAttribute()
-            shape.id = binding.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-            shape.value.clusterDim.x, shape.value.clusterDim.y, shape.value.clusterDim.z = (
-                cluster, 1, 1)
-            config = binding.CUlaunchConfig()
-            config.gridDimX, config.gridDimY, config.gridDimZ = SMS // cluster * cluster, 1, 1
-            config.blockDimX, config.blockDimY, config.blockDimZ = threads, 1, 1
-            config.sharedMemBytes = shared_bytes
-            config.attrs, config.numAttrs = [shape], 1
-            fits = driver.cuOccupancyMaxActiveClusters(function, config)
-            if fits < 1:
-                raise RuntimeError(f"no cluster of {cluster} blocks of {threads} threads and "
-                                   f"{shared_bytes} bytes of shared memory fits this device")
-        _loaded[key] = compiled, launched, fits
-    return _loaded[key]
-
-
-def _jit_whole(kernel, signature, compiled, shared_bytes):
-    """The overload's PTX through the driver's JIT (cuLibraryLoadData: one module, compiled
-    whole), with the opt-in to its dynamic shared memory. NVVM may write a newer PTX ISA
-    than the driver reads: its version line is then the driver's own (PTX 9.x is CUDA 13.x);
-    the instructions used are sm_90a's, older than either. If the JIT refuses it, None,
-    said in one line: the kernel then runs as numba links it, correct but without the
-    copier's registers moved (slower)."""
-    import re
-
-    from cuda.core import ObjectCode
-    from numba.cuda.cudadrv.driver import binding, driver
-
-    device = cuda.get_current_device()
-    ptx = compiled.inspect_asm(None)           # (the cc numba compiled for: sm_90a)
-    entry = re.search(r"\.entry\s+(\w+)\(", ptx).group(1)
-    major, minor = driver.get_version()
-    ptx = re.sub(r"^\.version \d+\.\d+", f".version {major - 4}.{minor}", ptx, count=1,
-                 flags=re.M)
-    try:
-        launched = ObjectCode.from_ptx(ptx.encode()).get_kernel(entry)   # (a str is a path)
-    except Exception as error:                 # (cuda.core's CUDAError)
-        print(f"gemm.persistent: the driver's JIT refused {kernel.py_func.__name__} "
-              f"({str(error).splitlines()[0]}); running numba's own build of it (setmaxnreg "
-              "ignored: slower)", file=sys.stderr)
-        allow_dynamic_shared(kernel, signature, shared_bytes)
-        return None
-    attribute = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    driver.cuKernelSetAttribute(attribute, shared_bytes, launched.handle, device.id)
-    driver.cuFuncSetAttribute(driver.cuKernelGetFunction(launched.handle), attribute,
-                              shared_bytes)
-    return launched
-
-
-def cluster_blocks(kernel, signature, units, cluster, threads, shared_bytes, whole=False):
-    """Blocks of a clustered launch over `units` of the walk: as many clusters as the
-    device holds at once, or one a unit."""
-    fits = _load(kernel, signature, cluster, threads, shared_bytes, whole)[2]
-    return min(units, fits) * cluster
-
-
-def launch_by_driver(kernel, signature, blocks, cluster, threads, shared_bytes, stream,
-                     args, whole=False):
-    """kernel[blocks, threads, stream, shared_bytes](*args), in clusters of `cluster`
-    blocks along x (blocks a count then; without clusters also a grid's shape), and
-    (whole) as the driver's JIT compiles its PTX (_load): numba-cuda's
-    launch has neither a cluster shape nor that load, cuda.core's (which numba-cuda
-    launches through) has; the arguments are marshalled as numba-cuda's launch does."""
-    if SIMULATOR:
-        raise ValueError(f"clusters of {cluster} blocks: the simulator runs its blocks one "
-                         "after another, so none could wait on another")
-    from cuda.core import LaunchConfig, launch
-    from numba.cuda.cudadrv import driver
-
-    compiled, launched, _ = _load(kernel, signature, cluster, threads, shared_bytes, whole)
-    if compiled is None:
-        return
-    stream = driver._to_core_stream(stream)
-    marshalled, written_back = [], []
-    for ty, value in zip(compiled.argument_types, args):
-        compiled._prepare_args(ty, value, stream, written_back, marshalled)
-    config = LaunchConfig(grid=blocks // cluster if cluster > 1 else blocks,
-                          cluster=cluster if cluster > 1 else None,
-                          block=threads, shmem_size=shared_bytes)
-    launch(stream, config, launched, *marshalled)
 
 
 @cuda.jit(device=True, inline=True)
@@ -272,14 +159,19 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
         than the last call's: the producer's cursor (its item's end, origin and first K
         step less the item's first g) moves on once an item, so that the copying thread,
         a consumer's too, spends a few instructions a step on it."""
-        (smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank,
-         cursor) = operands
+        (smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank, cursor,
+         pre, pre_map) = operands
         if g == cursor[0]:                   # the first step of the next item
             item = quotient(g, steps)
             cursor[1], cursor[2], k_step = work(first + item * stride, units_m, tiles_n,
                                                 steps, rank)
             cursor[3] = k_step - g
             cursor[0] = g + steps
+            if GELU_BACKWARD:                # its tile of pre into the L2, for the epilogue's
+                for r in range(BM // 64):    # loads a main loop later
+                    for p in range(BOXES):
+                        tma_prefetch_2d(pre, pre_map, cursor[2] + p * panel,
+                                        cursor[1] + 64 * r)
         slab.load(bars, stage, smem, a, b, a_map, b_map, (cursor[3] + g) * BK, cursor[1],
                   cursor[2], rank)
 
@@ -444,7 +336,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
         epilogue. Cooperative, each warpgroup has its 64 rows of every item's tile; in
         ping-pong, each has every other item, the whole of its tile (two halves of 64 rows
         where the tile has 128)."""
-        smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank, _ = operands
+        smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank = operands[:11]
         thread = cuda.threadIdx.x % WARPGROUP
         if thread == 0:                      # each warpgroup's thread 0 writes its rows
             fence_tensor_map(out_map)
@@ -585,11 +477,13 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
         cursor = cuda.local.array(4, int32)  # the producer's: see fill
         cursor[0] = 0
         operands = (smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank,
-                    cursor)
+                    cursor, pre, pre_map)
         if not COPIER:
             if cuda.threadIdx.x == 0:
                 fence_tensor_map(a_map)
                 fence_tensor_map(b_map)
+                if GELU_BACKWARD:            # (the prefetches of pre: fill)
+                    fence_tensor_map(pre_map)
                 pipe.prologue(bars, total, operands)
             consume(out, pre, bias, turns, out_map, pre_map, pairs, floats, bars, operands,
                     items, total, splits, group)
@@ -598,6 +492,8 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
             if thread == 0:
                 fence_tensor_map(a_map)
                 fence_tensor_map(b_map)
+                if GELU_BACKWARD:            # (the prefetches of pre: fill)
+                    fence_tensor_map(pre_map)
                 pipe.refill_ready(bars, total, total, int32(0), total, operands)
         else:
             raise_registers()
