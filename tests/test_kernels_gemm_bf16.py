@@ -303,8 +303,8 @@ def test_hopper_takes_the_wgmma_tiles():
 def test_hopper_routes_to_the_persistent_tiles():
     """Where the product needs nothing the persistent kernel lacks: the copier tile; where
     256 columns would leave more than an eighth of the last column of tiles empty
-    (andrea-12m's N 384) the narrow copier's 192; a bf16 out of a K longer than a chain
-    folds."""
+    (andrea-12m's N 384) the narrow copier's 192, as for a split-K product that it takes in
+    less time; a bf16 out of a K longer than a chain folds."""
     route = lambda M, N, K, *flags: tuning.default_tile(M, N, K, *flags, persistent=True)
     assert route(16384, 2304, 768, False, True) == tuning.COPIER_TILE
     assert route(16384, 50304, 768, False, True, True) == tuning.COPIER_TILE  # 128 of 50,432
@@ -315,6 +315,15 @@ def test_hopper_routes_to_the_persistent_tiles():
     assert route(4096, 384, 16384, True, True) == tuning.NARROW_COPIER_TILE   # 256 items
     assert route(16384, 384, 384, False, True) == tuning.NARROW_COPIER_TILE
     assert route(384, 384, 16384, True, True) == tuning.NARROW_COPIER_TILE
+    # split K: the narrow copier where its waves of items take fewer slabs' time
+    # (split_slabs: 384 items of 64 slabs in 3 waves, against the copier's 360 of 52), the
+    # copier where the two tie (the LM head dW's 18 waves) or it takes fewer
+    assert route(3072, 768, 16384, True, True) == tuning.NARROW_COPIER_TILE
+    assert route(768, 3072, 16384, True, True) == tuning.NARROW_COPIER_TILE
+    assert route(384, 1152, 16384, True, True) == tuning.NARROW_COPIER_TILE
+    assert route(50304, 768, 8192, True, True) == tuning.COPIER_TILE
+    assert route(384, 1536, 16384, True, True) == tuning.COPIER_TILE
+    assert route(768, 2304, 16384, True, True) == tuning.COPIER_TILE
     assert route(16384, 768, 50304, False, True, True) == tuning.FOLD_TILE
     assert route(16384, 2304, 768) == tuning.LARGE_TILE                       # no wgmma
 

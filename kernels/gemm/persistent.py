@@ -548,6 +548,6 @@ PTX_SIGNATURES = [
         (False, True, "float32", False, NARROW_COPIER_TILE),   # andrea-12m's N 384: dX
         (False, True, "bf16", False, NARROW_COPIER_TILE),      # W_O's dX
         (False, False, "float32", False, NARROW_COPIER_TILE),  # MLP down, the LM head's dX
-        (True, False, "atomic", False, NARROW_COPIER_TILE),    # the LM head's dW
+        (True, False, "atomic", False, NARROW_COPIER_TILE),    # dW: split_slabs
     ]
 ]

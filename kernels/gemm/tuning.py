@@ -32,6 +32,10 @@ TALL_COST = 1.42
 # whether the launcher routes products to the persistent kernel's copier tiles on Hopper
 # (default_tile's `persistent`; their whole-program load: docs/gemm-bf16.md, session 20)
 PERSISTENT_ROUTING = True
+# an item's epilogue on the persistent copier tiles, adding its float32 tile into out, in
+# the time of its slabs of K (split_slabs): on the H200 ~5 (session 21, call C: the MLP dW
+# at andrea-120m, 3 waves of 52 slabs an item, 0.1202 ms; W_O's, a wave of 37, 0.0309)
+EPILOGUE_SLABS = 5
 
 
 # Chosen by the sweep of tools/bench.py --gemm-sweep on the H200 (docs/gemm-bf16.md):
@@ -94,13 +98,19 @@ def default_tile(M, N, K, accumulate=False, wgmma=False, bf16_out=False, persist
     `persistent` (the product needs none of what the persistent kernel lacks: the GELU
     backward's epilogue, folding a bf16 out, a staged bias; ordered split-K takes
     ordered_tile's), the persistent kernel's copier tiles: persistent_tile's, and where
-    that is ping-pong the narrow copier (128 x 192, which covers N 384 whole). On the H200
+    that is ping-pong the narrow copier (128 x 192, which covers N 384 whole), as for a
+    split-K product whose waves of items take it fewer slabs' time (split_slabs). On the H200
     (docs/gemm-bf16.md, tuning log rows 21 and 23; session 21, calls B and C, each product
     captured beside cuBLAS in one process) the narrow copier was faster than ping-pong on
     every one of andrea-12m's nine products of N 384: QKV dX 0.0315 -> 0.0288 ms, MLP up
     dX 0.0395 -> 0.0347, MLP down forward 0.0396 -> 0.0341, MLP down dW 0.0409 -> 0.0322,
     the LM head's dX 0.0647 -> 0.0398 and dW 0.0510 -> 0.0393 (8192-row chunks), W_O's
-    three by 2-10% (call C). Else with wgmma the wide wgmma tile, or for a K too
+    three by 2-10% (call C). Split-K by split_slabs (session 22, call B, probe.py sweep dw,
+    each weight gradient's splits of both tiles captured beside cuBLAS): the narrow copier
+    for andrea-120m's MLP dW (4 splits, 384 items: 0.1131 -> 0.1092 ms up, 0.1152 -> 0.1106
+    down, from the copier's 5, 360) and andrea-12m's QKV dW (7 splits: 0.0302 -> 0.0250), the
+    copier kept where it won or tied (QKV dW at andrea-120m 0.0868 against 0.0869, andrea-12m's
+    MLP up dW 0.0313 against 0.0315). Else with wgmma the wide wgmma tile, or for a K too
     long for one chain that cannot be split (a bf16 out: a float32 one is split, see
     splits_written) the folding one. Otherwise the mma.sync tiles: the large tile for
     products with a K of at least 768 and either many output tiles or a long K to split
@@ -120,7 +130,10 @@ def default_tile(M, N, K, accumulate=False, wgmma=False, bf16_out=False, persist
         if persistent:
             # (ping-pong's products: the narrow copier, faster on each of them, below)
             tile = persistent_tile(N)
-            return NARROW_COPIER_TILE if tile == PINGPONG_TILE else tile
+            if tile == PINGPONG_TILE or accumulate and (
+                    split_slabs(M, N, K, NARROW_COPIER_TILE) < split_slabs(M, N, K, tile)):
+                return NARROW_COPIER_TILE
+            return tile
         if bf16_out or K < TALL_K:
             return WIDE_TILE
         split = accumulate or folds        # (a float32 out of a long K is split too)
@@ -178,6 +191,17 @@ def ordered_by_parts(M, N, K, tile, splits):
     them in turns: where a tile's splits all run in one wave (ordered_tile)."""
     tiles = ceil_div(M, tile.rows) * ceil_div(N, tile.cols)
     return tiles * splits <= SMS
+
+
+def split_slabs(M, N, K, tile):
+    """A split-K product's time on a persistent tile in its default split, in slabs of
+    the copier's 128 x 256: waves of items (one an SM), each its slabs of K and its
+    epilogue's adds (EPILOGUE_SLABS), a slab of a smaller tile in proportion to its area."""
+    split = default_split_k(M, N, K, tile)
+    steps = ceil_div(ceil_div(K, tile.depth), split)
+    items = ceil_div(M, tile.rows) * ceil_div(N, tile.cols) * split
+    area = tile.rows * tile.cols / (COPIER_TILE.rows * COPIER_TILE.cols)
+    return ceil_div(items, SMS) * (steps + EPILOGUE_SLABS) * area
 
 
 def waves(M, N, K, tile, split):
