@@ -74,10 +74,16 @@ def gelu(x):
 
 
 @cuda.jit(device=True, inline=True)
-def gelu_derivative(x):
-    """gelu'(x) = s + 2 x s (1 - s) u'(x), in float32 (also the GEMM's GELU epilogue)."""
-    s, one_minus_s = _gate(x)
+def _derivative(x, s, one_minus_s):
+    """gelu'(x) = s + 2 x s (1 - s) u'(x), from x's gate."""
     return s + TWO * x * s * one_minus_s * GELU_SCALE * (ONE + GELU_CUBIC_3 * x * x)
+
+
+@cuda.jit(device=True, inline=True)
+def gelu_derivative(x):
+    """gelu'(x), in float32 (also the GEMM's GELU epilogue)."""
+    s, one_minus_s = _gate(x)
+    return _derivative(x, s, one_minus_s)
 
 
 @functools.cache
@@ -106,10 +112,10 @@ def _gelu_kernels(width):
                     x[k * width + e] = gelu(x[k * width + e])
                 store(out, group_start(k), x, k * width)
 
-    @jit
-    def gelu_backward_kernel(dinp, dout, inp):
-        # dinp, dout, inp: float32 or bf16 each; dinp may be dout itself: a thread reads
-        # its dout elements before it writes them
+    @cuda.jit(device=True, inline=True)
+    def backward(dinp, act, dout, inp, keep):
+        # dinp may be dout itself: a thread reads its dout elements before it writes them;
+        # keep (a constant): act = gelu(inp) too, from the same gate as the derivative
         x = cuda.local.array(ELEMENTS, float32)
         dy = cuda.local.array(ELEMENTS, float32)
         for k in range(GROUPS):
@@ -119,10 +125,23 @@ def _gelu_kernels(width):
         for k in range(GROUPS):
             if group_start(k) < dinp.size:
                 for e in range(width):
-                    dy[k * width + e] *= gelu_derivative(x[k * width + e])
+                    s, one_minus_s = _gate(x[k * width + e])
+                    dy[k * width + e] *= _derivative(x[k * width + e], s, one_minus_s)
+                    x[k * width + e] *= s
                 store(dinp, group_start(k), dy, k * width)
+                if keep:
+                    store(act, group_start(k), x, k * width)
 
-    return gelu_forward_kernel, gelu_backward_kernel
+    @jit
+    def gelu_backward_kernel(dinp, dout, inp):
+        # dinp, dout, inp: float32 or bf16 each
+        backward(dinp, dinp, dout, inp, False)
+
+    @jit
+    def gelu_backward_keeping_kernel(dinp, act, dout, inp):
+        backward(dinp, act, dout, inp, True)
+
+    return gelu_forward_kernel, gelu_backward_kernel, gelu_backward_keeping_kernel
 
 
 _F32, _BF16 = float32[::1], uint16[::1]
@@ -132,7 +151,9 @@ PTX_SIGNATURES = [(_residual_forward_kernel, (_F32, _F32, _F32))] + [
         (_gelu_kernels(width)[0], (_BF16, _F32)),           # the GEMM wrote float32
         (_gelu_kernels(width)[0], (_BF16, _BF16)),
         (_gelu_kernels(width)[1], (_F32, _F32, _F32)),
-        (_gelu_kernels(width)[1], (_BF16, _BF16, _BF16))]]
+        (_gelu_kernels(width)[1], (_BF16, _BF16, _BF16)),
+        (_gelu_kernels(width)[2], (_F32, _F32, _F32, _F32)),
+        (_gelu_kernels(width)[2], (_BF16, _BF16, _BF16, _BF16))]]
 
 
 # ----------------------------------------------------------------------------------
@@ -168,8 +189,13 @@ def gelu_forward(out, inp, *, stream=0, block=BLOCK):
                  block, bf16=True, groups=GROUPS)
 
 
-def gelu_backward(dinp, dout, inp, *, stream=0, block=BACKWARD_BLOCK):
+def gelu_backward(dinp, dout, inp, act=None, *, stream=0, block=BACKWARD_BLOCK):
     """dinp = dout * gelu'(inp), each float32 or bf16; dinp may be the same array as dout
-    (in place)."""
-    _launch_flat(lambda width: _gelu_kernels(width)[1], (dinp, dout, inp),
-                 ("dinp", "dout", "inp"), stream, block, bf16=True, groups=GROUPS)
+    (in place). act, when given: = gelu(inp) too (the forward's output, recomputed where
+    it was not kept: a write, where a GELU forward pass would read inp again)."""
+    if act is None:
+        _launch_flat(lambda width: _gelu_kernels(width)[1], (dinp, dout, inp),
+                     ("dinp", "dout", "inp"), stream, block, bf16=True, groups=GROUPS)
+    else:
+        _launch_flat(lambda width: _gelu_kernels(width)[2], (dinp, act, dout, inp),
+                     ("dinp", "act", "dout", "inp"), stream, block, bf16=True, groups=GROUPS)

@@ -231,11 +231,13 @@ def _residual_layernorm_forward_kernel(C, width, few=False, residual=True):
 
 
 @functools.cache
-def _layernorm_backward_kernel(C, width, write_copy, sum_dinp=False):
+def _layernorm_backward_kernel(C, width, write_copy, sum_dinp=False, write_out=False):
     """The backward for rows of C, read and written in groups of width; write_copy: also
     write dinp's new value, rounded to bf16, into dinp_copy; sum_dinp: a third set of
     partial sums, the column sums of dinp's new value (a bias's gradient, see
-    layernorm_backward)."""
+    layernorm_backward); write_out: the forward's output recomputed into out, xhat *
+    weight + bias (xhat is in registers; bias is read a group at a time as it is
+    written, a group's registers where the row's would spill)."""
     GROUPS, COLS = _lane_columns(C, width)
     load, store = group_loader(width), group_storer(width)
     SETS = 3 if sum_dinp else 2
@@ -243,9 +245,10 @@ def _layernorm_backward_kernel(C, width, write_copy, sum_dinp=False):
     DS = COLS if sum_dinp else 1
 
     @jit
-    def layernorm_backward_kernel(dinp, dinp_copy, partials, dout, inp, weight, mean, rstd,
-                                  rows_per_block):
-        # dinp (N, C) +=, dinp_copy (N, C) bf16 (when write_copy), partials (blocks, SETS
+    def layernorm_backward_kernel(dinp, dinp_copy, out, partials, dout, inp, weight, bias,
+                                  mean, rstd, rows_per_block):
+        # dinp (N, C) +=, dinp_copy (N, C) bf16 (when write_copy), out (N, C) float32 or
+        # bf16 and bias (C,) (when write_out), partials (blocks, SETS
         # C) = each block's dweight [0, C), dbias [C, 2C) and (sum_dinp) column sums of
         # the new dinp [2C, 3C), dout (N, C) float32 or bf16, inp (N, C), weight (C,),
         # mean (N,), rstd (N,); block = rows [blockIdx * rows_per_block, ...), a warp per
@@ -267,6 +270,7 @@ def _layernorm_backward_kernel(C, width, write_copy, sum_dinp=False):
         # and of the new dinp: dinp is in registers when it is written, so its column
         # sums cost no second pass over it (bias_backward's, 14 us a call at andrea-120m)
         ds = cuda.local.array(DS, float32)
+        b = cuda.local.array(width, float32)
         for i in range(COLS):
             dw[i] = ZERO
             db[i] = ZERO
@@ -318,6 +322,12 @@ def _layernorm_backward_kernel(C, width, write_copy, sum_dinp=False):
                     store(dinp, (row, col), old, k * width)
                     if write_copy:
                         store(dinp_copy, (row, col), old, k * width)
+                    if write_out:
+                        load(b, 0, bias, col)
+                        for e in range(width):
+                            i = k * width + e
+                            x[i] = x[i] * w[i] + b[e]
+                        store(out, (row, col), x, k * width)
 
         # the warps' sums into the block's, one warp after the other (a fixed order, where
         # shared atomics took the warps as they came), then the block's into its row of
@@ -376,11 +386,20 @@ PTX_SIGNATURES = [
         (_residual_layernorm_forward_kernel(C, width, True, False),     # and its first
          (_ROWS, _BF16_ROWS, _VECTOR, _VECTOR, _ROWS, _ROWS, _VECTOR, _VECTOR)),
         (_layernorm_backward_kernel(C, width, False),
-         (_ROWS, _ROWS, _ROWS, _ROWS, _ROWS, _VECTOR, _VECTOR, _VECTOR, int64)),
+         (_ROWS, _ROWS, _ROWS, _ROWS, _ROWS, _ROWS, _VECTOR, _VECTOR, _VECTOR, _VECTOR,
+          int64)),
+        (_layernorm_backward_kernel(C, width, False, write_out=True),     # fp32's step
+         (_ROWS, _ROWS, _ROWS, _ROWS, _ROWS, _ROWS, _VECTOR, _VECTOR, _VECTOR, _VECTOR,
+          int64)),
         (_layernorm_backward_kernel(C, width, True),
-         (_ROWS, _BF16_ROWS, _ROWS, _BF16_ROWS, _ROWS, _VECTOR, _VECTOR, _VECTOR, int64)),
-        (_layernorm_backward_kernel(C, width, True, True),      # GPT-2's biases
-         (_ROWS, _BF16_ROWS, _ROWS, _BF16_ROWS, _ROWS, _VECTOR, _VECTOR, _VECTOR, int64))]
+         (_ROWS, _BF16_ROWS, _ROWS, _ROWS, _BF16_ROWS, _ROWS, _VECTOR, _VECTOR, _VECTOR,
+          _VECTOR, int64)),
+        (_layernorm_backward_kernel(C, width, True, write_out=True),      # bf16's step
+         (_ROWS, _BF16_ROWS, _BF16_ROWS, _ROWS, _BF16_ROWS, _ROWS, _VECTOR, _VECTOR,
+          _VECTOR, _VECTOR, int64)),
+        (_layernorm_backward_kernel(C, width, True, True, True),      # GPT-2's biases
+         (_ROWS, _BF16_ROWS, _BF16_ROWS, _ROWS, _BF16_ROWS, _ROWS, _VECTOR, _VECTOR,
+          _VECTOR, _VECTOR, int64))]
 ] + [(_column_sums_kernel, (_VECTOR, _VECTOR, _VECTOR, _ROWS))]
 
 
@@ -462,13 +481,17 @@ def residual_layernorm_forward(resid, out, mean, rstd, a, b, weight, bias, *, st
 
 
 def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, *, dinp_copy=None,
-                       dinp_sum=None, stream=0, block=None, rows_per_block=ROWS_PER_BLOCK):
+                       dinp_sum=None, out=None, bias=None, stream=0, block=None,
+                       rows_per_block=ROWS_PER_BLOCK):
     """dinp (N, C), dweight (C,) and dbias (C,) += the gradients of the forward given dout
     (N, C); all three accumulate (dinp is the residual stream's gradient). dout is float32
     or bf16; dinp_copy (N, C), when given, is bf16 and receives dinp's new value rounded;
     dinp_sum (C,), when given, += the column sums of dinp's new value: the gradient of the
     bias of the layer whose output dinp is the gradient of (GPT-2's attention and MLP
-    output projections write the residual stream), summed as dinp is written."""
+    output projections write the residual stream), summed as dinp is written. out (N, C),
+    float32 or bf16, with bias (C,): = the forward's output, xhat * weight + bias from
+    the saved mean and rstd (the operand of the dW GEMM of the layer after the norm, which
+    the forward did not keep): a write, as the row is in registers."""
     N, C = _check_rows(inp, weight, mean, rstd)
     check_array("dinp", dinp, (N, C))
     check_activation("dout", dout, (N, C))
@@ -478,6 +501,12 @@ def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, *, d
     check_array("dbias", dbias, (C,))
     if dinp_sum is not None:
         check_array("dinp_sum", dinp_sum, (C,))
+    if (out is None) != (bias is None):
+        raise ValueError("out and bias: give both (the forward's output and its bias) or "
+                         "neither")
+    if out is not None:
+        check_activation("out", out, (N, C))
+        check_array("bias", bias, (C,))
     if rows_per_block < 1:
         raise ValueError(f"rows_per_block must be at least 1, got {rows_per_block}")
     sets = 2 if dinp_sum is None else 3
@@ -486,15 +515,17 @@ def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, *, d
     if N == 0:
         return
     copy = dinp if dinp_copy is None else dinp_copy
-    width = group_width(C, dinp, copy, dout, inp, weight)
-    kernel = _layernorm_backward_kernel(C, width, dinp_copy is not None, dinp_sum is not None)
+    out, bias = (dinp, weight) if out is None else (out, bias)
+    width = group_width(C, dinp, copy, out, dout, inp, weight, bias)
+    kernel = _layernorm_backward_kernel(C, width, dinp_copy is not None, dinp_sum is not None,
+                                        out is not dinp)
     blocks = ceil_div(N, rows_per_block)
     # kept with dweight's memory (the model's gradient buffer, which every LayerNorm's
     # dweight views): the launches of a step run in stream order, so they share it
     partials = kept_with(dweight, ("layernorm partials", blocks, sets, C),
                          lambda: cuda.device_array((blocks, sets * C), np.float32))
-    kernel[blocks, block, stream](dinp, copy, partials, dout, inp, weight, mean, rstd,
-                                  rows_per_block)
+    kernel[blocks, block, stream](dinp, copy, out, partials, dout, inp, weight, bias, mean,
+                                  rstd, rows_per_block)
     parts = column_parts(partials, dweight, SUM_PARTS, stream=stream)
     _column_sums_kernel[ceil_div(sets * C, COLUMN_SUMS_BLOCK), COLUMN_SUMS_BLOCK, stream](
         dweight, dbias, dbias if dinp_sum is None else dinp_sum, parts)

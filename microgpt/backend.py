@@ -79,11 +79,14 @@ class NumpyBackend:
             a, b, weight, bias)
 
     def layernorm_backward(self, dinp, dweight, dbias, dout, inp, weight, mean, rstd, *,
-                           dinp_copy=None, dinp_sum=None):
+                           dinp_copy=None, dinp_sum=None, out=None, bias=None):
         """dinp, dweight, dbias += the gradients; dinp_copy, if given, = the new dinp (in
         its own dtype: the mixed-precision step's bf16 operand of the next GEMMs);
         dinp_sum, if given, += the new dinp's column sums (the gradient of the bias of the
-        layer whose output dinp is the gradient of)."""
+        layer whose output dinp is the gradient of); out, if given (with bias), = the
+        forward's output from the saved statistics, the next layer's dW operand."""
+        if out is not None:
+            out[...] = ref.layernorm_output(inp, weight, bias, mean, rstd)
         dx, dw, db = ref.layernorm_backward(dout, inp, weight, mean, rstd)
         dinp += dx
         dweight += dw
@@ -113,13 +116,16 @@ class NumpyBackend:
         """dbias (N,) += the column sums of dout (M, N): a bias's gradient."""
         dbias += ref.bias_backward(dout)
 
-    def matmul_gelu_backward(self, dpre, dout, b, pre, dbias=None):
+    def matmul_gelu_backward(self, dpre, dout, b, pre, dbias=None, act=None):
         """dpre (M, N) = (dout @ b^T) * gelu'(pre): the gradient through the MLP's down
         projection (weight b) and its activation; dbias (N,), if given, += dpre's column
-        sums (the up projection's bias's gradient)."""
+        sums (the up projection's bias's gradient); act (M, N), if given, = gelu(pre), the
+        activation recomputed for the down projection's dW."""
         dpre[...] = ref.gelu_backward(dout @ b.T, pre)
         if dbias is not None:
             dbias += ref.bias_backward(dpre)
+        if act is not None:
+            act[...] = ref.gelu_forward(pre)
 
     def split_heads_forward(self, q, k, v, qkv):
         q[...], k[...], v[...] = ref.split_heads_forward(qkv, q.shape[1])
@@ -146,7 +152,9 @@ class NumpyBackend:
     def gelu_forward(self, out, inp):
         out[...] = ref.gelu_forward(inp)
 
-    def gelu_backward(self, dinp, dout, inp):
+    def gelu_backward(self, dinp, dout, inp, act=None):
+        if act is not None:
+            act[...] = ref.gelu_forward(inp)
         dinp[...] = ref.gelu_backward(dout, inp)
 
     def crossentropy_forward(self, losses, lse, logits, targets):

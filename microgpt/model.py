@@ -70,11 +70,11 @@ ARENA_ALIGN = 64        # elements of float32 between two parts of the arena: 25
 def arena_layout(specs):
     """-> ({name: offset} of the arena's parts, the arena's length), in elements of the
     backend's float type (a bf16 part takes half an element a value: bf16 runs on float32
-    backends alone). A part's phase is a path: ("head",), ("forward",), ("backward",),
-    ("backward", "mlp"), ... The parts of one phase lie end to end, after those of the
-    phase that holds it (declared first), and beside those of every other phase, whose
-    lives do not overlap theirs: the head's chunk of logits takes the memory that the
-    blocks' scratch takes in the forward and the rest of the backward."""
+    backends alone). A part's phase is a path: ("head",), ("blocks",), ("blocks",
+    "forward"), ("blocks", "backward", "mlp"), ... The parts of one phase lie end to end,
+    after those of the phase that holds it (declared first), and beside those of every
+    other phase, whose lives do not overlap theirs: the head's chunk of logits takes the
+    memory that the blocks' scratch takes in the forward and the rest of the backward."""
     offsets, end = {}, {(): 0}
     for s in specs:
         if s.phase is None:
@@ -101,7 +101,10 @@ def activation_specs(cfg, B, T, precision="fp32"):
     C, H, D, V, L = cfg.d_model, cfg.n_head, cfg.head_dim, cfg.vocab_size, cfg.n_layer
     N = B * T
     low = "uint16" if precision == "bf16" else None     # what feeds a matmul or attention
-    mlp, attention = ("backward", "mlp"), ("backward", "attention")   # the arena's phases
+    # the arena's phases: the blocks' (forward and backward), and the head's beside them
+    blocks = ("blocks",)
+    forward, backward = blocks + ("forward",), blocks + ("backward",)
+    mlp, attention = backward + ("mlp",), backward + ("attention",)
 
     def copy_of(name, shape, of, phase):
         return (BufferSpec(name, shape, low, phase=phase) if low
@@ -114,7 +117,6 @@ def activation_specs(cfg, B, T, precision="fp32"):
     specs = [
         BufferSpec("batch", (2, B, T), "int32"),    # token ids and targets: one copy in
         BufferSpec("resid", (B, T, C), per_layer=L + 1),   # each block's input, the output
-        BufferSpec("ln_1", (B, T, C), low, per_layer=L),
         BufferSpec("ln_1_mean", (N,), per_layer=L),
         BufferSpec("ln_1_rstd", (N,), per_layer=L),
         BufferSpec("qkv", (B, T, 3 * C), low, per_layer=L, reused=not low),
@@ -125,11 +127,9 @@ def activation_specs(cfg, B, T, precision="fp32"):
         heads("att", "att_merged", 0, per_layer=L),
         BufferSpec("att_lse", (B, H, T), per_layer=L),
         BufferSpec("mid", (B, T, C), per_layer=L),          # resid + attention
-        BufferSpec("ln_2", (B, T, C), low, per_layer=L),
         BufferSpec("ln_2_mean", (N,), per_layer=L),
         BufferSpec("ln_2_rstd", (N,), per_layer=L),
         BufferSpec("fc", (B, T, 4 * C), low, per_layer=L),
-        BufferSpec("fc_gelu", (B, T, 4 * C), low, per_layer=L),
         BufferSpec("ln_f", (B, T, C), low),
         BufferSpec("ln_f_mean", (N,)),
         BufferSpec("ln_f_rstd", (N,)),
@@ -140,9 +140,14 @@ def activation_specs(cfg, B, T, precision="fp32"):
         # the arena's parts: the head's chunk of logits (the start of the backward, and
         # evaluation's loss) beside the blocks' scratch, reused by every layer
         BufferSpec("logits", (head_rows(N), V), low, phase=("head",)),  # then dlogits
+        # what the forward does not keep of a layer, which its backward recomputes for
+        # the dW GEMMs that read it: the LayerNorms' outputs (ln_1's, then ln_2's, from
+        # the saved statistics) and GELU's (from fc)
+        BufferSpec("ln", (B, T, C), low, phase=blocks),
+        BufferSpec("fc_gelu", (B, T, 4 * C), low, phase=blocks),
         # in fp32 proj is dmerged too, the attention backward's
-        BufferSpec("proj", (B, T, C), phase=("forward",) if low else attention),
-        copy_of("dresid_mm", (B, T, C), "dresid", ("backward",)),  # dresid as GEMMs read it
+        BufferSpec("proj", (B, T, C), phase=forward if low else attention),
+        copy_of("dresid_mm", (B, T, C), "dresid", backward),  # dresid as GEMMs read it
         BufferSpec("dfc", (B, T, 4 * C), low, phase=mlp),   # the gradient of fc
         copy_of("dmerged", (B, T, C), "proj", attention),   # the W_O dX
         heads("datt", "dmerged", 0),
@@ -292,17 +297,17 @@ class GPT:
         ops.layernorm_forward(out, *stats, rows(a.resid[0]), *affine)
         for i in range(cfg.n_layer):
             h = f"h.{i}."
-            ops.matmul(rows(a.qkv[i]), rows(a.ln_1[i]), w[h + "attn.w_qkv"],      # fused QKV
+            ops.matmul(rows(a.qkv[i]), rows(a.ln), w[h + "attn.w_qkv"],      # fused QKV
                        bias=p.get(h + "attn.b_qkv"))
             attention(a, i)                                     # qkv[i] -> att_merged[i]
             ops.matmul(rows(a.proj), rows(a.att_merged[i]), w[h + "attn.w_o"],
                        bias=p.get(h + "attn.b_o"))
             ops.residual_layernorm_forward(
-                rows(a.mid[i]), rows(a.ln_2[i]), a.ln_2_mean[i], a.ln_2_rstd[i],
+                rows(a.mid[i]), rows(a.ln), a.ln_2_mean[i], a.ln_2_rstd[i],
                 rows(a.resid[i]), rows(a.proj), p[h + "ln_2.weight"], p[h + "ln_2.bias"])
-            ops.matmul_gelu_forward(rows(a.fc_gelu[i]), rows(a.fc[i]), rows(a.ln_2[i]),
+            ops.matmul_gelu_forward(rows(a.fc_gelu), rows(a.fc[i]), rows(a.ln),
                                     w[h + "mlp.w_fc"], bias=p.get(h + "mlp.b_fc"))
-            ops.matmul(rows(a.proj), rows(a.fc_gelu[i]), w[h + "mlp.w_proj"],
+            ops.matmul(rows(a.proj), rows(a.fc_gelu), w[h + "mlp.w_proj"],
                        bias=p.get(h + "mlp.b_proj"))
             out, stats, affine = self._norm_of_resid(a, i + 1)
             ops.residual_layernorm_forward(rows(a.resid[i + 1]), out, *stats, rows(a.mid[i]),
@@ -339,7 +344,7 @@ class GPT:
             return rows(a.ln_f), (a.ln_f_mean, a.ln_f_rstd), (self.params["ln_f.weight"],
                                                              self.params["ln_f.bias"])
         h = f"h.{i}."
-        return rows(a.ln_1[i]), (a.ln_1_mean[i], a.ln_1_rstd[i]), (
+        return rows(a.ln), (a.ln_1_mean[i], a.ln_1_rstd[i]), (
             self.params[h + "ln_1.weight"], self.params[h + "ln_1.bias"])
 
     def enqueue_loss(self, a):
@@ -391,19 +396,23 @@ class GPT:
                                dinp_copy=copy, dinp_sum=g.get(last + "mlp.b_proj"))
         for i in reversed(range(cfg.n_layer)):
             h = f"h.{i}."
-            # MLP: dresid is the gradient of the block's output and of its MLP branch
+            # MLP: dresid is the gradient of the block's output and of its MLP branch; each
+            # dW GEMM's activation operand is recomputed just before it (a.fc_gelu by the
+            # GELU backward, a.ln by the LayerNorm backward after the dX GEMM)
             ops.matmul_gelu_backward(rows(a.dfc), rows(a.dresid_mm), w[h + "mlp.w_proj"],
-                                     rows(a.fc[i]), dbias=g.get(h + "mlp.b_fc"))  # gelu too
-            ops.matmul(g[h + "mlp.w_proj"], rows(a.fc_gelu[i]), rows(a.dresid_mm),
+                                     rows(a.fc[i]), dbias=g.get(h + "mlp.b_fc"),
+                                     act=rows(a.fc_gelu))                 # gelu both ways
+            ops.matmul(g[h + "mlp.w_proj"], rows(a.fc_gelu), rows(a.dresid_mm),
                        transpose_a=True, accumulate=True)
             ops.matmul(rows(a.dln), rows(a.dfc), w[h + "mlp.w_fc"], transpose_b=True)
-            ops.matmul(g[h + "mlp.w_fc"], rows(a.ln_2[i]), rows(a.dfc),
-                       transpose_a=True, accumulate=True)
             # attention: dresid is now the gradient of mid, W_O's output
             ops.layernorm_backward(rows(a.dresid), g[h + "ln_2.weight"], g[h + "ln_2.bias"],
                                    rows(a.dln), rows(a.mid[i]), p[h + "ln_2.weight"],
                                    a.ln_2_mean[i], a.ln_2_rstd[i], dinp_copy=copy,
-                                   dinp_sum=g.get(h + "attn.b_o"))
+                                   dinp_sum=g.get(h + "attn.b_o"), out=rows(a.ln),
+                                   bias=p[h + "ln_2.bias"])
+            ops.matmul(g[h + "mlp.w_fc"], rows(a.ln), rows(a.dfc),
+                       transpose_a=True, accumulate=True)
             ops.matmul(rows(a.dmerged), rows(a.dresid_mm), w[h + "attn.w_o"], transpose_b=True)
             ops.matmul(g[h + "attn.w_o"], rows(a.att_merged[i]), rows(a.dresid_mm),
                        transpose_a=True, accumulate=True)
@@ -416,13 +425,14 @@ class GPT:
             if h + "attn.b_qkv" in g:
                 self._qkv_bias_backward(g, h, a)
             ops.matmul(rows(a.dln), rows(a.dqkv), w[h + "attn.w_qkv"], transpose_b=True)
-            ops.matmul(g[h + "attn.w_qkv"], rows(a.ln_1[i]), rows(a.dqkv),
-                       transpose_a=True, accumulate=True)
             # dresid is now the gradient of the block's input: block i - 1's output
             ops.layernorm_backward(rows(a.dresid), g[h + "ln_1.weight"], g[h + "ln_1.bias"],
                                    rows(a.dln), rows(a.resid[i]), p[h + "ln_1.weight"],
                                    a.ln_1_mean[i], a.ln_1_rstd[i], dinp_copy=copy,
-                                   dinp_sum=g.get(f"h.{i - 1}.mlp.b_proj") if i else None)
+                                   dinp_sum=g.get(f"h.{i - 1}.mlp.b_proj") if i else None,
+                                   out=rows(a.ln), bias=p[h + "ln_1.bias"])
+            ops.matmul(g[h + "attn.w_qkv"], rows(a.ln), rows(a.dqkv),
+                       transpose_a=True, accumulate=True)
             sync.ready(*self.layout.block_matrices(i))
         # the scatter into wte's gradient, whose other writer, the head, came first
         ops.encoder_backward(g["wte"], g["wpe"], a.dresid, a.batch[0])

@@ -43,8 +43,13 @@ def layernorm_forward(x, weight, bias, eps=LN_EPS):
     mean = x.mean(axis=-1)
     xc = x - mean[:, None]
     rstd = 1.0 / np.sqrt((xc * xc).mean(axis=-1) + eps)
-    xhat = xc * rstd[:, None]
-    return xhat * weight + bias, mean, rstd
+    return layernorm_output(x, weight, bias, mean, rstd), mean, rstd
+
+
+def layernorm_output(x, weight, bias, mean, rstd):
+    """y (N, C) from x and its statistics: the forward's output, as the backward recomputes
+    it for the dW of the layer after the norm."""
+    return (x - mean[:, None]) * rstd[:, None] * weight + bias
 
 
 def layernorm_backward(dy, x, weight, mean, rstd):

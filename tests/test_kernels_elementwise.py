@@ -64,18 +64,24 @@ def test_gelu_forward(shape, block, scale, out_dtype, inp_dtype, seed):
 
 
 @given(shape=SHAPES, block=BLOCKS, scale=SCALES, in_place=st.booleans(), dinp_dtype=DTYPES,
-       dout_dtype=DTYPES, inp_dtype=DTYPES, seed=SEEDS)
-def test_gelu_backward(shape, block, scale, in_place, dinp_dtype, dout_dtype, inp_dtype, seed):
-    """in place when asked and dinp and dout share a dtype."""
+       dout_dtype=DTYPES, inp_dtype=DTYPES, act_dtype=st.sampled_from([None, np.float32, BF16]),
+       seed=SEEDS)
+def test_gelu_backward(shape, block, scale, in_place, dinp_dtype, dout_dtype, inp_dtype,
+                       act_dtype, seed):
+    """in place when asked and dinp and dout share a dtype; act_dtype: the forward's
+    output recomputed too (poisoned before)."""
     rng = np.random.default_rng(seed)
     x, x64 = device_input(randn(rng, *shape, scale=scale), inp_dtype)
     dy, dy64 = device_input(randn(rng, *shape), dout_dtype)
     in_place = in_place and dinp_dtype == dout_dtype
     dx = dy if in_place else cuda.to_device(poisoned(shape, dinp_dtype))
-    elementwise.gelu_backward(dx, dy, x, block=block)
-    assert_output_close(dx, ref.gelu_backward(dy64, x64),
-                        f"gelu backward, in place {in_place}, dout {np.dtype(dout_dtype)}, "
-                        f"inp {np.dtype(inp_dtype)}")
+    act = cuda.to_device(poisoned(shape, act_dtype)) if act_dtype else None
+    elementwise.gelu_backward(dx, dy, x, act, block=block)
+    what = (f"in place {in_place}, dout {np.dtype(dout_dtype)}, inp {np.dtype(inp_dtype)}, "
+            f"act {act_dtype and np.dtype(act_dtype)}")
+    assert_output_close(dx, ref.gelu_backward(dy64, x64), "gelu backward, " + what)
+    if act_dtype:
+        assert_output_close(act, ref.gelu_forward(x64), "gelu backward's act, " + what)
 
 
 def test_gelu_at_values_written_out():
@@ -154,9 +160,11 @@ def test_gelu_in_groups_or_element_by_element(n, off_group, width):
     assert group_width(n, out, d_x, d_dy) == width
     elementwise.gelu_forward(out, d_x)
     assert_output_close(out, ref.gelu_forward(exact), "gelu, bf16 from bf16")
-    elementwise.gelu_backward(d_dy, d_dy, d_x)
+    act = cuda.to_device(poisoned(n, BF16))
+    elementwise.gelu_backward(d_dy, d_dy, d_x, act)
     assert_output_close(d_dy, ref.gelu_backward(dy.astype(np.float64), exact),
                         "gelu backward in place")
+    assert_output_close(act, ref.gelu_forward(exact), "gelu backward's act")
 
 
 def test_empty_arrays_launch_nothing(no_launches):

@@ -132,10 +132,14 @@ def check_gelu_products(dtype, fused, rows, width, seed, biased=False):
     # of the reference's, so their sums are)
     start = randn(rng, 4 * C)
     dbias = cuda.to_device(start) if biased else None
+    # and gelu(fc) recomputed, the down projection's dW operand (as the model asks)
+    act = cuda.to_device(poisoned((N, 4 * C), out_dtype))
     gemm.matmul_gelu_backward(dfc, cuda.to_device(dy), cuda.to_device(w_proj), fc,
-                              dbias=dbias, fused=fused)
+                              dbias=dbias, act=act, fused=fused)
     want = ref.gelu_backward(dy64 @ w_proj64.T, stored)
     assert_close(read(dfc.copy_to_host()), want, tol_backward, f"dfc ({dtype})")
+    assert_close(read(act.copy_to_host()), ref.gelu_forward(stored), tol,
+                 f"gelu recomputed ({dtype}, biased {biased}, fused {fused})")
     if biased:
         assert_close(dbias.copy_to_host(), start + ref.bias_backward(want), tol_backward,
                      f"b_fc's gradient ({dtype}, fused {fused})")

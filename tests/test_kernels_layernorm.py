@@ -91,26 +91,36 @@ def check_residual_forward(shape, block, out_dtype, seed, place=cuda.to_device):
 
 
 def check_backward(shape, block, rows_per_block, seed, dout_dtype=np.float32, copy=False,
-                   place=cuda.to_device, sum_dinp=False):
+                   place=cuda.to_device, sum_dinp=False, out_dtype=None):
     """dout_dtype bf16: the kernel reads bf16 dout, the reference the same values; copy:
     the kernel also writes dinp's new value in bf16; place: how dout goes to the device;
     sum_dinp: it also adds the new dinp's column sums into dinp_sum (a bias's gradient,
-    accumulated: started from random values), float32 sums of float32 values, TOL_F32_OP."""
+    accumulated: started from random values), float32 sums of float32 values, TOL_F32_OP;
+    out_dtype (float32 or bf16): it also writes the forward's output, from the statistics
+    and a bias (poisoned before)."""
     N, C = shape
     rng = np.random.default_rng(seed)
     x, weight, dy = draw_rows(rng, N, C), randn(rng, C), randn(rng, N, C)
     dy, dy64 = bf16(dy) if dout_dtype == BF16 else (dy, dy.astype(np.float64))
     x64 = x.astype(np.float64)
-    _, mean, rstd = ref.layernorm_forward(x64, weight.astype(np.float64), np.zeros(C))
+    bias = randn(rng, C)
+    _, mean, rstd = ref.layernorm_forward(x64, weight.astype(np.float64), bias)
     # dinp, dweight, dbias, dinp_sum
     starts = randn(rng, N, C), randn(rng, C), randn(rng, C), randn(rng, C)
     dinp, dweight, dbias, dinp_sum = (cuda.to_device(s) for s in starts)
     dinp_copy = cuda.to_device(poisoned((N, C), BF16)) if copy else None
+    out = cuda.to_device(poisoned((N, C), out_dtype)) if out_dtype else None
+    mean32, rstd32 = mean.astype(np.float32), rstd.astype(np.float32)
     layernorm.layernorm_backward(
         dinp, dweight, dbias, place(dy), cuda.to_device(x), cuda.to_device(weight),
-        cuda.to_device(mean.astype(np.float32)), cuda.to_device(rstd.astype(np.float32)),
-        dinp_copy=dinp_copy, dinp_sum=dinp_sum if sum_dinp else None, block=block,
+        cuda.to_device(mean32), cuda.to_device(rstd32),
+        dinp_copy=dinp_copy, dinp_sum=dinp_sum if sum_dinp else None, out=out,
+        bias=cuda.to_device(bias) if out_dtype else None, block=block,
         rows_per_block=rows_per_block)
+    if out_dtype:       # from the very float32 statistics the kernel got
+        assert_output_close(out, ref.layernorm_output(x64, weight.astype(np.float64), bias,
+                                                      mean32.astype(np.float64), rstd32),
+                            "layernorm backward out (the forward's, recomputed)")
     expected = ref.layernorm_backward(dy64, x64, weight.astype(np.float64), mean, rstd)
     for name, got, start, want in zip(("dinp", "dweight", "dbias"), (dinp, dweight, dbias),
                                       starts, expected):
@@ -139,10 +149,12 @@ def test_residual_layernorm_forward_of_few_rows_and_more(N):
 
 
 @given(shape=SHAPES, block=BLOCKS, rows_per_block=ROWS_PER_BLOCK, dout_dtype=DTYPES,
-       copy=st.booleans(), sum_dinp=st.booleans(), seed=SEEDS)
+       copy=st.booleans(), sum_dinp=st.booleans(), out_dtype=st.sampled_from([None, np.float32, BF16]),
+       seed=SEEDS)
 def test_layernorm_backward_accumulates(shape, block, rows_per_block, dout_dtype, copy,
-                                        sum_dinp, seed):
-    check_backward(shape, block, rows_per_block, seed, dout_dtype, copy, sum_dinp=sum_dinp)
+                                        sum_dinp, out_dtype, seed):
+    check_backward(shape, block, rows_per_block, seed, dout_dtype, copy, sum_dinp=sum_dinp,
+                   out_dtype=out_dtype)
 
 
 def ones(*shape, dtype=np.float32):
@@ -174,7 +186,7 @@ def test_default_blocks_at_their_caps():
     check_backward((2, 300), None, layernorm.ROWS_PER_BLOCK, seed=4)
     check_backward((2, 300), None, layernorm.ROWS_PER_BLOCK, 7, BF16, copy=True)
     check_backward((2, 300), None, layernorm.ROWS_PER_BLOCK, 8, BF16, copy=True,
-                   sum_dinp=True)
+                   sum_dinp=True, out_dtype=BF16)
 
 
 @pytest.mark.parametrize("C,off_group,width", [(64, False, GROUP), (66, False, 1),
@@ -185,7 +197,8 @@ def test_rows_in_groups_or_element_by_element(C, off_group, width):
     place = to_device_off_group if off_group else cuda.to_device
     assert group_width(C, place(np.ones((3, C), BF16))) == width
     check_residual_forward((3, C), 64, BF16, seed=C, place=place)
-    check_backward((5, C), 64, 3, C, BF16, copy=True, place=place, sum_dinp=True)
+    check_backward((5, C), 64, 3, C, BF16, copy=True, place=place, sum_dinp=True,
+                   out_dtype=BF16)
 
 
 def test_backward_at_the_shared_memory_limit():
@@ -236,7 +249,10 @@ def launch(kind, block=None, rows_per_block=1, dtypes=None, **shapes):
         layernorm.layernorm_backward(a["dinp"], a["dweight"], a["dbias"], a["dout"], a["inp"],
                                      a["weight"], a["mean"], a["rstd"],
                                      dinp_copy=a.get("dinp_copy"),
-                                     dinp_sum=a["dinp_sum"], block=block,
+                                     dinp_sum=a["dinp_sum"],
+                                     # the recomputed output only where the case gives it
+                                     out=a["out"] if "out" in shapes else None,
+                                     bias=a["bias"] if "bias" in shapes else None, block=block,
                                      rows_per_block=rows_per_block)
     elif kind == "residual":
         layernorm.residual_layernorm_forward(a.get("resid", a["inp"]), a["out"], a["mean"],
@@ -285,6 +301,9 @@ def test_rows_in_registers_refuse_blocks_above_256(kind):
     ("backward", dict(dweight=(4,)), r"dweight: expected shape \(8,\)"),
     ("backward", dict(dbias=(9,)), r"dbias: expected shape \(8,\)"),
     ("backward", dict(dinp_sum=(4,)), r"dinp_sum: expected shape \(8,\)"),
+    ("backward", dict(out=(4, 7), bias=(8,)), r"out: expected shape \(4, 8\)"),
+    ("backward", dict(out=(4, 8), bias=(7,)), r"bias: expected shape \(8,\)"),
+    ("backward", dict(out=(4, 8)), "out and bias: give both"),
     ("backward", dict(rows_per_block=0), "rows_per_block must be at least 1, got 0"),
     ("backward", dict(rows_per_block=-1), "rows_per_block must be at least 1, got -1"),
 ])

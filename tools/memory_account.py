@@ -2,7 +2,9 @@
 """The device memory of a training step, buffer by buffer, computed on the CPU.
 
     python tools/memory_account.py --config andrea-120m --batch-size 16 --seq-len 1024
-    python tools/memory_account.py --config andrea-12m --batch-size 64 --seq-len 256 --md
+    python tools/memory_account.py --config andrea-12m --batch-size 64 --seq-len 256
+    python tools/memory_account.py --config andrea-120m --n-layer 48 --d-model 1600 \
+        --n-head 25 --batch-size 8 --seq-len 1024        # the bench's gpt2-xl geometry
 
 From the tables the backends allocate from (microgpt.params.ParamLayout for the
 parameters, their gradients and AdamW's moments; microgpt.step.step_specs for a step's
@@ -55,17 +57,22 @@ def main(argv=None):
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
     parser.add_argument("--vocab-size", type=int, default=None,
                         help="for a config whose vocabulary is the tokenizer's (microgpt)")
+    for field in ("n_layer", "d_model", "n_head"):
+        parser.add_argument("--" + field.replace("_", "-"), type=int, default=None,
+                            help="the config's, overridden (the bench's GPT-2 geometries)")
     args = parser.parse_args(argv)
-    vocab = {} if args.vocab_size is None else {"vocab_size": args.vocab_size}
+    overrides = {field: getattr(args, field) for field in ("vocab_size", "n_layer",
+                                                           "d_model", "n_head")
+                 if getattr(args, field) is not None}
     try:
-        base = get_config(args.config, **vocab)
+        base = get_config(args.config, **overrides)
     except ConfigError as err:
-        parser.error(f"{err} (here: --vocab-size N)")
+        parser.error(f"{err}{' (here: --vocab-size N)' if 'vocab_size' in str(err) else ''}")
     T = args.seq_len or base.context
-    cfg = get_config(args.config, context=max(T, base.context), **vocab)
+    cfg = get_config(args.config, context=max(T, base.context), **overrides)
     rows = account(cfg, args.batch_size, T, args.precision)
     total = sum(copies * nbytes for *_, copies, nbytes in rows)
-    assert total == required_bytes(get_config(args.config, context=T, **vocab),
+    assert total == required_bytes(get_config(args.config, context=T, **overrides),
                                    args.batch_size, args.precision, 0)
     print(f"{args.config}, B {args.batch_size} x T {T}, {args.precision}\n")
     print("| buffer | shape | dtype | copies | MiB |\n|---|---|---|--:|--:|")

@@ -94,14 +94,17 @@ def matmul_gelu_forward(out, pre, a, b, bias=None, *, fused=None, stream=0):
     elementwise.gelu_forward(out, pre, stream=stream)
 
 
-def matmul_gelu_backward(dpre, dout, b, pre, dbias=None, *, fused=None, stream=0):
+def matmul_gelu_backward(dpre, dout, b, pre, dbias=None, act=None, *, fused=None, stream=0):
     """The gradient through the MLP's down projection and its GELU: dpre (M, N) =
     (dout @ b^T) * gelu'(pre), b (N, K) the down projection's weight; dbias (N,), when
-    given, += dpre's column sums (the up projection's bias's gradient). fused (default
-    GELU_BACKWARD_IN_EPILOGUE), where the wgmma kernel runs the product: one GEMM whose epilogue
-    reads pre (gemm.bf16), then any dbias by ``reductions.bias_backward``; otherwise the
-    GEMM into dpre, then ``elementwise.gelu_backward`` in place, or with a dbias
-    ``reductions.gelu_bias_backward``, which sums dpre as it writes it."""
+    given, += dpre's column sums (the up projection's bias's gradient); act (M, N), when
+    given, = gelu(pre) (the down projection's dW operand, which the forward did not keep).
+    fused (default GELU_BACKWARD_IN_EPILOGUE), where the wgmma kernel runs the product:
+    one GEMM whose epilogue reads pre (gemm.bf16), then any dbias by
+    ``reductions.bias_backward`` and any act by ``elementwise.gelu_forward``; otherwise
+    the GEMM into dpre, then ``elementwise.gelu_backward`` in place (writing act too), or
+    with a dbias ``reductions.gelu_bias_backward``, which sums dpre as it writes it (and
+    then the GELU forward for act)."""
     if dbias is not None:
         check_array("dbias", dbias, (dpre.shape[1],))
     if _gelu_in_epilogue(fused, GELU_BACKWARD_IN_EPILOGUE, dout, b, dpre, pre):
@@ -109,9 +112,11 @@ def matmul_gelu_backward(dpre, dout, b, pre, dbias=None, *, fused=None, stream=0
                          stream=stream)
         if dbias is not None:
             reductions.bias_backward(dbias, dpre, stream=stream)
-        return
-    matmul(dpre, dout, b, transpose_b=True, stream=stream)
-    if dbias is None:
-        elementwise.gelu_backward(dpre, dpre, pre, stream=stream)
     else:
+        matmul(dpre, dout, b, transpose_b=True, stream=stream)
+        if dbias is None:
+            elementwise.gelu_backward(dpre, dpre, pre, act, stream=stream)
+            return
         reductions.gelu_bias_backward(dpre, dbias, dpre, pre, stream=stream)
+    if act is not None:
+        elementwise.gelu_forward(act, pre, stream=stream)
