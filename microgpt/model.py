@@ -42,7 +42,8 @@ class BufferSpec:
     heads_of: tuple = None  # not a buffer of its own: (name, part), the (B, H, T, D) view
                             # of that part of that buffer's fused rows (per layer alike)
     phase: tuple = None     # not a buffer of its own: a part of the arena, alive only in
-                            # this phase of a pass (arena_layout)
+                            # this phase of a pass (arena_layout); per_layer: the one
+                            # part in every place of the list
 
     @property
     def allocations(self):
@@ -85,6 +86,12 @@ def arena_layout(specs):
     return offsets, max(end.values())
 
 
+# Whether the backward recomputes the LayerNorms' and GELU's outputs for its dW GEMMs
+# (ln_1, ln_2, fc_gelu: arena scratch, 12·C bytes a token a layer less in bf16) rather than
+# the forward keeping them, at a write of each in the backward (docs/kernels-step.md,
+# "Memory"): torch.compile's partitioner recomputes them too
+RECOMPUTE = True
+
 def activation_specs(cfg, B, T, precision="fp32"):
     """Every buffer a forward + backward pass of shape (B, T) writes; the logits of a chunk
     of the N token rows at a time (head_rows), which the head and the loss walk. In bf16 the arrays a
@@ -105,6 +112,10 @@ def activation_specs(cfg, B, T, precision="fp32"):
     blocks = ("blocks",)
     forward, backward = blocks + ("forward",), blocks + ("backward",)
     mlp, attention = backward + ("mlp",), backward + ("attention",)
+    # the LayerNorms' and GELU's outputs, each the operand of a GEMM: kept per layer, or
+    # (RECOMPUTE) scratch of the arena in every layer's place, which the backward writes
+    # again for its dW GEMMs
+    kept = dict(per_layer=L, phase=blocks if RECOMPUTE else None)
 
     def copy_of(name, shape, of, phase):
         return (BufferSpec(name, shape, low, phase=phase) if low
@@ -117,6 +128,7 @@ def activation_specs(cfg, B, T, precision="fp32"):
     specs = [
         BufferSpec("batch", (2, B, T), "int32"),    # token ids and targets: one copy in
         BufferSpec("resid", (B, T, C), per_layer=L + 1),   # each block's input, the output
+        BufferSpec("ln_1", (B, T, C), low, **kept),
         BufferSpec("ln_1_mean", (N,), per_layer=L),
         BufferSpec("ln_1_rstd", (N,), per_layer=L),
         BufferSpec("qkv", (B, T, 3 * C), low, per_layer=L, reused=not low),
@@ -127,9 +139,11 @@ def activation_specs(cfg, B, T, precision="fp32"):
         heads("att", "att_merged", 0, per_layer=L),
         BufferSpec("att_lse", (B, H, T), per_layer=L),
         BufferSpec("mid", (B, T, C), per_layer=L),          # resid + attention
+        BufferSpec("ln_2", (B, T, C), low, **kept),
         BufferSpec("ln_2_mean", (N,), per_layer=L),
         BufferSpec("ln_2_rstd", (N,), per_layer=L),
         BufferSpec("fc", (B, T, 4 * C), low, per_layer=L),
+        BufferSpec("fc_gelu", (B, T, 4 * C), low, **kept),
         BufferSpec("ln_f", (B, T, C), low),
         BufferSpec("ln_f_mean", (N,)),
         BufferSpec("ln_f_rstd", (N,)),
@@ -140,11 +154,6 @@ def activation_specs(cfg, B, T, precision="fp32"):
         # the arena's parts: the head's chunk of logits (the start of the backward, and
         # evaluation's loss) beside the blocks' scratch, reused by every layer
         BufferSpec("logits", (head_rows(N), V), low, phase=("head",)),  # then dlogits
-        # what the forward does not keep of a layer, which its backward recomputes for
-        # the dW GEMMs that read it: the LayerNorms' outputs (ln_1's, then ln_2's, from
-        # the saved statistics) and GELU's (from fc)
-        BufferSpec("ln", (B, T, C), low, phase=blocks),
-        BufferSpec("fc_gelu", (B, T, 4 * C), low, phase=blocks),
         # in fp32 proj is dmerged too, the attention backward's
         BufferSpec("proj", (B, T, C), phase=forward if low else attention),
         copy_of("dresid_mm", (B, T, C), "dresid", backward),  # dresid as GEMMs read it
@@ -183,7 +192,11 @@ class Buffers:
                 n = math.prod(s.shape)
                 units = -(-n * dtype.itemsize // self.arena.dtype.itemsize)
                 part = self.arena[offsets[s.name]:offsets[s.name] + units].view(dtype)
-                setattr(self, s.name, part[:n].reshape(s.shape))
+                part = part[:n].reshape(s.shape)
+                setattr(self, s.name, [part] * s.per_layer if s.per_layer else part)
+        # per-layer names whose places are one part of the arena: what the forward wrote
+        # there is gone by the backward, which writes it again before reading it
+        self.rewritten = {s.name for s in specs if s.phase is not None and s.per_layer}
         reused = {s.name for s in specs if s.reused}
         for s in specs:
             if s.same_as is not None:      # another name; for a reused list, its one buffer
@@ -297,17 +310,17 @@ class GPT:
         ops.layernorm_forward(out, *stats, rows(a.resid[0]), *affine)
         for i in range(cfg.n_layer):
             h = f"h.{i}."
-            ops.matmul(rows(a.qkv[i]), rows(a.ln), w[h + "attn.w_qkv"],      # fused QKV
+            ops.matmul(rows(a.qkv[i]), rows(a.ln_1[i]), w[h + "attn.w_qkv"],      # fused QKV
                        bias=p.get(h + "attn.b_qkv"))
             attention(a, i)                                     # qkv[i] -> att_merged[i]
             ops.matmul(rows(a.proj), rows(a.att_merged[i]), w[h + "attn.w_o"],
                        bias=p.get(h + "attn.b_o"))
             ops.residual_layernorm_forward(
-                rows(a.mid[i]), rows(a.ln), a.ln_2_mean[i], a.ln_2_rstd[i],
+                rows(a.mid[i]), rows(a.ln_2[i]), a.ln_2_mean[i], a.ln_2_rstd[i],
                 rows(a.resid[i]), rows(a.proj), p[h + "ln_2.weight"], p[h + "ln_2.bias"])
-            ops.matmul_gelu_forward(rows(a.fc_gelu), rows(a.fc[i]), rows(a.ln),
+            ops.matmul_gelu_forward(rows(a.fc_gelu[i]), rows(a.fc[i]), rows(a.ln_2[i]),
                                     w[h + "mlp.w_fc"], bias=p.get(h + "mlp.b_fc"))
-            ops.matmul(rows(a.proj), rows(a.fc_gelu), w[h + "mlp.w_proj"],
+            ops.matmul(rows(a.proj), rows(a.fc_gelu[i]), w[h + "mlp.w_proj"],
                        bias=p.get(h + "mlp.b_proj"))
             out, stats, affine = self._norm_of_resid(a, i + 1)
             ops.residual_layernorm_forward(rows(a.resid[i + 1]), out, *stats, rows(a.mid[i]),
@@ -344,7 +357,7 @@ class GPT:
             return rows(a.ln_f), (a.ln_f_mean, a.ln_f_rstd), (self.params["ln_f.weight"],
                                                              self.params["ln_f.bias"])
         h = f"h.{i}."
-        return rows(a.ln), (a.ln_1_mean[i], a.ln_1_rstd[i]), (
+        return rows(a.ln_1[i]), (a.ln_1_mean[i], a.ln_1_rstd[i]), (
             self.params[h + "ln_1.weight"], self.params[h + "ln_1.bias"])
 
     def enqueue_loss(self, a):
@@ -396,22 +409,23 @@ class GPT:
                                dinp_copy=copy, dinp_sum=g.get(last + "mlp.b_proj"))
         for i in reversed(range(cfg.n_layer)):
             h = f"h.{i}."
-            # MLP: dresid is the gradient of the block's output and of its MLP branch; each
-            # dW GEMM's activation operand is recomputed just before it (a.fc_gelu by the
-            # GELU backward, a.ln by the LayerNorm backward after the dX GEMM)
+            # MLP: dresid is the gradient of the block's output and of its MLP branch; a dW
+            # GEMM's activation operand, where the forward's is gone, is written again just
+            # before it (fc_gelu by the GELU backward, ln_2 and ln_1 by the LayerNorm
+            # backwards after their dX GEMMs)
             ops.matmul_gelu_backward(rows(a.dfc), rows(a.dresid_mm), w[h + "mlp.w_proj"],
                                      rows(a.fc[i]), dbias=g.get(h + "mlp.b_fc"),
-                                     act=rows(a.fc_gelu))                 # gelu both ways
-            ops.matmul(g[h + "mlp.w_proj"], rows(a.fc_gelu), rows(a.dresid_mm),
+                                     act=self._again(a, "fc_gelu", i))    # gelu too
+            ops.matmul(g[h + "mlp.w_proj"], rows(a.fc_gelu[i]), rows(a.dresid_mm),
                        transpose_a=True, accumulate=True)
             ops.matmul(rows(a.dln), rows(a.dfc), w[h + "mlp.w_fc"], transpose_b=True)
             # attention: dresid is now the gradient of mid, W_O's output
             ops.layernorm_backward(rows(a.dresid), g[h + "ln_2.weight"], g[h + "ln_2.bias"],
                                    rows(a.dln), rows(a.mid[i]), p[h + "ln_2.weight"],
                                    a.ln_2_mean[i], a.ln_2_rstd[i], dinp_copy=copy,
-                                   dinp_sum=g.get(h + "attn.b_o"), out=rows(a.ln),
-                                   bias=p[h + "ln_2.bias"])
-            ops.matmul(g[h + "mlp.w_fc"], rows(a.ln), rows(a.dfc),
+                                   dinp_sum=g.get(h + "attn.b_o"),
+                                   **self._norm_again(a, "ln_2", i))
+            ops.matmul(g[h + "mlp.w_fc"], rows(a.ln_2[i]), rows(a.dfc),
                        transpose_a=True, accumulate=True)
             ops.matmul(rows(a.dmerged), rows(a.dresid_mm), w[h + "attn.w_o"], transpose_b=True)
             ops.matmul(g[h + "attn.w_o"], rows(a.att_merged[i]), rows(a.dresid_mm),
@@ -430,8 +444,8 @@ class GPT:
                                    rows(a.dln), rows(a.resid[i]), p[h + "ln_1.weight"],
                                    a.ln_1_mean[i], a.ln_1_rstd[i], dinp_copy=copy,
                                    dinp_sum=g.get(f"h.{i - 1}.mlp.b_proj") if i else None,
-                                   out=rows(a.ln), bias=p[h + "ln_1.bias"])
-            ops.matmul(g[h + "attn.w_qkv"], rows(a.ln), rows(a.dqkv),
+                                   **self._norm_again(a, "ln_1", i))
+            ops.matmul(g[h + "attn.w_qkv"], rows(a.ln_1[i]), rows(a.dqkv),
                        transpose_a=True, accumulate=True)
             sync.ready(*self.layout.block_matrices(i))
         # the scatter into wte's gradient, whose other writer, the head, came first
@@ -440,6 +454,18 @@ class GPT:
         sync.ready(*self.layout.norms)
         sync.ready(*self.layout.rows("wte"))
         sync.finish()
+
+    @staticmethod
+    def _again(a, name, i):
+        """Rows of layer i's buffer name, if the backward must write them again (the
+        forward's values gone: the arena's scratch), else None."""
+        return rows(getattr(a, name)[i]) if name in a.rewritten else None
+
+    def _norm_again(self, a, norm, i):
+        """The LayerNorm backward's out and bias for layer i's norm ("ln_1", "ln_2"),
+        where its output is written again; else nothing."""
+        out = self._again(a, norm, i)
+        return {} if out is None else dict(out=out, bias=self.params[f"h.{i}.{norm}.bias"])
 
     def _qkv_bias_backward(self, g, h, a):
         """The QKV bias's gradient, [q | k | v] (3C,), after the attention backward: q's

@@ -29,10 +29,14 @@ def random_tokens(rng, cfg, B, T):
     return rng.integers(0, cfg.tokens, (B, T)), rng.integers(0, cfg.tokens, (B, T))
 
 
+@pytest.mark.parametrize("recompute", [True, False], ids=["recomputed", "kept"])
 @pytest.mark.parametrize("cfg", [TINY, TINY_GPT2], ids=["bias-free", "gpt2-like"])
-def test_gradients_match_finite_differences_for_every_parameter(cfg):
+def test_gradients_match_finite_differences_for_every_parameter(cfg, recompute, monkeypatch):
     """Every parameter's gradient, the biases' too, against central differences; of a
-    padded vocabulary, the padding's rows of wte get none (their logits take no part)."""
+    padded vocabulary, the padding's rows of wte get none (their logits take no part).
+    recompute: the LayerNorms' and GELU's outputs written again in the backward (arena
+    scratch), or kept per layer by the forward."""
+    monkeypatch.setattr(model_module, "RECOMPUTE", recompute)
     model = GPT(cfg, seed=0, dtype=np.float64)
     rng = np.random.default_rng(1)
     # GPT-2 init makes the gradient of most tensors tiny; larger weights make every one count
