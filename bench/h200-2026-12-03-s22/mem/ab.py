@@ -4,7 +4,7 @@ memory before the model less that after its captured step has run; the median of
 replays). Modes: microgpt.model.RECOMPUTE on ("recomputed") and off ("kept"), each
 geometry's in turn; on main's tree before it (PYTHONPATH=main_tree), --modes main.
 
-    python ab.py --label mem --geometries andrea-120m gpt2-medium gpt2-xl
+    python ab.py --label mem --geometries andrea-120m gpt2-medium gpt2-xl:recomputed
 """
 import argparse
 import gc
@@ -28,49 +28,37 @@ GEOMETRIES = {
 }
 
 
-def run(label, geometry, reps, modes):
-    """Each mode's step on one model (its parameters, gradients and bf16 copy, whose bytes
-    every mode's figure holds; the optimizer's moments are the step's)."""
+def run(label, geometry, reps, mode):
     name, overrides, B, T = GEOMETRIES[geometry]
     cfg = get_config(name, **overrides)
     rng = np.random.default_rng(0)
     idx, targets = (rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
                     for _ in range(2))
+    if mode != "main":
+        model_module.RECOMPUTE = mode == "recomputed"
     context = cuda.current_context()
+    t0 = time.perf_counter()
     free_before, _ = context.get_memory_info()
-    model = GPT(cfg, backend=CudaBackend(), precision="bf16")
-    model_bytes = free_before - context.get_memory_info()[0]
-    state = model.state_dict()
-    for mode in modes:
-        if mode != "main":
-            model_module.RECOMPUTE = mode == "recomputed"
-        model.load_state_dict(state)        # each mode from the same weights
+    model = GPT(cfg, backend=CudaBackend(), precision="bf16")      # seed 0: the same weights
+    step = Step(model, AdamW(model, AdamWConfig(total_steps=10**6)), B, T)
+    for _ in range(3):              # compile, capture, one replay
+        step.run(idx, targets)
+    losses = [float(v) for v in step.metrics()["loss"]]
+    setup = time.perf_counter() - t0
+    times = []
+    for _ in range(reps):
+        model.backend.synchronize()
         t0 = time.perf_counter()
-        free_before, _ = context.get_memory_info()
-        step = Step(model, AdamW(model, AdamWConfig(total_steps=10**6)), B, T)
-        for _ in range(3):              # compile, capture, one replay
-            step.run(idx, targets)
-        losses = [float(v) for v in step.metrics()["loss"]]
-        setup = time.perf_counter() - t0
-        times = []
-        for _ in range(reps):
-            model.backend.synchronize()
-            t0 = time.perf_counter()
-            step.run(idx, targets)
-            model.backend.synchronize()
-            times.append(time.perf_counter() - t0)
-        step.metrics()
-        free_after, _ = context.get_memory_info()
-        print(json.dumps(dict(label=label, mode=mode, geometry=geometry, B=B, T=T,
-                              losses=losses, ms_median=1e3 * float(np.median(times)),
-                              ms_min=1e3 * min(times), tok_s=B * T / float(np.median(times)),
-                              gib=(model_bytes + free_before - free_after) / 2**30,
-                              setup_s=setup)), flush=True)
-        del step                # freed before the next mode's allocations
-        model._acts = None
-        gc.collect()
-        context.deallocations.clear()
-    del model
+        step.run(idx, targets)
+        model.backend.synchronize()
+        times.append(time.perf_counter() - t0)
+    step.metrics()
+    free_after, _ = context.get_memory_info()
+    print(json.dumps(dict(label=label, mode=mode, geometry=geometry, B=B, T=T, losses=losses,
+                          ms_median=1e3 * float(np.median(times)), ms_min=1e3 * min(times),
+                          tok_s=B * T / float(np.median(times)),
+                          gib=(free_before - free_after) / 2**30, setup_s=setup)), flush=True)
+    del model, step             # freed before the next run's allocations
     gc.collect()
     context.deallocations.clear()
 
@@ -78,12 +66,15 @@ def run(label, geometry, reps, modes):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--label", required=True)
-    parser.add_argument("--geometries", nargs="+", default=list(GEOMETRIES))
+    parser.add_argument("--geometries", nargs="+", default=list(GEOMETRIES),
+                        help="GEOMETRY or GEOMETRY:MODE,MODE (that geometry's modes only)")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--modes", nargs="+", default=["recomputed", "kept"])
     args = parser.parse_args()
-    for geometry in args.geometries:
-        run(args.label, geometry, args.reps, args.modes)
+    for item in args.geometries:
+        geometry, _, modes = item.partition(":")
+        for mode in modes.split(",") if modes else args.modes:
+            run(args.label, geometry, args.reps, mode)
 
 
 if __name__ == "__main__":
