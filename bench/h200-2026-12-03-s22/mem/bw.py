@@ -44,11 +44,16 @@ def main():
     def bf16(*shape):
         return cuda.to_device((values(*shape).view(np.uint32) >> 16).astype(np.uint16))
 
-    rows = []
     src, dst = cuda.device_array(2**28, np.float32), cuda.device_array(2**28, np.float32)
     ms = captured_time(lambda s: dst.copy_to_device(src, stream=s), args.reps, ops)
     copy_rate = 2 * 2**30 / ms / 1e6      # bytes a ms / 1e6: GB/s
-    rows.append(("device-to-device copy, 1 GiB", "-", ms, copy_rate))
+    print(f"| kernel | geometry | ms | GB/s | of the copy's {copy_rate:,.0f} GB/s |\n"
+          "|---|---|--:|--:|--:|", flush=True)
+
+    def row(name, geometry, ms, rate):      # as it is measured: a timeout keeps the rest
+        print(f"| {name} | {geometry} | {ms:.4f} | {rate:,.0f} | {rate / copy_rate:.0%} |",
+              flush=True)
+    row("device-to-device copy, 1 GiB", "-", ms, copy_rate)
     for geometry in args.geometries:
         N, C, P = GEOMETRIES[geometry]
         x, a, b, dinp = f32(N, C), f32(N, C), f32(N, C), f32(N, C)
@@ -67,18 +72,6 @@ def main():
                                                     dinp_copy=copy, out=out, bias=bias,
                                                     stream=s)),
         ]
-        # the launch's shape, swept: (threads a block, rows a block); the default first
-        for block, rows_per_block in [(256, 128), (256, 64), (64, 32), (128, 32), (128, 128),
-                                      (256, 256)]:
-            cases.append((f"layernorm_backward + out, {block} threads, {rows_per_block} rows",
-                          18 * N * C,
-                          lambda s, block=block, r=rows_per_block: layernorm.layernorm_backward(
-                              dinp, dw, db, dout, x, w, mean, rstd, dinp_copy=copy, out=out,
-                              bias=bias, block=block, rows_per_block=r, stream=s)))
-        for block in (128, 64):
-            cases.append((f"residual_layernorm_forward, {block} threads", 14 * N * C,
-                          lambda s, block=block: layernorm.residual_layernorm_forward(
-                              x, out, mean, rstd, a, b, w, bias, block=block, stream=s)))
         fc, dfc, act = bf16(N, 4 * C), bf16(N, 4 * C), bf16(N, 4 * C)
         cases += [
             ("gelu_backward in place (bf16)", 6 * N * 4 * C,
@@ -109,14 +102,23 @@ def main():
             ("global_norm_squared", 4 * P, lambda s: adamw.global_norm_squared(norm, g,
                                                                                  stream=s)),
         ]
-        for name, nbytes, fn in cases:
+        sweep = []
+        # last: the launch's shape, swept (threads a block, rows a block)
+        for block, rows_per_block in [(256, 128), (256, 64), (64, 32), (128, 32), (128, 128),
+                                      (256, 256)]:
+            sweep.append((f"layernorm_backward + out, {block} threads, {rows_per_block} rows",
+                          18 * N * C,
+                          lambda s, block=block, r=rows_per_block: layernorm.layernorm_backward(
+                              dinp, dw, db, dout, x, w, mean, rstd, dinp_copy=copy, out=out,
+                              bias=bias, block=block, rows_per_block=r, stream=s)))
+        for block in (128, 64):
+            sweep.append((f"residual_layernorm_forward, {block} threads", 14 * N * C,
+                          lambda s, block=block: layernorm.residual_layernorm_forward(
+                              x, out, mean, rstd, a, b, w, bias, block=block, stream=s)))
+        for name, nbytes, fn in cases + sweep:
             ms = captured_time(fn, args.reps, ops)
-            rows.append((name, geometry, ms, nbytes / ms / 1e6))
+            row(name, geometry, ms, nbytes / ms / 1e6)
         del x, a, b, dinp, out, dout, copy, fc, dfc, act, logits, p, g, m, v, p16
-    print(f"| kernel | geometry | ms | GB/s | of the copy's {copy_rate:,.0f} GB/s |\n"
-          "|---|---|--:|--:|--:|")
-    for name, geometry, ms, rate in rows:
-        print(f"| {name} | {geometry} | {ms:.4f} | {rate:,.0f} | {rate / copy_rate:.0%} |")
 
 
 if __name__ == "__main__":
