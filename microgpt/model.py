@@ -89,8 +89,10 @@ def arena_layout(specs):
 # Whether the backward recomputes the LayerNorms' and GELU's outputs for its dW GEMMs
 # (ln_1, ln_2, fc_gelu: arena scratch, 12·C bytes a token a layer less in bf16) rather than
 # the forward keeping them, at a write of each in the backward (docs/kernels-step.md,
-# "Memory"): torch.compile's partitioner recomputes them too
-RECOMPUTE = True
+# "Memory"), as torch.compile's partitioner does. Off: the writes cost ~1.5% of the step
+# (H200, session 22: 0.49 ms at andrea-120m), which only the GPT-2 geometries need to
+# stay within torch.compile's memory (gpt2-xl 48.2 -> 41.1 GiB by the account, its 42.8)
+RECOMPUTE = False
 
 def activation_specs(cfg, B, T, precision="fp32"):
     """Every buffer a forward + backward pass of shape (B, T) writes; the logits of a chunk

@@ -360,10 +360,13 @@ def test_the_head_in_chunks_matches_the_reference(precision, case, chunk, monkey
     chunk of the whole batch): on a GPU eager, captured and replayed; the loss and every
     gradient within the whole-model tolerance (bf16: the bf16 step's, the reference on the
     rounded matrices), then the evaluation's loss and the logits of the public forward,
-    which walk the chunks too."""
+    which walk the chunks too. With the step's other memory saving, the LayerNorms' and
+    GELU's outputs recomputed in the backward (RECOMPUTE; the other tests take the
+    default)."""
     name, overrides, B, T = case
     cfg = get_config(name, **overrides)
     monkeypatch.setattr(model_module, "HEAD_ROWS", chunk)
+    monkeypatch.setattr(model_module, "RECOMPUTE", True)
     chunks = -(-B * T // model_module.head_rows(B * T))
     assert chunks == 3 if ON_GPU else chunks == 2
     rng = np.random.default_rng(abs(hash((name, B, T, "chunks"))) % 2**32)
