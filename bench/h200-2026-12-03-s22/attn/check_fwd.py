@@ -3,8 +3,8 @@ setmaxnreg, the driver's whole-program JIT), or its defaults, against float64 at
 shapes, each with the property test's check (tests/test_kernels_attention_hopper's
 check_forward).
 
-python3 check_fwd.py [quick] [default] [64|128]
-(quick: one shape a width, unfused; default: the default tiles instead)"""
+python3 check_fwd.py [quick] [default] [long] [64|128]
+(quick: one shape a width, unfused; default: the default tiles instead; long: T >= 4096)"""
 import os
 import sys
 import traceback
@@ -21,9 +21,12 @@ SHAPES = [(2, 3, 1000, 64), (1, 2, 1, 64), (3, 2, 265, 64), (1, 3, 4099, 64), (2
           (1, 1, 70, 128)]
 if os.environ.get("MICROGPT_TEST_KERNEL_CACHE"):
     cache.use(os.environ["MICROGPT_TEST_KERNEL_CACHE"])
-quick, default = "quick" in sys.argv[1:], "default" in sys.argv[1:]
+quick, default, long = ("quick" in sys.argv[1:], "default" in sys.argv[1:],
+                        "long" in sys.argv[1:])
 widths = [int(a) for a in sys.argv[1:] if a.isdigit()] or [64, 128]
-shapes = [x for D in widths for x in [x for x in SHAPES if x[3] == D][:1 if quick else None]]
+shapes = [x for D in widths
+          for x in [x for x in SHAPES if x[3] == D and (x[2] >= 4096 or not long)][
+              :1 if quick else None]]
 failed = 0
 for shape in shapes:
     for tile in [None] if default else TILES[shape[3]]:
