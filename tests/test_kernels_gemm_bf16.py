@@ -336,7 +336,8 @@ class _Asked(Exception):
     ({}, True), ({"accumulate": True}, True), ({"deterministic": True}, True),
     ({"deterministic": True, "accumulate": True}, False),      # ordered split-K: its
     # persistent tile is tuning.ordered_tile's (test_ordered_split_k_takes_its_persistent_tile)
-    ({"gelu": "forward"}, True), ({"gelu": "backward"}, True),   # the GELU epilogues
+    ({"gelu": "forward"}, True),                                 # the GELU epilogue
+    ({"gelu": "backward"}, False),                               # (the wgmma kernel's)
     ({"max_chain": 16}, False),                                  # a fold of a bf16 out
     ({"bias": "bias"}, False)])                                  # (staged by the wgmma kernel)
 def test_the_launcher_asks_for_persistent_tiles_only_where_they_run(monkeypatch, kwargs,
@@ -732,53 +733,15 @@ def test_persistent_kernel_matches_reference(sizes, transpose_a, transpose_b, ep
                           biased=biased and epilogue in ("float32", "bf16"))
 
 
-FOLDING_TILES = st.sampled_from([tuning.NARROW_COPIER_TILE] if REAL_SHAPES
-                                else [PersistentTile(64, 16, 16, 3, 1),
-                                      PersistentTile(64, 16, 16, 3, 1, copier=True),
-                                      PersistentTile(64, 16, 16, 3, 2, copier=True,
-                                                     pingpong=True)])
-
-
-@settings(**({} if ON_GPU else {"max_examples": 4}))   # (the GPU profile's)
-@given(sizes=PERSISTENT_SIZES, transpose_a=st.booleans(), transpose_b=st.booleans(),
-       epilogue=st.sampled_from(["float32", "bf16", "accumulate"]), tile=FOLDING_TILES,
-       blocks=st.integers(1, 3), ragged=st.integers(1, 8), seed=SEEDS)
-def test_the_persistent_kernel_folds_a_long_k(sizes, transpose_a, transpose_b, epilogue,
-                                              tile, blocks, ragged, seed):
-    """One split of K longer than a chain: each item's accumulators folded into float32
-    sums every FOLD_STEPS slabs, two folds and a ragged last one at least, as the blocks
-    walk their tiles."""
-    M, N = (max(8, s // 8 * 8) for s in sizes[:2])      # (the bulk copies need it)
-    K = (2 * FOLD_STEPS + 1) * tile.depth + 8 * ragged
-    walk = persistent.blocks if ON_GPU else lambda tiles: min(tiles, blocks)
-    with mock.patch.object(persistent, "blocks", walk):
-        check_matmul_bf16(M, N, K, transpose_a, transpose_b, epilogue, tile, seed,
-                          split_k=1, max_chain=tile.depth)
-
-
 @settings(**({} if ON_GPU else {"max_examples": 3}))   # (the GPU profile's)
-@given(sizes=PERSISTENT_SIZES, backward=st.booleans(), tile=PERSISTENT_TILES,
-       blocks=st.integers(1, 3), seed=SEEDS)
-def test_persistent_gelu_epilogues_match_reference(sizes, backward, tile, blocks, seed):
-    """The MLP's GELU in the persistent kernel's epilogues: forward, pre and gelu of pre
-    as stored, each box of a tile through the warpgroup's two buffers in turn; backward,
-    each box of pre brought in by the copy engine (its barrier's phases turning over box
-    by box), gelu' of it times the product."""
+@given(sizes=PERSISTENT_SIZES, tile=PERSISTENT_TILES, blocks=st.integers(1, 3), seed=SEEDS)
+def test_persistent_gelu_epilogue_matches_reference(sizes, tile, blocks, seed):
+    """The MLP's GELU forward in the persistent kernel's epilogue: pre and gelu of pre as
+    stored, each box of a tile through the warpgroup's two buffers in turn."""
     sizes = tuple(max(8, s // 8 * 8) for s in sizes)     # (the bulk copies need it)
     walk = persistent.blocks if ON_GPU else lambda tiles: min(tiles, blocks)
     with mock.patch.object(persistent, "blocks", walk):
-        check_matmul_gelu(*sizes, backward, tile, seed)
-
-
-def test_the_gelu_backward_keeps_a_box_of_pre_in_flight():
-    """The GELU backward's boxes of pre, two buffers a warpgroup: the first two of a tile
-    brought at its start, the third once the first's store has read its buffer; one block
-    walking two tiles of three boxes (each buffer's barrier through three phases), the
-    last row of tiles and the column ragged."""
-    tile = tuning.COPIER_TILE if ON_GPU else PersistentTile(64, 192, 16, 3, 1)
-    with mock.patch.object(persistent, "blocks", lambda tiles: 1):
-        check_matmul_gelu(2 * tile.rows - 8, tile.cols - 8, 2 * tile.depth, True, tile,
-                          seed=4)
+        check_matmul_gelu(*sizes, False, tile, seed)
 
 
 @pytest.mark.parametrize("copier, pingpong", [(False, False), (True, False), (True, True)])
@@ -796,10 +759,16 @@ def test_two_warpgroups_walk_their_tiles(copier, pingpong):
 def test_the_persistent_kernel_refuses_what_it_does_not_run():
     x, w = cuda.to_device(np.zeros((64, 32), np.uint16)), cuda.to_device(
         np.zeros((32, 16), np.uint16))
-    with pytest.raises(ValueError, match="folding keeps a second set of accumulators"):
+    with pytest.raises(ValueError, match="sums a split in one chain .* split_k at least 2"):
         gemm_bf16.matmul_bf16(cuda.to_device(np.zeros((64, 256), np.uint16)), x,
                               cuda.to_device(np.zeros((32, 256), np.uint16)),
                               tile=PersistentTile(64, 256, 16, 3, 1), max_chain=16)
+    # the GELU backward's epilogue is the wgmma kernel's alone (docs/gemm-bf16.md, row 24)
+    out, pre = (cuda.to_device(np.zeros((64, 32), np.uint16)) for _ in range(2))
+    with pytest.raises(ValueError, match="epilogue 'gelu_backward': the persistent kernel"):
+        gemm_bf16.matmul_bf16(out, x, cuda.to_device(np.zeros((32, 32), np.uint16)),
+                              transpose_b=True, gelu="backward", pre=pre,
+                              tile=PersistentTile(64, 32, 16, 3, 1))
 
 
 # (andrea-120m's LM head dX and dW apart: their float64 references take the most time)

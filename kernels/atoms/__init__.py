@@ -59,8 +59,6 @@ The atoms, in the words of the PTX ISA (warp-collective ones marked):
                       tensor map (layouts.tensor_map), global -> shared, swizzled, zeros past
                       the matrix's edges, its bytes completing on an mbarrier; issued by
                       one thread (fence_tensor_map: the map, in global memory, read fresh)
-  tma_prefetch_2d     the same box brought into the L2 only (no shared memory, no
-                      barrier): a later load of it waits on the L2, not on the memory
   tma_store_2d, tma_add_2d   a box shared -> global, written or added (float32) into the
                       matrix, clipped at its edges; grouped by bulk_commit, its shared
                       memory free again after bulk_wait
@@ -134,8 +132,7 @@ ATOMS = (
     "wgmma_bf16_acc", "wgmma_bf16_rs", "named_barrier_arrive",
     "fence_proxy_async", "mbarrier_init", "mbarrier_arrive",
     "mbarrier_arrive_expect_tx", "mbarrier_try_wait", "fence_barrier_init",
-    "tma_load_2d", "tma_prefetch_2d", "tma_store_2d", "tma_add_2d", "bulk_commit",
-    "bulk_wait",
+    "tma_load_2d", "tma_store_2d", "tma_add_2d", "bulk_commit", "bulk_wait",
     "named_barrier", "fence_tensor_map", "load_float32", "store_float32",
     "copy_element", "load_group4", "store_group4", "load_words4", "store_words4",
     "bulk_wait_but_one", "cluster_rank", "cluster_index", "cluster_count", "cluster_sync",

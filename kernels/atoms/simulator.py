@@ -379,16 +379,16 @@ def _box(tensor_map, matrix, index):
 
 def _misplaced(matrix, col, smem, index):
     """What is wrong with a box from column col of matrix, at element index of smem (None
-    if nothing; smem None: a prefetch's, which has no place there): the hardware takes a
-    box whose first element is 16-byte aligned in global memory (the row pitch and the
-    matrix's start are: tma_ready) and lies 128-byte aligned in shared memory (the twins'
-    shared memory starts at 0), and raises an illegal instruction, or a misaligned
-    address, for any other (the H200, session 21's wgmma backward)."""
+    if nothing): the hardware takes a box whose first element is 16-byte aligned in global
+    memory (the row pitch and the matrix's start are: tma_ready) and lies 128-byte aligned
+    in shared memory (the twins' shared memory starts at 0), and raises an illegal
+    instruction, or a misaligned address, for any other (the H200, session 21's wgmma
+    backward)."""
     off = int(col) * matrix.dtype.itemsize % 16
     if off:
         return (f"a bulk tensor copy of a box from column {int(col)}, {off} bytes past a "
                 "16-byte boundary")
-    at = 0 if smem is None else int(index) * smem.dtype.itemsize
+    at = int(index) * smem.dtype.itemsize
     if at % 128:
         return f"a bulk tensor copy of a box at shared byte {at}, off a 128-byte boundary"
     return None
@@ -416,16 +416,6 @@ def tma_load_2d(smem, index, src, tensor_map, col, row, bars, bar):
     box[:part.shape[0], :part.shape[1]] = part
     smem[places] = box
     _barrier_update(bars, bar, 0, -src.dtype.itemsize * rows * cols)
-
-
-@cuda.jit(device=True)
-def tma_prefetch_2d(src, tensor_map, col, row):
-    # nothing to warm in the simulator; the map and the box's column are checked as a
-    # load's (shared memory's place aside: a prefetch has none)
-    _box(tensor_map, src, 0)
-    failure = _misplaced(src, col, None, 0)
-    if failure:
-        raise AssertionError(failure)
 
 
 def _tma_store(add):

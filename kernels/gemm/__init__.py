@@ -64,7 +64,10 @@ def matmul(out, a, b, transpose_a=False, transpose_b=False, accumulate=False, bi
 # GELU's exponentials), while the GELU kernels run at the memory's rate. The forward's
 # epilogue is the persistent kernel's too since session 21, which turned it around (row
 # 21; each captured beside the product and the GELU kernel, one process): andrea-120m's
-# 0.1593 -> 0.1448 ms, andrea-12m's 0.0603 -> 0.0532.
+# 0.1593 -> 0.1448 ms, andrea-12m's 0.0603 -> 0.0532. The backward's in the persistent
+# kernel (session 21, and again in session 22 with its loads of pre overlapped) stayed
+# slower than the product and the GELU kernel, 0.2011 against 0.1964 ms (row 24), and is
+# gone: the backward's epilogue is the wgmma kernel's alone.
 GELU_FORWARD_IN_EPILOGUE = True
 GELU_BACKWARD_IN_EPILOGUE = False
 

@@ -100,12 +100,13 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
                          "'backward')")
     gelu_pre, pre = pre, out if pre is None else pre     # (the wgmma kernel's unread stand-in)
     if tile is None:
-        # the persistent tiles do not fold a bf16 out; they read a bias from global memory
-        # in the epilogue, where the wgmma kernel stages it in shared memory first
+        # the persistent tiles do not fold a bf16 out, nor have the GELU backward's
+        # epilogue (docs/gemm-bf16.md, row 24); they read a bias from global memory in the
+        # epilogue, where the wgmma kernel stages it in shared memory first
         # (docs/kernels-step.md, row 4: ~3 us a tile so); ordered split-K takes
         # tuning.ordered_tile's
         ordered = deterministic and (accumulate or K > max_chain)
-        persistent = (tuning.PERSISTENT_ROUTING and bias is None
+        persistent = (tuning.PERSISTENT_ROUTING and bias is None and gelu != "backward"
                       and not (out_bf16 and K > max_chain))
         hopper = wgmma_takes(out, pre, a, b)
         # (a split_k given keeps the wgmma kernel's tiles, which fold a split longer than
@@ -152,11 +153,16 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
                   and device_address(arr) % 16 == 0 for arr in (a, b))
     fold = steps_per_split * tile.depth > max_chain
     if isinstance(tile, PersistentTile):
+        if fold:
+            raise ValueError(f"tile {tile}: a persistent tile sums a split in one chain of at "
+                             f"most max_chain {max_chain} of K (here {steps_per_split} slabs "
+                             f"of {tile.depth}): give split_k at least "
+                             f"{ceil_div(K, max_chain)}, or none")
         if epilogue == "ordered" and tuning.ordered_by_parts(M, N, K, tile, split_k):
             return _add_by_parts(out, a, b, transpose_a, transpose_b, tile, split_k,
-                                 steps_per_split, fold, stream)
+                                 steps_per_split, stream)
         return _launch_persistent(out, gelu_pre, a, b, bias, transpose_a, transpose_b,
-                                  epilogue, tile, split_k, steps_per_split, fold, stream)
+                                  epilogue, tile, split_k, steps_per_split, stream)
     kernel = _kernel(bool(transpose_a), bool(transpose_b), epilogue, aligned, fold, tile,
                      bias is not None)
     bias = unread_bias(out) if bias is None else bias
@@ -185,8 +191,7 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
         kernel[grid, tile.threads, stream](out, a, b, bias, turns, steps_per_split)
 
 
-def _add_by_parts(out, a, b, transpose_a, transpose_b, tile, splits, steps_per_split, fold,
-                  stream):
+def _add_by_parts(out, a, b, transpose_a, transpose_b, tile, splits, steps_per_split, stream):
     """The ordered split-K without its waits: each split's part into rows of its own of a
     float32 workspace kept with out (the "parts" epilogue), then turns.add_parts adds them
     into out in the splits' order, the ordered epilogue's sums bit for bit."""
@@ -195,21 +200,20 @@ def _add_by_parts(out, a, b, transpose_a, transpose_b, tile, splits, steps_per_s
     parts = kept_with(out, ("split parts", splits, rows, N),
                       lambda: cuda.device_array((splits * rows, N), np.float32))
     _launch_persistent(parts, None, a, b, None, transpose_a, transpose_b, "parts", tile,
-                       splits, steps_per_split, fold, stream, M)
+                       splits, steps_per_split, stream, M)
     add_parts(out, parts, splits, stream)
 
 
 def _launch_persistent(out, pre, a, b, bias, transpose_a, transpose_b, epilogue, tile, splits,
-                       steps_per_split, fold, stream, M=None):
+                       steps_per_split, stream, M=None):
     """gemm.persistent's launch: one block an SM (or a tile) walking out's tiles; in
     clusters, through the driver's launch with a cluster shape (numba-cuda has none). pre:
-    the "gelu" epilogue's, else None; fold: a split longer than a chain; M: the product's
-    rows where out is the "parts" epilogue's workspace (its splits' parts one below the
-    other)."""
+    the "gelu" epilogue's, else None; M: the product's rows where out is the "parts"
+    epilogue's workspace (its splits' parts one below the other)."""
     M, N = (out.shape[0] if M is None else M), out.shape[1]
     rows, cols, depth, cluster = tile.rows, tile.cols, tile.depth, tile.cluster
     kernel = persistent.persistent_kernel(bool(transpose_a), bool(transpose_b), epilogue,
-                                          tile, bias is not None, fold)
+                                          tile, bias is not None)
     bias = unread_bias(out) if bias is None else bias
     tiles_m, tiles_n = ceil_div(M, rows), ceil_div(N, cols)
     # the ordered epilogue's units: each warpgroup's rows of a tile (a ping-pong tile: one

@@ -21,10 +21,9 @@ split: ``gemm.turns``), "parts" (each split's part written into rows of its own 
 workspace, for ``turns.add_parts`` to add into out in the splits' order: no waits), each
 with or without a bias (added by the first split); and "gelu"
 (the MLP's up projection: the product, bf16, to `pre`, and gelu of it as stored to out).
-fold: a split longer than a chain of the tensor cores' accumulation (tuning.MAX_CHAIN)
-folds its accumulators into float32 sums every FOLD_STEPS slabs, as the wgmma kernel's
-folding tile does: a second set of accumulators, so for tiles of at most FOLD_REGISTERS a
-thread, and one m64 wgmma a warpgroup (not a ping-pong tile of 128 rows).
+A split is at most a chain of the tensor cores' accumulation (tuning.MAX_CHAIN): there
+is no fold (session 21's, a second set of accumulators, was slower than the splits it
+would have saved: docs/gemm-bf16.md, row 24).
 
 "ordered" waits across blocks: an item waits for the split before it of its unit, an
 item of lower index in the walk, which another block may hold at an earlier or the same
@@ -42,10 +41,8 @@ from ..atoms import (bulk_commit, bulk_wait, bulk_wait_but_one, bulk_wait_writte
                      cluster_rank, cluster_sync, fence_barrier_init,
                      fence_proxy_async, fence_proxy_async_global, fence_tensor_map,
                      named_barrier,
-                     mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_try_wait,
                      named_barrier_arrive, opaque, pack_bf16x2, rcp_approx,
-                     set_max_registers, shared_address, tma_add_2d, tma_load_2d,
-                     tma_prefetch_2d, tma_store_2d,
+                     set_max_registers, shared_address, tma_add_2d, tma_store_2d,
                      warpgroup_commit,
                      warpgroup_fence, warpgroup_wait, wgmma_bf16)
 from ..cache import jit
@@ -54,19 +51,16 @@ from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
 from ..layouts.tiles import descriptor
 from ..pipelines.tma import tma_pipeline
 from ..precision import unpack_bf16x2
-from .tiles import BF16_OUT, FOLD_STEPS, GROUP
+from .tiles import BF16_OUT, GROUP
 from .tuning import (CLUSTER_TILE, COPIER_TILE, NARROW_COPIER_TILE, PERSISTENT_TILE,
                      PINGPONG_TILE)
 from .turns import pass_turn, wait_turn
 from .wgmma import slabs
 
-EPILOGUES = ("float32", "bf16", "accumulate", "atomic", "ordered", "parts", "gelu",
-             "gelu_backward")
+EPILOGUES = ("float32", "bf16", "accumulate", "atomic", "ordered", "parts", "gelu")
 TURN = 4                  # the named barriers of the ping-pong's turns (2, 3: the epilogue's)
 REGISTERS = 65536         # an SM's, which a block of one an SM holds
 COPIER_REGISTERS = 40     # a thread of the copying warpgroup (CUTLASS's, for TMA issue)
-FOLD_COPIER_REGISTERS = 24    # a folding tile's (setmaxnreg's least): 240 for the others
-FOLD_REGISTERS = 96       # accumulators a thread of a folding tile (a 128 x 192 copier's)
 
 
 def blocks(tiles):
@@ -87,22 +81,13 @@ def quotient(n, d):
     return int32(q)
 
 
-def folds(tile):
-    """Whether a persistent tile can fold a long split (a second set of accumulators)."""
-    return not (tile.pingpong and tile.rows > 64) and tile.cols // 2 <= FOLD_REGISTERS
-
-
 @functools.cache
-def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fold=False):
+def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
     if epilogue not in EPILOGUES:
         raise ValueError(f"epilogue {epilogue!r}: the persistent kernel writes {EPILOGUES}")
     BM, BN, BK, STAGES, GROUPS, CLUSTER, COPIER, PINGPONG = tile
     HALVES = BM // 64 if PINGPONG else 1          # m64 wgmmas a warpgroup's tile takes
     regs = BN // 2                                # accumulators per thread
-    if fold and not folds(tile):
-        raise ValueError(f"tile {tile}: folding keeps a second set of accumulators, for "
-                         f"tiles of one m64 wgmma a warpgroup and at most {FOLD_REGISTERS} "
-                         f"accumulators a thread (here {HALVES} of {regs})")
     slab = slabs(transpose_a, transpose_b, BM, BN, BK, tile.stage_elements, CLUSTER)
     BAND = GROUP // CLUSTER                       # rows of the walk's units a band
     a_index, a_fields, a_step, b_fields, b_step, a_size, stage_size, _ = slab
@@ -110,8 +95,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
     fence, wait_all, wait_one = (warpgroup_fence(regs), warpgroup_wait(0, regs),
                                  warpgroup_wait(1, regs))
     bf16_out = epilogue in BF16_OUT
-    GELU, GELU_BACKWARD = epilogue == "gelu", epilogue == "gelu_backward"
-    gelu_of = elementwise.gelu if GELU else elementwise.gelu_derivative
+    GELU = epilogue == "gelu"
     # a box of out: 64 rows of `panel` elements (at most 128 bytes), swizzled as the
     # copy engine reads it; each warpgroup's two buffers follow the stages ("gelu": the
     # first for the box of pre, the second for gelu of it)
@@ -128,7 +112,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
     in_word = 2 if bf16_out else 1                # elements of out in 4 bytes
     buffers = STAGES * stage_size * 2             # the buffers' first byte
     box_bytes = tile.box_bytes
-    mapped_to = box_bytes // 4 if GELU else 0     # (words: the next buffer, or in place)
+    mapped_to = box_bytes // 4 if GELU else 0     # (words: gelu's buffer, the next one)
 
     @cuda.jit(device=True, inline=True)
     def tile_origin(t, units_m, tiles_n, rank):
@@ -159,35 +143,25 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
         than the last call's: the producer's cursor (its item's end, origin and first K
         step less the item's first g) moves on once an item, so that the copying thread,
         a consumer's too, spends a few instructions a step on it."""
-        (smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank, cursor,
-         pre, pre_map) = operands
+        (smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank,
+         cursor) = operands
         if g == cursor[0]:                   # the first step of the next item
             item = quotient(g, steps)
             cursor[1], cursor[2], k_step = work(first + item * stride, units_m, tiles_n,
                                                 steps, rank)
             cursor[3] = k_step - g
             cursor[0] = g + steps
-            if GELU_BACKWARD:                # its tile of pre into the L2, for the epilogue's
-                for r in range(BM // 64):    # loads a main loop later
-                    for p in range(BOXES):
-                        tma_prefetch_2d(pre, pre_map, cursor[2] + p * panel,
-                                        cursor[1] + 64 * r)
         slab.load(bars, stage, smem, a, b, a_map, b_map, (cursor[3] + g) * BK, cursor[1],
                   cursor[2], rank)
 
     # (in ping-pong one warpgroup reads a stage)
     pipe = tma_pipeline(STAGES, 1 if PINGPONG else GROUPS, fill, CLUSTER)
-    # and each warpgroup's two "pre landed", one a buffer (the GELU backward's boxes of pre,
-    # by the copy engine, two in flight)
-    PRE_LANDED = pipe.barriers
-    BARRIERS = pipe.barriers + (2 * GROUPS if GELU_BACKWARD else 0)
+    BARRIERS = pipe.barriers                      # (a constant for the shared array)
     # the block's registers (the launch bounds': 64K a block of one an SM, in steps of 8 a
     # thread) moved from the copier, which needs few, to the computing warpgroups
     share = REGISTERS // tile.threads // 8 * 8
-    # (a folding 128 x 192 tile's two sets of 96 spilled 40 bytes at 232, 8 at 240: sm_90a)
-    low = FOLD_COPIER_REGISTERS if fold else COPIER_REGISTERS
-    high = min(255, (share * (GROUPS + 1) - low) // GROUPS) // 8 * 8
-    lower_registers, raise_registers = (set_max_registers(low, False),
+    high = min(255, (share * (GROUPS + 1) - COPIER_REGISTERS) // GROUPS) // 8 * 8
+    lower_registers, raise_registers = (set_max_registers(COPIER_REGISTERS, False),
                                         set_max_registers(high, True))
 
     @cuda.jit(device=True, inline=True)
@@ -198,8 +172,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
 
     @cuda.jit(device=True, inline=True)
     def gelu_box(pairs, words, place, swapped):
-        """gelu of the box of pre at `words` (as stored: rounded) into the next buffer, or
-        (the backward) gelu' of it in place, rounded to bf16 as the wgmma kernel's is; a
+        """gelu of the box of pre at `words` (as stored: rounded) into the next buffer, a
         pair of each row half at a time. The loop stays rolled (its count through a
         volatile mov): unrolled (the wgmma kernel's map_places, a row half's loads before
         its stores), it kept LLVM from unrolling the loop over the boxes around it, and
@@ -210,21 +183,10 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
                       box_word(words, place, swapped, 1, q))
             x0, x1 = unpack_bf16x2(pairs[lo])
             y0, y1 = unpack_bf16x2(pairs[hi])
-            pairs[lo + mapped_to] = pack_bf16x2(gelu_of(x0), gelu_of(x1))
-            pairs[hi + mapped_to] = pack_bf16x2(gelu_of(y0), gelu_of(y1))
+            pairs[lo + mapped_to] = pack_bf16x2(elementwise.gelu(x0), elementwise.gelu(x1))
+            pairs[hi + mapped_to] = pack_bf16x2(elementwise.gelu(y0), elementwise.gelu(y1))
 
     BOXES = BN // panel           # of a warpgroup's 64 rows of a tile (bf16: at most 4)
-
-    @cuda.jit(device=True, inline=True)
-    def load_pre(p, pre, pre_map, smem, bars, row, n0, group, boxes):
-        """The GELU backward's box p of pre (of a warpgroup's 64 rows from `row`) brought by
-        the copy engine into the buffer of the warpgroup's `boxes`-th box, on that
-        buffer's barrier (thread 0; the buffer's last store has read it)."""
-        slot = boxes & 1
-        buffer = (buffers + (2 * group + slot) * box_bytes) // 2     # (in bf16 elements)
-        mbarrier_arrive_expect_tx(bars, PRE_LANDED + 2 * group + slot, 2 * 64 * panel)
-        tma_load_2d(smem, int32(buffer), pre, pre_map, n0 + p * panel, row, bars,
-                    PRE_LANDED + 2 * group + slot)
 
     @cuda.jit(device=True, inline=True)
     def lay_box(p, out, pre, out_map, pre_map, pairs, floats, smem, bars, acc, row, n0,
@@ -233,37 +195,20 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
         older of its two buffers once the copy engine has read it (the newer one's store
         may still be); "gelu": the product through the first buffer into pre (the newer
         store is then the previous box's gelu), and gelu of it through the second into
-        out; "gelu_backward": the box of pre brought into the buffer by the copy engine
-        (the first two of a tile at its start, box p + 2 once box p's store has read the
-        buffer: a load in flight while a box is laid), gelu' of it in place, times the
-        accumulators. -> its boxes written so far."""
+        out. -> its boxes written so far."""
         slot = 0 if GELU else boxes & 1
         words = int32((buffers + (2 * group + slot) * box_bytes) // 4)
         buffer = words * in_word                 # (in elements of out)
         col = n0 + p * panel
-        if GELU_BACKWARD:
-            if thread == 0 and p == 0:           # both buffers' stores have read them
-                bulk_wait()
-                load_pre(0, pre, pre_map, smem, bars, row, n0, group, boxes)
-                if BOXES > 1:
-                    load_pre(1, pre, pre_map, smem, bars, row, n0, group, boxes + 1)
-            # (each buffer's barrier: a load every other box, so its parity is boxes // 2's)
-            while not mbarrier_try_wait(bars, PRE_LANDED + 2 * group + slot, (boxes >> 1) & 1):
-                pass
-            gelu_box(pairs, words, place, swapped)   # each thread its own places
-        else:
-            if thread == 0:
-                bulk_wait_but_one()
-            named_barrier(2 + group, WARPGROUP)
+        if thread == 0:
+            bulk_wait_but_one()
+        named_barrier(2 + group, WARPGROUP)
         for h in range(2):
             for q in range(js):
                 j = p * js + q
                 r = 4 * j + 2 * h
                 lo, hi = acc[r], acc[r + 1]
                 at = box_word(words, place, swapped, h, q)
-                if GELU_BACKWARD:
-                    d_lo, d_hi = unpack_bf16x2(pairs[at])
-                    lo, hi = lo * d_lo, hi * d_hi
                 if bf16_out:
                     pairs[at] = pack_bf16x2(lo, hi)
                 else:
@@ -279,9 +224,6 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
             else:
                 store_box(out, out_map, col, row, floats, buffer)
             bulk_commit()
-            if GELU_BACKWARD and p + 2 < BOXES:  # its buffer read: box p + 2 into it
-                bulk_wait()
-                load_pre(p + 2, pre, pre_map, smem, bars, row, n0, group, boxes + 2)
         if GELU:
             if thread == 0:                      # the second buffer's last store has read it
                 bulk_wait_but_one()
@@ -316,7 +258,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
                 for h in range(2):
                     acc[4 * j + 2 * h] += b_lo
                     acc[4 * j + 2 * h + 1] += b_hi
-        if GELU or GELU_BACKWARD:
+        if GELU:
             # over a tuple of constants, which unrolls where a range with gelu_box's loop
             # inside did not (the accumulators it indexes then went to local memory: 512
             # bytes of stack, sm_90a)
@@ -336,11 +278,11 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
         epilogue. Cooperative, each warpgroup has its 64 rows of every item's tile; in
         ping-pong, each has every other item, the whole of its tile (two halves of 64 rows
         where the tile has 128)."""
-        smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank = operands[:11]
+        smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank, _ = operands
         thread = cuda.threadIdx.x % WARPGROUP
         if thread == 0:                      # each warpgroup's thread 0 writes its rows
             fence_tensor_map(out_map)
-            if GELU or GELU_BACKWARD:
+            if GELU:
                 fence_tensor_map(pre_map)
 
         top = 0 if PINGPONG else 64 * group  # the first of its rows in the tile
@@ -348,7 +290,6 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
         a_below = a_index(0, top + 64) if transpose_a else a_index(top + 64, 0)
         acc = cuda.local.array(regs, float32)
         below = cuda.local.array(regs, float32)   # a ping-pong tile's rows 64-127
-        folded = cuda.local.array(regs, float32)  # the folded sums, when folding
         boxes = int32(0)                     # this warpgroup's boxes written so far
         issued = min(int32(STAGES - 1), total)   # the slabs thread 0 has copied (prologue)
         item = int32(group if PINGPONG else 0)
@@ -358,8 +299,6 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
                 acc[r] = float32(0.0)
                 if HALVES == 2:
                     below[r] = float32(0.0)
-                if fold:
-                    folded[r] = float32(0.0)
             if PINGPONG and item > 0:        # this one's turn of the tensor cores: the
                 named_barrier(TURN + group, 2 * WARPGROUP)   # other's main loop is done
             # (a do-while, as gemm.wgmma's: no path from the zeros to a wait)
@@ -394,11 +333,6 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
                     issued = pipe.refill_ready(bars, 0, g + STAGES, issued, total, operands)
                 g += 1
                 s += 1
-                if fold and (s % FOLD_STEPS == 0 or s == steps):
-                    wait_all(acc)
-                    for r in range(regs):
-                        folded[r] += acc[r]
-                        acc[r] = float32(0.0)
                 if s == steps:
                     break
             # the other's turn (its item's slabs come next in the ring): only from here may
@@ -427,7 +361,7 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
                     wait_turn(turns, unit, split)
                     fence_proxy_async_global()   # the adds below after the ones before
             boxes = lay_out(out, pre, bias, out_map, pre_map, pairs, floats, smem, bars,
-                            folded if fold else acc, m0 + top, n0, k_step == 0, group, boxes)
+                            acc, m0 + top, n0, k_step == 0, group, boxes)
             if HALVES == 2:
                 boxes = lay_out(out, pre, bias, out_map, pre_map, pairs, floats, smem, bars,
                                 below, m0 + top + 64, n0, k_step == 0, group, boxes)
@@ -466,9 +400,6 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
         floats = cuda.shared.array(0, float32)[start // 2:]
         if cuda.threadIdx.x == 0:
             pipe.init(bars)
-            if GELU_BACKWARD:
-                for g in range(2 * GROUPS):
-                    mbarrier_init(bars, PRE_LANDED + g, 1)
             fence_barrier_init()
         if CLUSTER == 1:
             cuda.syncthreads()
@@ -477,13 +408,11 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
         cursor = cuda.local.array(4, int32)  # the producer's: see fill
         cursor[0] = 0
         operands = (smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank,
-                    cursor, pre, pre_map)
+                    cursor)
         if not COPIER:
             if cuda.threadIdx.x == 0:
                 fence_tensor_map(a_map)
                 fence_tensor_map(b_map)
-                if GELU_BACKWARD:            # (the prefetches of pre: fill)
-                    fence_tensor_map(pre_map)
                 pipe.prologue(bars, total, operands)
             consume(out, pre, bias, turns, out_map, pre_map, pairs, floats, bars, operands,
                     items, total, splits, group)
@@ -492,8 +421,6 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False, fo
             if thread == 0:
                 fence_tensor_map(a_map)
                 fence_tensor_map(b_map)
-                if GELU_BACKWARD:            # (the prefetches of pre: fill)
-                    fence_tensor_map(pre_map)
                 pipe.refill_ready(bars, total, total, int32(0), total, operands)
         else:
             raise_registers()
@@ -537,7 +464,6 @@ PTX_SIGNATURES = [
         (False, True, "float32", False, CLUSTER_TILE),
         (False, False, "bf16", False, COPIER_TILE),         # (whole-program: ptxas)
         (False, False, "gelu", False, COPIER_TILE),         # the MLP's up projection
-        (False, True, "gelu_backward", False, COPIER_TILE),  # and its down's dX
         (False, True, "float32", False, COPIER_TILE),
         (False, False, "bf16", True, PINGPONG_TILE),
         (True, False, "atomic", False, PINGPONG_TILE),

@@ -75,9 +75,7 @@ COPIER_TILE = PersistentTile(128, 256, 64, 4, 2, copier=True)
 # loop; 32 KiB stages, 6 of them
 PINGPONG_TILE = PersistentTile(128, 128, 64, 6, 2, copier=True, pingpong=True)
 # the copier's block on 128 x 192 tiles (96 accumulators a thread): for outs of N 384,
-# which the 256-wide tile covers a quarter empty (persistent_tile); and room for a second
-# set of accumulators, so that a long K can fold into float32 sums in one split
-# (gemm.persistent's fold) where the 256-wide tile splits K and adds the splits into out
+# which the 256-wide tile covers a quarter empty (persistent_tile)
 NARROW_COPIER_TILE = PersistentTile(128, 192, 64, 4, 2, copier=True)
 
 

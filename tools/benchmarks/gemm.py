@@ -13,11 +13,10 @@ def gemm_candidates(M, N, K, accumulate, bf16_out):
     takes on this GPU, and its split). Accumulating products try 5 and 7 splits beside the
     powers of two: a number of work items that fills its last wave of SMs better (the MLP
     weight gradients' 72 tiles split 4 ways make 288 items, 2.2 waves of 132). The
-    persistent tiles (alone, with a copier, in ping-pong, the copier's 128 x 192 that
-    folds a long K) on Hopper, with those splits, or one for a written out: each split in
-    one chain, or folded."""
+    persistent tiles (alone, with a copier, in ping-pong, the copier's 128 x 192) on Hopper,
+    with those splits and 6, or one for a written out: each split in one chain."""
     from microgpt.kernels.common import ceil_div
-    from microgpt.kernels.gemm import persistent, tuning
+    from microgpt.kernels.gemm import tuning
     from microgpt.kernels.gemm.tiles import MmaTile
 
     tiles = [tuning.LARGE_TILE, tuning.SMALL_TILE, MmaTile(128, 128, 32, 64, 32, 3, 2),
@@ -39,10 +38,9 @@ def gemm_candidates(M, N, K, accumulate, bf16_out):
     if tuning.wgmma_available():
         for tile in (tuning.PERSISTENT_TILE, tuning.COPIER_TILE, tuning.PINGPONG_TILE,
                      tuning.NARROW_COPIER_TILE):
-            for split in ((1, 2, 4, 5, 7, 8) if accumulate else (1,)):
-                # (a split longer than a chain: the tiles that fold it)
-                if ((tile, split) not in same and (ceil_div(K, split) <= tuning.MAX_CHAIN
-                                                   or persistent.folds(tile))):
+            for split in ((1, 2, 4, 5, 6, 7, 8) if accumulate else (1,)):
+                # (each split in one chain: the persistent tiles do not fold)
+                if (tile, split) not in same and ceil_div(K, split) <= tuning.MAX_CHAIN:
                     out.append((tile, split))
     return out
 

@@ -2,7 +2,7 @@
 product of an andrea-120m and an andrea-12m step with each wgmma variant, beside cuBLAS
 (torch.mm, bf16 out) in the same process. A variant is a tile and a split of K: a split of a written
 float32 out zeroes it and adds the splits into it (the launcher's way for a long K); a
-split longer than tuning.MAX_CHAIN folds (NARROW_COPIER_TILE).
+split longer than tuning.MAX_CHAIN is refused (the fold went after call B).
 PRODUCTS=a,b (names as gemms.step_products, "N384": andrea-12m's float32 products of N 384
 and the LM head dW's) restricts the products.
 
@@ -54,7 +54,6 @@ C128 = PersistentTile(128, 128, 64, 6, 2, copier=True)
 P64_192 = PersistentTile(64, 192, 64, 6, 2, copier=True, pingpong=True)
 P64_128 = PersistentTile(64, 128, 64, 8, 2, copier=True, pingpong=True)
 P128_32 = PersistentTile(128, 128, 32, 12, 2, copier=True, pingpong=True)
-C192D32 = PersistentTile(128, 192, 32, 8, 2, copier=True)
 VARIANTS = {"default": None, "s20": "s20", "wgmma": "wgmma", "copier": tuning.COPIER_TILE,
             "pingpong": tuning.PINGPONG_TILE, "copier192": C192, "copier128": C128,
             "pp64x192": P64_192, "pp64x128": P64_128, "pp_d32": P128_32,
@@ -64,15 +63,9 @@ VARIANTS = {"default": None, "s20": "s20", "wgmma": "wgmma", "copier": tuning.CO
             # least K / MAX_CHAIN)
             "copier_s5": (tuning.COPIER_TILE, 5), "copier_s6": (tuning.COPIER_TILE, 6),
             "copier_s8": (tuning.COPIER_TILE, 8), "c192_s4": (C192, 4), "c192_s6": (C192, 6),
-            "c192_s3": (C192, 3), "c192_s5": (C192, 5), "c192_s7": (C192, 7),
+            "c192_s5": (C192, 5), "c192_s7": (C192, 7),
             "c192_s8": (C192, 8),
-            "pp_s6": (tuning.PINGPONG_TILE, 6), "pp_s8": (tuning.PINGPONG_TILE, 8),
-            # one split, folded into float32 sums (gemm.persistent's fold), or two
-            "c192_fold": (tuning.NARROW_COPIER_TILE, 1),
-            "c192_fold2": (tuning.NARROW_COPIER_TILE, 2),
-            # 32-deep slabs in 8 stages (the 64-deep folding tile spills 8 bytes), and
-            # 128 x 128 (64 accumulators and 64 sums a thread)
-            "c192d32": C192D32, "c192d32_fold": (C192D32, 1), "c128_fold": (C128, 1)}
+            "pp_s6": (tuning.PINGPONG_TILE, 6), "pp_s8": (tuning.PINGPONG_TILE, 8)}
 REPS = int(os.environ.get("REPS", "5"))
 
 
@@ -322,10 +315,9 @@ DW = "QKV dW,MLP up dW,MLP down dW"
 SWEEPS = {
     # the weight gradients' splits: how many, and on which tile (waves of items a split)
     "dw": (["andrea-120m", "andrea-12m"], DW,
-           "default,c192_s3,c192_s4,c192_s5,c192_s6,c192_s7,c192_s8,copier_s6,copier_s8,pp_s8"),
-    # one split folded (the narrow copier) against the splits added into out
-    "fold": (["andrea-120m", "andrea-12m"], "LM head dX,LM head dW",
-             "default,c192_fold,c192_fold2"),
+           "default,c192_s4,c192_s5,c192_s6,c192_s7,c192_s8,copier_s6,copier_s8,pp_s8"),
+    # (call B's "fold", one split folded by the narrow copier against the splits added
+    # into out, went with the fold: callB/sweeps.log)
     # andrea-120m's float32 outs of N 768 (K 3072 and 2304, 768): the tiles and a split
     "n768": (["andrea-120m"], "MLP up dX,MLP down forward,QKV dX,W_O forward",
              "default,pingpong,copier192,pp_s2,c192_s2"),

@@ -12,8 +12,7 @@ __all__ = (
     "wgmma_bf16", "wgmma_bf16_acc", "wgmma_bf16_rs", "warpgroup_fence", "warpgroup_commit",
     "warpgroup_wait", "set_max_registers", "fence_proxy_async", "fence_proxy_async_global",
     "mbarrier_init", "mbarrier_arrive", "mbarrier_arrive_expect_tx", "mbarrier_try_wait",
-    "fence_barrier_init", "tma_load_2d", "tma_prefetch_2d", "tma_store_2d", "tma_add_2d",
-    "bulk_commit",
+    "fence_barrier_init", "tma_load_2d", "tma_store_2d", "tma_add_2d", "bulk_commit",
     "bulk_wait", "bulk_wait_but_one", "bulk_wait_written", "cluster_rank", "cluster_index",
     "cluster_count", "cluster_sync", "mbarrier_arrive_cluster", "tma_load_2d_multicast",
     "named_barrier", "named_barrier_arrive", "fence_tensor_map",
@@ -224,21 +223,6 @@ def tma_load_2d(typingctx, smem, index, src, tensor_map, col, row, bars, bar):
              "cp.async.bulk.tensor.2d.shared::cluster.global.tile"
              ".mbarrier::complete_tx::bytes [$0], [$1, {$2, $3}], [$4];",
              "r,l,r,r,r,~{memory}")
-        return context.get_dummy_value()
-    return sig, codegen
-
-
-@intrinsic
-def tma_prefetch_2d(typingctx, src, tensor_map, col, row):
-    # src is the twin's, as tma_load_2d's; no shared memory, no barrier: a hint the copy
-    # engine may drop
-    sig = types.void(src, tensor_map, types.int32, types.int32)
-
-    def codegen(context, builder, sig, args):
-        data = context.make_array(sig.args[1])(context, builder, args[1]).data
-        asm(builder, ir.VoidType(), [builder.ptrtoint(data, I64), args[2], args[3]],
-            "cp.async.bulk.prefetch.tensor.2d.L2.global.tile [$0, {$1, $2}];",
-            "l,r,r,~{memory}")
         return context.get_dummy_value()
     return sig, codegen
 
