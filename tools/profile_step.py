@@ -169,15 +169,16 @@ def main(argv=None):
         end = behind_spin(backend, marks, lambda: step.run(idx, targets), step.metrics)
     totals, counts, by_op = group(op_times(marks, end))
     step_ms = sum(totals.values())
+    calls = collections.Counter(name for _, name, *_ in marks)
 
     lines = [f"# Step profile: {args.config}{' with biases' if args.bias else ''}, B {B}, T {T}, "
              f"{args.precision}", "",
              f"Command: `python tools/profile_step.py {' '.join(argv or sys.argv[1:])}`", "",
-             f"Sum of the ops: {step_ms:.2f} ms; the captured step: {graph_ms:.2f} ms "
-             f"({B * T / graph_ms * 1e3:,.0f} tokens/s).", "",
-             "| op | ms | share |", "|---|---:|---:|"]
+             f"Sum of the ops ({len(marks)} calls): {step_ms:.2f} ms; the captured step: "
+             f"{graph_ms:.2f} ms ({B * T / graph_ms * 1e3:,.0f} tokens/s).", "",
+             "| op | calls | ms | share |", "|---|---:|---:|---:|"]
     for name, ms in sorted(by_op.items(), key=lambda kv: -kv[1]):
-        lines.append(f"| {name} | {ms:.3f} | {ms / step_ms:.1%} |")
+        lines.append(f"| {name} | {calls[name]} | {ms:.3f} | {ms / step_ms:.1%} |")
     lines += ["", "| op and operands | calls | ms | share |", "|---|---:|---:|---:|"]
     for label, ms in sorted(totals.items(), key=lambda kv: -kv[1]):
         lines.append(f"| `{label}` | {counts[label]} | {ms:.3f} | {ms / step_ms:.1%} |")
