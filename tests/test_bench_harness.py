@@ -1,5 +1,6 @@
 """tools/benchmarks' harness for the bench scripts (bench/h200-*/): the token batches they
-step on and the timing of built steps in alternating rounds, on the CPU."""
+step on, the timing of built steps in alternating rounds and the steps section's MFU, on
+the CPU."""
 import sys
 from pathlib import Path
 from unittest import mock
@@ -8,9 +9,10 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from benchmarks import captured_steps, token_batches  # noqa: E402
+from benchmarks import captured_steps, steps, token_batches  # noqa: E402
 
 from microgpt import get_config  # noqa: E402
+from microgpt.metrics import flops_per_token  # noqa: E402
 from microgpt.data import write_shard  # noqa: E402
 from microgpt.step import Step  # noqa: E402
 
@@ -76,3 +78,27 @@ def test_the_variants_alternate_and_keep_their_best_round():
         best = captured_steps.best_of_rounds(steps, [(1, 2)], reps=2, rounds=2)
     assert best == {"a": 0.5, "b": 1.0}
     assert order == ["a"] * 3 + ["b"] * 3 + ["a"] * 3 + ["b"] * 3
+
+
+def test_the_steps_report_gives_each_step_its_mfu():
+    """Each row's MFU: its tokens/s times its training FLOPs a token over 790 TFLOP/s, for
+    microgpt's bf16 graph and torch.compile (n/a where torch.compile did not run); the
+    geometries' T is their context, over which flops_per_token counts attention."""
+    for label, name, overrides, B, T in steps.GEOMETRIES:
+        assert get_config(name, **overrides).context == T, label
+    rng = np.random.default_rng()
+    rows, want = [], []
+    for label, compiled in (("andrea-120m", True), ("andrea-12m", False)):
+        fpt = flops_per_token(get_config(label))
+        ours, theirs = rng.uniform(1e5, 4e6, 2)
+        rows.append(dict(config=label, B=2, T=8, flops_per_token=fpt,
+                         ours_bf16_graph_tok_s=ours,
+                         torch_compile_tok_s=theirs if compiled else None))
+        want.append([f"{ours * fpt / 790e12:.1%}",
+                     f"{theirs * fpt / 790e12:.1%}" if compiled else "n/a"])
+    lines = steps.steps_report(rows)
+    header = next(line for line in lines if line.startswith("| config | B x T | microgpt fp32"))
+    assert header.endswith("| microgpt bf16 MFU | torch.compile MFU |")
+    for row, cells in zip(rows, want):
+        line = next(line for line in lines if line.startswith(f"| {row['config']} | 2 x 8 |"))
+        assert line.split(" | ")[-2:] == [cells[0], cells[1] + " |"]

@@ -18,6 +18,15 @@ GEOMETRIES = (
 )
 # float32 and the deterministic step only where they take seconds, not minutes
 SMALL = ("andrea-12m", "andrea-120m")
+# MFU's peak: the H200's dense bf16 rate as its matmuls reach it (about 790 TFLOP/s), not
+# the datasheet's 989 that the trainer's metrics divide by; issue 28's target (60% at
+# andrea-120m) is of this one
+MFU_PEAK_FLOPS = 790e12
+
+
+def mfu(tok_s, flops_per_token):
+    """The share of MFU_PEAK_FLOPS that tok_s tokens a second of flops_per_token make."""
+    return tok_s * flops_per_token / MFU_PEAK_FLOPS
 
 
 def bench_steps(reps, compile_torch=True, fp32=True, geometries=None):
@@ -25,6 +34,7 @@ def bench_steps(reps, compile_torch=True, fp32=True, geometries=None):
     from numba import cuda
     from microgpt import GPT, get_config
     from microgpt.cuda_backend import CudaBackend
+    from microgpt.metrics import flops_per_token
     from microgpt.optim import AdamW, AdamWConfig
     from microgpt.step import Step
 
@@ -73,7 +83,8 @@ def bench_steps(reps, compile_torch=True, fp32=True, geometries=None):
             if not deterministic:
                 row[f"ours_{precision}_gib"] = (free_before - free_after) / 2**30
             model = step = None         # free the device memory before the next runs
-        row.update(config=label, B=B, T=T)
+        # (each geometry's T is its context, over which flops_per_token counts attention)
+        row.update(config=label, B=B, T=T, flops_per_token=flops_per_token(cfg))
         t_idx, t_targets = (
             torch.from_numpy(idx).long().cuda(),
             torch.from_numpy(targets).long().cuda(),
@@ -128,11 +139,15 @@ def steps_report(rows):
         "as one CUDA graph; PyTorch's is the same architecture in float32 (TF32 off), "
         "bf16 autocast (eager), and bf16 autocast under torch.compile, each with fused "
         "AdamW and gradient clipping. gpt2-medium: 24 layers of 1024, 16 heads; gpt2-xl: 48 "
-        "of 1600, 25 heads; both at andrea-120m's vocabulary of 50,304.",
+        "of 1600, 25 heads; both at andrea-120m's vocabulary of 50,304. MFU: training FLOPs "
+        "a token (microgpt.metrics.flops_per_token, attention over the full T x T square) "
+        f"times tokens/s, over {MFU_PEAK_FLOPS / 1e12:.0f} TFLOP/s (the H200's dense bf16 "
+        "rate as matmuls reach it, not the datasheet's 989).",
         "",
         "| config | B x T | microgpt fp32 | microgpt bf16 | PyTorch fp32 | PyTorch bf16 | "
-        "torch.compile bf16 | bf16 / PyTorch bf16 | bf16 / torch.compile |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "torch.compile bf16 | bf16 / PyTorch bf16 | bf16 / torch.compile | microgpt bf16 MFU "
+        "| torch.compile MFU |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         cells = [r["config"], f"{r['B']} x {r['T']}"]
@@ -145,6 +160,8 @@ def steps_report(rows):
         ours = r["ours_bf16_graph_tok_s"]
         for ref in ("torch_bf16_tok_s", "torch_compile_tok_s"):
             cells.append(cell(r.get(ref) and ours / r[ref], ".2f"))
+        for tok_s in (ours, r.get("torch_compile_tok_s")):
+            cells.append(cell(tok_s and mfu(tok_s, r["flops_per_token"]), ".1%"))
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
