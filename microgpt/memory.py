@@ -5,34 +5,50 @@ from microgpt.errors import UserError
 from microgpt.params import ParamLayout
 from microgpt.step import step_specs
 
+# --recompute: GPT's recompute on, off, or on only where the run would not fit otherwise
+RECOMPUTE_CHOICES = ("auto", "on", "off")
 
-def required_bytes(config, rows, precision, eval_batches, moment_shards=1, accum=1):
+
+def required_bytes(config, rows, precision, eval_batches, moment_shards=1, accum=1,
+                   recompute=False):
     """What a rank's run of `rows` sequences a micro-batch (accum of them a step) needs at
     least: the parameters, their gradients and AdamW moments (float32; under ZeRO-1 the
     moments of one of moment_shards shards), in bf16 the matrices' copy, the buffers of a
-    step as allocated (views and shared scratch once), and the validation batches."""
+    step as allocated (views and shared scratch once; recompute: the model's), and the
+    validation batches."""
     layout = ParamLayout(config)
     T = config.context
     moments = 2 * 4 * -(-layout.size // moment_shards)
     return (2 * 4 * layout.size + moments + (2 * layout.n_decay if precision == "bf16" else 0)
-            + sum(spec.nbytes for spec in step_specs(config, rows, T, precision, accum))
+            + sum(spec.nbytes for spec in step_specs(config, rows, T, precision, accum,
+                                                     recompute=recompute))
             + 8 * eval_batches * rows * T)
 
 
-def check_memory(config, args, world, backend, precision, zero=False):
+def check_memory(config, args, world, backend, precision, zero=False, recompute="auto"):
     """Refuse a run whose required_bytes exceed the memory available to this rank (zero:
-    the moments sharded over the ranks)."""
+    the moments sharded over the ranks) -> whether its step recomputes the LayerNorms' and
+    GELU's outputs (GPT's recompute): "on" and "off" as they say, "auto" only where the
+    run would not fit otherwise (it costs ~1.5% of the step's time)."""
     rows = args.batch_size // world.world_size
-    need = required_bytes(config, rows, precision, args.eval_batches,
-                          world.world_size if zero else 1, args.grad_accum)
+
+    def need(again):
+        return required_bytes(config, rows, precision, args.eval_batches,
+                              world.world_size if zero else 1, args.grad_accum, again)
     where, available = available_memory(backend)
-    if available is not None and need > available:
+    if available is None:
+        return recompute == "on"
+    chosen = recompute == "on" or recompute == "auto" and need(False) > available
+    if need(chosen) > available:
         gib = 2 ** 30
-        raise UserError(f"the run needs at least {need / gib:,.1f} GiB "
+        fix = "a smaller --batch-size, --eval-batches, --context or model"
+        if not chosen and need(True) <= available:      # --recompute off
+            fix = f"--recompute auto (it needs {need(True) / gib:,.1f} GiB), or {fix}"
+        raise UserError(f"the run needs at least {need(chosen) / gib:,.1f} GiB "
                         f"({ParamLayout(config).size:,} parameters, batches of {rows:,} x "
                         f"{config.context} tokens) but {where} has {available / gib:,.1f} GiB "
-                        "available; pass a smaller --batch-size, --eval-batches, --context "
-                        "or model")
+                        f"available; pass {fix}")
+    return chosen
 
 
 def available_memory(backend):

@@ -86,15 +86,7 @@ def arena_layout(specs):
     return offsets, max(end.values())
 
 
-# Whether the backward recomputes the LayerNorms' and GELU's outputs for its dW GEMMs
-# (ln_1, ln_2, fc_gelu: arena scratch, 12·C bytes a token a layer less in bf16) rather than
-# the forward keeping them, at a write of each in the backward (docs/kernels-step.md,
-# "Memory"), as torch.compile's partitioner does. Off: the writes cost ~1.5% of the step
-# (H200, session 22: 0.49 ms at andrea-120m), which only the GPT-2 geometries need to
-# stay within torch.compile's memory (gpt2-xl 48.2 -> 41.1 GiB by the account, its 42.8)
-RECOMPUTE = False
-
-def activation_specs(cfg, B, T, precision="fp32"):
+def activation_specs(cfg, B, T, precision="fp32", recompute=False):
     """Every buffer a forward + backward pass of shape (B, T) writes; the logits of a chunk
     of the N token rows at a time (head_rows), which the head and the loss walk. In bf16 the arrays a
     matmul or attention reads are bf16 (fc too, which the GELU backward reads, and dfc,
@@ -106,7 +98,11 @@ def activation_specs(cfg, B, T, precision="fp32"):
     and merge copies fill from the fused rows and back (the float32 attention reads
     whole heads). In bf16 they are views of the fused rows (heads_of): flash attention
     reads and writes rows a pitch apart, and the copies vanish; so qkv, scratch in fp32,
-    is kept per layer in bf16, in the place q, k, v held."""
+    is kept per layer in bf16, in the place q, k, v held.
+
+    recompute: the LayerNorms' and GELU's outputs (ln_1, ln_2, fc_gelu, each the operand
+    of a GEMM) are not kept per layer for the backward's dW GEMMs but written again there,
+    by the kernels that already read their inputs (GPT's recompute)."""
     C, H, D, V, L = cfg.d_model, cfg.n_head, cfg.head_dim, cfg.vocab_size, cfg.n_layer
     N = B * T
     low = "uint16" if precision == "bf16" else None     # what feeds a matmul or attention
@@ -115,9 +111,9 @@ def activation_specs(cfg, B, T, precision="fp32"):
     forward, backward = blocks + ("forward",), blocks + ("backward",)
     mlp, attention = backward + ("mlp",), backward + ("attention",)
     # the LayerNorms' and GELU's outputs, each the operand of a GEMM: kept per layer, or
-    # (RECOMPUTE) scratch of the arena in every layer's place, which the backward writes
+    # (recompute) scratch of the arena in every layer's place, which the backward writes
     # again for its dW GEMMs
-    kept = dict(per_layer=L, phase=blocks if RECOMPUTE else None)
+    kept = dict(per_layer=L, phase=blocks if recompute else None)
 
     def copy_of(name, shape, of, phase):
         return (BufferSpec(name, shape, low, phase=phase) if low
@@ -256,11 +252,18 @@ def rows(x):
 # the model
 
 class GPT:
-    def __init__(self, config, backend="numpy", seed=0, dtype=np.float32, precision="fp32"):
+    """recompute: the backward writes the LayerNorms' and GELU's outputs again for its dW
+    GEMMs rather than the forward keeping them per layer, as torch.compile's partitioner
+    does: 12·C bytes a token a layer less in bf16 (GPT-2 XL at B 8 x 1024: 48.2 -> 41.1
+    GiB) for ~1.5% of the step's time (docs/kernels-step.md, "Memory"). The same
+    arithmetic either way, up to a float32 rounding of the norm's output."""
+
+    def __init__(self, config, backend="numpy", seed=0, dtype=np.float32, precision="fp32",
+                 recompute=False):
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got "
                              f"{precision!r}")
-        self.config, self.precision = config, precision
+        self.config, self.precision, self.recompute = config, precision, recompute
         self.backend = get_backend(backend, dtype) if isinstance(backend, str) else backend
         if precision == "bf16" and self.backend.name != "cuda":
             raise BackendError("precision bf16 runs on the cuda backend (the tensor cores); "
@@ -532,8 +535,8 @@ class GPT:
         if self._acts is None or self._acts.batch.shape[1:] != (B, T):
             self.check_context(T)
             self._acts = None   # free the old buffers before allocating the new ones
-            self._acts = Buffers(self.backend, activation_specs(self.config, B, T,
-                                                                  self.precision))
+            self._acts = Buffers(self.backend, activation_specs(
+                self.config, B, T, self.precision, recompute=self.recompute))
         self.backend.copy(self._acts.batch[0], self._host_or_device(idx))
         if targets is not None:
             if tuple(targets.shape) != (B, T):

@@ -117,31 +117,33 @@ def setup(ns, world, backend, resources, compilers=None):
         kernels = KernelProgress(Path(cache_dir) / "kernels", silent=world.rank != 0)
         kernel_cache.use(kernels.directory, report=kernels)
 
-    early = {}      # (config, precision) -> (model, optimizer, step) built before the tokens
+    early = {}      # (config, precision, recompute) -> (model, optimizer, step) built before
+                    # the tokens
 
-    def before_tokens(config, precision):
+    def before_tokens(config, precision, recompute):
         """A shape's first run (no manifest) with compilers: its step built now and its
         kernels, recorded, handed to them, to compile while the tokens are made."""
         if compilers is not None and kernels is not None:
             from microgpt.kernels import ahead
 
-            name_manifest(kernels, step_shape(config, precision, args, world))
+            name_manifest(kernels, step_shape(config, precision, recompute, args, world))
             if not ahead.manifest_jobs(kernels.manifest):
-                built = early[config, precision] = build(ns, args, world, backend, config,
-                                                         precision)
+                built = early[config, precision, recompute] = build(
+                    ns, args, world, backend, config, precision, recompute)
                 compilers.hand(ahead.record(built[2].accumulate, built[2].update))
 
     def load():
         try:
-            data, config, initial = load_data(args, ckpt, cache_dir, world, backend,
-                                              ns.precision, sharded(ns, world), before_tokens)
+            data, config, initial, recompute = load_data(
+                args, ckpt, cache_dir, world, backend, ns.precision, sharded(ns, world),
+                ns.recompute, before_tokens)
         finally:
             if world.rank == 0:
                 world.barrier()
-        return data, config, initial, tokens_signature(data)
+        return data, config, initial, recompute, tokens_signature(data)
     if world.rank != 0:       # rank 0 trains the tokenizer and fills the cache; the rest read it
         world.barrier()
-    data, config, initial, signature = on_every_rank(world, load)
+    data, config, initial, recompute, signature = on_every_rank(world, load)
     check_ranks_agree(world, "data", signature)
     saved_signature = ckpt.state.get("data_signature") if ckpt else None
     if saved_signature is not None and saved_signature != signature:
@@ -158,14 +160,15 @@ def setup(ns, world, backend, resources, compilers=None):
                    else val_loader.whole_split())
     precision = choose_precision(ns.precision, backend, config)
     if kernels:
-        name_manifest(kernels, step_shape(config, precision, args, world))
+        name_manifest(kernels, step_shape(config, precision, recompute, args, world))
         if compilers is not None:
             compilers.wait(kernels.manifest)
     # the step built before the tokens serves if the tokenizer left the shape as it was
     # (another one is let go before this one is built)
-    built = early.pop((config, precision), None)
+    built = early.pop((config, precision, recompute), None)
     early.clear()
-    model, optimizer, train_step = built or build(ns, args, world, backend, config, precision)
+    model, optimizer, train_step = built or build(ns, args, world, backend, config, precision,
+                                                  recompute)
     if initial is not None:
         model.load_state_dict(initial)
     entropy = unigram_entropy(data.train, config.vocab_size)
@@ -181,7 +184,9 @@ def setup(ns, world, backend, resources, compilers=None):
               f"{args.batch_size // world.world_size} sequences each per step"
               + (", AdamW's moments sharded (ZeRO-1)" if sharded(ns, world) else ""))
     print(f"model: {describe(config)}, {model.layout.size:,} parameters, on "
-          f"{model.backend.name} in {model.precision}")
+          f"{model.backend.name} in {model.precision}"
+          + (", the LayerNorms' and GELU's outputs recomputed in the backward" if recompute
+             else ""))
     print(f"data: {data.source}, {sum(map(len, data.train)):,} train and "
           f"{sum(map(len, data.val)):,} val tokens ({tokenizer.kind} tokenizer, "
           f"{tokenizer.vocab_size} tokens); unigram entropy {entropy:.3f} nats/token")
@@ -192,10 +197,11 @@ def setup(ns, world, backend, resources, compilers=None):
     return run
 
 
-def build(ns, args, world, backend, config, precision):
+def build(ns, args, world, backend, config, precision, recompute):
     """-> the model (its parameters drawn from args.seed), its optimizer and the training
     step of a micro-batch of this rank's rows."""
-    model = GPT(config, backend=backend, seed=args.seed, precision=precision)
+    model = GPT(config, backend=backend, seed=args.seed, precision=precision,
+                recompute=recompute)
     adamw = adamw_config(args)
     if sharded(ns, world):
         optimizer = ShardedAdamW(model, adamw, world)
@@ -208,9 +214,11 @@ def build(ns, args, world, backend, config, precision):
     return model, optimizer, step
 
 
-def step_shape(config, precision, args, world):
-    """What a step's kernels depend on, in words: the model, precision and micro-batch."""
-    return f"{config} {precision} {args.batch_size // world.world_size} x {config.context}"
+def step_shape(config, precision, recompute, args, world):
+    """What a step's kernels depend on, in words: the model, precision (and recompute,
+    whose kernels write the outputs again) and micro-batch."""
+    return (f"{config} {precision}{' recompute' if recompute else ''} "
+            f"{args.batch_size // world.world_size} x {config.context}")
 
 
 def sharded(ns, world):
@@ -290,11 +298,12 @@ def claim_output(ns, ckpt, args, world, resources):
 
 
 def load_data(args, ckpt, cache_dir, world, backend, requested_precision, zero,
-              before_tokens=lambda config, precision: None):
+              requested_recompute="auto", before_tokens=lambda config, precision, again: None):
     """-> (TokenData whose tokenizer is set, GPTConfig, the initial parameters of
-    --init-from or None). The config, and the memory it needs (zero: the moments sharded),
-    are checked before the slow part (training a tokenizer, tokenizing), and handed to
-    before_tokens with the precision; its vocabulary can come from the tokenizer."""
+    --init-from or None, whether the step recomputes: check_memory's). The config, and the
+    memory it needs (zero: the moments sharded), are checked before the slow part
+    (training a tokenizer, tokenizing), and handed to before_tokens with the precision and
+    recompute; its vocabulary can come from the tokenizer."""
     initial = None
     if ckpt:
         tokenizer, config = ckpt.tokenizer, ckpt.config
@@ -305,8 +314,9 @@ def load_data(args, ckpt, cache_dir, world, backend, requested_precision, zero,
         tokenizer = planned_tokenizer(args, shards)
         config = model_config(args, tokenizer.vocab_size if tokenizer else DEFAULT_BPE_VOCAB)
     precision = choose_precision(requested_precision, backend, config)
-    check_memory(config, args, world, backend, precision, zero)
-    before_tokens(config, precision)
+    recompute = check_memory(config, args, world, backend, precision, zero,
+                             requested_recompute)
+    before_tokens(config, precision, recompute)
     data = load_tokens(args.data, tokenizer, config.tokens, cache_dir)
     data.tokenizer = data.tokenizer or TokenIds(config.tokens)
     if not ckpt and not args.init_from:
@@ -315,7 +325,7 @@ def load_data(args, ckpt, cache_dir, world, backend, requested_precision, zero,
         raise UserError(f"the tokenizer has {data.tokenizer.vocab_size} tokens but the model's "
                         f"vocabulary is {config.tokens}; pass --vocab-size "
                         f"{data.tokenizer.vocab_size} or more")
-    return data, config, initial
+    return data, config, initial, recompute
 
 
 def imported_model(args):

@@ -28,15 +28,17 @@ from microgpt.ops import LOG_COLUMNS
 LOG_ROWS = 1024      # steps between two metrics() calls, at most
 
 
-def step_specs(cfg, B, T, precision="fp32", accum=1):
+def step_specs(cfg, B, T, precision="fp32", accum=1, recompute=False):
     """Every buffer a training step of accum micro-batches of shape (B, T) owns: the
     activations of one, the token ids, targets and losses of every one (in place of the
     activation table's own "batch" and "losses"), and the log that record_step fills. (The
     parameters, gradients, moments, the squared gradient norm and the hyper-parameters
-    belong to the model and the optimizer: every shape shares them.)"""
+    belong to the model and the optimizer: every shape shares them.) recompute: the
+    model's (activation_specs)."""
     own = {"batch": BufferSpec("batch", (accum, 2, B, T), "int32"),
            "losses": BufferSpec("losses", (accum, B * T))}
-    return ([own.get(s.name, s) for s in activation_specs(cfg, B, T, precision)]
+    return ([own.get(s.name, s)
+             for s in activation_specs(cfg, B, T, precision, recompute=recompute)]
             + [BufferSpec("log", (LOG_ROWS, len(LOG_COLUMNS)))])
 
 
@@ -61,7 +63,7 @@ class Step:
         self.shape = (accum * B, T)     # of run()'s batch: micro-batch n is rows nB to (n+1)B
         model.check_context(T)
         self.buffers = Buffers(self.backend, step_specs(model.config, B, T, model.precision,
-                                                        accum))
+                                                        accum, recompute=model.recompute))
         self.micro = [MicroBatch(self.buffers, n) for n in range(accum)]
         self.all_losses = self.buffers.losses.reshape(accum * B * T)
         self.graph = graph and self.backend.graphs

@@ -31,13 +31,12 @@ def random_tokens(rng, cfg, B, T):
 
 @pytest.mark.parametrize("recompute", [True, False], ids=["recomputed", "kept"])
 @pytest.mark.parametrize("cfg", [TINY, TINY_GPT2], ids=["bias-free", "gpt2-like"])
-def test_gradients_match_finite_differences_for_every_parameter(cfg, recompute, monkeypatch):
+def test_gradients_match_finite_differences_for_every_parameter(cfg, recompute):
     """Every parameter's gradient, the biases' too, against central differences; of a
     padded vocabulary, the padding's rows of wte get none (their logits take no part).
     recompute: the LayerNorms' and GELU's outputs written again in the backward (arena
     scratch), or kept per layer by the forward."""
-    monkeypatch.setattr(model_module, "RECOMPUTE", recompute)
-    model = GPT(cfg, seed=0, dtype=np.float64)
+    model = GPT(cfg, seed=0, dtype=np.float64, recompute=recompute)
     rng = np.random.default_rng(1)
     # GPT-2 init makes the gradient of most tensors tiny; larger weights make every one count
     model.load_state_dict({name: rng.standard_normal(t.shape) * 0.5
@@ -58,6 +57,27 @@ def test_gradients_match_finite_differences_for_every_parameter(cfg, recompute, 
     for name, expected in model.layout.views(numerical).items():
         assert_close(analytic[name], expected, TOL_FD, name)
     assert not analytic["wte"][cfg.tokens:].any()
+
+
+@pytest.mark.parametrize("cfg", [TINY, TINY_GPT2], ids=["bias-free", "gpt2-like"])
+def test_recomputing_the_outputs_gives_the_same_bits(cfg):
+    """The backward that writes the LayerNorms' and GELU's outputs again gives the loss and
+    the gradients of the one that reads them kept, bit for bit in float32: the NumPy
+    backend recomputes them by the forward's own expressions (the CUDA kernels round the
+    norm's output once differently: tests/test_cuda_model.py holds them to the step's
+    tolerance)."""
+    rng = np.random.default_rng(4)
+    idx, targets = random_tokens(rng, cfg, 3, cfg.context)
+    runs = []
+    for recompute in (False, True):
+        model = GPT(cfg, seed=2, recompute=recompute)
+        loss, grads = model.loss_and_grads(idx, targets)
+        assert model._acts.rewritten == ({"ln_1", "ln_2", "fc_gelu"} if recompute else set())
+        runs.append((loss, grads))
+    (kept_loss, kept), (loss, grads) = runs
+    assert loss == kept_loss
+    for name in kept:
+        np.testing.assert_array_equal(grads[name], kept[name], err_msg=name)
 
 
 @pytest.mark.parametrize("vocab_size", [11, 256, 4096])
@@ -232,10 +252,11 @@ def test_the_head_in_chunks_gives_the_whole_batchs_losses_and_gradients(B, T, gp
         assert_close(grads_c[name], grads[name], 1e-13, name)
 
 
+@pytest.mark.parametrize("recompute", [True, False], ids=["recomputed", "kept"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("name,B,T", [("andrea-120m", 16, 1024), ("andrea-12m", 64, 256),
                                       ("microgpt", 2, 7)])
-def test_the_arenas_parts_share_memory_only_across_phases(precision, name, B, T):
+def test_the_arenas_parts_share_memory_only_across_phases(precision, name, B, T, recompute):
     """Each part of the arena lies inside it, 256-byte aligned; two parts share bytes only
     where their phases do not hold one another (the head's logits and the blocks'
     scratch, the MLP's dfc and the attention's scratch), and the arena is as long as its
@@ -243,7 +264,7 @@ def test_the_arenas_parts_share_memory_only_across_phases(precision, name, B, T)
     whole model's finite differences above hold: a part written over while alive moves a
     gradient.)"""
     cfg = get_config(name, vocab_size=24) if name == "microgpt" else get_config(name)
-    specs = activation_specs(cfg, B, T, precision)
+    specs = activation_specs(cfg, B, T, precision, recompute=recompute)
     offsets, length = arena_layout(specs)
     parts = {s.name: s for s in specs if s.phase is not None}
     assert {s.name: s.shape for s in specs}["arena"] == (length,)
@@ -271,14 +292,15 @@ def owned_arrays(buffers):
     return list(found.values())
 
 
+@pytest.mark.parametrize("recompute", [True, False], ids=["recomputed", "kept"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_the_specs_bytes_are_what_the_buffers_allocate(precision):
+def test_the_specs_bytes_are_what_the_buffers_allocate(precision, recompute):
     """BufferSpec.nbytes, which the trainer's memory check sums, counts what Buffers
     allocates: a view (the bf16 heads) or another name (same_as) nothing, scratch shared
     by every layer once. (The old sum counted both per layer: 9.47 GiB for the buffers of
     andrea-120m's bf16 step of 16 sequences, which allocates 7.03.)"""
     cfg = GPTConfig(n_layer=3, d_model=8, n_head=2, context=6, vocab_size=11)
-    specs = step_specs(cfg, 2, 5, precision)
+    specs = step_specs(cfg, 2, 5, precision, recompute=recompute)
     allocated = owned_arrays(Buffers(get_backend("numpy"), specs))
     assert sum(a.nbytes for a in allocated) == sum(s.nbytes for s in specs)
     assert len(allocated) == sum(s.allocations for s in specs)

@@ -303,6 +303,43 @@ def test_default_precision_is_bf16_where_there_are_tensor_cores():
     assert parse_args([]).precision is None
 
 
+def test_recompute_is_chosen_by_the_memory_it_saves(monkeypatch):
+    """--recompute auto (the default) keeps the LayerNorms' and GELU's outputs where the
+    run fits so, and recomputes them only where it fits that way alone; on and off are
+    kept, and off is refused in one line that names auto where only recomputing fits."""
+    from types import SimpleNamespace
+
+    from microgpt import memory
+    from microgpt.errors import UserError
+
+    cfg = get_config("andrea-12m")
+    args = SimpleNamespace(batch_size=8, eval_batches=2, grad_accum=1)
+    kept, recomputed = (memory.required_bytes(cfg, 8, "fp32", 2, recompute=again)
+                        for again in (False, True))
+    assert recomputed < kept
+
+    def chosen(available, recompute):
+        monkeypatch.setattr(memory, "available_memory", lambda backend: ("the GPU", available))
+        return memory.check_memory(cfg, args, SimpleNamespace(world_size=1), NumpyBackend(),
+                                   "fp32", recompute=recompute)
+    assert parse_args([]).recompute == "auto"
+    assert (chosen(kept, "auto"), chosen(kept - 1, "auto"), chosen(kept, "on"),
+            chosen(recomputed, "on"), chosen(kept, "off")) == (False, True, True, True, False)
+    assert (chosen(None, "auto"), chosen(None, "on")) == (False, True)  # memory unknown
+    with pytest.raises(UserError, match=r"available; pass --recompute auto \(it needs"):
+        chosen(kept - 1, "off")
+    for recompute in ("auto", "on"):
+        with pytest.raises(UserError, match="available; pass a smaller --batch-size"):
+            chosen(recomputed - 1, recompute)
+
+
+def test_a_run_with_recompute_on_says_so(tiny, tmp_path, capsys):
+    status, log, _ = run_main([*tiny, "--steps", 2, "--recompute", "on",
+                               "--out", tmp_path / "run"], capsys)
+    assert status == 0
+    assert "the LayerNorms' and GELU's outputs recomputed in the backward" in log
+
+
 def write(path, content):
     path.write_bytes(content)
     return path

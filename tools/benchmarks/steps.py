@@ -1,6 +1,7 @@
 """Whole training steps (forward, backward, AdamW): microgpt against the PyTorch GPT of
 the same architecture."""
 
+import gc
 import time
 
 import numpy as np
@@ -51,13 +52,20 @@ def bench_steps(reps, compile_torch=True, fp32=True, geometries=None):
         targets = rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
 
         row = {}
-        # the last: the same bits every run (split-K in order), as --deterministic trains
-        runs = ([("fp32", True, False)] if fp32 and small else []) + [
-            ("bf16", False, False), ("bf16", True, False)] + ([("bf16", True, True)] if small else [])
-        for precision, graph, deterministic in runs:
+        # (precision, graph, deterministic, recompute): the same bits every run (split-K
+        # in order), as --deterministic trains; the LayerNorms' and GELU's outputs
+        # recomputed, as --recompute on (the memory it saves, the time it costs)
+        runs = ([("fp32", True, False, False)] if fp32 and small else []) + [
+            ("bf16", False, False, False), ("bf16", True, False, False),
+            ("bf16", True, False, True)] + ([("bf16", True, True, False)] if small else [])
+        for precision, graph, deterministic, recompute in runs:
+            # the runs before freed now, not while this one is measured (numba defers the
+            # frees of the arrays let go; gc takes any cycle that still holds some)
+            gc.collect()
+            cuda.current_context().deallocations.clear()
             free_before, total = cuda.current_context().get_memory_info()
             model = GPT(cfg, backend=CudaBackend(deterministic=deterministic),
-                        precision=precision)
+                        precision=precision, recompute=recompute)
             step = Step(model, AdamW(model, AdamWConfig(total_steps=10**6)), B, T, graph=graph)
             for _ in range(2):          # compile; then capture
                 step.run(idx, targets)
@@ -77,11 +85,13 @@ def bench_steps(reps, compile_torch=True, fp32=True, geometries=None):
             ours_s = (time.perf_counter() - t0) / reps
             free_after, _ = cuda.current_context().get_memory_info()
             run = (f"ours_{precision}_{'graph' if graph else 'eager'}"
-                   + ("_deterministic" if deterministic else ""))
+                   + ("_deterministic" if deterministic else "")
+                   + ("_recomputed" if recompute else ""))
             row[run + "_tok_s"] = B * T / ours_s
             row[run + "_host_ms"] = 1e3 * float(np.median(host))
             if not deterministic:
-                row[f"ours_{precision}_gib"] = (free_before - free_after) / 2**30
+                row[f"ours_{precision}{'_recomputed' if recompute else ''}_gib"] = (
+                    free_before - free_after) / 2**30
             model = step = None         # free the device memory before the next runs
         # (each geometry's T is its context, over which flops_per_token counts attention)
         row.update(config=label, B=B, T=T, flops_per_token=flops_per_token(cfg))
@@ -184,4 +194,25 @@ def steps_report(rows):
                      f"{r['ours_bf16_graph_tok_s']:,.0f} | "
                      f"{r['ours_bf16_graph_host_ms']:.2f} | {same_bits:,.0f} | "
                      f"{r['ours_bf16_graph_tok_s'] / same_bits:.3f} |")
+    lines += [
+        "",
+        "microgpt's bf16 graph with the LayerNorms' and GELU's outputs recomputed in the "
+        "backward (--recompute on) beside the one that keeps them (the default where the "
+        "run fits), and torch.compile's peak: GiB (the device's free memory before and "
+        "after building and capturing the step; torch.compile's max_memory_allocated) and "
+        "tokens/s.",
+        "",
+        "| config | kept GiB | recomputed GiB | torch.compile GiB | kept tok/s | recomputed "
+        "tok/s | recomputed step time / kept |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        again = r.get("ours_bf16_graph_recomputed_tok_s")
+        if again is None:
+            continue
+        lines.append(f"| {r['config']} | {r['ours_bf16_gib']:.2f} | "
+                     f"{r['ours_bf16_recomputed_gib']:.2f} | "
+                     f"{cell(r.get('torch_compile_gib'), '.2f')} | "
+                     f"{r['ours_bf16_graph_tok_s']:,.0f} | {again:,.0f} | "
+                     f"{r['ours_bf16_graph_tok_s'] / again:.3f} |")
     return lines + [""]
