@@ -148,6 +148,13 @@ def main(argv=None):
     if not cuda_available():
         print("bench.py: no CUDA GPU found; the benchmarks need one (and PyTorch)", file=sys.stderr)
         return 2
+    from microgpt.data import default_cache_dir
+    from microgpt.kernels import cache as kernel_cache
+
+    # the trainer's compiled kernels: a run after one of the same shapes loads them rather
+    # than compiling (a minute and more for a GPT-2 geometry's step); every section times
+    # only after its first launches, so the figures are the same either way
+    kernel_cache.use(default_cache_dir() / "kernels")
     gemm = (bench_gemm(args.reps, args.gemm_sweep, args.gemm_captured)
             if args.only in (None, "gemm") else [])
     attention = (bench_flash_attention(args.reps, args.attention_sweep)

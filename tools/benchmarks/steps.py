@@ -89,9 +89,11 @@ def bench_steps(reps, compile_torch=True, fp32=True, geometries=None):
                    + ("_recomputed" if recompute else ""))
             row[run + "_tok_s"] = B * T / ours_s
             row[run + "_host_ms"] = 1e3 * float(np.median(host))
+            gib = (free_before - free_after) / 2**30
             if not deterministic:
-                row[f"ours_{precision}{'_recomputed' if recompute else ''}_gib"] = (
-                    free_before - free_after) / 2**30
+                row[f"ours_{precision}{'_recomputed' if recompute else ''}_gib"] = gib
+            # as it is measured: a run cut short by a time limit keeps what came before
+            print(f"   {label} {run}: {B * T / ours_s:,.0f} tok/s, {gib:.2f} GiB", flush=True)
             model = step = None         # free the device memory before the next runs
         # (each geometry's T is its context, over which flops_per_token counts attention)
         row.update(config=label, B=B, T=T, flops_per_token=flops_per_token(cfg))
