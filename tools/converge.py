@@ -33,11 +33,14 @@ first finds microgpt's kernels in the kernel cache, as a user's second run does.
 microgpt's trainer starts as microgpt.train does (Run.start_compiling): its kernels
 compiled ahead by processes forked before its CUDA starts.
 "Time to PyTorch's loss": when microgpt's curve first reaches the final curve loss of
-PyTorch's run of the same seed (interpolated between evaluations).
+PyTorch's run of the same seed (interpolated between evaluations); and on the mean curves
+over the seeds (losses and wall times averaged point by point), when microgpt's reaches
+PyTorch's mean final curve loss, against PyTorch's mean wall to its last step.
 
 Writes OUT.md (the table, the machine, the versions and the command), OUT.png (training
-loss against steps and against wall time, mean and spread over seeds, and the evaluator's
-curve) and OUT.json (every number, to redraw or compare): converge_report.py beside it.
+loss against steps and against wall time, mean and spread over seeds, the evaluator's
+curve, and its mean curves against wall time) and OUT.json (every number, to redraw or
+compare): converge_report.py beside it, which rebuilds OUT.md and OUT.png from OUT.json.
 """
 import argparse
 import importlib.util
