@@ -107,17 +107,20 @@ def test_the_steps_report_gives_each_step_its_mfu():
 def test_the_steps_report_sets_the_recomputed_step_beside_the_kept_one():
     """The memory table: the kept and the recomputed step's GiB beside torch.compile's
     (n/a where it did not run), their tokens/s and the recomputed step's time over the
-    kept one's; a row without a recomputed run has no line there."""
+    kept one's; a row with neither a recomputed run nor torch.compile's has no line there,
+    and one of torch.compile's alone (--steps-runs torch_compile) n/a for microgpt's."""
     rng = np.random.default_rng()
     kept, again, kept_gib, again_gib, theirs_gib = rng.uniform(1, 5e5, 5)
     rows = [dict(config="gpt2-xl", B=8, T=1024, flops_per_token=1.0, ours_bf16_graph_tok_s=kept,
                  ours_bf16_gib=kept_gib, ours_bf16_graph_recomputed_tok_s=again,
                  ours_bf16_recomputed_gib=again_gib, torch_compile_gib=theirs_gib),
             dict(config="andrea-12m", B=2, T=8, flops_per_token=1.0, ours_bf16_graph_tok_s=kept,
-                 ours_bf16_gib=kept_gib)]
+                 ours_bf16_gib=kept_gib),
+            dict(config="gpt2-medium", B=16, T=1024, flops_per_token=1.0,
+                 torch_compile_gib=theirs_gib)]
     lines = steps.steps_report(rows)
     header = lines.index(next(line for line in lines if line.startswith("| config | kept GiB")))
     assert lines[header + 2] == (f"| gpt2-xl | {kept_gib:.2f} | {again_gib:.2f} | "
                                  f"{theirs_gib:.2f} | {kept:,.0f} | {again:,.0f} | "
                                  f"{kept / again:.3f} |")
-    assert not lines[header + 3].startswith("| andrea-12m")
+    assert lines[header + 3] == f"| gpt2-medium | n/a | n/a | {theirs_gib:.2f} | n/a | n/a | n/a |"

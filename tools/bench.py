@@ -133,6 +133,10 @@ def main(argv=None):
     parser.add_argument("--steps-geometries", nargs="+", metavar="LABEL",
                         choices=[g[0] for g in GEOMETRIES],
                         help="steps: only these rows (default: all of them)")
+    parser.add_argument("--steps-runs", nargs="+", metavar="NAME",
+                        help="steps: only these runs, by the names of their figures "
+                        "(ours_bf16_graph, ours_bf16_graph_recomputed, ours_bf16_eager, "
+                        "torch_bf16, torch_compile, ...; default: all that apply)")
     parser.add_argument("--reps", type=int, default=10, help="timed repetitions per measurement")
     parser.add_argument("--out", default="bench/RESULTS.md", help="markdown file to write")
     args = parser.parse_args(argv)
@@ -161,7 +165,8 @@ def main(argv=None):
                  if args.only in (None, "attention") else [])
     kernels = bench_kernels(args.reps) if args.only in (None, "kernels") else []
     steps = (bench_steps(max(2, args.reps // 2), not args.no_torch_compile, not args.bf16_only,
-                         args.steps_geometries) if args.only in (None, "steps") else [])
+                         args.steps_geometries, args.steps_runs)
+             if args.only in (None, "steps") else [])
     fused = bench_fused(args.reps) if args.only in (None, "fused") else []
     generation = (bench_generate("cuda", args.gen_tokens)
                   if args.only in (None, "generate") else [])

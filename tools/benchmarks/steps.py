@@ -30,7 +30,11 @@ def mfu(tok_s, flops_per_token):
     return tok_s * flops_per_token / MFU_PEAK_FLOPS
 
 
-def bench_steps(reps, compile_torch=True, fp32=True, geometries=None):
+def bench_steps(reps, compile_torch=True, fp32=True, geometries=None, only_runs=None):
+    """-> a row of figures a geometry (geometries: those labels only). only_runs: the
+    runs to time, by the names of their figures (ours_bf16_graph, ours_bf16_graph_recomputed,
+    torch_compile, ...; None: all that apply): a call with a few minutes to spare measures
+    what it asks about (torch.compile's peak memory alone, say)."""
     import torch
     from numba import cuda
     from microgpt import GPT, get_config
@@ -59,6 +63,11 @@ def bench_steps(reps, compile_torch=True, fp32=True, geometries=None):
             ("bf16", False, False, False), ("bf16", True, False, False),
             ("bf16", True, False, True)] + ([("bf16", True, True, False)] if small else [])
         for precision, graph, deterministic, recompute in runs:
+            run = (f"ours_{precision}_{'graph' if graph else 'eager'}"
+                   + ("_deterministic" if deterministic else "")
+                   + ("_recomputed" if recompute else ""))
+            if only_runs and run not in only_runs:
+                continue
             # the runs before freed now, not while this one is measured (numba defers the
             # frees of the arrays let go; gc takes any cycle that still holds some)
             gc.collect()
@@ -84,9 +93,6 @@ def bench_steps(reps, compile_torch=True, fp32=True, geometries=None):
             step.metrics()              # the one read back, which waits for the device
             ours_s = (time.perf_counter() - t0) / reps
             free_after, _ = cuda.current_context().get_memory_info()
-            run = (f"ours_{precision}_{'graph' if graph else 'eager'}"
-                   + ("_deterministic" if deterministic else "")
-                   + ("_recomputed" if recompute else ""))
             row[run + "_tok_s"] = B * T / ours_s
             row[run + "_host_ms"] = 1e3 * float(np.median(host))
             gib = (free_before - free_after) / 2**30
@@ -106,6 +112,8 @@ def bench_steps(reps, compile_torch=True, fp32=True, geometries=None):
         if compile_torch:
             torch_runs.append(("torch_compile", True, True))
         for run, autocast, compiled in torch_runs:
+            if only_runs and run not in only_runs:
+                continue
             tmodel = torch_gpt(cfg)
             forward = torch.compile(tmodel) if compiled else tmodel
             topt = torch.optim.AdamW(tmodel.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=True)
@@ -169,9 +177,9 @@ def steps_report(rows):
                            ("torch_bf16_tok_s", "torch_bf16_gib"),
                            ("torch_compile_tok_s", "torch_compile_gib")):
             cells.append(f"{cell(r.get(tok_s), ',.0f')} ({cell(r.get(gib), '.1f')})")
-        ours = r["ours_bf16_graph_tok_s"]
+        ours = r.get("ours_bf16_graph_tok_s")
         for ref in ("torch_bf16_tok_s", "torch_compile_tok_s"):
-            cells.append(cell(r.get(ref) and ours / r[ref], ".2f"))
+            cells.append(cell(ours and r.get(ref) and ours / r[ref], ".2f"))
         for tok_s in (ours, r.get("torch_compile_tok_s")):
             cells.append(cell(tok_s and mfu(tok_s, r["flops_per_token"]), ".1%"))
         lines.append("| " + " | ".join(cells) + " |")
@@ -189,7 +197,8 @@ def steps_report(rows):
     ]
     for r in rows:
         same_bits = r.get("ours_bf16_graph_deterministic_tok_s")
-        if same_bits is None:
+        if same_bits is None or None in (r.get("ours_bf16_eager_tok_s"),
+                                         r.get("ours_bf16_graph_tok_s")):
             continue
         lines.append(f"| {r['config']} | {r['ours_bf16_eager_tok_s']:,.0f} | "
                      f"{r['ours_bf16_eager_host_ms']:.2f} | "
@@ -209,12 +218,12 @@ def steps_report(rows):
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        again = r.get("ours_bf16_graph_recomputed_tok_s")
-        if again is None:
+        kept, again = r.get("ours_bf16_graph_tok_s"), r.get("ours_bf16_graph_recomputed_tok_s")
+        if again is None and r.get("torch_compile_gib") is None:
             continue
-        lines.append(f"| {r['config']} | {r['ours_bf16_gib']:.2f} | "
-                     f"{r['ours_bf16_recomputed_gib']:.2f} | "
+        lines.append(f"| {r['config']} | {cell(r.get('ours_bf16_gib'), '.2f')} | "
+                     f"{cell(r.get('ours_bf16_recomputed_gib'), '.2f')} | "
                      f"{cell(r.get('torch_compile_gib'), '.2f')} | "
-                     f"{r['ours_bf16_graph_tok_s']:,.0f} | {again:,.0f} | "
-                     f"{r['ours_bf16_graph_tok_s'] / again:.3f} |")
+                     f"{cell(kept, ',.0f')} | {cell(again, ',.0f')} | "
+                     f"{cell(kept and again and kept / again, '.3f')} |")
     return lines + [""]
