@@ -6,7 +6,7 @@ import numpy as np
 
 import functools
 
-from .timing import captured_time, cuda_time, torch_time
+from .timing import captured_time, cuda_time, torch_captured_time, torch_time
 
 ATTENTION_SHAPES = (("andrea-120m", 16, 12, 1024, 64), ("T 4096", 4, 12, 4096, 64),
                     ("D 128", 8, 16, 2048, 128), ("andrea-12m", 64, 12, 256, 32),
@@ -91,10 +91,12 @@ def graph_time(launch, reps):
 
 
 def time_flash_attention(host, reps, sweep):
-    """Our forward, backward and both, in ms (the forwards also in a CUDA graph); with
-    sweep the best tiles of each."""
+    """Our forward, backward and both, in ms (the forwards also in a CUDA graph); the op
+    (kernels.attention: the routed kernels with their default tiles) forward and forward +
+    backward captured in a graph, as the step runs it; with sweep the best tiles of each."""
     import ml_dtypes
     from numba import cuda
+    from microgpt.kernels import attention
     from microgpt.kernels.attention import flash as fa, flash_backward as fb
 
     shape = host[0].shape
@@ -113,6 +115,15 @@ def time_flash_attention(host, reps, sweep):
                both=cuda_time(lambda: (forward(), backward()), reps),
                fwd_graph=graph_time(lambda stream: fa.flash_attention_forward(
                    out, lse, q, k, v, stream=stream), reps))
+
+    def op_forward(stream):
+        attention.attention_forward(out, lse, q, k, v, stream=stream)
+
+    def op_both(stream):
+        op_forward(stream)
+        attention.attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, stream=stream)
+
+    row.update(op_fwd_graph=graph_time(op_forward, reps), op_both_graph=graph_time(op_both, reps))
     row.update(time_hopper_attention((out, lse, q, k, v), hopper_backward(
         (dq, dk, dv, delta, dout, q, k, v, out, lse), reps, row), reps, sweep))
     forward()
@@ -192,8 +203,9 @@ def time_hopper_attention(arrays, backward, reps, sweep=False):
 
 
 def time_sdpa(host, reps):
-    """SDPA's forward and forward + backward under each backend of SDPA_BACKENDS; a
-    backend that refuses the shape is left out."""
+    """SDPA's forward and forward + backward under each backend of SDPA_BACKENDS, eager
+    and captured in a graph (the `_graph` keys); a backend that refuses the shape is left
+    out."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -208,16 +220,21 @@ def time_sdpa(host, reps):
     row = {}
     for name in SDPA_BACKENDS:
         with sdpa_kernel(backends[name]):
+            def both():
+                return torch.autograd.grad(sdpa(), (q, k, v), dout)
+
             try:
-                row[f"{name}_fwd"] = torch_time(sdpa, reps)
-                row[f"{name}_both"] = torch_time(
-                    lambda: torch.autograd.grad(sdpa(), (q, k, v), dout), reps)
+                times = {f"{name}_fwd": torch_time(sdpa, reps),
+                         f"{name}_both": torch_time(both, reps),
+                         f"{name}_fwd_graph": torch_captured_time(sdpa, reps),
+                         f"{name}_both_graph": torch_captured_time(both, reps)}
             except RuntimeError as e:
                 print(f"    SDPA {name}: {str(e).splitlines()[0][:100]}")
-                row.pop(f"{name}_fwd", None)
+                continue
+            row.update(times)
     fastest = [n for n in SDPA_BACKENDS if f"{n}_both" in row]
-    row["sdpa_fwd"] = min(row[f"{n}_fwd"] for n in fastest)
-    row["sdpa_both"] = min(row[f"{n}_both"] for n in fastest)
+    for key in ("fwd", "both", "fwd_graph", "both_graph"):
+        row[f"sdpa_{key}"] = min(row[f"{n}_{key}"] for n in fastest)
     return row
 
 
@@ -250,7 +267,9 @@ def bench_flash_attention(reps, sweep):
         if D % 16:          # the target there: no slower than the float32 kernels
             row.update(time_fp32_attention(host, max(2, reps // 4)))
         rows.append(row)
-        print(f"  {config:12s} {row['shape']}  fwd {row['fwd']:.3f} ms"
+        print(f"  {config:12s} {row['shape']}  op fwd {row['op_fwd_graph']:.3f} ms, "
+              f"fwd+bwd {row['op_both_graph']:.3f} (graphs; SDPA's {row['sdpa_fwd_graph']:.3f}"
+              f", {row['sdpa_both_graph']:.3f})  fwd {row['fwd']:.3f} ms"
               + (f" (wgmma {row['hopper_fwd']:.3f})" if "hopper_fwd" in row else "")
               + "".join(f" ({name} {row[name + '_fwd']:.3f})" for name in SDPA_BACKENDS
                         if name + "_fwd" in row)
@@ -271,47 +290,48 @@ def attention_report(rows, sweep):
     def ms(r, key):
         return f"{r[key]:.3f}" if key in r else "-"
 
+    def both_ms(r, key):
+        """The eager figure and (in parentheses) the graph's."""
+        return f"{ms(r, key)} ({ms(r, key + '_graph')})" if key + "_graph" in r else ms(r, key)
+
     def tflops(r, key, work):
         return f"{work * r['flops'] / r[key] / 1e9:.0f}" if key in r else "-"
 
     lines = ["## Flash attention (bf16, tensor cores) against SDPA bf16, causal",
              "",
-             "microgpt: kernels/attention/flash.py and flash_backward.py (mma.sync) with their "
-             "default tiles, and "
-             "the wgmma forward of kernels/attention/hopper.py where it runs (its default "
-             "tile); each forward eager and (in parentheses) replayed in a CUDA graph, as "
-             "the step runs it, the TFLOP/s of that; bwd = the dq and dk/dv passes, eager, "
-             "mma.sync's and (wgmma) kernels/attention/hopper_backward.py's; fwd+bwd = the "
-             "mma.sync forward and backward, or the wgmma forward and the backward the op "
-             "runs after it, eager. SDPA: PyTorch's flash and "
-             "cuDNN backends, each timed eagerly. Ratios: microgpt's faster forward (in the "
-             "graph) or fwd+bwd over the faster SDPA's time (issue 27's targets: fwd <= 0.8, "
-             "fwd+bwd <= 0.9 at andrea-120m, <= 0.8 at T 4096 and D 128, <= 1.0 at "
-             "andrea-12m). TFLOP/s count the causal half (fwd 4BHT²D/2, fwd+bwd 3.5x that).",
+             "op: kernels.attention's forward and forward + backward as the step runs them "
+             "(the routed kernels, default tiles), captured in a CUDA graph (20 launches a "
+             "graph, the fastest replay); the ratios hold it to the faster SDPA backend "
+             "captured the same way (torch CUDA graph), so neither side pays for its host's "
+             "launches (issue 27's targets: fwd <= 0.8, fwd+bwd <= 0.9 at andrea-120m, "
+             "<= 0.8 at T 4096 and D 128, <= 1.0 at andrea-12m). Beside it, eager (and "
+             "graph) figures of each kernel: mma.sync = kernels/attention/flash.py and "
+             "flash_backward.py, wgmma = hopper.py's forward (its default tile by T) and "
+             "hopper_backward.py (bwd), wgmma fwd+bwd = that forward and the op's backward; "
+             "SDPA: PyTorch's flash and cuDNN backends. TFLOP/s count the causal half (fwd "
+             "4BHT²D/2, fwd+bwd 3.5x that), of the graph figures.",
              "",
-             "| shape (B, H, T, D) | fwd ms (graph) | TFLOP/s | wgmma fwd ms (graph) | TFLOP/s | "
-             "SDPA flash fwd ms | TFLOP/s | cuDNN fwd ms | TFLOP/s | fwd ratio | bwd ms (wgmma) | "
-             "fwd+bwd ms | TFLOP/s | wgmma fwd + bwd ms | TFLOP/s | SDPA flash fwd+bwd ms | "
-             "TFLOP/s | cuDNN fwd+bwd ms | TFLOP/s | fwd+bwd ratio | "
+             "| shape (B, H, T, D) | op fwd ms (graph) | TFLOP/s | mma.sync fwd ms | "
+             "wgmma fwd ms | SDPA flash fwd ms | cuDNN fwd ms | faster SDPA TFLOP/s | "
+             "fwd ratio | op fwd+bwd ms (graph) | TFLOP/s | bwd ms mma.sync (wgmma) | "
+             "mma.sync fwd+bwd ms | wgmma fwd+bwd ms | SDPA flash fwd+bwd ms | "
+             "cuDNN fwd+bwd ms | faster SDPA TFLOP/s | fwd+bwd ratio | "
              "fp32 kernel fwd / fwd+bwd ms |"
              + (" best fwd tile, ms | best bwd tiles, ms |" if sweep else ""),
-             "|---|" + "---:|" * 20 + ("---|---|" if sweep else "")]
+             "|---|" + "---:|" * 18 + ("---|---|" if sweep else "")]
     for r in rows:
-        best_fwd = min(r["fwd_graph"], r.get("hopper_fwd_graph", np.inf))
-        best_both = min(r["both"], r.get("hopper_both", np.inf))
-        cells = [f"{r['config']} {r['shape']}", f"{ms(r, 'fwd')} ({ms(r, 'fwd_graph')})",
-                 tflops(r, "fwd_graph", 1),
+        cells = [f"{r['config']} {r['shape']}", ms(r, "op_fwd_graph"),
+                 tflops(r, "op_fwd_graph", 1), both_ms(r, "fwd"),
                  f"{ms(r, 'hopper_fwd')} ({ms(r, 'hopper_fwd_graph')})",
-                 tflops(r, "hopper_fwd_graph", 1),
-                 ms(r, "flash_fwd"), tflops(r, "flash_fwd", 1),
-                 ms(r, "cudnn_fwd"), tflops(r, "cudnn_fwd", 1),
-                 f"{best_fwd / r['sdpa_fwd']:.2f}",
+                 both_ms(r, "flash_fwd"), both_ms(r, "cudnn_fwd"),
+                 tflops(r, "sdpa_fwd_graph", 1),
+                 f"{r['op_fwd_graph'] / r['sdpa_fwd_graph']:.2f}",
+                 ms(r, "op_both_graph"), tflops(r, "op_both_graph", 3.5),
                  f"{ms(r, 'bwd')}" + (f" ({ms(r, 'hopper_bwd')})" if "hopper_bwd" in r else ""),
-                 ms(r, "both"),
-                 tflops(r, "both", 3.5), ms(r, "hopper_both"), tflops(r, "hopper_both", 3.5),
-                 ms(r, "flash_both"), tflops(r, "flash_both", 3.5),
-                 ms(r, "cudnn_both"), tflops(r, "cudnn_both", 3.5),
-                 f"{best_both / r['sdpa_both']:.2f}",
+                 ms(r, "both"), ms(r, "hopper_both"),
+                 both_ms(r, "flash_both"), both_ms(r, "cudnn_both"),
+                 tflops(r, "sdpa_both_graph", 3.5),
+                 f"{r['op_both_graph'] / r['sdpa_both_graph']:.2f}",
                  f"{r['fp32_fwd']:.3f} / {r['fp32_both']:.3f}" if "fp32_fwd" in r else ""]
         if sweep:
             cells += [f"{variant_text(r['best_fwd'][1])}, {r['best_fwd'][0]:.3f}",

@@ -52,3 +52,30 @@ def torch_time(fn, reps, warmup=2):
     stop.record()
     stop.synchronize()
     return start.elapsed_time(stop) / reps
+
+
+def torch_captured_time(fn, reps, launches=CAPTURED_LAUNCHES):
+    """captured_time's measure for PyTorch: `launches` of fn() captured in one torch CUDA
+    graph, the fastest of reps replays; so that a microgpt figure from a graph is held to
+    PyTorch's in a graph, neither paying for its host's launches."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):          # capture wants its warm-up on a side stream
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(launches):
+            fn()
+    best = float("inf")
+    for _ in range(reps):
+        start, stop = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record()
+        graph.replay()
+        stop.record()
+        stop.synchronize()
+        best = min(best, start.elapsed_time(stop) / launches)
+    return best

@@ -1,0 +1,31 @@
+#!/bin/bash
+# call A (attn, <= 140 s, beside the other helpers' tests; empty kernel caches). Main as
+# session 22 left it (319bf2d): 1) the routed forward's tiles (default_tile(D, T)) against
+# float64 at ragged shapes on each side of LONG_T and past it (T 6001), both layouts,
+# memcheck of the D 64 short and long defaults and racecheck of the short one beside it;
+# 2) D 128's defaults, then the backward's defaults at T 4100 (D 64) and 2053 (D 128);
+# 3) the attention bench's kernels compiled into the kernel cache (attention_bench.py
+# --warm) for bench.sh; 4) the backward's property test, seed 1, 2 drawn examples (cut at
+# its limit in every call of session 22); 5) the op's tests; 6) the forward's property
+# test, seed 5.
+S=bench/h200-2026-12-03-s23/attn
+date -u | tee $OUT/date.txt
+cp $S/jobs/commit.txt $OUT/ 2>/dev/null
+export MICROGPT_TEST_DEVICE=gpu
+PT="python3 -m pytest -q -rA -p no:warnings -p no:cacheprovider"
+(timeout 130 python3 $S/check_defaults.py 64 > $OUT/check_defaults_64.log 2>&1; echo "rc $?" >> $OUT/check_defaults_64.log) &
+for c in "quick 64" "quick long 64"; do
+  (CUDA_LAUNCH_BLOCKING=1 timeout 100 compute-sanitizer --tool memcheck --error-exitcode 99 python3 $S/check_defaults.py $c 2>&1 \
+     | grep -v "Warning\|warn(" | tail -8 > $OUT/memcheck_fwd_${c// /_}.log; echo "memcheck rc ${PIPESTATUS[0]}" >> $OUT/memcheck_fwd_${c// /_}.log) &
+done
+(timeout 120 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 99 python3 $S/check_defaults.py quick 64 2>&1 \
+   | grep -v "Warning\|warn(" | tail -8 > $OUT/racecheck_fwd_64.log; echo "racecheck rc ${PIPESTATUS[0]}" >> $OUT/racecheck_fwd_64.log) &
+(timeout 60 python3 $S/check_defaults.py 128 > $OUT/check_defaults_128.log 2>&1; echo "rc $?" >> $OUT/check_defaults_128.log
+ timeout 75 python3 $S/check_defaults.py backward > $OUT/check_defaults_bwd.log 2>&1; echo "rc $?" >> $OUT/check_defaults_bwd.log) &
+(timeout 135 python3 $S/attention_bench.py --warm > $OUT/warm_bench.log 2>&1; echo "rc $?" >> $OUT/warm_bench.log) &
+(MICROGPT_GPU_EXAMPLES=2 timeout 135 $PT tests/test_kernels_attention_hopper_backward.py -k test_hopper_attention_backward --hypothesis-seed=1 --hypothesis-verbosity=verbose > $OUT/pytest_bwd_1.log 2>&1; echo "rc $?" >> $OUT/pytest_bwd_1.log) &
+(MICROGPT_GPU_EXAMPLES=2 timeout 135 $PT tests/test_kernels_attention.py > $OUT/pytest_ops.log 2>&1; echo "rc $?" >> $OUT/pytest_ops.log) &
+(MICROGPT_GPU_EXAMPLES=3 timeout 135 $PT tests/test_kernels_attention_hopper.py --hypothesis-seed=5 --hypothesis-verbosity=verbose > $OUT/pytest_fwd_5.log 2>&1; echo "rc $?" >> $OUT/pytest_fwd_5.log) &
+wait
+grep -h "passed\|failed\|rc \|ERROR SUMMARY\|RACECHECK SUMMARY\|FAIL\|check_defaults:" $OUT/*.log | grep -v "^E " | tail -40
+echo "test.sh done at $SECONDS s"
