@@ -46,10 +46,10 @@ from ..layouts.tensor_maps import tensor_map
 from ..layouts.tiles import PANEL
 from ..pipelines.tma import tma_pipeline
 from .flash import quad_max, quad_sum   # a row's 4 lanes, the same accumulator layout
-from .hopper_operands import described_heads, head_matrix, pair_copier, products
+from .hopper_operands import (NEG_INF, causal_mask, described_heads, head_matrix,
+                              pair_copier, products)
 
 LOG2E = 1.4426950408889634
-NEG_INF = np.float32(-np.inf)
 ZERO = np.float32(0.0)
 WIDTHS = (64, 128)          # the head_dims this forward takes (others: flash's)
 
@@ -180,6 +180,7 @@ def forward_kernel(D, tile):
     raise_registers = set_max_registers(consumer_registers(tile) if donate else 256, True)
 
     copy_pair = pair_copier(N, D)
+    mask = causal_mask(N)
 
     @cuda.jit(device=True, inline=True)
     def copy_keys(bars, stage, step, operands):
@@ -277,12 +278,7 @@ def forward_kernel(D, tile):
         # call A's ncu)
         end = uint32(key0 + N)
         if end > uint32(row) or end > uint32(T):
-            for j in range(N // 8):
-                for r in range(4):
-                    i = row + 8 * (r // 2)
-                    c = key0 + 8 * j + col + r % 2
-                    if c > i or c >= T:
-                        s[4 * j + r] = NEG_INF
+            mask(s, row, key0, col, T)
         # A row's max and sum by trees of pairs (call A's ncu: the serial chains' fixed
         # latencies, "stall wait", were a fifth of the loop's cycles); part holds each
         # level's values, in place
@@ -443,10 +439,23 @@ def forward_kernel(D, tile):
                 copy_ahead(bars, cur, g0 + stages - 1, operands, H, B, T)
             s_wait_all(s)
             softmax(s, m, l, rescale, part, uint32(0), row, col, T)
-            rescale_and_pack(o, p, s, rescale)
+            # A step's end (the wait for the product of the step before, the release of
+            # its stage, the copies, o's rescale and P's packing) runs at the head of the
+            # next iteration, past the loop's back edge: ptxas hoists a wgmma wait to the
+            # top of its basic block, which put the wait above the softmax (the SASS of
+            # session 23), so that no softmax ran under the product it was meant to
             for it in range(1, own):
                 # the step's stage and phase from an unsigned count (softmax's comment)
                 g = uint32(g0 + it)
+                # (unconditional: ptxas serializes every wgmma where a path it cannot
+                # rule out reads an accumulator in flight; with none, a no-op)
+                o_wait(o)
+                if it > 1:
+                    if thread == 0:
+                        pipe.release(bars, g - 2)
+                    if copies:
+                        copy_ahead(bars, cur, g + stages - 2, operands, H, B, T)
+                rescale_and_pack(o, p, s, rescale)
                 pipe.wait(bars, g)
                 wait_turn(group)
                 scores(s, smem, q_at, g)
@@ -454,12 +463,13 @@ def forward_kernel(D, tile):
                 take_turn(group, False)
                 s_wait_one(s)                    # the scores; the product runs on
                 softmax(s, m, l, rescale, part, uint32(it * N), row, col, T)
-                o_wait(o)
+            o_wait(o)
+            if own > 1:
                 if thread == 0:
-                    pipe.release(bars, uint32(g - 1))
+                    pipe.release(bars, uint32(g0 + own - 2))
                 if copies:
-                    copy_ahead(bars, cur, g + stages - 1, operands, H, B, T)
-                rescale_and_pack(o, p, s, rescale)
+                    copy_ahead(bars, cur, g0 + own + stages - 2, operands, H, B, T)
+            rescale_and_pack(o, p, s, rescale)
             wait_turn(group)
             accumulate(o, p, smem, g0 + own - 1)
             take_turn(group, last and own == steps)

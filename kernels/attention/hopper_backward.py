@@ -56,8 +56,9 @@ from ..layouts.tiles import PANEL
 from ..pipelines.tma import tma_pipeline
 from . import flash, flash_backward
 from .flash import INF, quad_sum
-from .hopper import LOG2E, NEG_INF, WIDTHS, ZERO
-from .hopper_operands import described_heads, head_matrix, pair_copier, products
+from .hopper import LOG2E, WIDTHS, ZERO
+from .hopper_operands import (causal_mask, described_heads, head_matrix, pair_copier,
+                              products)
 
 STATS = 2                   # float32 statistics a query row brings: lse, delta
 # A bulk copy's first element must lie on a 16-byte boundary in global memory (the H200
@@ -171,6 +172,7 @@ def dkdv_kernel(D, tile):
     # S^T = k q^T, dP^T = v dout^T: A the warpgroup's 64 keys, B the step's queries; dv +=
     # P^T dout, dk += dS^T q: B the step's rows (k = the queries)
     transposed_scores, accumulate = products(D, M, N)
+    mask = causal_mask(N, transposed=True)
     copy_resident, copy_step = pair_copier(M, D), pair_copier(N, D)
 
     @cuda.jit(device=True, inline=True)
@@ -284,12 +286,7 @@ def dkdv_kernel(D, tile):
                 for e in range(2):
                     column[2 * j + e] = stats[uint32(stat + 8 * j + e)] * log2e
             if query0 < k0 + 64 * group + 64 or query0 + N > T:
-                for j in range(N // 8):
-                    for r in range(4):
-                        i = row + 8 * (r // 2)
-                        c = query0 + 8 * j + col + r % 2
-                        if c < i or c >= T:
-                            s[4 * j + r] = NEG_INF
+                mask(s, row, query0, col, T)
             for j in range(N // 8):
                 for r in range(4):
                     s[4 * j + r] = exp2_ftz(cuda.fma(s[4 * j + r], scale_log2,
@@ -343,6 +340,7 @@ def dq_kernel(D, tile):
     # S = q k^T, dP = dout v^T: A the warpgroup's 64 queries, B the step's keys; dq += dS
     # k: B the step's keys (k = the keys)
     scores, accumulate = products(D, M, N)
+    mask = causal_mask(N)
     copy_resident, copy_step = pair_copier(M, D), pair_copier(N, D)
 
     @cuda.jit(device=True, inline=True)
@@ -441,22 +439,21 @@ def dq_kernel(D, tile):
             scores(s, smem, q_at, at)
             scores(dp, smem, do_at, at + N * D)
             s_wait_one(s)               # S, and the previous step's product: dP runs on
+            if key0 + N > first or key0 + N > T:
+                mask(s, row, key0, col, T)
+            for j in range(N // 8):
+                for r in range(4):
+                    s[4 * j + r] = exp2_ftz(cuda.fma(s[4 * j + r], scale_log2,
+                                                     -row_lse[r // 2]))
+            # The release and the copies between P and the wait for dP: their branches end
+            # the basic block, above which ptxas does not hoist the wait (at the top of
+            # P's block, as the SASS of session 23 showed, the exps ran after dP's product
+            # instead of under it)
             if thread == 0 and it > 0:
                 pipe.release(bars, uint32(it - 1))
             if copies:
                 issued = pipe.refill_ready(bars, it + 2, it + stages - 1, issued, steps,
                                            operands)
-            if key0 + N > first or key0 + N > T:
-                for j in range(N // 8):
-                    for r in range(4):
-                        i = row + 8 * (r // 2)
-                        c = key0 + 8 * j + col + r % 2
-                        if c > i or c >= T:
-                            s[4 * j + r] = NEG_INF
-            for j in range(N // 8):
-                for r in range(4):
-                    s[4 * j + r] = exp2_ftz(cuda.fma(s[4 * j + r], scale_log2,
-                                                     -row_lse[r // 2]))
             s_wait_all(dp)
             for j in range(N // 8):
                 for r in range(4):

@@ -1,7 +1,8 @@
 """The operands of the Hopper attention passes (``hopper``'s forward, ``hopper_backward``'s
 dq and dk/dv passes) as the bulk copies and wgmma take them: head arrays as views of 2-D
-matrices (head_matrix), the copies of a pair of tiles (pair_copier), and the issuers of
-the passes' two kinds of product with their descriptors (products).
+matrices (head_matrix), the copies of a pair of tiles (pair_copier), the issuers of the
+passes' two kinds of product with their descriptors (products), and the causal mask of
+a tile of scores in the accumulators (causal_mask).
 
 q, k, v (and dout) as the bulk copies see them: a head array (B, H, T, D) is a view of a
 2-D matrix, either (B H T, D) (the heads one after another: arrays of their own) or (B T,
@@ -13,7 +14,7 @@ rows, or zeros past the matrix: those keys are masked, those queries never writt
 import functools
 
 import numpy as np
-from numba import cuda, uint32
+from numba import cuda, int32, uint32
 
 from ..atoms import (shared_address, tma_load_2d, warpgroup_commit, warpgroup_fence,
                      wgmma_bf16_acc, wgmma_bf16_rs, words_to_b64)
@@ -40,6 +41,32 @@ def pair_copier(rows, D):
             tma_load_2d(smem, at + rows * D + p * panel, b, b_map, b_col + p * PANEL, b_row,
                         bars, barrier)
     return copy
+
+
+NEG_INF = np.float32(-np.inf)
+
+
+@functools.cache
+def causal_mask(N, transposed=False):
+    """mask(s, row, first, col, T): the scores s (a thread's accumulators of a 64 x N tile
+    from columns first.., its rows row and row + 8, its columns first + col + 8 j and the
+    one after) set to -inf where the pair is not causal or past T: with the rows queries
+    and the columns keys, a key past the row's query; transposed (S^T: the rows keys, the
+    columns queries), a query before the row's key. A column c of row i is kept from
+    (transposed) i and up to min(i, T - 1) (else T - 1): a bound or two a half, against
+    which each of the thread's columns is a compare with a constant (c and i in numba's
+    64 bits took ~5 instructions a score)."""
+    @cuda.jit(device=True, inline=True)
+    def mask(s, row, first, col, T):
+        for half in range(2):
+            i = row + 8 * half
+            low = int32(i - first - col)
+            high = int32((T - 1 if transposed else min(i, T - 1)) - first - col)
+            for j in range(N // 8):
+                for e in range(2):
+                    if int32(8 * j + e) > high or transposed and int32(8 * j + e) < low:
+                        s[4 * j + 2 * half + e] = NEG_INF
+    return mask
 
 
 @cuda.jit(device=True, inline=True)
