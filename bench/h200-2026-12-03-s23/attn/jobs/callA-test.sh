@@ -1,11 +1,13 @@
 #!/bin/bash
-# call A (attn, <= 140 s, beside the other helpers' tests; empty kernel caches). Main as
-# session 22 left it (319bf2d): 1) the routed forward's tiles (default_tile(D, T)) against
+# call A (attn, <= 140 s, beside the other helpers' tests; empty kernel caches). Branch
+# s23-attn (jobs/commit.txt): the forward's step end at the loop's head, the dq pass's
+# release after P, the masks by one bound a half. 1) the routed forward's tiles (default_tile(D, T)) against
 # float64 at ragged shapes on each side of LONG_T and past it (T 6001), both layouts,
 # memcheck of the D 64 short and long defaults and racecheck of the short one beside it;
 # 2) D 128's defaults, then the backward's defaults at T 4100 (D 64) and 2053 (D 128);
 # 3) the attention bench's kernels compiled into the kernel cache (attention_bench.py
-# --warm) for bench.sh; 4) the backward's property test, seed 1, 2 drawn examples (cut at
+# --warm) for bench.sh, and main's kernels beside this tree's (ab.py --warm, their results
+# against mma.sync's at T 1027 / 4099); 4) the backward's property test, seed 1, 2 drawn examples (cut at
 # its limit in every call of session 22); 5) the op's tests; 6) the forward's property
 # test, seed 5.
 S=bench/h200-2026-12-03-s23/attn
@@ -23,6 +25,7 @@ done
 (timeout 60 python3 $S/check_defaults.py 128 > $OUT/check_defaults_128.log 2>&1; echo "rc $?" >> $OUT/check_defaults_128.log
  timeout 75 python3 $S/check_defaults.py backward > $OUT/check_defaults_bwd.log 2>&1; echo "rc $?" >> $OUT/check_defaults_bwd.log) &
 (timeout 135 python3 $S/attention_bench.py --warm > $OUT/warm_bench.log 2>&1; echo "rc $?" >> $OUT/warm_bench.log) &
+(timeout 135 python3 $S/ab.py --warm > $OUT/warm_ab.log 2>&1; echo "rc $?" >> $OUT/warm_ab.log) &
 (MICROGPT_GPU_EXAMPLES=2 timeout 135 $PT tests/test_kernels_attention_hopper_backward.py -k test_hopper_attention_backward --hypothesis-seed=1 --hypothesis-verbosity=verbose > $OUT/pytest_bwd_1.log 2>&1; echo "rc $?" >> $OUT/pytest_bwd_1.log) &
 (MICROGPT_GPU_EXAMPLES=2 timeout 135 $PT tests/test_kernels_attention.py > $OUT/pytest_ops.log 2>&1; echo "rc $?" >> $OUT/pytest_ops.log) &
 (MICROGPT_GPU_EXAMPLES=3 timeout 135 $PT tests/test_kernels_attention_hopper.py --hypothesis-seed=5 --hypothesis-verbosity=verbose > $OUT/pytest_fwd_5.log 2>&1; echo "rc $?" >> $OUT/pytest_fwd_5.log) &
