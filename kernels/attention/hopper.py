@@ -234,7 +234,9 @@ def forward_kernel(D, tile):
                                 h * q_ch + p * PANEL, b * q_rb + h * q_rh + cur[0] * M,
                                 bars, Q_LANDED + buf)
                 cur[4] = (min(T, cur[0] * M + M) + N - 1) // N
-            g = cur[5]
+            # (an unsigned count, as the consumers': numba's signed 64-bit % and // took
+            # ~30 instructions of the copying warp a step, which paces its warpgroup)
+            g = uint32(cur[5])
             stage = g % stages
             while not mbarrier_try_wait(bars, stages + stage, (g // stages + 1) % 2):
                 pass
@@ -452,7 +454,7 @@ def forward_kernel(D, tile):
                 o_wait(o)
                 if it > 1:
                     if thread == 0:
-                        pipe.release(bars, g - 2)
+                        pipe.release(bars, uint32(g - 2))
                     if copies:
                         copy_ahead(bars, cur, g + stages - 2, operands, H, B, T)
                 rescale_and_pack(o, p, s, rescale)
