@@ -16,12 +16,10 @@ import numpy as np  # noqa: E402
 from numba import cuda  # noqa: E402
 
 from benchmarks.attention import bf16_host, graph_time  # noqa: E402
+from benchmarks.timing import torch_captured_time  # noqa: E402
 from microgpt.kernels import cache  # noqa: E402
 from microgpt.kernels.attention import flash as fa, hopper  # noqa: E402
 from microgpt.kernels.attention.hopper import HopperTile as HT  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import hopper_base  # noqa: E402  (main's forward before call B's branch: the baseline)
 
 SHAPES = {"120m": (16, 12, 1024, 64), "4096": (4, 12, 4096, 64), "d128": (8, 16, 2048, 128)}
 DONATING = {64: [HT(2, 128, 3, True, True, donate=True), HT(2, 128, 4, True, True, donate=True),
@@ -44,30 +42,6 @@ SETS = {"A": {64: [None] + DONATING[64] + [HT(2, 128, 4, True, True)],
 NEW = DONATING
 
 
-def torch_graph(fn, reps, launches=20):
-    """ms of fn, `launches` of it captured in a torch CUDA graph, the fastest replay."""
-    import torch
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(launches):
-            fn()
-    best = float("inf")
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        best = min(best, a.elapsed_time(b) / launches)
-    return best
-
-
 def sdpa(host, reps):
     import torch
     import torch.nn.functional as F
@@ -78,7 +52,7 @@ def sdpa(host, reps):
     for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION),
                           ("flash", SDPBackend.FLASH_ATTENTION)):
         with sdpa_kernel(backend):
-            rows[name] = torch_graph(
+            rows[name] = torch_captured_time(
                 lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), reps)
     return rows
 
@@ -108,14 +82,16 @@ def main():
         print(f"{name} {shape}  mma.sync "
               f"{graph_time(lambda s: fa.flash_attention_forward(out, lse, q, k, v, stream=s), args.reps):.4f} ms"
               if not warm else f"warm {name}", flush=True)
-        # "base": main's default tile in main's kernel (hopper_base.py)
-        tiles = SETS[args.set][D] + (["base"] if args.set in "BC" else [])
+        # (call B's "main's kernel" row ran a copy of main's forward at 784a158, since
+        # removed: git show 784a158:kernels/attention/hopper.py)
+        tiles = SETS[args.set][D]
         for tile in tiles[args.warm[0]::args.warm[1]] if warm and args.warm else tiles:
             t0 = time.time()
             label = ("default " + str(tuple(hopper.default_tile(D, T))) if tile is None
-                     else "main's kernel, default" if tile == "base" else str(tuple(tile)))
-            forward = hopper_base.hopper_attention_forward if tile == "base" else (
-                lambda *a, **kw: hopper.hopper_attention_forward(*a, tile=tile, **kw))
+                     else str(tuple(tile)))
+
+            def forward(*a, tile=tile, **kw):
+                hopper.hopper_attention_forward(*a, tile=tile, **kw)
             try:
                 forward(out, lse, q, k, v)
                 cuda.synchronize()

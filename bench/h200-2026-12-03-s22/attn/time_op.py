@@ -16,8 +16,8 @@ import numpy as np  # noqa: E402
 from numba import cuda  # noqa: E402
 
 from benchmarks.attention import graph_time  # noqa: E402
+from benchmarks.timing import torch_captured_time  # noqa: E402
 from microgpt.kernels import attention, cache  # noqa: E402
-from time_fwd import torch_graph  # noqa: E402
 
 SHAPES = {"120m": (16, 12, 1024, 64), "4096": (4, 12, 4096, 64), "d128": (8, 16, 2048, 128),
           "12m": (64, 12, 256, 32)}
@@ -32,8 +32,8 @@ def cudnn(host, reps):
     dout = torch.from_numpy(host[3]).cuda().bfloat16()
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
         fwd = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
-        return (torch_graph(fwd, reps),
-                torch_graph(lambda: torch.autograd.grad(fwd(), (q, k, v), dout), reps))
+        return (torch_captured_time(fwd, reps),
+                torch_captured_time(lambda: torch.autograd.grad(fwd(), (q, k, v), dout), reps))
 
 
 def main():
