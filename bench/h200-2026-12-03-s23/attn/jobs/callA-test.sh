@@ -9,7 +9,7 @@
 # --warm) for bench.sh, and main's kernels beside this tree's (ab.py --warm, their results
 # against mma.sync's at T 1027 / 4099); 4) the backward's property test, seed 1, 2 drawn examples (cut at
 # its limit in every call of session 22); 5) the op's tests; 6) the forward's property
-# test, seed 5.
+# test, seed 5; 7) ncu of the D 64 default forward at andrea-120m.
 S=bench/h200-2026-12-03-s23/attn
 date -u | tee $OUT/date.txt
 cp $S/jobs/commit.txt $OUT/ 2>/dev/null
@@ -29,6 +29,15 @@ done
 (MICROGPT_GPU_EXAMPLES=2 timeout 135 $PT tests/test_kernels_attention_hopper_backward.py -k test_hopper_attention_backward --hypothesis-seed=1 --hypothesis-verbosity=verbose > $OUT/pytest_bwd_1.log 2>&1; echo "rc $?" >> $OUT/pytest_bwd_1.log) &
 (MICROGPT_GPU_EXAMPLES=2 timeout 135 $PT tests/test_kernels_attention.py > $OUT/pytest_ops.log 2>&1; echo "rc $?" >> $OUT/pytest_ops.log) &
 (MICROGPT_GPU_EXAMPLES=3 timeout 135 $PT tests/test_kernels_attention_hopper.py --hypothesis-seed=5 --hypothesis-verbosity=verbose > $OUT/pytest_fwd_5.log 2>&1; echo "rc $?" >> $OUT/pytest_fwd_5.log) &
+# ncu of the D 64 default forward at andrea-120m (instruction counts and stall reasons; its
+# durations under the other jobs' load are not timings)
+S22=bench/h200-2026-12-03-s22/attn
+(timeout 110 ncu --clock-control none --kernel-name regex:hopper_attention_forward --launch-skip 2 \
+   --launch-count 1 --set full --import-source no -f -o $OUT/fwd_120m python3 $S22/fwd_ncu.py 120m > $OUT/ncu_run.log 2>&1
+ echo "ncu rc $?" >> $OUT/ncu_run.log
+ timeout 8 ncu --import $OUT/fwd_120m.ncu-rep --page details --print-details all > $OUT/fwd_120m_details.txt 2>&1
+ timeout 8 ncu --import $OUT/fwd_120m.ncu-rep --page source --print-source sass --csv > $OUT/fwd_120m_sass.csv 2>&1
+ python3 $S22/sass_mix.py $OUT/fwd_120m_sass.csv > $OUT/fwd_120m_mix.txt 2>&1) &
 wait
 grep -h "passed\|failed\|rc \|ERROR SUMMARY\|RACECHECK SUMMARY\|FAIL\|check_defaults:" $OUT/*.log | grep -v "^E " | tail -40
 echo "test.sh done at $SECONDS s"
