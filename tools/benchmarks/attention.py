@@ -150,8 +150,9 @@ def hopper_backward(arrays, reps, row):
 def hopper_variants(D, T, sweep):
     """The wgmma forward's tiles the benchmark times, the default (by T) first; with sweep
     also ping-pong, steps of 64 keys (two blocks an SM at D 64), a producer warp (at D 64:
-    at D 128 it spills), and a producer warpgroup donating its registers to two or three
-    computing ones."""
+    at D 128 it spills), a producer warpgroup donating its registers to two or three
+    computing ones, and at D 64 persistent blocks of two an SM (the next tile's q copied
+    under this one's walk: ncu's samples in session 23 had 6% waiting for a block's q)."""
     from microgpt.kernels.attention import hopper
     from microgpt.kernels.attention.hopper import HopperTile as H
 
@@ -160,7 +161,8 @@ def hopper_variants(D, T, sweep):
         tiles += [H(2, 128, 3, False, True), H(2, 64, 4, False, True, 2 if D == 64 else 1),
                   H(2, 128, 3, True, True, donate=True)] + (
             [H(2, 128, 3, True), H(2, 64, 4, False, False, 2),
-             H(3, 128, 3, True, True, donate=True)] if D == 64 else [])
+             H(3, 128, 3, True, True, donate=True), H(2, 64, 4, False, True, 2, True),
+             H(2, 64, 4, False, False, 2, True)] if D == 64 else [])
     return list(dict.fromkeys(tiles))
 
 
@@ -235,6 +237,10 @@ def time_sdpa(host, reps):
     fastest = [n for n in SDPA_BACKENDS if f"{n}_both" in row]
     for key in ("fwd", "both", "fwd_graph", "both_graph"):
         row[f"sdpa_{key}"] = min(row[f"{n}_{key}"] for n in fastest)
+    # the target: the fastest of both backends and both ways of timing them (a graph's
+    # replay has measured slower than the eager launches: cuDNN's fwd+bwd at D 128)
+    for key in ("fwd", "both"):
+        row[f"sdpa_{key}_best"] = min(row[f"sdpa_{key}"], row[f"sdpa_{key}_graph"])
     return row
 
 
@@ -268,8 +274,8 @@ def bench_flash_attention(reps, sweep):
             row.update(time_fp32_attention(host, max(2, reps // 4)))
         rows.append(row)
         print(f"  {config:12s} {row['shape']}  op fwd {row['op_fwd_graph']:.3f} ms, "
-              f"fwd+bwd {row['op_both_graph']:.3f} (graphs; SDPA's {row['sdpa_fwd_graph']:.3f}"
-              f", {row['sdpa_both_graph']:.3f})  fwd {row['fwd']:.3f} ms"
+              f"fwd+bwd {row['op_both_graph']:.3f} (graphs; SDPA's fastest {row['sdpa_fwd_best']:.3f}"
+              f", {row['sdpa_both_best']:.3f})  fwd {row['fwd']:.3f} ms"
               + (f" (wgmma {row['hopper_fwd']:.3f})" if "hopper_fwd" in row else "")
               + "".join(f" ({name} {row[name + '_fwd']:.3f})" for name in SDPA_BACKENDS
                         if name + "_fwd" in row)
@@ -301,15 +307,15 @@ def attention_report(rows, sweep):
              "",
              "op: kernels.attention's forward and forward + backward as the step runs them "
              "(the routed kernels, default tiles), captured in a CUDA graph (20 launches a "
-             "graph, the fastest replay); the ratios hold it to the faster SDPA backend "
-             "captured the same way (torch CUDA graph), so neither side pays for its host's "
-             "launches (issue 27's targets: fwd <= 0.8, fwd+bwd <= 0.9 at andrea-120m, "
+             "graph, the fastest replay); the ratios hold it to SDPA's fastest figure: the faster "
+             "backend, eager or captured the same way (torch CUDA graph), whichever was "
+             "faster (issue 27's targets: fwd <= 0.8, fwd+bwd <= 0.9 at andrea-120m, "
              "<= 0.8 at T 4096 and D 128, <= 1.0 at andrea-12m). Beside it, eager (and "
              "graph) figures of each kernel: mma.sync = kernels/attention/flash.py and "
              "flash_backward.py, wgmma = hopper.py's forward (its default tile by T) and "
              "hopper_backward.py (bwd), wgmma fwd+bwd = that forward and the op's backward; "
              "SDPA: PyTorch's flash and cuDNN backends. TFLOP/s count the causal half (fwd "
-             "4BHT²D/2, fwd+bwd 3.5x that), of the graph figures.",
+             "4BHT²D/2, fwd+bwd 3.5x that), of the op's graph figures and SDPA's fastest.",
              "",
              "| shape (B, H, T, D) | op fwd ms (graph) | TFLOP/s | mma.sync fwd ms | "
              "wgmma fwd ms | SDPA flash fwd ms | cuDNN fwd ms | faster SDPA TFLOP/s | "
@@ -324,14 +330,14 @@ def attention_report(rows, sweep):
                  tflops(r, "op_fwd_graph", 1), both_ms(r, "fwd"),
                  f"{ms(r, 'hopper_fwd')} ({ms(r, 'hopper_fwd_graph')})",
                  both_ms(r, "flash_fwd"), both_ms(r, "cudnn_fwd"),
-                 tflops(r, "sdpa_fwd_graph", 1),
-                 f"{r['op_fwd_graph'] / r['sdpa_fwd_graph']:.2f}",
+                 tflops(r, "sdpa_fwd_best", 1),
+                 f"{r['op_fwd_graph'] / r['sdpa_fwd_best']:.2f}",
                  ms(r, "op_both_graph"), tflops(r, "op_both_graph", 3.5),
                  f"{ms(r, 'bwd')}" + (f" ({ms(r, 'hopper_bwd')})" if "hopper_bwd" in r else ""),
                  ms(r, "both"), ms(r, "hopper_both"),
                  both_ms(r, "flash_both"), both_ms(r, "cudnn_both"),
-                 tflops(r, "sdpa_both_graph", 3.5),
-                 f"{r['op_both_graph'] / r['sdpa_both_graph']:.2f}",
+                 tflops(r, "sdpa_both_best", 3.5),
+                 f"{r['op_both_graph'] / r['sdpa_both_best']:.2f}",
                  f"{r['fp32_fwd']:.3f} / {r['fp32_both']:.3f}" if "fp32_fwd" in r else ""]
         if sweep:
             cells += [f"{variant_text(r['best_fwd'][1])}, {r['best_fwd'][0]:.3f}",

@@ -1,0 +1,49 @@
+"""Session 23 (attn): the wgmma forward's tiles (tools/benchmarks/attention.py's
+hopper_variants with sweep: the default by T first) at the issue's shapes, each checked
+against mma.sync's forward and timed eager and in a CUDA graph (time_hopper_attention),
+through the kernel cache the device calls carry; --warm compiles them at T 1027 / 4099.
+
+python3 sweep.py [--shapes 120m 4096 d128] [--reps N] [--warm]"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, "tools")
+import ml_dtypes  # noqa: E402
+import numpy as np  # noqa: E402
+from numba import cuda  # noqa: E402
+
+from benchmarks.attention import time_hopper_attention  # noqa: E402
+from microgpt.kernels import attention, cache  # noqa: E402
+
+SHAPES = {"120m": (16, 12, 1024, 64), "4096": (4, 12, 4096, 64), "d128": (8, 16, 2048, 128)}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPES))
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--warm", action="store_true")
+    args = parser.parse_args()
+    if os.environ.get("MICROGPT_TEST_KERNEL_CACHE"):
+        cache.use(os.environ["MICROGPT_TEST_KERNEL_CACHE"])
+    for name in args.shapes:
+        shape = SHAPES[name]
+        if args.warm:
+            shape = (1, 2, 4099 if shape[2] >= 4096 else 1027, shape[3])
+        rng = np.random.default_rng(0)
+        host = [rng.standard_normal(shape, np.float32) for _ in range(4)]
+        q, k, v, dout = (cuda.to_device(x.astype(ml_dtypes.bfloat16).view(np.uint16))
+                         for x in host)
+        out, dq, dk, dv = (cuda.device_array(shape, np.uint16) for _ in range(4))
+        lse, delta = (cuda.device_array(shape[:3], np.float32) for _ in range(2))
+        print(f"{name} {shape}", flush=True)
+        row = time_hopper_attention((out, lse, q, k, v), lambda: attention.attention_backward(
+            dq, dk, dv, delta, dout, q, k, v, out, lse), 2 if args.warm else args.reps,
+            sweep=True)
+        print(f"  default: fwd {row.get('hopper_fwd_graph', float('nan')):.4f} ms in a graph",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
