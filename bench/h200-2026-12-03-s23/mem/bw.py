@@ -1,9 +1,12 @@
 """The memory-bound kernels of the bf16 step against the device's copy rate: each launch
 captured in a CUDA graph, 20 a replay, the fastest of --reps replays (tools/bench.py's
 captured_time); bytes are what the launch must move (each array read or written once),
-the copy's a device-to-device memcpy of 1 GiB (read + write). One markdown table.
+the copy's a device-to-device memcpy of 1 GiB (read + write). One markdown table. The
+kernels come from the trainer's kernel cache ($MICROGPT_CACHE_DIR/kernels): a run with
+--reps 1 beside other work fills it for a quiet one.
 
     python bw.py --geometries andrea-120m gpt2-xl --only global_norm adamw
+    python bw.py --geometries andrea-12m andrea-120m --only crossentropy layernorm_backward
 """
 import argparse
 import sys
@@ -15,12 +18,16 @@ from numba import cuda
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))
 from benchmarks.timing import captured_time            # noqa: E402
 from microgpt.cuda_backend import CudaBackend           # noqa: E402
+from microgpt.data import default_cache_dir             # noqa: E402
+from microgpt.kernels import cache as kernel_cache      # noqa: E402
 from microgpt.kernels import adamw, crossentropy, elementwise, layernorm  # noqa: E402
 
-# (N token rows, C, parameters) of the bench's steps
-GEOMETRIES = {"andrea-120m": (16384, 768, 124_392_960), "gpt2-medium": (16384, 1024, 354_650_112),
-              "gpt2-xl": (8192, 1600, 1_556_995_200)}
-V, HEAD_ROWS = 50304, 8192
+# (N token rows, C, parameters, vocabulary) of the bench's steps
+GEOMETRIES = {"andrea-12m": (16384, 384, 12_297_984, 4096),
+              "andrea-120m": (16384, 768, 124_392_960, 50304),
+              "gpt2-medium": (16384, 1024, 354_650_112, 50304),
+              "gpt2-xl": (8192, 1600, 1_556_995_200, 50304)}
+HEAD_ROWS = 8192
 
 
 def main():
@@ -30,6 +37,7 @@ def main():
     parser.add_argument("--only", nargs="+", default=None,
                         help="measure only the kernels whose names contain one of these")
     args = parser.parse_args()
+    kernel_cache.use(default_cache_dir() / "kernels")
     ops = CudaBackend()
     rng = np.random.default_rng(0)
 
@@ -57,20 +65,21 @@ def main():
               flush=True)
     row("device-to-device copy, 1 GiB", "-", ms, copy_rate)
     for geometry in args.geometries:
-        N, C, P = GEOMETRIES[geometry]
+        N, C, P, V = GEOMETRIES[geometry]
         x, a, b, dinp = f32(N, C), f32(N, C), f32(N, C), f32(N, C)
         w, bias, dw, db = f32(C), f32(C), f32(C), f32(C)
         mean, rstd = f32(N), cuda.to_device(np.ones(N, np.float32))
         out, dout, copy = bf16(N, C), bf16(N, C), bf16(N, C)
+        dln = f32(N, C)         # the step's dout: the dX GEMMs write float32
         cases = [
             ("residual_layernorm_forward (out bf16)", 14 * N * C,
              lambda s: layernorm.residual_layernorm_forward(x, out, mean, rstd, a, b, w, bias,
                                                             stream=s)),
-            ("layernorm_backward (dout bf16, dinp copy bf16)", 16 * N * C,
-             lambda s: layernorm.layernorm_backward(dinp, dw, db, dout, x, w, mean, rstd,
+            ("layernorm_backward (the step's: dout float32, dinp copy bf16)", 18 * N * C,
+             lambda s: layernorm.layernorm_backward(dinp, dw, db, dln, x, w, mean, rstd,
                                                     dinp_copy=copy, stream=s)),
-            ("layernorm_backward + out recomputed (bf16)", 18 * N * C,
-             lambda s: layernorm.layernorm_backward(dinp, dw, db, dout, x, w, mean, rstd,
+            ("layernorm_backward + out recomputed (bf16)", 20 * N * C,
+             lambda s: layernorm.layernorm_backward(dinp, dw, db, dln, x, w, mean, rstd,
                                                     dinp_copy=copy, out=out, bias=bias,
                                                     stream=s)),
         ]
@@ -105,14 +114,20 @@ def main():
                                                                                  stream=s)),
         ]
         sweep = []
-        # last: the launch's shape, swept (threads a block, rows a block)
+        # last: the launch's shape, swept (threads a block, rows a block; the default 128
+        # and 64)
         for block, rows_per_block in [(256, 128), (256, 64), (64, 32), (128, 32), (128, 128),
-                                      (256, 256)]:
-            sweep.append((f"layernorm_backward + out, {block} threads, {rows_per_block} rows",
-                          18 * N * C,
+                                      (256, 256), (256, 512), (64, 16), (32, 32)]:
+            sweep.append((f"layernorm_backward (the step's), {block} threads, "
+                          f"{rows_per_block} rows", 18 * N * C,
                           lambda s, block=block, r=rows_per_block: layernorm.layernorm_backward(
-                              dinp, dw, db, dout, x, w, mean, rstd, dinp_copy=copy, out=out,
-                              bias=bias, block=block, rows_per_block=r, stream=s)))
+                              dinp, dw, db, dln, x, w, mean, rstd, dinp_copy=copy, block=block,
+                              rows_per_block=r, stream=s)))
+        for block in (32, 64, 128, 256, 512):
+            sweep.append((f"crossentropy_forward_backward ({R} x {V} bf16), {block} threads",
+                          4 * R * V,
+                          lambda s, block=block: crossentropy.crossentropy_forward_backward(
+                              losses, logits, targets, 1.0 / N, block=block, stream=s)))
         for block in (128, 64):
             sweep.append((f"residual_layernorm_forward, {block} threads", 14 * N * C,
                           lambda s, block=block: layernorm.residual_layernorm_forward(
@@ -122,7 +137,7 @@ def main():
                 continue
             ms = captured_time(fn, args.reps, ops)
             row(name, geometry, ms, nbytes / ms / 1e6)
-        del x, a, b, dinp, out, dout, copy, fc, dfc, act, logits, p, g, m, v, p16
+        del x, a, b, dinp, out, dout, dln, copy, fc, dfc, act, logits, p, g, m, v, p16
 
 
 if __name__ == "__main__":
