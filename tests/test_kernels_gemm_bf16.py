@@ -29,7 +29,7 @@ from microgpt import reference as ref
 from microgpt.gemms import step_products
 from microgpt.kernels import device, gemm
 from microgpt.kernels.gemm import bf16 as gemm_bf16
-from microgpt.kernels.gemm import fp32, launch, persistent, tuning
+from microgpt.kernels.gemm import fp32, persistent, tuning
 from microgpt.kernels.gemm.tiles import (BF16_OUT, FOLD_STEPS, GROUP, MmaTile, PersistentTile,
                                          WgmmaTile)
 from microgpt.kernels.gemm import turns
@@ -754,30 +754,6 @@ def test_two_warpgroups_walk_their_tiles(copier, pingpong):
     with mock.patch.object(persistent, "blocks", lambda tiles: 1):
         check_matmul_bf16(2 * tile.rows - 8, tile.cols, 4 * tile.depth, False, True,
                           "bf16", tile, seed=3, split_k=None)
-
-
-def test_each_product_of_a_chain_waits_for_the_one_before():
-    """Three products launched one after another with no wait between them, each reading
-    the out of the one before (poisoned before the first launch), programmatic launches on a
-    GPU (launch.DEPENDENT_LAUNCH: a block may start before the kernel before it ends): the
-    first a long K into few tiles, so that on a GPU the second's blocks find idle SMs at
-    once, and would read NaN or a partial out if they did not wait for the first's end.
-    Each out against the float64 product of what the one before stored."""
-    tile = tuning.COPIER_TILE if ON_GPU else PersistentTile(64, 16, 16, 3, 1, copier=True)
-    rng = np.random.default_rng()
-    M, N, K = (2 * tile.rows, tile.cols, 64 * tile.depth) if ON_GPU else (64, 16, 48)
-    operands = [bf16(randn(rng, M, K)), bf16(randn(rng, K, N)), bf16(randn(rng, N, N)),
-                bf16(randn(rng, N, N))]
-    d_x, d_w0, d_w1, d_w2 = (cuda.to_device(bits) for bits, _ in operands)
-    outs = [cuda.to_device(poisoned((M, N), np.uint16)) for _ in range(2)]
-    outs.append(cuda.to_device(poisoned((M, N))))
-    with mock.patch.object(launch, "DEPENDENT_LAUNCH", True):
-        for a, w, out in zip([d_x] + outs[:2], (d_w0, d_w1, d_w2), outs):
-            gemm_bf16.matmul_bf16(out, a, w, tile=tile)
-    stored = [from_bf16(out.copy_to_host()) for out in outs[:2]] + [outs[2].copy_to_host()]
-    inputs = [operands[0][1]] + stored[:2]
-    for i, (a64, (_, w64), got) in enumerate(zip(inputs, operands[1:], stored)):
-        assert_close(got, a64 @ w64, TOL_BF16_OUT if i < 2 else TOL_F32_OP, f"product {i}")
 
 
 def test_the_persistent_kernel_refuses_what_it_does_not_run():

@@ -74,13 +74,6 @@ The atoms, in the words of the PTX ISA (warp-collective ones marked):
   set_max_registers(n, increase)  setmaxnreg: this warpgroup's registers a thread
                       raised or lowered to n from here on (a copying warpgroup's to the
                       computing ones'); a whole-program compile's only (kernels.whole)
-  grid_dependency_wait  griddepcontrol.wait: until the kernels this launch depends on have
-                      completed and their writes are visible; at once unless the launch
-                      was programmatic (the driver's "programmatic stream serialization",
-                      which may start a kernel's blocks before the previous kernel ends)
-  launch_dependents   griddepcontrol.launch_dependents: the next kernel, if launched so,
-                      may start its blocks once every block of this one has said so or
-                      ended
 
 Thread block clusters (sm_90; a launch with a cluster shape, gemm.bf16's for the
 persistent kernel's clustered tiles; the twins are those of a cluster of one block):
@@ -144,8 +137,7 @@ ATOMS = (
     "copy_element", "load_group4", "store_group4", "load_words4", "store_words4",
     "bulk_wait_but_one", "cluster_rank", "cluster_index", "cluster_count", "cluster_sync",
     "tma_load_2d_multicast", "mbarrier_arrive_cluster", "bulk_wait_written",
-    "fence_proxy_async_global", "set_max_registers", "grid_dependency_wait",
-    "launch_dependents",
+    "fence_proxy_async_global", "set_max_registers",
 )
 
 if SIMULATOR:

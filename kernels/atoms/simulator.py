@@ -355,9 +355,6 @@ def mbarrier_try_wait(bars, index, parity):
 
 
 fence_barrier_init = _nothing
-# (the simulator runs one launch after another)
-grid_dependency_wait = _nothing
-launch_dependents = _nothing
 
 
 def _box(tensor_map, matrix, index):

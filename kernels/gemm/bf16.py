@@ -247,5 +247,4 @@ def _launch_persistent(out, pre, a, b, bias, transpose_a, transpose_b, epilogue,
         shape = (cluster, tile.threads, tile.shared_bytes)
         grid = (persistent.blocks(units) if cluster == 1
                 else launch.cluster_blocks(kernel, signature, units, *shape, whole))
-        launch.launch_by_driver(kernel, signature, grid, *shape, stream, args, whole,
-                                launch.DEPENDENT_LAUNCH)
+        launch.launch_by_driver(kernel, signature, grid, *shape, stream, args, whole)

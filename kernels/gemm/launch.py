@@ -8,12 +8,6 @@ from numba import cuda
 from ..device import SIMULATOR, SMS, allow_dynamic_shared
 
 _loaded = {}      # (kernel, signature, cluster, whole, device) -> (overload, kernel, clusters)
-# whether the persistent GEMM's launches are programmatic (launch_by_driver's
-# `dependent`: the driver's programmatic stream serialization): its blocks may start, and
-# set up their shared memory and barriers, while the kernel before it in the stream ends,
-# then wait for it (gemm.persistent's grid_dependency_wait); in a captured graph, an edge
-# of the same kind
-DEPENDENT_LAUNCH = False
 
 
 def _load(kernel, signature, cluster, threads, shared_bytes, whole):
@@ -99,13 +93,12 @@ def cluster_blocks(kernel, signature, units, cluster, threads, shared_bytes, who
 
 
 def launch_by_driver(kernel, signature, blocks, cluster, threads, shared_bytes, stream,
-                     args, whole=False, dependent=False):
+                     args, whole=False):
     """kernel[blocks, threads, stream, shared_bytes](*args), in clusters of `cluster`
     blocks along x (blocks a count then; without clusters also a grid's shape), and
-    (whole) as the driver's JIT compiles its PTX (_load), and programmatic where
-    `dependent` (a kernel that waits with grid_dependency_wait before it touches global
-    memory): numba-cuda's launch has none of these, cuda.core's (which numba-cuda launches
-    through) has; the arguments are marshalled as numba-cuda's launch does."""
+    (whole) as the driver's JIT compiles its PTX (_load): numba-cuda's
+    launch has neither a cluster shape nor that load, cuda.core's (which numba-cuda
+    launches through) has; the arguments are marshalled as numba-cuda's launch does."""
     if SIMULATOR:
         raise ValueError(f"clusters of {cluster} blocks: the simulator runs its blocks one "
                          "after another, so none could wait on another")
@@ -121,6 +114,5 @@ def launch_by_driver(kernel, signature, blocks, cluster, threads, shared_bytes, 
         compiled._prepare_args(ty, value, stream, written_back, marshalled)
     config = LaunchConfig(grid=blocks // cluster if cluster > 1 else blocks,
                           cluster=cluster if cluster > 1 else None,
-                          block=threads, shmem_size=shared_bytes,
-                          programmatic_stream_serialization=dependent)
+                          block=threads, shmem_size=shared_bytes)
     launch(stream, config, launched, *marshalled)

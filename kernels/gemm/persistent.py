@@ -40,7 +40,7 @@ from ..atoms import (bulk_commit, bulk_wait, bulk_wait_but_one, bulk_wait_writte
                      cluster_count, cluster_index,
                      cluster_rank, cluster_sync, fence_barrier_init,
                      fence_proxy_async, fence_proxy_async_global, fence_tensor_map,
-                     grid_dependency_wait, launch_dependents, named_barrier,
+                     named_barrier,
                      named_barrier_arrive, opaque, pack_bf16x2, rcp_approx,
                      set_max_registers, shared_address, tma_add_2d, tma_store_2d,
                      warpgroup_commit,
@@ -405,12 +405,6 @@ def persistent_kernel(transpose_a, transpose_b, epilogue, tile, biased=False):
             cuda.syncthreads()
         else:                                # every block's barriers, before any copy
             cluster_sync()
-        # launched programmatically (launch.DEPENDENT_LAUNCH), the block may have started
-        # while the kernel before it ran: every thread waits for that one's writes before
-        # it touches global memory (the maps too); the next GEMM may then start its
-        # blocks as this one's end
-        grid_dependency_wait()
-        launch_dependents()
         cursor = cuda.local.array(4, int32)  # the producer's: see fill
         cursor[0] = 0
         operands = (smem, a, b, a_map, b_map, steps, units_m, tiles_n, first, stride, rank,

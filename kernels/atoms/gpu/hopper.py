@@ -15,8 +15,7 @@ __all__ = (
     "fence_barrier_init", "tma_load_2d", "tma_store_2d", "tma_add_2d", "bulk_commit",
     "bulk_wait", "bulk_wait_but_one", "bulk_wait_written", "cluster_rank", "cluster_index",
     "cluster_count", "cluster_sync", "mbarrier_arrive_cluster", "tma_load_2d_multicast",
-    "named_barrier", "named_barrier_arrive", "fence_tensor_map", "grid_dependency_wait",
-    "launch_dependents",
+    "named_barrier", "named_barrier_arrive", "fence_tensor_map",
 )
 
 
@@ -207,8 +206,6 @@ def mbarrier_try_wait(typingctx, bars, index, parity):
     return sig, codegen
 
 fence_barrier_init = _ordered_asm("fence.mbarrier_init.release.cluster;")
-grid_dependency_wait = _ordered_asm("griddepcontrol.wait;")
-launch_dependents = _ordered_asm("griddepcontrol.launch_dependents;")
 
 
 @intrinsic
