@@ -136,7 +136,8 @@ def main(argv=None):
     parser.add_argument("--steps-runs", nargs="+", metavar="NAME",
                         help="steps: only these runs, by the names of their figures "
                         "(ours_bf16_graph, ours_bf16_graph_recomputed, ours_bf16_eager, "
-                        "torch_bf16, torch_compile, ...; default: all that apply)")
+                        "torch_bf16, torch_compile, ...; default: all that apply but "
+                        "ours_bf16_graph_recomputed, timed only when named)")
     parser.add_argument("--reps", type=int, default=10, help="timed repetitions per measurement")
     parser.add_argument("--out", default="bench/RESULTS.md", help="markdown file to write")
     args = parser.parse_args(argv)

@@ -33,8 +33,9 @@ def mfu(tok_s, flops_per_token):
 def bench_steps(reps, compile_torch=True, fp32=True, geometries=None, only_runs=None):
     """-> a row of figures a geometry (geometries: those labels only). only_runs: the
     runs to time, by the names of their figures (ours_bf16_graph, ours_bf16_graph_recomputed,
-    torch_compile, ...; None: all that apply): a call with a few minutes to spare measures
-    what it asks about (torch.compile's peak memory alone, say)."""
+    torch_compile, ...; None: all that apply but the recomputed one, which only a call
+    that names it pays for): a call with a few minutes to spare measures what it asks
+    about (torch.compile's peak memory alone, say)."""
     import torch
     from numba import cuda
     from microgpt import GPT, get_config
@@ -58,10 +59,12 @@ def bench_steps(reps, compile_torch=True, fp32=True, geometries=None, only_runs=
         row = {}
         # (precision, graph, deterministic, recompute): the same bits every run (split-K
         # in order), as --deterministic trains; the LayerNorms' and GELU's outputs
-        # recomputed, as --recompute on (the memory it saves, the time it costs)
+        # recomputed, as --recompute on (the memory it saves, the time it costs; where
+        # only_runs names it)
         runs = ([("fp32", True, False, False)] if fp32 and small else []) + [
-            ("bf16", False, False, False), ("bf16", True, False, False),
-            ("bf16", True, False, True)] + ([("bf16", True, True, False)] if small else [])
+            ("bf16", False, False, False), ("bf16", True, False, False)] + (
+            [("bf16", True, False, True)] if only_runs else []) + (
+            [("bf16", True, True, False)] if small else [])
         for precision, graph, deterministic, recompute in runs:
             run = (f"ours_{precision}_{'graph' if graph else 'eager'}"
                    + ("_deterministic" if deterministic else "")
