@@ -35,6 +35,7 @@ done
 (MICROGPT_GPU_EXAMPLES=2 timeout 130 $PT tests/test_kernels_attention.py tests/test_compile_ahead.py > $OUT/pytest_ops.log 2>&1; echo "rc $?" >> $OUT/pytest_ops.log) &
 (timeout 130 python3 $S/ab.py --warm > $OUT/warm_ab.log 2>&1; echo "rc $?" >> $OUT/warm_ab.log) &
 (timeout 130 python3 $S/sweep.py --warm > $OUT/warm_sweep.log 2>&1; echo "rc $?" >> $OUT/warm_sweep.log) &
+(timeout 130 python3 $S/sweep.py --warm --backward > $OUT/warm_sweep_bwd.log 2>&1; echo "rc $?" >> $OUT/warm_sweep_bwd.log) &
 (timeout 130 python3 $S/attention_bench.py --warm > $OUT/warm_bench.log 2>&1; echo "rc $?" >> $OUT/warm_bench.log) &
 wait
 grep -h "passed\|failed\|rc \|ERROR SUMMARY\|RACECHECK SUMMARY\|FAIL\|check_defaults:" $OUT/*.log | grep -v "^E " | tail -40
