@@ -1,5 +1,5 @@
 #!/bin/bash
-# call C (attn, <= 140 s, beside the other helpers' tests). Branch s23-attn (jobs/commit.txt):
+# call C (attn, <= 130 s, beside the other helpers' tests). Branch s23-attn (jobs/commit.txt):
 # main since call A (the forward's step end at the loop head, the masks by one bound).
 # 0) the sweep's candidates for D 64 below LONG_T (no ping-pong; persistent blocks, with and
 # without) against float64 at ragged shapes (check_defaults tile=), memcheck of them;
@@ -29,14 +29,14 @@ done
 (timeout 120 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 99 python3 $S/check_defaults.py quick 64 2>&1 \
    | grep -v "Warning\|warn(" | tail -8 > $OUT/racecheck_fwd_64.log; echo "racecheck rc ${PIPESTATUS[0]}" >> $OUT/racecheck_fwd_64.log) &
 for seed in 6 7; do
-  (MICROGPT_GPU_EXAMPLES=4 timeout 130 $PT tests/test_kernels_attention_hopper.py --hypothesis-seed=$seed --hypothesis-verbosity=verbose > $OUT/pytest_fwd_$seed.log 2>&1; echo "rc $?" >> $OUT/pytest_fwd_$seed.log) &
+  (MICROGPT_GPU_EXAMPLES=4 timeout 122 $PT tests/test_kernels_attention_hopper.py --hypothesis-seed=$seed --hypothesis-verbosity=verbose > $OUT/pytest_fwd_$seed.log 2>&1; echo "rc $?" >> $OUT/pytest_fwd_$seed.log) &
 done
-(MICROGPT_GPU_EXAMPLES=1 timeout 135 $PT tests/test_kernels_attention_hopper_backward.py --hypothesis-seed=2 --hypothesis-verbosity=verbose > $OUT/pytest_bwd_2.log 2>&1; echo "rc $?" >> $OUT/pytest_bwd_2.log) &
-(MICROGPT_GPU_EXAMPLES=2 timeout 130 $PT tests/test_kernels_attention.py tests/test_compile_ahead.py > $OUT/pytest_ops.log 2>&1; echo "rc $?" >> $OUT/pytest_ops.log) &
-(timeout 130 python3 $S/ab.py --warm > $OUT/warm_ab.log 2>&1; echo "rc $?" >> $OUT/warm_ab.log) &
-(timeout 130 python3 $S/sweep.py --warm > $OUT/warm_sweep.log 2>&1; echo "rc $?" >> $OUT/warm_sweep.log) &
-(timeout 130 python3 $S/sweep.py --warm --backward > $OUT/warm_sweep_bwd.log 2>&1; echo "rc $?" >> $OUT/warm_sweep_bwd.log) &
-(timeout 130 python3 $S/attention_bench.py --warm > $OUT/warm_bench.log 2>&1; echo "rc $?" >> $OUT/warm_bench.log) &
+(MICROGPT_GPU_EXAMPLES=1 timeout 122 $PT tests/test_kernels_attention_hopper_backward.py --hypothesis-seed=2 --hypothesis-verbosity=verbose > $OUT/pytest_bwd_2.log 2>&1; echo "rc $?" >> $OUT/pytest_bwd_2.log) &
+(MICROGPT_GPU_EXAMPLES=2 timeout 122 $PT tests/test_kernels_attention.py tests/test_compile_ahead.py > $OUT/pytest_ops.log 2>&1; echo "rc $?" >> $OUT/pytest_ops.log) &
+(timeout 122 python3 $S/ab.py --warm > $OUT/warm_ab.log 2>&1; echo "rc $?" >> $OUT/warm_ab.log) &
+(timeout 122 python3 $S/sweep.py --warm > $OUT/warm_sweep.log 2>&1; echo "rc $?" >> $OUT/warm_sweep.log) &
+(timeout 122 python3 $S/sweep.py --warm --backward > $OUT/warm_sweep_bwd.log 2>&1; echo "rc $?" >> $OUT/warm_sweep_bwd.log) &
+(timeout 122 python3 $S/attention_bench.py --warm > $OUT/warm_bench.log 2>&1; echo "rc $?" >> $OUT/warm_bench.log) &
 wait
 grep -h "passed\|failed\|rc \|ERROR SUMMARY\|RACECHECK SUMMARY\|FAIL\|check_defaults:" $OUT/*.log | grep -v "^E " | tail -40
 echo "test.sh done at $SECONDS s"
