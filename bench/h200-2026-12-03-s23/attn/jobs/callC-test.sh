@@ -15,10 +15,10 @@ cp $S/jobs/commit.txt $OUT/ 2>/dev/null
 export MICROGPT_TEST_DEVICE=gpu
 PT="python3 -m pytest -q -rA -p no:warnings -p no:cacheprovider"
 (timeout 100 python3 $S/check_defaults.py 64 > $OUT/check_defaults_64.log 2>&1; echo "rc $?" >> $OUT/check_defaults_64.log) &
-(timeout 60 python3 $S/check_defaults.py 128 > $OUT/check_defaults_128.log 2>&1; echo "rc $?" >> $OUT/check_defaults_128.log
- timeout 70 python3 $S/check_defaults.py backward > $OUT/check_defaults_bwd.log 2>&1; echo "rc $?" >> $OUT/check_defaults_bwd.log) &
+(timeout 55 python3 $S/check_defaults.py 128 > $OUT/check_defaults_128.log 2>&1; echo "rc $?" >> $OUT/check_defaults_128.log
+ timeout 65 python3 $S/check_defaults.py backward > $OUT/check_defaults_bwd.log 2>&1; echo "rc $?" >> $OUT/check_defaults_bwd.log) &
 for t in 2,64,4,0,0,2,0,0 2,64,4,0,1,2,1,0 2,64,4,0,0,2,1,0; do
-  (timeout 100 python3 $S/check_defaults.py 64 tile=$t > $OUT/check_tile_$t.log 2>&1; echo "rc $?" >> $OUT/check_tile_$t.log
+  (timeout 85 python3 $S/check_defaults.py 64 tile=$t > $OUT/check_tile_$t.log 2>&1; echo "rc $?" >> $OUT/check_tile_$t.log
    CUDA_LAUNCH_BLOCKING=1 timeout 35 compute-sanitizer --tool memcheck --error-exitcode 99 python3 $S/check_defaults.py quick 64 tile=$t 2>&1 \
      | grep -v "Warning\|warn(" | tail -8 > $OUT/memcheck_tile_$t.log; echo "memcheck rc ${PIPESTATUS[0]}" >> $OUT/memcheck_tile_$t.log) &
 done
