@@ -8,7 +8,6 @@
 # D 64 short and long defaults and of D 128's, racecheck of the short one, memcheck of the
 # backward's defaults; 3) the forward's and the backward's property tests; 4) the op's
 # tests and the compile-ahead test; 5) the bench's kernels (ab.py, sweep.py,
-# attention_bench.py --warm) into the kernel cache for bench.sh.
 S=bench/h200-2026-12-03-s23/attn
 date -u | tee $OUT/date.txt
 cp $S/jobs/commit.txt $OUT/ 2>/dev/null
@@ -36,7 +35,6 @@ done
 (timeout 122 python3 $S/ab.py --warm > $OUT/warm_ab.log 2>&1; echo "rc $?" >> $OUT/warm_ab.log) &
 (timeout 122 python3 $S/sweep.py --warm > $OUT/warm_sweep.log 2>&1; echo "rc $?" >> $OUT/warm_sweep.log) &
 (timeout 122 python3 $S/sweep.py --warm --backward > $OUT/warm_sweep_bwd.log 2>&1; echo "rc $?" >> $OUT/warm_sweep_bwd.log) &
-(timeout 122 python3 $S/attention_bench.py --warm > $OUT/warm_bench.log 2>&1; echo "rc $?" >> $OUT/warm_bench.log) &
 wait
 grep -h "passed\|failed\|rc \|ERROR SUMMARY\|RACECHECK SUMMARY\|FAIL\|check_defaults:" $OUT/*.log | grep -v "^E " | tail -40
 echo "test.sh done at $SECONDS s"
