@@ -1,13 +1,15 @@
 #!/bin/bash
 # call C (attn, <= 130 s, beside the other helpers' tests). Branch s23-attn (jobs/commit.txt):
-# main since call A (the forward's step end at the loop head, the masks by one bound).
+# main since call A (the forward's step end at the loop head, the masks by one bound)
+# and the dq pass's step end at its loop head (new: the backward's kernels compile anew).
 # 0) the sweep's candidates for D 64 below LONG_T (no ping-pong; persistent blocks, with and
 # without) against float64 at ragged shapes (check_defaults tile=), memcheck of them;
 # 1) the routed forward (default_tile) against float64 at ragged shapes each side of LONG_T
 # and past it, both layouts, then the backward's defaults; 2) memcheck of the forward's
 # D 64 short and long defaults and of D 128's, racecheck of the short one, memcheck of the
 # backward's defaults; 3) the forward's and the backward's property tests; 4) the op's
-# tests and the compile-ahead test; 5) the bench's kernels (ab.py, sweep.py,
+# tests and the compile-ahead test; 5) the bench's kernels (ab.py, sweep.py with and
+# without --backward) into the kernel cache for bench.sh.
 S=bench/h200-2026-12-03-s23/attn
 date -u | tee $OUT/date.txt
 cp $S/jobs/commit.txt $OUT/ 2>/dev/null
