@@ -2,8 +2,10 @@
 # One call on the GPU machine for several jobs at once (docs/gpu.md, "Working on the H200").
 # Runs from the repository root there, after the wheels' install. A job NAME is a folder
 # .devtree/jobs/NAME/ with test.sh (GPU correctness) and bench.sh (timings), run from the
-# git worktree .devtree/wt/NAME (the repository root if that is not carried): every test.sh at the same time (correctness does not mind
-# company), then each bench.sh alone on the GPU (timings do), then the lead's scripts.
+# tree .devtree/slim/NAME (a `git archive` of the job's branch without docs/ and old bench
+# folders: the carry holds 64 MiB), else .devtree/wt/NAME, else the repository root: every
+# test.sh at the same time (correctness does not mind company), then each bench.sh alone on
+# the GPU (timings do), then the lead's scripts.
 #
 # usage: bash tools/device_call.sh "job1 job2 ..." [lead-script-parallel] [lead-script-serial]
 #   LIMIT    seconds before packing starts, whatever is left (default 530)
@@ -25,7 +27,7 @@ export DATA=/tmp/data
 stamp "caches unpacked: $(du -sh /tmp/tk /tmp/mgcache 2>/dev/null | tr '\n' ' ')"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$W/summary.log"
 
-tree() { [ -d ".devtree/wt/$1" ] && echo ".devtree/wt/$1" || echo .; }   # (none carried: main's)
+tree() { for d in .devtree/slim/$1 .devtree/wt/$1; do [ -d "$d" ] && { echo "$d"; return; }; done; echo .; }
 for n in $JOBS; do
   mkdir -p "$W/$n"
   [ -f ".devtree/jobs/$n/test.sh" ] && (cd "$(tree "$n")" && OUT=$W/$n PYTHONPATH=/tmp/site:$PWD \
