@@ -2,10 +2,11 @@
 hopper_variants with sweep: the default by T first) at the issue's shapes, each checked
 against mma.sync's forward and timed eager and in a CUDA graph (time_hopper_attention),
 through the kernel cache the device calls carry; --backward instead the wgmma backward's
-tile pairs at D 128 (BACKWARD), each checked against the default's gradients and timed in
-a graph; --warm compiles them at T 1027 / 4099.
+tile pairs at andrea-120m and D 128 (BACKWARD), each checked against the defaults'
+gradients and timed in a graph; --warm compiles them at T 1027 / 4099.
 
-python3 sweep.py [--shapes 120m 4096 d128] [--reps N] [--warm] [--backward]"""
+python3 sweep.py [--shapes 120m 4096 d128] [--reps N] [--warm] [--backward]
+(--shapes by default: all three, or with --backward 120m and d128)"""
 import argparse
 import os
 import sys
@@ -21,10 +22,17 @@ from microgpt.kernels.attention import hopper_backward  # noqa: E402
 from microgpt.kernels.attention.hopper_backward import BackwardTile as BT  # noqa: E402
 
 SHAPES = {"120m": (16, 12, 1024, 64), "4096": (4, 12, 4096, 64), "d128": (8, 16, 2048, 128)}
-# (dq tile, dk/dv tile) at D 128, the defaults first: each pass varied alone (sm_90a: none
-# spills; the dk/dv pass's (1, 64, 4) took 254 registers and is left out)
-BACKWARD = [(None, None), (BT(2, 32, 4, 1), None), (BT(1, 64, 4, 1), None),
-            (None, BT(1, 32, 4, 2)), (None, BT(2, 32, 8))]
+# (dq tile, dk/dv tile) by head_dim, the defaults first, each pass varied alone. At D 64
+# the dk/dv pass as blocks of one warpgroup, two or three an SM (a block's start and end
+# under another's walk: session 19 timed (1, 64, 3, 2) before the 8 stages), and four
+# stages; the dq pass likewise. At D 128 (sm_90a: none spills; the dk/dv pass's (1, 64, 4)
+# took 254 registers and is left out) the dq pass's steps of 64 keys, the dk/dv pass's
+# blocks of one warpgroup two an SM, its 8 stages.
+BACKWARD = {64: [(None, None), (None, BT(1, 64, 4, 2)), (None, BT(1, 32, 4, 3)),
+                 (None, BT(2, 64, 4)), (BT(1, 64, 4, 2, True), None),
+                 (BT(2, 64, 4, 1, True), None)],
+            128: [(None, None), (BT(2, 32, 4, 1), None), (BT(1, 64, 4, 1), None),
+                  (None, BT(1, 32, 4, 2)), (None, BT(2, 32, 8))]}
 
 
 def sweep_backward(arrays, reps):
@@ -32,7 +40,7 @@ def sweep_backward(arrays, reps):
     in a graph."""
     dq, dk, dv = arrays[:3]
     want = None
-    for tiles in BACKWARD:
+    for tiles in BACKWARD[dq.shape[3]]:
         def backward(stream, tiles=tiles):
             hopper_backward.hopper_attention_backward(*arrays, tiles=tiles, stream=stream)
         backward(0)
@@ -50,14 +58,15 @@ def sweep_backward(arrays, reps):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--shapes", nargs="+", default=list(SHAPES))
+    parser.add_argument("--shapes", nargs="+", default=None)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--warm", action="store_true")
     parser.add_argument("--backward", action="store_true")
     args = parser.parse_args()
+    args.shapes = args.shapes or (["120m", "d128"] if args.backward else list(SHAPES))
     if os.environ.get("MICROGPT_TEST_KERNEL_CACHE"):
         cache.use(os.environ["MICROGPT_TEST_KERNEL_CACHE"])
-    for name in ["d128"] if args.backward else args.shapes:
+    for name in args.shapes:
         shape = SHAPES[name]
         if args.warm:
             shape = (1, 2, 4099 if shape[2] >= 4096 else 1027, shape[3])
