@@ -1,6 +1,7 @@
 """Session 24 (attn; from session 23's): the wgmma forward's tiles (tools/benchmarks/attention.py's
 hopper_variants with sweep: the default by T first) at the issue's shapes, each checked
 against mma.sync's forward and timed eager and in a CUDA graph (time_hopper_attention),
+beside SDPA cuDNN's forward and forward + backward captured (ab.py's cudnn),
 through the kernel cache the device calls carry; --backward instead the wgmma backward's
 tile pairs at andrea-120m and D 128 (BACKWARD), each checked against the defaults'
 gradients and timed in a graph; --warm compiles them at T 1027 / 4099.
@@ -16,6 +17,7 @@ import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 from numba import cuda  # noqa: E402
 
+from ab import cudnn  # noqa: E402
 from benchmarks.attention import bf16_host, graph_time, time_hopper_attention  # noqa: E402
 from microgpt.kernels import attention, cache  # noqa: E402
 from microgpt.kernels.attention import hopper_backward  # noqa: E402
@@ -77,6 +79,10 @@ def main():
         out, dq, dk, dv = (cuda.device_array(shape, np.uint16) for _ in range(4))
         lse, delta = (cuda.device_array(shape[:3], np.float32) for _ in range(2))
         print(f"{name} {shape}", flush=True)
+        if not args.warm:
+            cf, cboth = cudnn(host, args.reps)
+            print(f"  SDPA cuDNN: fwd {cf:.4f} ms, fwd+bwd {cboth:.4f} (captured, the same "
+                  "process)", flush=True)
         if args.backward:
             attention.attention_forward(out, lse, q, k, v)
             sweep_backward((dq, dk, dv, delta, dout, q, k, v, out, lse),
