@@ -1,0 +1,35 @@
+"""Session 24 (attn): a wgmma backward pass's kernel for one tile compiled for sm_90a on
+the CPU machine, as tests/test_compile.py compiles the listed ones (numba's PTX, then
+nvJitLink with -verbose): its registers, stack bytes and whether ptxas serialized its
+wgmma. For tiles check_tile refuses too (the question is whether they would spill).
+
+python3 compile_check.py dq|dkdv D FIELDS   (FIELDS: a BackwardTile's, e.g. 1,64,4,2,1)"""
+import re
+import sys
+import types
+
+from numba import cuda
+from numba.cuda import dispatcher
+
+from cuda.bindings import nvjitlink
+from microgpt.kernels.attention import hopper_backward as hb
+
+dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0, "a"))
+kind, D = sys.argv[1], int(sys.argv[2])
+f = [int(x) for x in sys.argv[3].split(",")]
+tile = hb.BackwardTile(*f[:4], bool(f[4]))
+kernel = (hb.dq_kernel if kind == "dq" else hb.dkdv_kernel)(D, tile)
+signature = hb.DQ_SIGNATURE if kind == "dq" else hb.DKDV_SIGNATURE
+ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=(9, 0, "a"),
+                          launch_bounds=kernel.targetoptions.get("launch_bounds"))
+handle = nvjitlink.create(2, ["-arch=sm_90a", "-verbose"])
+data = ptx.encode()
+nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
+nvjitlink.complete(handle)
+log = bytearray(nvjitlink.get_info_log_size(handle))
+nvjitlink.get_info_log(handle, log)
+nvjitlink.destroy(handle)
+log = log.decode(errors="replace")
+print(kind, D, tuple(tile), "registers", re.findall(r"Used (\d+) registers", log),
+      "stack", re.findall(r"(\d+) bytes stack", log),
+      "serialized", "serialized" in log)

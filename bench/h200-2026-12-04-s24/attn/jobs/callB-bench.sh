@@ -1,0 +1,14 @@
+#!/bin/bash
+# call B (attn, alone on the GPU, <= 90 s): 1) sweep.py --backward: the backward's tile
+# pairs at andrea-120m and D 128, each against the defaults' gradients, graph-replayed;
+# 2) sweep.py: the forward's tiles at the three wgmma shapes (the default by T first; no
+# ping-pong and persistent blocks at D 64), with mma.sync's and SDPA's in the same process.
+S=bench/h200-2026-12-04-s24/attn
+date -u | tee $OUT/bench_date.txt
+cat $S/jobs/commit.txt 2>/dev/null
+echo "+ python3 $S/sweep.py --backward --reps 5" | tee $OUT/sweep_bwd.log
+timeout 40 python3 $S/sweep.py --backward --reps 5 2>&1 | grep -v "Warning\|warn(" | tee -a $OUT/sweep_bwd.log
+echo "sweep --backward done at $SECONDS s" | tee -a $OUT/sweep_bwd.log
+echo "+ python3 $S/sweep.py --reps 5" | tee $OUT/sweep.log
+timeout $((86 - SECONDS)) python3 $S/sweep.py --reps 5 2>&1 | grep -v "Warning\|warn(" | tee -a $OUT/sweep.log
+echo "bench.sh done at $SECONDS s" | tee -a $OUT/sweep.log
