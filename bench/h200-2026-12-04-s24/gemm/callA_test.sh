@@ -3,7 +3,8 @@
 # 140 s): the cross-entropy's new default launch (STAGED_CHUNKS: 128 threads at V 4096) on
 # the GPU (Hypothesis, GPU profile) and under compute-sanitizer (memcheck, racecheck:
 # sanitize.py); meanwhile the bench's programs run once to fill the caches (inductor's for
-# torch.compile, the kernel cache for microgpt's step) so that bench.sh times, not compiles.
+# torch.compile, the kernel cache for microgpt's step) so that bench.sh times, not compiles;
+# and a probe of how long the GPT-2 geometries' step rows take from a cold start.
 D=bench/h200-2026-12-04-s24/gemm
 clean() { grep -v "Warning\|warn(" ; }
 { echo "tree: $(cat $D/commit.txt)"; date -u; nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader; } | tee $OUT/test.log
@@ -22,8 +23,14 @@ clean() { grep -v "Warning\|warn(" ; }
     --precision bf16 2>&1 | clean > $OUT/warm_profile_12m.log
   timeout -k 3 65 python3 tools/profile_step.py --config andrea-120m --batch-size 16 --seq-len 1024 \
     --precision bf16 2>&1 | clean > $OUT/warm_profile_120m.log ) &
+# how long the GPT-2 geometries' rows take from a cold start (the lead times them in call
+# C and needs them within ~150 s): each line of the bench stamped with its second
+( export T0=$(date +%s)
+  timeout -k 3 132 python3 tools/bench.py --only steps --bf16-only --reps 5 --steps-geometries \
+    gpt2-medium gpt2-xl --out $OUT/steps_gpt2_probe.md 2>&1 | clean | while IFS= read -r l; do
+    echo "[$(( $(date +%s) - T0 )) s] $l"; done > $OUT/steps_gpt2_probe.log ) &
 wait
 for f in $OUT/test_ce.log $OUT/memcheck.log $OUT/racecheck.log; do
   echo "== $f"; grep -E "PASSED|FAILED|ERROR|passed|failed|error|ok$|WRONG|SUMMARY" $f | tail -n 30
 done 2>&1 | tee -a $OUT/test.log
-for f in $OUT/warm_*.log; do echo "== $f"; tail -n 3 $f; done | tee -a $OUT/test.log
+for f in $OUT/warm_*.log $OUT/steps_gpt2_probe.log; do echo "== $f"; tail -n 3 $f; done | tee -a $OUT/test.log
