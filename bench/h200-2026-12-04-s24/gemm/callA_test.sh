@@ -20,7 +20,7 @@ clean() { grep -v "Warning\|warn(" ; }
 ( timeout -k 3 130 python3 $D/torch_profile.py --geometries andrea-12m andrea-120m --steps 1 \
     2>&1 | clean > $OUT/warm_torch.log ) &
 ( timeout -k 3 60 python3 tools/profile_step.py --config andrea-12m --batch-size 64 --seq-len 256 \
-    --precision bf16 2>&1 | clean > $OUT/warm_profile_12m.log
+    --precision bf16 --torch-compile 2>&1 | clean > $OUT/warm_profile_12m.log
   timeout -k 3 65 python3 tools/profile_step.py --config andrea-120m --batch-size 16 --seq-len 1024 \
     --precision bf16 2>&1 | clean > $OUT/warm_profile_120m.log ) &
 # how long the GPT-2 geometries' rows take from a cold start (the lead times them in call
