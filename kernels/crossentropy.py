@@ -52,7 +52,7 @@ from numba import cuda, float32, int32, int64, uint16, uint32
 from .atoms import (cp_async_16, cp_async_commit, cp_async_wait_group, load_float32,
                     load_words4, pack_bf16x2, shared_address, store_float32, store_words4)
 from .cache import jit
-from .common import (REDUCE_SCRATCH, WARP, block_max, block_sum, check_array,
+from .common import (REDUCE_SCRATCH, WARP, block_max, block_sum, ceil_div, check_array,
                      check_block_size, check_not_empty, device_address, row_block)
 from .device import DYNAMIC_SHARED_LIMIT, allow_dynamic_shared
 from .precision import (GROUP, check_activation, exp_approx, group_loader, group_storer,
@@ -62,6 +62,12 @@ ONE = np.float32(1.0)
 ZERO = np.float32(0.0)
 
 BLOCK = 512      # V = 50304 gives each thread ~100 columns
+# The staged kernel's threads a row: enough to give each at least this many 16-byte chunks
+# (at most BLOCK). A block's fixed cost, its three reductions and the load's latency, is
+# paid per row: at V = 4096 (bf16: 512 chunks) 512 threads of one chunk each ran at
+# ~1.0 TB/s in andrea-12m's step (bench/h200-2026-12-03-s23/gemm/callA/profile_12m.md),
+# where 128 threads of 4 put four rows where one was on each SM.
+STAGED_CHUNKS = 4
 UNROLL = 4       # groups of a row a thread reads together
 
 
@@ -430,7 +436,8 @@ def crossentropy_forward_backward(losses, logits, targets, dloss, *, stream=0, b
         raise ValueError(f"logits: rows of {V} x {logits.dtype.itemsize} bytes cannot be "
                          f"staged (contiguous, 16-byte chunks, at most {STAGED_BYTES} bytes)")
     words = V * logits.dtype.itemsize // 4
-    block = row_block(words // GROUP if staged else V, BLOCK) if block is None else block
+    if block is None:
+        block = row_block(ceil_div(words // GROUP, STAGED_CHUNKS) if staged else V, BLOCK)
     check_block_size(block, WARP)
     check_array("losses", losses, (N,))
     if N == 0:

@@ -12,6 +12,11 @@ host has queued the last op, the step is timed again behind a spin twice as long
 are grouped by name and operand shapes; the report lists them by total time, beside the
 captured step's time
 per step for scale. tools/profile_decode.py times a decoding step the same way.
+
+With --torch-compile, the bench's PyTorch GPT of the same geometry under torch.compile
+(tools/torch_gpt.py, as tools/bench.py's steps section times it) is profiled in the same
+process (torch.profiler, its CUDA kernels over a few steps), and both steps are set side
+by side by kind of work (GEMMs, attention, LayerNorm, ...): where microgpt's step loses.
 """
 import argparse
 import collections
@@ -118,6 +123,95 @@ def group(times):
     return totals, counts, by_op
 
 
+# The kinds of work both steps are compared by: microgpt's ops, and torch.compile's kernels
+# by the words in their names (first match wins; inductor names a fused kernel after the
+# aten ops it holds, triton_per_fused_add_native_layer_norm_..., and a GELU of tanh's
+# form decomposes into tanh and products). GELU goes with the GEMMs: microgpt's runs in
+# or beside the MLP's products (matmul_gelu_forward, matmul_gelu_backward).
+OP_KINDS = {"matmul": "GEMM (+ GELU)", "matmul_gelu_forward": "GEMM (+ GELU)",
+            "matmul_gelu_backward": "GEMM (+ GELU)", "attention_forward": "attention",
+            "attention_backward": "attention", "layernorm_forward": "LayerNorm (+ residual)",
+            "residual_layernorm_forward": "LayerNorm (+ residual)",
+            "layernorm_backward": "LayerNorm (+ residual)",
+            "crossentropy_forward_backward": "cross-entropy", "adamw_update": "AdamW + clip",
+            "global_norm_squared": "AdamW + clip", "adamw_schedule": "AdamW + clip",
+            "encoder_forward": "embedding", "encoder_backward": "embedding",
+            "fill_zero": "memset / copy", "copy": "memset / copy"}
+KERNEL_KINDS = [
+    ("attention", ("flash", "fmha", "attention", "sdpa")),
+    ("GEMM (+ GELU)", ("gemm", "nvjet", "xmma", "cutlass", "cublas", "splitk", "gelu",
+                       "tanh")),
+    ("AdamW + clip", ("adam", "multi_tensor", "foreach")),
+    ("cross-entropy", ("nll_loss", "log_softmax", "logsumexp", "cross_entropy")),
+    ("LayerNorm (+ residual)", ("layer_norm", "layernorm")),
+    ("embedding", ("embedding", "index_put", "scatter", "indexing_backward")),
+    ("memset / copy", ("memset", "memcpy", "fill", "copy")),
+]
+
+
+def kernel_kind(name):
+    low = name.lower()
+    return next((kind for kind, words in KERNEL_KINDS if any(w in low for w in words)),
+                "other")
+
+
+def torch_compile_kernels(cfg, idx, targets, steps=5):
+    """torch.compile's training step of cfg on these tokens -> (ms of a step by the wall
+    clock, unprofiled; {kernel name: (ms a step, launches a step)} from torch.profiler)."""
+    import torch
+    from torch_gpt import torch_gpt, training_step
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    t_idx, t_targets = (torch.from_numpy(a).long().cuda() for a in (idx, targets))
+    step = training_step(torch_gpt(cfg), t_idx, t_targets, compiled=True)
+    for _ in range(3):                  # compiles (its warm-up recompiles once)
+        step()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    wall_ms = 1e3 * (time.perf_counter() - t0) / steps
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    kernels = collections.defaultdict(lambda: [0.0, 0])
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            kernels[e.name][0] += e.time_range.elapsed_us() / 1e3 / steps
+            kernels[e.name][1] += 1 / steps
+    return wall_ms, dict(kernels)
+
+
+def comparison_lines(by_op, calls, graph_ms, torch_wall_ms, kernels, top=20):
+    """The two steps by kind of work, and torch.compile's largest kernels -> lines."""
+    ours, ours_calls = collections.defaultdict(float), collections.Counter()
+    for name, ms in by_op.items():
+        ours[OP_KINDS.get(name, "other")] += ms
+        ours_calls[OP_KINDS.get(name, "other")] += calls[name]
+    theirs, their_calls = collections.defaultdict(float), collections.defaultdict(float)
+    for name, (ms, n) in kernels.items():
+        theirs[kernel_kind(name)] += ms
+        their_calls[kernel_kind(name)] += n
+    lines = ["", "## Beside torch.compile", "",
+             f"torch.compile's step (tools/torch_gpt.py, bf16 autocast, fused AdamW): "
+             f"{torch_wall_ms:.2f} ms by the wall clock, its kernels {sum(theirs.values()):.2f} "
+             f"ms in {sum(their_calls.values()):.0f} launches (torch.profiler); microgpt's "
+             f"captured step {graph_ms:.2f} ms, its ops {sum(ours.values()):.2f} ms in "
+             f"{sum(ours_calls.values())} ops (an op may launch several kernels).", "",
+             "| kind | microgpt ops | microgpt ms | torch.compile kernels | torch.compile ms "
+             "| microgpt - torch.compile ms |", "|---|--:|--:|--:|--:|--:|"]
+    for kind in sorted(set(ours) | set(theirs), key=lambda k: -max(ours[k], theirs[k])):
+        lines.append(f"| {kind} | {ours_calls[kind]} | {ours[kind]:.3f} | "
+                     f"{their_calls[kind]:.0f} | {theirs[kind]:.3f} | "
+                     f"{ours[kind] - theirs[kind]:+.3f} |")
+    lines += ["", "| torch.compile kernel | kind | launches | ms |", "|---|---|--:|--:|"]
+    for name, (ms, n) in sorted(kernels.items(), key=lambda kv: -kv[1][0])[:top]:
+        lines.append(f"| `{name[:100]}` | {kernel_kind(name)} | {n:.0f} | {ms:.3f} |")
+    return lines
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -130,6 +224,9 @@ def main(argv=None):
     parser.add_argument("--deterministic", action="store_true",
                         help="the backend that gives the same bits every run (the "
                         "trainer's --deterministic)")
+    parser.add_argument("--torch-compile", action="store_true",
+                        help="profile torch.compile's step of the same geometry too, and "
+                        "set the two side by side by kind of work")
     parser.add_argument("--out", help="markdown file to write (default: print only)")
     args = parser.parse_args(argv)
 
@@ -182,6 +279,9 @@ def main(argv=None):
     lines += ["", "| op and operands | calls | ms | share |", "|---|---:|---:|---:|"]
     for label, ms in sorted(totals.items(), key=lambda kv: -kv[1]):
         lines.append(f"| `{label}` | {counts[label]} | {ms:.3f} | {ms / step_ms:.1%} |")
+    if args.torch_compile:
+        lines += comparison_lines(by_op, calls, graph_ms,
+                                  *torch_compile_kernels(cfg, idx, targets))
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

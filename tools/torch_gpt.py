@@ -43,3 +43,24 @@ def torch_gpt(cfg, device="cuda"):
             return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
     return TorchGPT().to(device)
+
+
+def training_step(model, idx, targets, *, compiled, autocast=True):
+    """One training step of model as the bench times it -> step(), which returns the
+    loss: bf16 autocast (unless autocast=False: float32), fused AdamW, the gradient
+    clipped to norm 1; compiled: the forward under torch.compile (its first calls
+    compile)."""
+    import torch
+
+    forward = torch.compile(model) if compiled else model
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=True)
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            loss = forward(idx, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+    return step

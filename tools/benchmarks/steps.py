@@ -5,7 +5,7 @@ import gc
 import time
 
 import numpy as np
-from torch_gpt import torch_gpt
+from torch_gpt import torch_gpt, training_step
 
 
 # (label, config, overrides, B, T): andrea's two, then the sizes users train: andrea-120m at
@@ -117,20 +117,9 @@ def bench_steps(reps, compile_torch=True, fp32=True, geometries=None, only_runs=
         for run, autocast, compiled in torch_runs:
             if only_runs and run not in only_runs:
                 continue
-            tmodel = torch_gpt(cfg)
-            forward = torch.compile(tmodel) if compiled else tmodel
-            topt = torch.optim.AdamW(tmodel.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=True)
+            torch_step = training_step(torch_gpt(cfg), t_idx, t_targets, compiled=compiled,
+                                       autocast=autocast)
             torch.cuda.reset_peak_memory_stats()
-
-            def torch_step():
-                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-                    loss = forward(t_idx, t_targets)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(tmodel.parameters(), 1.0)
-                topt.step()
-                topt.zero_grad(set_to_none=True)
-                return loss.item()
-
             try:
                 for _ in range(3 if compiled else 1):     # compiled: its warm-up recompiles
                     torch_step()
@@ -145,7 +134,7 @@ def bench_steps(reps, compile_torch=True, fp32=True, geometries=None, only_runs=
             torch.cuda.synchronize()
             row[run + "_tok_s"] = B * T * reps / (time.perf_counter() - t0)
             row[run + "_gib"] = torch.cuda.max_memory_allocated() / 2**30
-            tmodel = forward = topt = None
+            torch_step = None
             torch.cuda.empty_cache()
         out.append(row)
         print("  ", row, flush=True)
