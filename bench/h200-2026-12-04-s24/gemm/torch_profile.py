@@ -22,7 +22,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[3]
 sys.path[:0] = [str(ROOT / "tools"), str(ROOT)]
 from benchmarks.steps import GEOMETRIES     # noqa: E402
-from torch_gpt import torch_gpt             # noqa: E402
+from torch_gpt import torch_gpt, training_step   # noqa: E402
 from microgpt import get_config             # noqa: E402
 
 # (kind, substrings of the kernel's name), first match wins: inductor names its fused
@@ -63,18 +63,7 @@ def main():
         rng = np.random.default_rng(0)
         idx = torch.from_numpy(rng.integers(0, cfg.vocab_size, (B, T))).long().cuda()
         targets = torch.from_numpy(rng.integers(0, cfg.vocab_size, (B, T))).long().cuda()
-        model = torch_gpt(cfg)
-        forward = torch.compile(model)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=True)
-
-        def step():
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = forward(idx, targets)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            return loss.item()
+        step = training_step(torch_gpt(cfg), idx, targets, compiled=True)
 
         t0 = time.perf_counter()
         for _ in range(3):
@@ -116,7 +105,7 @@ def main():
                          f"{ms:.3f} | {ms / total:.1%} |")
         lines.append("")
         print("\n".join(lines[first:]), flush=True)
-        model = forward = opt = prof = None
+        step = prof = None
         torch.cuda.empty_cache()
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n")
