@@ -2,8 +2,10 @@
 # One call on the GPU machine for several jobs at once (docs/gpu.md, "Working on the H200").
 # Runs from the repository root there, after the wheels' install. A job NAME is a folder
 # .devtree/jobs/NAME/ with test.sh (GPU correctness) and bench.sh (timings), run from the
-# tree .devtree/slim/NAME (a `git archive` of the job's branch without docs/ and old bench
-# folders: the carry holds 64 MiB), else .devtree/wt/NAME, else the repository root: every
+# tree .devtree/slim/NAME (a `git archive` of the job's branch without docs/ and the bench
+# folders' results, their scripts kept so that a job runs an earlier session's script where
+# it lies rather than a copy: the carry holds 64 MiB), else .devtree/wt/NAME, else the
+# repository root: every
 # test.sh at the same time (correctness does not mind company), then each bench.sh alone on
 # the GPU (timings do), then the lead's scripts.
 #
