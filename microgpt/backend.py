@@ -66,7 +66,9 @@ class NumpyBackend:
     def encoder_forward(self, out, idx, wte, wpe):
         out[...] = ref.encoder_forward(idx, wte, wpe)
 
-    def encoder_backward(self, dwte, dwpe, dout, idx):
+    def encoder_backward(self, dwte, dwpe, dout, idx, runs=None):
+        # (runs: the CUDA backend's deterministic sort; the reference sums in a fixed
+        # order without it)
         dw, dp = ref.encoder_backward(dout, idx, *dwte.shape[:1], dwpe.shape[0])
         dwte += dw
         dwpe += dp
