@@ -1,7 +1,7 @@
 #!/bin/bash
 # session 24, call A (helper det, beside the other helpers' tests; limit 140 s): two
 # trainer runs of a seed with --deterministic at andrea-12m (200 steps, B 64 x 256, the
-# shard's tokens; every andrea-12m dW by parts since session 22, not yet run so), the
+# shard's tokens; the embedding's host sort, every andrea-12m dW by parts), the
 # checkpoints compared by cmp and sha256; beside them the embedding's GPU tests.
 S=bench/h200-2026-12-04-s24/det
 echo "tree at $(cat $S/commit.txt)" | tee $OUT/test.log
