@@ -28,13 +28,16 @@ from profile_step import behind_spin, group, instrumented, op_times  # noqa: E40
 from microgpt import get_config  # noqa: E402
 from microgpt.data import default_cache_dir  # noqa: E402
 from microgpt.kernels import cache as kernel_cache  # noqa: E402
-from routings import SESSION21, SESSION22_ADD_PARTS  # noqa: E402
+from routings import (FEWEST_SPLITS, HALFWAY_SPLITS, SESSION21,  # noqa: E402
+                      SESSION22_ADD_PARTS)
 
 CONFIG, B, T, VOCAB, ROUNDS = sys.argv[1], *map(int, sys.argv[2:6])
 TOKENS = sys.argv[6]
 # name -> (deterministic, the routing's patches while the step is built and profiled)
 VARIANTS = {"default": (False, ()), "session 21": (True, SESSION21), "routed": (True, ()),
-            "routed with session 22's add_parts": (True, SESSION22_ADD_PARTS)}
+            "routed with session 22's add_parts": (True, SESSION22_ADD_PARTS),
+            "routed by parts in the fewest splits": (True, FEWEST_SPLITS),
+            "routed by parts in half-way splits": (True, HALFWAY_SPLITS)}
 if os.environ.get("VARIANTS"):          # (names: the keys above, default first)
     VARIANTS = {name: VARIANTS[name] for name in os.environ["VARIANTS"].split(",")}
 kernel_cache.use(default_cache_dir() / "kernels")

@@ -46,3 +46,23 @@ def session22_add_parts(out, parts, splits, stream=0):
 
 
 SESSION22_ADD_PARTS = [(gemm_bf16, "add_parts", session22_add_parts)]
+
+
+def by_parts_in(fewer):
+    """Patches that give the ordered products by parts (their routed tile's splits in one
+    wave: tuning.ordered_tile) fewer(fewest, default) splits instead of the default's:
+    fewest the least whose chains fit (K / MAX_CHAIN), the parts' traffic through the L2
+    and add_parts' reads shrinking with the splits."""
+    default_split_k = tuning.default_split_k
+
+    def split_k(M, N, K, tile, max_chain=tuning.MAX_CHAIN):
+        split = default_split_k(M, N, K, tile, max_chain)
+        if tile == tuning.ordered_tile(M, N, K) and tuning.ordered_by_parts(M, N, K, tile,
+                                                                             split):
+            return fewer(ceil_div(K, max_chain), split)
+        return split
+    return [(gemm_bf16, "default_split_k", split_k)]
+
+
+FEWEST_SPLITS = by_parts_in(lambda fewest, split: fewest)
+HALFWAY_SPLITS = by_parts_in(lambda fewest, split: (fewest + split) // 2)
