@@ -2,7 +2,9 @@
 tile's splits fill one wave: tuning.ordered_tile) can run on a config's ordered
 products, with session 24's add_parts: the routed tile in its default splits and in
 fewer (down to the fewest whose chains fit, K / MAX_CHAIN), beside the atomics (the
-default), the turns, and the routed way with session 22's add_parts (routings.py). Each
+default), the turns, the routed way with session 22's add_parts (routings.py), and by
+parts on the atomics' tile where the routing takes the turns (andrea-120m's products of
+several waves). Each
 captured (20 launches a CUDA graph, the best of REPS replays), every deterministic way
 first run twice from one zeroed out and checked for the same bits and against torch.mm
 in float32 (TF32 off) of the same bf16 operands. Stops trying new ways after DEADLINE
@@ -36,19 +38,24 @@ REPS = int(os.environ.get("REPS", "5"))
 DEADLINE = time.perf_counter() + float(os.environ.get("DEADLINE", "60"))
 TILES = {"ping-pong": tuning.PINGPONG_TILE, "copier": tuning.COPIER_TILE,
          "narrow": tuning.NARROW_COPIER_TILE}
+TILE_NAMES = {tile: n for n, tile in TILES.items()}
 
 
 def ways(M, N, K):
     """[(label, tile or None, split_k or None, deterministic, by parts, patches, summed)] of
     a product; summed: a way whose step's sum the summary prints."""
     routed = tuning.ordered_tile(M, N, K)
-    name = {tile: n for n, tile in TILES.items()}.get(routed, str(routed))
+    name = TILE_NAMES.get(routed, str(routed))
     split = tuning.default_split_k(M, N, K, routed)
     found = [("atomic (the default)", None, None, False, False, (), True),
              ("turns", None, None, True, False, (), True),
              (f"parts, routed ({name}, {split} splits)", None, None, True, True, (), True),
              ("parts, routed, session 22's add_parts", None, None, True, True,
               SESSION22_ADD_PARTS, True)]
+    atomics = tuning.default_tile(M, N, K, True, True, False, True)
+    if atomics != routed:           # (andrea-120m's products in turns)
+        found.append((f"parts, atomics' tile ({TILE_NAMES.get(atomics, atomics)})", atomics,
+                      None, True, True, (), False))
     fewest = -(-K // tuning.MAX_CHAIN)
     for s in sorted({fewest, (fewest + split) // 2, split - 1} - {split}):
         if fewest <= s < split:
