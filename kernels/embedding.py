@@ -23,20 +23,29 @@ receives the tied LM head's gradient:
    (Until session 24 three launches sorted on the device, 0.035 ms of andrea-120m's step:
    a block's segment of positions ranked in shared memory, the counts scanned into each
    token's start, each position placed.)
-1. one launch: a thread per (t, column) sums the batch into dwpe[t, column], which it
-   owns alone; and a thread per (chunk of CHUNK sorted positions, column) sums the
-   chunk's leading segment where its token's run began in an earlier chunk;
-2. a thread per (chunk, column) sums each run that begins in its chunk and adds the
-   leading segments of the chunks the run goes on into (its end known from the runs'
-   ends), in order, to dwte[token, column]: one thread owns each element of dwte.
+1. one launch, a thread per 4 columns (in 16-byte accesses, as the forward's) of: a
+   position t and a part of PART_ROWS rows of the batch, whose sum goes to dwpe[t] (one
+   part: the whole batch) or to the parts' scratch; or a chunk of CHUNK sorted positions,
+   whose segments it sums: a run begun and ended in the chunk into dwte[token], the
+   leading segment of a run begun before it to the chunk's head, the trailing one of a
+   run going on after it to the chunk's tail. A thread loads all its rows before it
+   adds them in order (the counts compile-time constants, the loads in flight together,
+   where a thread walking a run waited out a load's latency a row);
+2. a thread per 4 columns of: a position, dwpe[t] += its parts in order (where the batch
+   took several); or a chunk whose tail's run goes on, dwte[token] += its tail + the
+   heads of the chunks the run goes on into (its end known from the runs' ends), in
+   order. Each element of dwte and dwpe is one thread's to write, the order of its sums
+   fixed by the runs.
 Consecutive threads take consecutive columns, so the reads of dout and the writes of
-dwte are coalesced. The chunks' sums are scratch kept with dwte's memory
-(common.kept_with).
+dwte are coalesced. The heads, tails and parts are scratch kept with dwte's memory
+(common.kept_with). (Session 24's launches summed each run by a thread per (chunk of
+32, column) walking it a row at a time, 0.059 ms of andrea-12m's step against the
+atomics' 0.033: docs/convergence.md.)
 """
 import functools
 
 import numpy as np
-from numba import cuda, float32, int32, int64
+from numba import cuda, float32, int32
 
 from .cache import jit
 from .common import ceil_div, check_array, check_block_size, kept_with
@@ -44,7 +53,9 @@ from .device import GROUP
 from .precision import group_loader, group_storer, group_width
 
 BLOCK = 256
-CHUNK = 32          # sorted positions per thread of the run sums
+CHUNK = 16          # sorted positions per thread of the chunk sums, loaded together
+PART_ROWS = 16      # rows of the batch per thread of the position sums, loaded together
+CARRY = 16          # parts or heads the second launch loads together
 
 
 # ----------------------------------------------------------------------------------
@@ -92,70 +103,157 @@ def _encoder_backward_atomic_kernel(dwte, dwpe, dout, idx):
 
 
 @cuda.jit(device=True, inline=True)
-def _segment_sum(rows, order, first, end, c):
-    """The sum of column c of rows (N, C), dout flattened, over the sorted positions
-    [first, end), in order."""
-    total = float32(0.0)
-    for r in range(first, end):
-        total += rows[order[r], c]
-    return total
-
-
-@cuda.jit(device=True, inline=True)
 def _goes_on(ends, r):
     """Whether sorted position r's run began before it: the one before ends where it
     does (each run's positions hold its one end, and no two runs end alike)."""
     return r > 0 and ends[r - 1] == ends[r]
 
 
-@jit
-def _position_sums_chunk_leads_kernel(dwpe, leads, dout, rows, order, ends, chunk):
-    # the first T * C threads: dwpe (context, C) += dout (B, T, C) summed over the batch, a
-    # thread per (t, c); the next chunks * C: leads (chunks, C) = the sum of rows (N, C),
-    # dout flattened, over each chunk's leading segment of the sorted order (N,) int32
-    # where a run from an earlier chunk goes on (the others are never read), a thread per
-    # (chunk, column). One launch for both, which neither fills alone at andrea-12m; the
-    # position sums, B rows each against a lead's chunk, first.
-    B, T, C = dout.shape
-    i = cuda.grid(1)
-    if i < T * C:
-        t, c = divmod(i, C)
-        batch_sum = float32(0.0)
-        for b in range(B):
-            batch_sum += dout[b, t, c]
-        dwpe[t, c] += batch_sum
-    elif i < T * C + leads.shape[0] * C:
-        k, c = divmod(i - T * C, C)
-        first = k * chunk
-        if _goes_on(ends, first):
-            end = min(first + chunk, ends[first])
-            leads[k, c] = _segment_sum(rows, order, first, end, c)
+@functools.cache
+def _sums_kernel(width, chunk, part_rows):
+    """The backward's first launch, a thread per width columns (1, or GROUP in one 16-byte
+    access of each array) of: a position and a part of part_rows rows of the batch (the
+    position sums), or a chunk of `chunk` sorted positions (the chunk sums). Each thread
+    loads all its rows before it adds them (the counts fixed at compile time, the loads
+    unrolled and in flight together), then adds them in order."""
+    load, store = group_loader(width), group_storer(width)
+    held = max(chunk, part_rows) * width
+
+    @jit
+    def sums_kernel(dwte, dwpe, position_parts, heads, tails, dout, rows, order, ends,
+                    tokens):
+        # the first parts * T * groups threads, a thread per (part q, t, group): the sum
+        # of dout (B, T, C) over rows q * part_rows on of the batch, added to dwpe
+        # (context, C) where one part holds the batch, else written to position_parts
+        # (parts, T, C); the next chunks * groups, a thread per (chunk k, group): the sums
+        # of rows (N, C), dout flattened, over the chunk's segments of the sorted order (N,)
+        # int32 (ends (N,): each sorted position's run's end; tokens (N,) the batch's ids,
+        # by position): a run begun and ended in the chunk added to dwte (V, C), which no
+        # other thread writes; the leading segment of a run begun before it written to
+        # heads (chunks, C), the trailing one of a run going on after it to tails (chunks,
+        # C) (the others are never read)
+        B, T, C = dout.shape
+        N = order.shape[0]
+        groups = C // width
+        parts = position_parts.shape[0]
+        x = cuda.local.array(held, float32)
+        total = cuda.local.array(width, float32)
+        before = cuda.local.array(width, float32)
+        for e in range(width):
+            total[e] = float32(0.0)
+        i = cuda.grid(1)
+        if i < parts * T * groups:
+            qt, g = divmod(i, groups)
+            q, t = divmod(qt, T)
+            c = g * width
+            b0 = q * part_rows
+            for j in range(part_rows):
+                if b0 + j < B:
+                    load(x, j * width, dout, (b0 + j, t, c))
+            for j in range(part_rows):
+                if b0 + j < B:
+                    for e in range(width):
+                        total[e] += x[j * width + e]
+            if parts == 1:
+                load(before, 0, dwpe, (t, c))
+                for e in range(width):
+                    total[e] += before[e]
+                store(dwpe, (t, c), total, 0)
+            else:
+                store(position_parts, (q, t, c), total, 0)
+        elif i < (parts * T + heads.shape[0]) * groups:
+            k, g = divmod(i - parts * T * groups, groups)
+            c = g * width
+            first = k * chunk
+            for j in range(chunk):
+                if first + j < N:
+                    load(x, j * width, rows, (order[first + j], c))
+            leading = _goes_on(ends, first)     # the chunk begins in a run from before
+            start = first                       # the segment's first sorted position
+            for j in range(chunk):
+                r = first + j
+                if r < N:
+                    for e in range(width):
+                        total[e] += x[j * width + e]
+                    end = ends[r]
+                    if end == r + 1 or j == chunk - 1:      # the segment ends here
+                        if leading and start == first:
+                            store(heads, (k, c), total, 0)
+                        elif end == r + 1:
+                            token = tokens[order[r]]
+                            load(before, 0, dwte, (token, c))
+                            for e in range(width):
+                                before[e] += total[e]
+                            store(dwte, (token, c), before, 0)
+                        else:
+                            store(tails, (k, c), total, 0)
+                        for e in range(width):
+                            total[e] = float32(0.0)
+                        start = r + 1
+    return sums_kernel
 
 
-@jit
-def _run_sums_kernel(dwte, leads, rows, order, ends, tokens, chunk):
-    # dwte (V, C) += the sum of rows (N, C) over each token's run of the sorted order (N,)
-    # int32 (ends (N,): each sorted position's run's end), added by the thread of (the
-    # chunk the run begins in, column): its segment there, then the leads (chunks, C) of
-    # the chunks it goes on into, in order; tokens (N,) the batch's, by position
-    C = rows.shape[1]
-    N = order.shape[0]
-    i = cuda.grid(1)
-    if i < leads.shape[0] * C:
-        k, c = divmod(i, C)
-        first = k * chunk
-        chunk_end = min(N, first + chunk)
-        r = first
-        if _goes_on(ends, first):       # a run from an earlier chunk: its thread adds this
-            r = min(chunk_end, ends[first])
-        while r < chunk_end:
-            run_end = ends[r]
-            segment_end = min(chunk_end, run_end)
-            total = _segment_sum(rows, order, r, segment_end, c)
-            for j in range(k + 1, (run_end + chunk - 1) // chunk):
-                total += leads[j, c]
-            dwte[tokens[order[r]], c] += total
-            r = segment_end
+@functools.cache
+def _carries_kernel(width, chunk):
+    """The backward's second launch, a thread per width columns (as _sums_kernel's) of a
+    position, where the batch took several parts, or of a chunk. The parts, and the heads
+    of the chunks a run goes on into, are loaded CARRY at a time before they are added."""
+    load, store = group_loader(width), group_storer(width)
+    carry, held = CARRY, CARRY * width
+
+    @jit
+    def carries_kernel(dwte, dwpe, position_parts, heads, tails, order, ends, tokens):
+        # the first T * groups threads where there are several parts (else none): dwpe
+        # (context, C) += position_parts (parts, T, C) summed in the parts' order; the
+        # next chunks * groups, a thread per (chunk k, group): where a run begins in
+        # chunk k and goes on past it, dwte[its token] += tails[k] + heads[k + 1] + ...
+        # (chunks, C) in order, up to the chunk where it ends
+        C = heads.shape[1]
+        N = order.shape[0]
+        groups = C // width
+        parts, T = position_parts.shape[0], position_parts.shape[1]
+        position_threads = T * groups if parts > 1 else 0
+        x = cuda.local.array(held, float32)
+        total = cuda.local.array(width, float32)
+        before = cuda.local.array(width, float32)
+        i = cuda.grid(1)
+        if i < position_threads:
+            t, g = divmod(i, groups)
+            c = g * width
+            load(total, 0, dwpe, (t, c))
+            for q0 in range(0, parts, carry):
+                for j in range(carry):
+                    if q0 + j < parts:
+                        load(x, j * width, position_parts, (q0 + j, t, c))
+                for j in range(carry):
+                    if q0 + j < parts:
+                        for e in range(width):
+                            total[e] += x[j * width + e]
+            store(dwpe, (t, c), total, 0)
+        elif i < position_threads + heads.shape[0] * groups:
+            k, g = divmod(i - position_threads, groups)
+            c = g * width
+            first = k * chunk
+            last = min(N, first + chunk) - 1
+            end = ends[last]
+            # the run of the chunk's last position goes on past it, and began in it
+            if end > last + 1 and not (_goes_on(ends, first) and ends[first] == end):
+                load(total, 0, tails, (k, c))
+                stop = (end + chunk - 1) // chunk      # past the chunk the run ends in
+                for j0 in range(k + 1, stop, carry):
+                    for j in range(carry):
+                        if j0 + j < stop:
+                            load(x, j * width, heads, (j0 + j, c))
+                    for j in range(carry):
+                        if j0 + j < stop:
+                            for e in range(width):
+                                total[e] += x[j * width + e]
+                token = tokens[order[last]]
+                load(before, 0, dwte, (token, c))
+                for e in range(width):
+                    before[e] += total[e]
+                store(dwte, (token, c), before, 0)
+    return carries_kernel
 
 
 PTX_SIGNATURES = [
@@ -163,10 +261,14 @@ PTX_SIGNATURES = [
                                          float32[:, ::1])) for width in (1, GROUP)],
     (_encoder_backward_atomic_kernel, (float32[:, ::1], float32[:, ::1], float32[:, :, ::1],
                                         int32[:, ::1])),
-    (_position_sums_chunk_leads_kernel, (float32[:, ::1], float32[:, ::1], float32[:, :, ::1],
-                                         float32[:, ::1], int32[::1], int32[::1], int64)),
-    (_run_sums_kernel, (float32[:, ::1], float32[:, ::1], float32[:, ::1], int32[::1],
-                        int32[::1], int32[::1], int64)),
+    *[(_sums_kernel(width, CHUNK, PART_ROWS),
+       (float32[:, ::1], float32[:, ::1], float32[:, :, ::1], float32[:, ::1], float32[:, ::1],
+        float32[:, :, ::1], float32[:, ::1], int32[::1], int32[::1], int32[::1]))
+      for width in (1, GROUP)],
+    *[(_carries_kernel(width, CHUNK),
+       (float32[:, ::1], float32[:, ::1], float32[:, :, ::1], float32[:, ::1], float32[:, ::1],
+        int32[::1], int32[::1], int32[::1]))
+      for width in (1, GROUP)],
 ]
 # the default backward's scatter, which --deterministic replaces (tests/test_compile.py)
 FLOAT_ATOMICS = {"_encoder_backward_atomic_kernel"}
@@ -225,15 +327,17 @@ def token_runs(idx):
 
 
 def encoder_backward(dwte, dwpe, dout, idx, runs=None, *, deterministic=False, stream=0,
-                     block=BLOCK, chunk=CHUNK):
+                     block=BLOCK, chunk=CHUNK, part_rows=PART_ROWS):
     """dwte (V, C) += scatter-add of dout (B, T, C) by token; dwpe[:T] += dout summed over
     the batch. Both accumulate: zero them first for a plain gradient. deterministic: the
     same inputs give the same bits every time (no float atomics), from runs (2, B, T)
     int32, token_runs(idx) on the device (the default ignores it); chunk: sorted positions
-    per thread of the run sums."""
+    per thread of the chunk sums; part_rows: rows of the batch per thread of the position
+    sums (compile-time constants, each value its own kernels)."""
     check_block_size(block)
-    if chunk < 1:
-        raise ValueError(f"chunk must be at least 1, got {chunk}")
+    for name, value in (("chunk", chunk), ("part_rows", part_rows)):
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
     B, T, C = _check_shapes("dout", dout, idx, dwte, dwpe, "dwte", "dwpe")
     if deterministic:
         if runs is None:
@@ -246,13 +350,20 @@ def encoder_backward(dwte, dwpe, dout, idx, runs=None, *, deterministic=False, s
         _encoder_backward_atomic_kernel[ceil_div(T * C, block), block, stream](dwte, dwpe,
                                                                                dout, idx)
         return
-    N, chunks = B * T, ceil_div(B * T, chunk)
+    N, chunks, parts = B * T, ceil_div(B * T, chunk), ceil_div(B, part_rows)
     # flat views: a position p is row p of dout and element p of idx, no division by T
     tokens, rows = idx.reshape(N), dout.reshape(N, C)
     order, ends = runs[0].reshape(N), runs[1].reshape(N)
-    leads = kept_with(dwte, ("encoder leads", chunks, C),
-                      lambda: cuda.device_array((chunks, C), np.float32))
-    _position_sums_chunk_leads_kernel[ceil_div((T + chunks) * C, block), block, stream](
-        dwpe, leads, dout, rows, order, ends, chunk)
-    _run_sums_kernel[ceil_div(chunks * C, block), block, stream](dwte, leads, rows, order,
-                                                                  ends, tokens, chunk)
+    scratch = {name: kept_with(dwte, ("encoder " + name, shape), lambda shape=shape:
+                               cuda.device_array(shape, np.float32))
+               for name, shape in (("heads", (chunks, C)), ("tails", (chunks, C)),
+                                   ("position parts", (parts, T, C)))}
+    heads, tails, position_parts = scratch["heads"], scratch["tails"], scratch["position parts"]
+    width = group_width(C, dwte, dwpe, dout, heads, tails, position_parts)
+    groups = C // width
+    args = (dwte, dwpe, position_parts, heads, tails)
+    _sums_kernel(width, chunk, part_rows)[ceil_div((parts * T + chunks) * groups, block),
+                                          block, stream](*args, dout, rows, order, ends,
+                                                         tokens)
+    _carries_kernel(width, chunk)[ceil_div(((T if parts > 1 else 0) + chunks) * groups, block),
+                                  block, stream](*args, order, ends, tokens)

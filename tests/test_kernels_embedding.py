@@ -27,6 +27,10 @@ else:
 # sorted positions per thread of the backward's run sums: the default, and chunks small
 # enough that a token's run crosses several of them at the simulator's sizes
 CHUNKS = st.sampled_from([embedding.CHUNK, 1, 2, 3])
+# batch rows per thread of the position sums: the default (the batch in one part at the
+# simulator's sizes and andrea-120m's B 16), and parts of 1 or 2 rows, added by the second
+# launch
+PART_ROWS = st.sampled_from([embedding.PART_ROWS, 1, 2])
 SEEDS = st.integers(0, 2**32 - 1)
 
 
@@ -51,7 +55,7 @@ def check_forward(shape, extra_context, block, seed):
 
 
 def check_backward(shape, extra_context, block, seed, chunk=embedding.CHUNK,
-                   deterministic=True):
+                   deterministic=True, part_rows=embedding.PART_ROWS):
     """-> the (dwte, dwpe) the launch wrote, checked."""
     B, T, C, V = shape
     context = T + extra_context
@@ -62,7 +66,7 @@ def check_backward(shape, extra_context, block, seed, chunk=embedding.CHUNK,
     dwte, dwpe = cuda.to_device(dwte_start), cuda.to_device(dwpe_start)
     embedding.encoder_backward(dwte, dwpe, cuda.to_device(dout), cuda.to_device(idx),
                                runs_of(idx), deterministic=deterministic, chunk=chunk,
-                               **block_option(block))
+                               part_rows=part_rows, **block_option(block))
     dwte_ref, dwpe_ref = ref.encoder_backward(dout.astype(np.float64), idx, V, context)
     assert_close(dwte.copy_to_host(), dwte_start + dwte_ref, TOL_F32_OP, "dwte")
     assert_close(dwpe.copy_to_host(), dwpe_start + dwpe_ref, TOL_F32_OP, "dwpe")
@@ -90,10 +94,19 @@ def test_encoder_forward_in_groups_or_element_by_element(C):
     check_forward((1, 2, C, 3), 1, 32, seed=C)
 
 
-@given(shape=SHAPES, extra_context=st.integers(0, 3), block=BLOCKS, chunk=CHUNKS, seed=SEEDS)
-def test_encoder_backward_accumulates(shape, extra_context, block, chunk, seed):
+@given(shape=SHAPES, extra_context=st.integers(0, 3), block=BLOCKS, chunk=CHUNKS,
+       part_rows=PART_ROWS, seed=SEEDS)
+def test_encoder_backward_accumulates(shape, extra_context, block, chunk, part_rows, seed):
     """The sorted, deterministic backward."""
-    check_backward(shape, extra_context, block, seed, chunk)
+    check_backward(shape, extra_context, block, seed, chunk, part_rows=part_rows)
+
+
+@pytest.mark.parametrize("C", [8, 6])
+def test_encoder_backward_in_groups_or_element_by_element(C):
+    """The deterministic backward's threads take 4 columns where C divides into them (the
+    model's), else one: 2 x 5 positions of tokens from 2, in chunks of 3 (runs begun,
+    ended and going on in one), the batch in parts of one row."""
+    check_backward((2, 5, C, 2), 1, 32, seed=C, chunk=3, part_rows=1)
 
 
 @given(shape=SHAPES, extra_context=st.integers(0, 3), block=BLOCKS, seed=SEEDS)
@@ -107,12 +120,13 @@ def test_encoder_backward_gives_the_same_bits_whatever_the_block(seed):
     """Each element of dwte is one thread's sum in an order fixed by the data (no
     atomics): launches with other blocks, repeated, give the same bits. (Atomics added in
     the order the threads came, which a block size changes.) 48 positions, tokens from 3,
-    so that runs cross chunks of 2; blocks of 32 and 48 split the launches' threads
-    (the position sums' and the leads' in one) differently."""
+    so that runs cross chunks of 2, the batch in parts of one row; blocks of 32 and 48
+    split the launches' threads (the position sums' and the chunks' in one) differently."""
     shape = (2, 24, 3, 3)
-    first = check_backward(shape, 0, 32, seed, chunk=2)
+    first = check_backward(shape, 0, 32, seed, chunk=2, part_rows=1)
     for block in (48, 32):
-        for got, want in zip(check_backward(shape, 0, block, seed, chunk=2), first):
+        for got, want in zip(check_backward(shape, 0, block, seed, chunk=2, part_rows=1),
+                             first):
             np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
@@ -158,20 +172,27 @@ def test_the_deterministic_backward_sums_in_the_runs_order():
     assert_close(dwte.copy_to_host(), expected, TOL_F32_OP, "dwte by the runs given")
 
 
-@pytest.mark.parametrize("chunk", [embedding.CHUNK, 2, 4])
-def test_encoder_backward_adds_up_one_repeated_token(chunk):
+@pytest.mark.parametrize("B, T, chunk, part_rows", [
+    (2, 3, embedding.CHUNK, embedding.PART_ROWS), (2, 3, 2, 1), (2, 3, 4, 1),
+    (2, 20, 1, embedding.PART_ROWS), (20, 2, 1, 1)])
+def test_encoder_backward_adds_up_one_repeated_token(B, T, chunk, part_rows):
     """Every position holds the same token: its row of dwte receives the whole sum (with
-    chunks of 2 or 4, one run through every chunk, the last one short at 4)."""
-    B, T, C, V = 2, 3, 4, 3
+    chunks of 2 or 4, one run through every chunk, the last one short at 4; in chunks of
+    one, 40 chunks, the heads added in more than one load of CARRY; in 20 parts of one
+    row, more than CARRY too)."""
+    C, V = 4, 3
     dout = np.random.default_rng(0).standard_normal((B, T, C)).astype(np.float32)
     idx = np.full((B, T), 1, np.int32)
     dwte = cuda.to_device(np.zeros((V, C), np.float32))
     dwpe = cuda.to_device(np.zeros((T, C), np.float32))
     embedding.encoder_backward(dwte, dwpe, cuda.to_device(dout), cuda.to_device(idx),
-                               runs_of(idx), deterministic=True, chunk=chunk)
+                               runs_of(idx), deterministic=True, chunk=chunk,
+                               part_rows=part_rows)
     expected = np.zeros((V, C))
     expected[1] = dout.sum(axis=(0, 1), dtype=np.float64)
     assert_close(dwte.copy_to_host(), expected, TOL_F32_OP, "dwte of one repeated token")
+    assert_close(dwpe.copy_to_host(), dout.sum(axis=0, dtype=np.float64), TOL_F32_OP,
+                 "dwpe of one repeated token")
 
 
 def test_default_block():
@@ -234,10 +255,11 @@ def test_launchers_reject_bad_arguments(backward, changes, error, message):
             embedding.encoder_forward(*args.values(), block=block)
 
 
-def test_encoder_backward_rejects_a_chunk_below_one():
-    with pytest.raises(ValueError, match="chunk must be at least 1, got 0"):
+@pytest.mark.parametrize("name", ["chunk", "part_rows"])
+def test_encoder_backward_rejects_a_chunk_or_part_below_one(name):
+    with pytest.raises(ValueError, match=f"{name} must be at least 1, got 0"):
         embedding.encoder_backward(ones(5, 3), ones(6, 3), ones(2, 4, 3),
-                                   ones(2, 4, dtype=np.int32), chunk=0)
+                                   ones(2, 4, dtype=np.int32), **{name: 0})
 
 
 @pytest.mark.parametrize("runs,error,message", [
@@ -261,8 +283,7 @@ class RecordedKernel:
         return lambda *args: self.launched.append(self.name)
 
 
-SORTED_BACKWARD = ["_position_sums_chunk_leads_kernel", "_run_sums_kernel"]
-BACKWARD_KERNELS = ("_encoder_backward_atomic_kernel", *SORTED_BACKWARD)
+SORTED_BACKWARD = ["_sums_kernel", "_carries_kernel"]     # (kernels made by these)
 
 
 @pytest.mark.parametrize("deterministic, first", [
@@ -273,8 +294,11 @@ def test_a_deterministic_backend_sorts(deterministic, first, monkeypatch):
     order on a deterministic backend, the float atomics' scatter otherwise."""
     from microgpt.cuda_backend import CudaBackend
     launched = []
-    for name in BACKWARD_KERNELS:
-        monkeypatch.setattr(embedding, name, RecordedKernel(name, launched))
+    monkeypatch.setattr(embedding, "_encoder_backward_atomic_kernel",
+                        RecordedKernel("_encoder_backward_atomic_kernel", launched))
+    for name in SORTED_BACKWARD:
+        monkeypatch.setattr(embedding, name,
+                            lambda *compiled, name=name: RecordedKernel(name, launched))
     B, T, C, V = 1, 2, 3, 4
     arrays = (ones(V, C), ones(T, C), ones(B, T, C), ones(B, T, dtype=np.int32),
               runs_of(np.ones((B, T), np.int32)))
