@@ -19,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # launcher keywords that are the CUDA backend's alone: geometry and the stream
 # how a launch runs, not what it computes (split_k and deterministic the backend sets)
 LAUNCH_ONLY = {"stream", "block", "tile", "rows_per_block", "max_blocks", "split_k",
-               "blocks_per_head", "fused", "chunk", "deterministic",
+               "blocks_per_head", "fused", "chunk", "part_rows", "deterministic",
                "stage"}   # cross-entropy: whether a row is staged in shared memory
 
 
