@@ -56,6 +56,9 @@ class NumpyBackend:
     def synchronize(self):
         pass
 
+    def join(self):
+        """Nothing runs beside the ops here (CudaBackend.join)."""
+
     def heads_view(self, fused, part, n_head, head_dim):
         """The (B, H, T, D) view of part `part` of fused rows (B, T, P * H * D), no copy:
         head h of that part is the D columns from (part * H + h) * D, T rows apart."""

@@ -463,6 +463,8 @@ class GPT:
                                    **self._norm_again(a, "ln_1", i))
             ops.matmul(g[h + "attn.w_qkv"], rows(a.ln_1[i]), rows(a.dqkv),
                        transpose_a=True, accumulate=True)
+            if sync is not LOCAL:       # the block's dW, added beside the stream where
+                ops.join()              # ordered by parts (gemm.turns.beside), complete
             sync.ready(*self.layout.block_matrices(i))
         # the scatter into wte's gradient, whose other writer, the head, came first
         ops.encoder_backward(g["wte"], g["wpe"], a.dresid, a.batch[0],

@@ -16,6 +16,7 @@ from helpers import ON_GPU, REAL_SHAPES, TOL_F32_MODEL, assert_close, rel_error
 from microgpt import GPT, get_config, model as model_module
 from microgpt.cuda_backend import CudaBackend
 from microgpt.errors import BackendError
+from microgpt.kernels.gemm import turns
 from microgpt.model import Buffers, activation_specs
 from microgpt.ops import LOG_COLUMNS
 from microgpt.optim import AdamW, AdamWConfig, lr_at
@@ -449,20 +450,23 @@ SAME_BITS_CASES = ([("fp32", BF16_CASES[0], 3), ("bf16", BF16_CASES[0], 3)] if R
 
 
 @pytest.mark.parametrize("precision,case,steps", SAME_BITS_CASES)
-def test_two_runs_of_a_seed_give_the_same_bits(precision, case, steps):
+def test_two_runs_of_a_seed_give_the_same_bits(precision, case, steps, monkeypatch):
     """Two runs of a few Steps from one seed on the same batches end with the same
     parameters and moments, bit for bit: no float atomics in the gradient (the LayerNorm
     weights' sums run in a fixed order; the deterministic backend sorts the embedding's
     positions instead of scattering them by atomics, and its split-K's blocks add their
     parts in the order of their splits, not by atomics). On a GPU, where
-    atomics add in the order the blocks finish, this is the check that means most."""
+    atomics add in the order the blocks finish, this is the check that means most; there
+    a third run adds the split-K's parts on the step's stream itself, not beside it
+    (gemm.turns.BESIDE off): the same bits again."""
     name, overrides, B, T = case
     cfg = get_config(name, **overrides)
     rng = np.random.default_rng()
     batches = [tuple(rng.integers(0, cfg.vocab_size, (B, T)) for _ in range(2))
                for _ in range(steps)]
     runs = []
-    for _ in range(2):
+    for beside in (True, True, False) if REAL_SHAPES else (False, False):
+        monkeypatch.setattr(turns, "BESIDE", beside)
         model = GPT(cfg, backend=CudaBackend(deterministic=True), seed=5, precision=precision)
         optimizer = AdamW(model, AdamWConfig(lr=1e-2, warmup_steps=1, total_steps=steps))
         step = Step(model, optimizer, B, T)
@@ -471,8 +475,9 @@ def test_two_runs_of_a_seed_give_the_same_bits(precision, case, steps):
         step.metrics()
         runs.append((model.backend.to_host(model.params_flat),
                      *optimizer.state_dict()[0].values()))
-    for first, second in zip(*runs):
-        np.testing.assert_array_equal(first.view(np.uint32), second.view(np.uint32))
+    for first, *others in zip(*runs):
+        for other in others:
+            np.testing.assert_array_equal(first.view(np.uint32), other.view(np.uint32))
 
 
 def test_a_deterministic_backend_orders_its_split_k(monkeypatch):

@@ -21,6 +21,15 @@ float32 workspace (its "parts" epilogue: no waits), and add_parts then adds them
 in the same order, out + part 0 + part 1 + ... left to right: the same bits as the turns',
 for twice the traffic of out's size a split through the L2 and one more launch (a thread
 per 4 columns of a row, every part's load in flight at once).
+
+That launch runs beside the stream of the product (``beside``: on a second stream forked
+from it after the product, by events, which a CUDA graph's capture keeps as edges), so
+that it overlaps the launches after the product instead of holding them up: nothing on
+the stream reads a weight gradient until the update, and ``join`` makes the stream wait
+for it where something may, before the next ordered product (which writes the
+workspace, or adds into the same out) and before any of the backend's ops that read or
+write a gradient (``microgpt.cuda_backend.BESIDE_ADD_PARTS`` names the ops that need not
+wait). The same launches in the same order into the same memory: the same bits.
 """
 import functools
 
@@ -29,7 +38,7 @@ from numba import cuda, float32, int32
 
 from ..cache import jit
 from ..common import ceil_div, kept_with
-from ..device import GROUP
+from ..device import GROUP, SIMULATOR
 from ..precision import group_loader, group_storer, group_width
 
 
@@ -134,6 +143,54 @@ def add_parts(out, parts, splits, stream=0):
         width = group_width(N, out, parts)
         _add_parts_kernel(width, splits)[ceil_div(M * (N // width), ADD_BLOCK), ADD_BLOCK,
                                          stream](out, parts, np.int32(rows))
+
+
+BESIDE = not SIMULATOR     # add_parts beside the product's stream (False: on it, in turn)
+
+
+class _Side:
+    """A launch stream's second stream, the events that fork work onto it and join it
+    back, and whether work enqueued there since the last join is still to be joined."""
+
+    def __init__(self, stream):
+        self.of = stream            # (held: its handle stays this stream's)
+        self.stream = cuda.stream()
+        self.forked = cuda.event(timing=False)
+        self.done = cuda.event(timing=False)
+        self.pending = False
+
+
+_sides = {}         # a launch stream's handle -> its _Side
+
+
+def beside(enqueue, stream):
+    """enqueue(side) enqueues work on side, a second stream that starts after what stream
+    holds so far; stream itself goes on at once (join makes it wait for the work). On the
+    legacy default stream (0), or with BESIDE off, enqueue(stream) instead."""
+    if not BESIDE or not stream:
+        enqueue(stream)
+        return
+    key = int(stream.handle)
+    side = _sides.get(key)
+    if side is None or side.of is not stream:
+        side = _sides[key] = _Side(stream)
+    side.forked.record(stream)
+    side.forked.wait(side.stream)
+    enqueue(side.stream)
+    side.done.record(side.stream)
+    side.pending = True
+
+
+def join(stream):
+    """stream waits for the work enqueued beside it (beside) since the last join; nothing
+    where there is none. A captured sequence ends joined, so that its graph holds every
+    branch (the update joins: it reads the gradients)."""
+    if not _sides or not stream:        # (nothing was ever put beside a stream)
+        return
+    side = _sides.get(int(stream.handle))
+    if side is not None and side.of is stream and side.pending:
+        side.done.wait(stream)
+        side.pending = False
 
 
 # the splits of the ordered products by parts (tuning.ordered_tile) at andrea-12m (16, 7,
