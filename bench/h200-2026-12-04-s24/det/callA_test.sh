@@ -9,6 +9,6 @@ echo "tree at $(cat $S/commit.txt)" | tee $OUT/test.log
  timeout -k 3 125 python3 -m pytest -v -p no:cacheprovider tests/test_kernels_embedding.py 2>&1 \
    | grep -v "Warning\|warn(" > $OUT/test_embedding.log
  echo "test_embedding rc ${PIPESTATUS[0]}" >> $OUT/test_embedding.log) &
-(bash $S/same_bits_runs.sh andrea-12m 64 200 62) &
+(bash bench/h200-2026-12-03-s21/det/same_bits_runs.sh andrea-12m 64 200 62) &
 wait
 cat $OUT/samebits.txt >> $OUT/test.log; tail -3 $OUT/test_embedding.log >> $OUT/test.log

@@ -20,7 +20,7 @@ t test_embedding 120 tests/test_kernels_embedding.py &
 t test_ordered 130 tests/test_kernels_gemm_bf16.py -k "add_parts or persistent_ordered_split_k" &
 t test_model_bits 130 tests/test_cuda_model.py -k same_bits &
 t test_model_step 130 tests/test_cuda_model.py -k "captured_steps and True" &
-(bash $S/same_bits_runs.sh andrea-12m 64 200 62) &
+(bash bench/h200-2026-12-03-s21/det/same_bits_runs.sh andrea-12m 64 200 62) &
 (echo "python3 $S/host_sort.py \$DATA/train.bin 4096 64 256; ... 16 1024"
  timeout 60 python3 $S/host_sort.py $DATA/train.bin 4096 64 256
  timeout 60 python3 $S/host_sort.py $DATA/train.bin 4096 16 1024) > $OUT/host_sort.log 2>&1 &
