@@ -1,8 +1,10 @@
 """--deterministic's cost with session 26's changes and without them, in one process: the
 captured bf16 step on the default backend, on a deterministic one as main has it, with
 the split-K's add_parts on the step's stream instead of beside it (gemm.turns.BESIDE
-off), with session 24's embedding backward (embedding_s24.py), and with both (session
-24's deterministic step), on batches of a token shard (or uniform / zipf tokens), the
+off), with session 24's embedding backward (embedding_s24.py), with both (session 24's
+deterministic step), and with every ordered product by parts on the atomics' tile
+(tuning.ordered_by_parts always: andrea-120m's QKV and MLP dW, in turns as routed, then
+add their parts beside the stream too), on batches of a token shard (or uniform / zipf tokens), the
 steps cycling through 4 of them; the rounds alternate, each figure the best round's
 (tools/benchmarks/captured_steps.py, as session 24's det_cost.py times them).
 
@@ -21,7 +23,7 @@ from benchmarks.token_batches import batches, describe  # noqa: E402
 from microgpt import cuda_backend, get_config  # noqa: E402
 from microgpt.data import default_cache_dir  # noqa: E402
 from microgpt.kernels import cache as kernel_cache  # noqa: E402
-from microgpt.kernels.gemm import turns  # noqa: E402
+from microgpt.kernels.gemm import tuning, turns  # noqa: E402
 
 CONFIG, B, T, REPS, ROUNDS, VOCAB = (sys.argv[1], *map(int, sys.argv[2:7]))
 TOKENS = sys.argv[7]
@@ -33,7 +35,9 @@ VARIANTS = {"default": (False, ()),
             "deterministic": (True, ()),
             "deterministic, add_parts on the stream": (True, INLINE),
             "deterministic, session 24's embedding backward": (True, SESSION24_EMBEDDING),
-            "deterministic as session 24 (both)": (True, INLINE + SESSION24_EMBEDDING)}
+            "deterministic as session 24 (both)": (True, INLINE + SESSION24_EMBEDDING),
+            "deterministic, every ordered product by parts": (
+                True, [(tuning, "ordered_by_parts", lambda *args: True)])}
 if os.environ.get("VARIANTS"):          # (names: the keys above, default first)
     VARIANTS = {name: VARIANTS[name] for name in os.environ["VARIANTS"].split(",")}
 kernel_cache.use(default_cache_dir() / "kernels")
