@@ -8,7 +8,10 @@ add their parts beside the stream too), on batches of a token shard (or uniform 
 steps cycling through 4 of them; the rounds alternate, each figure the best round's
 (tools/benchmarks/captured_steps.py, as session 24's det_cost.py times them).
 
-    [VARIANTS=name,name] python3 det_ab.py CONFIG B T REPS ROUNDS VOCAB TOKENS
+    [VARIANTS="name;name"] python3 det_ab.py CONFIG B T REPS ROUNDS VOCAB TOKENS
+
+(VARIANTS split on ";": the names hold commas. Call B split them on "," and its
+andrea-12m run, and the test job's warm-up, stopped at the first name: fixed after it.)
 """
 import os
 import sys
@@ -39,7 +42,7 @@ VARIANTS = {"default": (False, ()),
             "deterministic, every ordered product by parts": (
                 True, [(tuning, "ordered_by_parts", lambda *args: True)])}
 if os.environ.get("VARIANTS"):          # (names: the keys above, default first)
-    VARIANTS = {name: VARIANTS[name] for name in os.environ["VARIANTS"].split(",")}
+    VARIANTS = {name: VARIANTS[name] for name in os.environ["VARIANTS"].split(";")}
 kernel_cache.use(default_cache_dir() / "kernels")
 
 data = batches(TOKENS, VOCAB, 4, B, T)
