@@ -16,7 +16,7 @@ run() {   # name limit command...
   echo "rc ${PIPESTATUS[0]}" | tee -a $OUT/$name.log
 }
 # (at andrea-12m every ordered product goes by parts as routed)
-export VARIANTS="default;deterministic;deterministic, add_parts on the stream;deterministic, session 24's embedding backward;deterministic as session 24 (both)"
+export VARIANTS="default,deterministic,deterministic, add_parts on the stream,deterministic, session 24's embedding backward,deterministic as session 24 (both)"
 run det_ab_12m 25 python3 $S/det_ab.py andrea-12m 64 256 20 5 4096 $DATA/train.bin
 unset VARIANTS
 run det_ab_120m 35 python3 $S/det_ab.py andrea-120m 16 1024 10 5 4096 $DATA/train.bin

@@ -39,7 +39,7 @@ t test_embedding 110 tests/test_kernels_embedding.py &
     echo "rc ${PIPESTATUS[0]}"
   done > $OUT/warm_embed_ab.log ) &
 (bash bench/h200-2026-12-03-s21/det/same_bits_runs.sh andrea-12m 64 200 75) &
-( V="default;deterministic;deterministic, every ordered product by parts"
+( V="default,deterministic,deterministic, every ordered product by parts"
   echo "VARIANTS=$V python3 $S/det_ab.py andrea-120m 16 1024 1 1 4096 \$DATA/train.bin"
   VARIANTS=$V timeout -k 3 140 python3 $S/det_ab.py andrea-120m 16 1024 1 1 4096 $DATA/train.bin 2>&1 | clean
   echo "rc ${PIPESTATUS[0]}" ) > $OUT/warm_det_ab.log 2>&1 &
