@@ -56,6 +56,9 @@ class NumpyBackend:
     def synchronize(self):
         pass
 
+    def join(self):
+        """Nothing runs beside the ops here (CudaBackend.join)."""
+
     def heads_view(self, fused, part, n_head, head_dim):
         """The (B, H, T, D) view of part `part` of fused rows (B, T, P * H * D), no copy:
         head h of that part is the D columns from (part * H + h) * D, T rows apart."""
@@ -66,7 +69,9 @@ class NumpyBackend:
     def encoder_forward(self, out, idx, wte, wpe):
         out[...] = ref.encoder_forward(idx, wte, wpe)
 
-    def encoder_backward(self, dwte, dwpe, dout, idx):
+    def encoder_backward(self, dwte, dwpe, dout, idx, runs=None):
+        # (runs: the CUDA backend's deterministic sort; the reference sums in a fixed
+        # order without it)
         dw, dp = ref.encoder_backward(dout, idx, *dwte.shape[:1], dwpe.shape[0])
         dwte += dw
         dwpe += dp

@@ -18,18 +18,34 @@ from microgpt.errors import BackendError
 from microgpt.kernels import common, reductions
 from microgpt.kernels.attention import flash
 from microgpt.kernels.common import SIMULATOR
+from microgpt.kernels.gemm import turns
 from microgpt.ops import OPS
 
 
-def _on_stream(launcher):
-    """A backend method that runs a kernel launcher on the backend's stream; a launcher
-    with a deterministic option (the GEMM's split-K, the embedding's backward) is told."""
+# the ops that may run while the deterministic split-K's add_parts still adds a weight
+# gradient beside the stream (gemm.turns.beside): they neither read nor write a matrix's
+# gradient (a product that adds into one joins it first, in the GEMM's launcher); every
+# other op, and to_host, fetch and synchronize, waits for it (gemm.turns.join)
+BESIDE_ADD_PARTS = {"layernorm_forward", "residual_layernorm_forward", "layernorm_backward",
+                    "matmul", "matmul_gelu_forward", "matmul_gelu_backward", "bias_backward",
+                    "split_heads_forward", "split_heads_backward", "merge_heads_forward",
+                    "merge_heads_backward", "attention_forward", "attention_backward",
+                    "residual_forward", "gelu_forward", "gelu_backward",
+                    "crossentropy_forward", "crossentropy_forward_backward"}
+
+
+def _on_stream(launcher, beside=False):
+    """A backend method that runs a kernel launcher on the backend's stream, after the work
+    beside it unless beside (BESIDE_ADD_PARTS); a launcher with a deterministic option (the
+    GEMM's split-K, the embedding's backward) is told."""
     exact = "deterministic" in inspect.signature(launcher).parameters
 
     @functools.wraps(launcher)
     def op(self, *args, **kwargs):
         if exact:
             kwargs.setdefault("deterministic", self.deterministic)
+        if not beside:
+            turns.join(self.stream)
         return launcher(*args, stream=self.stream, **kwargs)
     return op
 
@@ -69,6 +85,7 @@ class CudaBackend:
         return cuda.to_device(np.ascontiguousarray(host, dtype=dtype), stream=self.stream)
 
     def to_host(self, arr):
+        turns.join(self.stream)
         host = arr.copy_to_host(stream=self.stream)
         self.stream.synchronize()
         return host
@@ -84,6 +101,7 @@ class CudaBackend:
         """Enqueue arr's copy into host (a host_buffer) -> an event: its synchronize()
         returns once host holds it. The host goes on meanwhile (generation enqueues its
         next step before it reads a step's tokens)."""
+        turns.join(self.stream)
         arr.copy_to_host(host, stream=self.stream)
         event = cuda.event()
         event.record(self.stream)
@@ -93,7 +111,13 @@ class CudaBackend:
         common.fill_zero(arr, self.stream)
 
     def synchronize(self):
+        turns.join(self.stream)
         self.stream.synchronize()
+
+    def join(self):
+        """The stream waits for the work enqueued beside it (gemm.turns.join): before a
+        gradient's range is handed to a data-parallel sync."""
+        turns.join(self.stream)
 
     def heads_view(self, fused, part, n_head, head_dim):
         """As NumpyBackend.heads_view, a view of the same memory; numba's device arrays
@@ -170,4 +194,5 @@ def _check(result):
 # the ops, derived from the one declaration of the op set
 for _name, _module in OPS.items():
     setattr(CudaBackend, _name, _on_stream(
-        getattr(importlib.import_module(f"microgpt.kernels.{_module}"), _name)))
+        getattr(importlib.import_module(f"microgpt.kernels.{_module}"), _name),
+        _name in BESIDE_ADD_PARTS))

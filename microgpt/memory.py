@@ -10,18 +10,20 @@ RECOMPUTE_CHOICES = ("auto", "on", "off")
 
 
 def required_bytes(config, rows, precision, eval_batches, moment_shards=1, accum=1,
-                   recompute=False):
+                   recompute=False, deterministic=False):
     """What a rank's run of `rows` sequences a micro-batch (accum of them a step) needs at
     least: the parameters, their gradients and AdamW moments (float32; under ZeRO-1 the
     moments of one of moment_shards shards), in bf16 the matrices' copy, the buffers of a
-    step as allocated (views and shared scratch once; recompute: the model's), and the
-    validation batches."""
+    step as allocated (views and shared scratch once; recompute: the model's;
+    deterministic: a deterministic backend's, whose batch carries the ids' token_runs
+    too), and the validation batches."""
     layout = ParamLayout(config)
     T = config.context
     moments = 2 * 4 * -(-layout.size // moment_shards)
     return (2 * 4 * layout.size + moments + (2 * layout.n_decay if precision == "bf16" else 0)
             + sum(spec.nbytes for spec in step_specs(config, rows, T, precision, accum,
-                                                     recompute=recompute))
+                                                     recompute=recompute,
+                                                     token_runs=deterministic))
             + 8 * eval_batches * rows * T)
 
 
@@ -34,7 +36,8 @@ def check_memory(config, args, world, backend, precision, zero=False, recompute=
 
     def need(again):
         return required_bytes(config, rows, precision, args.eval_batches,
-                              world.world_size if zero else 1, args.grad_accum, again)
+                              world.world_size if zero else 1, args.grad_accum, again,
+                              getattr(backend, "deterministic", False))
     where, available = available_memory(backend)
     if available is None:
         return recompute == "on"

@@ -86,7 +86,7 @@ def arena_layout(specs):
     return offsets, max(end.values())
 
 
-def activation_specs(cfg, B, T, precision="fp32", recompute=False):
+def activation_specs(cfg, B, T, precision="fp32", recompute=False, token_runs=False):
     """Every buffer a forward + backward pass of shape (B, T) writes; the logits of a chunk
     of the N token rows at a time (head_rows), which the head and the loss walk. In bf16 the arrays a
     matmul or attention reads are bf16 (fc too, which the GELU backward reads, and dfc,
@@ -102,7 +102,11 @@ def activation_specs(cfg, B, T, precision="fp32", recompute=False):
 
     recompute: the LayerNorms' and GELU's outputs (ln_1, ln_2, fc_gelu, each the operand
     of a GEMM) are not kept per layer for the backward's dW GEMMs but written again there,
-    by the kernels that already read their inputs (GPT's recompute)."""
+    by the kernels that already read their inputs (GPT's recompute).
+
+    token_runs: the batch carries, after the token ids and targets, the ids' sort that the
+    deterministic embedding backward walks (kernels.embedding.token_runs), made on the host
+    as the batch is copied in."""
     C, H, D, V, L = cfg.d_model, cfg.n_head, cfg.head_dim, cfg.vocab_size, cfg.n_layer
     N = B * T
     low = "uint16" if precision == "bf16" else None     # what feeds a matmul or attention
@@ -124,7 +128,8 @@ def activation_specs(cfg, B, T, precision="fp32", recompute=False):
             return BufferSpec(name, (B, H, T, D), per_layer=per_layer, heads_of=(of, part))
         return BufferSpec(name, (B, H, T, D), per_layer=per_layer)
     specs = [
-        BufferSpec("batch", (2, B, T), "int32"),    # token ids and targets: one copy in
+        # token ids and targets (and token_runs' two rows): one copy in
+        BufferSpec("batch", (4 if token_runs else 2, B, T), "int32"),
         BufferSpec("resid", (B, T, C), per_layer=L + 1),   # each block's input, the output
         BufferSpec("ln_1", (B, T, C), low, **kept),
         BufferSpec("ln_1_mean", (N,), per_layer=L),
@@ -288,6 +293,12 @@ class GPT:
             self.weights = {**self.params,
                             **self.layout.views(self.matrices_flat, matrices_only=True)}
             self._round_matrices(initial)
+        # a deterministic backend's embedding backward sums each token's positions in the
+        # batch's sorted order, which the host makes as it copies a training batch in
+        self.token_runs = None
+        if getattr(self.backend, "deterministic", False):
+            from microgpt.kernels.embedding import token_runs
+            self.token_runs = token_runs
         self._acts = None
 
     def check_context(self, T):
@@ -452,9 +463,12 @@ class GPT:
                                    **self._norm_again(a, "ln_1", i))
             ops.matmul(g[h + "attn.w_qkv"], rows(a.ln_1[i]), rows(a.dqkv),
                        transpose_a=True, accumulate=True)
+            if sync is not LOCAL:       # the block's dW, added beside the stream where
+                ops.join()              # ordered by parts (gemm.turns.beside), complete
             sync.ready(*self.layout.block_matrices(i))
         # the scatter into wte's gradient, whose other writer, the head, came first
-        ops.encoder_backward(g["wte"], g["wpe"], a.dresid, a.batch[0])
+        ops.encoder_backward(g["wte"], g["wpe"], a.dresid, a.batch[0],
+                             a.batch[2:] if self.token_runs else None)
         sync.ready(*self.layout.rows("wpe"))
         sync.ready(*self.layout.norms)
         sync.ready(*self.layout.rows("wte"))
@@ -509,7 +523,7 @@ class GPT:
     def forward_backward(self, idx, targets, sync=LOCAL):
         """The training pass: gradients land in self.grads (zeroed first; averaged over a
         data-parallel world by sync); returns this process's mean loss as a float."""
-        a = self._load(idx, targets)
+        a = self._load(idx, targets, runs=True)
         self.enqueue_forward(a)
         self.enqueue_backward(a, sync)
         return self.backend.mean(a.losses)   # read back last, so the host never waits mid-step
@@ -527,17 +541,21 @@ class GPT:
         self.enqueue_loss(a)
         return self.backend.mean(a.losses)
 
-    def _load(self, idx, targets=None):
+    def _load(self, idx, targets=None, runs=False):
         """The model's own (B, T) buffers, reallocated when the shape changes, with the
-        token ids (and targets) copied in. (A training step keeps its own buffers:
-        microgpt.step.Step.)"""
+        token ids (and targets, and for a backward the ids' token_runs, where it takes
+        them) copied in. (A training step keeps its own buffers: microgpt.step.Step.)"""
         B, T = self.check_tokens(idx)
         if self._acts is None or self._acts.batch.shape[1:] != (B, T):
             self.check_context(T)
             self._acts = None   # free the old buffers before allocating the new ones
             self._acts = Buffers(self.backend, activation_specs(
-                self.config, B, T, self.precision, recompute=self.recompute))
+                self.config, B, T, self.precision, recompute=self.recompute,
+                token_runs=self.token_runs is not None))
         self.backend.copy(self._acts.batch[0], self._host_or_device(idx))
+        if runs and self.token_runs:
+            host = idx if isinstance(idx, np.ndarray) else self.backend.to_host(idx)
+            self.backend.copy(self._acts.batch[2:], self.token_runs(host))
         if targets is not None:
             if tuple(targets.shape) != (B, T):
                 raise ValueError(f"targets must match the token ids' shape {(B, T)}, got "

@@ -41,8 +41,8 @@ OPS = {
     "sample_tokens": "sampling",
 }
 
-MEMORY = ("zeros", "to_device", "to_host", "copy", "fill_zero", "synchronize", "mean",
-          "heads_view", "host_buffer", "fetch")
+MEMORY = ("zeros", "to_device", "to_host", "copy", "fill_zero", "synchronize", "join",
+          "mean", "heads_view", "host_buffer", "fetch")
 
 # hyper-parameters of the next AdamW update, a (4,) float32 device array written by
 # adamw_schedule and read by adamw_update, so that a captured step never changes its

@@ -28,17 +28,18 @@ from microgpt.ops import LOG_COLUMNS
 LOG_ROWS = 1024      # steps between two metrics() calls, at most
 
 
-def step_specs(cfg, B, T, precision="fp32", accum=1, recompute=False):
+def step_specs(cfg, B, T, precision="fp32", accum=1, recompute=False, token_runs=False):
     """Every buffer a training step of accum micro-batches of shape (B, T) owns: the
     activations of one, the token ids, targets and losses of every one (in place of the
     activation table's own "batch" and "losses"), and the log that record_step fills. (The
     parameters, gradients, moments, the squared gradient norm and the hyper-parameters
-    belong to the model and the optimizer: every shape shares them.) recompute: the
-    model's (activation_specs)."""
-    own = {"batch": BufferSpec("batch", (accum, 2, B, T), "int32"),
+    belong to the model and the optimizer: every shape shares them.) recompute,
+    token_runs: the model's (activation_specs)."""
+    own = {"batch": BufferSpec("batch", (accum, 4 if token_runs else 2, B, T), "int32"),
            "losses": BufferSpec("losses", (accum, B * T))}
     return ([own.get(s.name, s)
-             for s in activation_specs(cfg, B, T, precision, recompute=recompute)]
+             for s in activation_specs(cfg, B, T, precision, recompute=recompute,
+                                       token_runs=token_runs)]
             + [BufferSpec("log", (LOG_ROWS, len(LOG_COLUMNS)))])
 
 
@@ -62,8 +63,9 @@ class Step:
         self.micro_shape = (B, T)
         self.shape = (accum * B, T)     # of run()'s batch: micro-batch n is rows nB to (n+1)B
         model.check_context(T)
-        self.buffers = Buffers(self.backend, step_specs(model.config, B, T, model.precision,
-                                                        accum, recompute=model.recompute))
+        self.buffers = Buffers(self.backend, step_specs(
+            model.config, B, T, model.precision, accum, recompute=model.recompute,
+            token_runs=model.token_runs is not None))
         self.micro = [MicroBatch(self.buffers, n) for n in range(accum)]
         self.all_losses = self.buffers.losses.reshape(accum * B * T)
         self.graph = graph and self.backend.graphs
@@ -124,16 +126,22 @@ class Step:
         return self.backend.mean(self.micro[0].losses[:rows * self.micro_shape[1]])
 
     def load(self, tokens, targets, batch):
-        """Token ids and targets (host int arrays) into batch, the step's (accum, 2, B, T)
-        for run() or a micro-batch's (2, B, T) for evaluate(): one copy to the device."""
-        shape = self.shape if len(batch.shape) == 4 else self.micro_shape
+        """Token ids and targets (host int arrays) into batch, the step's (accum, rows, B, T)
+        for run(), with each micro-batch's token_runs where the model takes them, or into a
+        micro-batch's first two rows for evaluate(): one copy to the device."""
+        training = len(batch.shape) == 4
+        shape = self.shape if training else self.micro_shape
         for name, ids in (("tokens", tokens), ("targets", targets)):
             if tuple(ids.shape) != shape:
                 raise ValueError(f"{name}: expected shape {shape}, got {tuple(ids.shape)}")
             self.model.check_tokens(ids)
         B, T = self.micro_shape
-        pairs = np.stack([tokens.reshape(-1, B, T), targets.reshape(-1, B, T)], axis=1)
-        self.backend.copy(batch, pairs.reshape(batch.shape).astype(np.int32))
+        rows = [tokens.reshape(-1, B, T), targets.reshape(-1, B, T)]
+        if training and self.model.token_runs:     # (2, accum, B, T): sorted on the host
+            rows += list(np.stack([self.model.token_runs(ids) for ids in rows[0]], axis=1))
+        if not training:
+            batch = batch[:2]
+        self.backend.copy(batch, np.stack(rows, axis=1).reshape(batch.shape).astype(np.int32))
 
     def _replay(self, phases):
         """Run the phases: eagerly the first time (which compiles their kernels), then

@@ -239,11 +239,12 @@ def test_kernels_use_registers_and_float32_only(records):
 # the kernels between a data-parallel step's gradient average and its update: the gradient
 # norm and AdamW. Every rank runs them on the same bits, and must get the same bits back,
 # or the ranks' parameters drift apart (docs/gpu.md); atomics add in the order the blocks
-# happen to finish, and a float sum's rounding follows that order (an integer sum is exact:
-# the embedding's sort counts ranks with integer atomics). And the gradient's own kernels,
+# happen to finish, and a float sum's rounding follows that order (an integer sum is
+# exact). And the gradient's own kernels,
 # the embedding's and the LayerNorm weights', which give a run the same bits every time
 # (issue 31: two runs of one seed and data ended at 3.2523 and 3.2354): the embedding's
-# default scatter alone takes float atomics (FLOAT_ATOMICS; --deterministic sorts instead).
+# default scatter alone takes float atomics (FLOAT_ATOMICS; --deterministic sums in the
+# batch's order sorted on the host instead).
 # The mma.sync GEMM: its split-K's atomic epilogue alone (the deterministic backend's
 # splits take the ordered one, tests/test_kernels_gemm_bf16.py); and the ordered split-K by
 # parts' adding (gemm.turns.add_parts), which reduces the splits in their order

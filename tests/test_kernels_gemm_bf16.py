@@ -512,13 +512,16 @@ def check_ordered_split_k(M, N, K, transpose_a, tile, splits, seed):
     assert_close(got, out0 + (a64.T if transpose_a else a64) @ b64, TOL_F32_OP, what)
 
 
+@pytest.mark.parametrize("in_groups", [True, False])
 @settings(max_examples=2)
-@given(M=st.integers(1, 5), N=st.integers(1, 140), splits=st.integers(1, 4),
+@given(M=st.integers(1, 5), groups=st.integers(1, 35), splits=st.integers(1, 4),
        spare=st.integers(0, 2), seed=SEEDS)
-def test_add_parts_adds_the_splits_in_order(M, N, splits, spare, seed):
+def test_add_parts_adds_the_splits_in_order(in_groups, M, groups, splits, spare, seed):
     """out += each part, ((out + part 0) + part 1) + ... in float32 bit for bit, part z
-    the first M of rows z R .. z R + R - 1 (the rows past M poisoned: unread), a grid of
-    fewer rows than out's taking the rest in laps; a workspace of another shape refused."""
+    the first M of rows z R .. z R + R - 1 (the rows past M poisoned: unread), a thread
+    per 4 columns where N divides into them, else per column; a workspace of another
+    shape refused."""
+    N = 4 * groups if in_groups else 4 * groups - 1
     rng = np.random.default_rng(seed)
     rows = M + spare
     out0, parts = randn(rng, M, N), randn(rng, splits * rows, N)
@@ -528,8 +531,7 @@ def test_add_parts_adds_the_splits_in_order(M, N, splits, spare, seed):
     for z in range(splits):
         expected = expected + parts[z * rows:z * rows + M]
     out = cuda.to_device(out0)
-    with mock.patch.object(turns, "MAX_GRID_Y", 2):
-        turns.add_parts(out, cuda.to_device(parts), splits)
+    turns.add_parts(out, cuda.to_device(parts), splits)
     np.testing.assert_array_equal(out.copy_to_host().view(np.uint32), expected.view(np.uint32))
     with pytest.raises(ValueError, match="parts: expected"):
         turns.add_parts(out, cuda.to_device(np.ascontiguousarray(

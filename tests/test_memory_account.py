@@ -47,3 +47,12 @@ def test_a_config_without_a_vocabulary_asks_for_one(capsys):
     for precision in ("fp32", "bf16"):     # given one, either precision's table
         assert total_gib(argv + ["--vocab-size", "256", "--precision", precision],
                          capsys) >= 0
+
+
+def test_a_deterministic_step_s_batch_holds_the_sort(capsys):
+    """--deterministic: the batch's 4 rows (the ids, targets and their token_runs), the
+    account still summing to required_bytes (main asserts it)."""
+    memory_account.main(["--config", "andrea-12m", "--batch-size", "64", "--seq-len", "256",
+                         "--deterministic"])
+    table = capsys.readouterr().out
+    assert "| batch | 1 x 4 x 64 x 256 | int32 |" in table

@@ -19,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # launcher keywords that are the CUDA backend's alone: geometry and the stream
 # how a launch runs, not what it computes (split_k and deterministic the backend sets)
 LAUNCH_ONLY = {"stream", "block", "tile", "rows_per_block", "max_blocks", "split_k",
-               "blocks_per_head", "fused", "chunk", "deterministic",
+               "blocks_per_head", "fused", "chunk", "part_rows", "deterministic",
                "stage"}   # cross-entropy: whether a row is staged in shared memory
 
 
@@ -134,3 +134,14 @@ def test_importing_the_kernels_does_not_load_the_model():
     loaded = set(ast.literal_eval(out))
     assert not loaded & {"microgpt.model", "microgpt.backend", "microgpt.step",
                          "microgpt.config"}, loaded
+
+
+def test_the_ops_that_read_or_write_a_gradient_wait_for_the_work_beside():
+    """The ops that may run while the deterministic split-K's add_parts adds a weight
+    gradient beside the stream (gemm.turns.beside) are declared ops, and none of those
+    that read or write a gradient the products add into (the embedding's backward into
+    wte's, the norm, the update) is among them."""
+    from microgpt.cuda_backend import BESIDE_ADD_PARTS
+    assert BESIDE_ADD_PARTS <= set(OPS)
+    assert not BESIDE_ADD_PARTS & {"encoder_backward", "global_norm_squared", "adamw_update",
+                                   "adamw_schedule", "record_step"}

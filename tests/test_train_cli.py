@@ -333,6 +333,32 @@ def test_recompute_is_chosen_by_the_memory_it_saves(monkeypatch):
             chosen(recomputed - 1, recompute)
 
 
+def test_a_deterministic_run_counts_its_batch_sort(monkeypatch):
+    """A deterministic backend's step carries the ids' token_runs with its batch (4 rows of
+    (B, T) int32 a micro-batch where the default's has 2: microgpt.step.step_specs), and
+    the memory check counts them: the run that fits the default's memory exactly is
+    refused on a deterministic backend."""
+    from types import SimpleNamespace
+
+    from microgpt import memory
+    from microgpt.errors import UserError
+
+    cfg = get_config("andrea-12m")
+    B, T, accum = 8, cfg.context, 3
+    args = SimpleNamespace(batch_size=B, eval_batches=2, grad_accum=accum)
+    plain, deterministic = (memory.required_bytes(cfg, B, "fp32", 2, accum=accum,
+                                                  deterministic=again)
+                            for again in (False, True))
+    assert deterministic - plain == accum * 2 * B * T * 4
+    monkeypatch.setattr(memory, "available_memory", lambda backend: ("the GPU", plain))
+    world = SimpleNamespace(world_size=1)
+    memory.check_memory(cfg, args, world, SimpleNamespace(name="cuda", deterministic=False),
+                        "fp32", recompute="off")
+    with pytest.raises(UserError, match="the run needs at least"):
+        memory.check_memory(cfg, args, world, SimpleNamespace(name="cuda", deterministic=True),
+                            "fp32", recompute="off")
+
+
 def test_a_run_with_recompute_on_says_so(tiny, tmp_path, capsys):
     status, log, _ = run_main([*tiny, "--steps", 2, "--recompute", "on",
                                "--out", tmp_path / "run"], capsys)

@@ -6,6 +6,8 @@
     python tools/memory_account.py --config andrea-120m --n-layer 48 --d-model 1600 \
         --n-head 25 --batch-size 8 --seq-len 1024        # the bench's gpt2-xl geometry
     python tools/memory_account.py --config andrea-120m --recompute   # GPT's recompute
+    python tools/memory_account.py --config andrea-12m --batch-size 64 --seq-len 256 \
+        --deterministic                   # the batch with its token_runs (--deterministic)
 
 From the tables the backends allocate from (microgpt.params.ParamLayout for the
 parameters, their gradients and AdamW's moments; microgpt.step.step_specs for a step's
@@ -27,7 +29,7 @@ from microgpt.step import step_specs
 MIB = 2 ** 20
 
 
-def account(cfg, B, T, precision, recompute=False):
+def account(cfg, B, T, precision, recompute=False, deterministic=False):
     """-> [(item, shape, dtype, copies, bytes of one)]: the model's and the optimizer's arrays,
     then the step's buffers in the table's order (an arena's part with copies 0: its
     bytes are the arena's), the arena last."""
@@ -37,7 +39,7 @@ def account(cfg, B, T, precision, recompute=False):
             ("AdamW m and v", (layout.size,), "float32", 2, 4 * layout.size)]
     if precision == "bf16":
         rows.append(("matrices' bf16 copy", (layout.n_decay,), "bf16", 1, 2 * layout.n_decay))
-    specs = step_specs(cfg, B, T, precision, recompute=recompute)
+    specs = step_specs(cfg, B, T, precision, recompute=recompute, token_runs=deterministic)
     offsets, _ = arena_layout(specs)
     for s in specs:
         dtype = {"uint16": "bf16", None: "float32"}.get(s.dtype, s.dtype)
@@ -61,6 +63,9 @@ def main(argv=None):
     parser.add_argument("--recompute", action="store_true",
                         help="the LayerNorms' and GELU's outputs written again by the "
                         "backward, not kept per layer (the trainer's --recompute on)")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="a deterministic backend's step, whose batch carries the ids' "
+                        "sort too (the trainer's --deterministic)")
     for field in ("n_layer", "d_model", "n_head"):
         parser.add_argument("--" + field.replace("_", "-"), type=int, default=None,
                             help="the config's, overridden (the bench's GPT-2 geometries)")
@@ -74,13 +79,15 @@ def main(argv=None):
         parser.error(f"{err}{' (here: --vocab-size N)' if 'vocab_size' in str(err) else ''}")
     T = args.seq_len or base.context
     cfg = get_config(args.config, context=max(T, base.context), **overrides)
-    rows = account(cfg, args.batch_size, T, args.precision, args.recompute)
+    rows = account(cfg, args.batch_size, T, args.precision, args.recompute,
+                   args.deterministic)
     total = sum(copies * nbytes for *_, copies, nbytes in rows)
     assert total == required_bytes(get_config(args.config, context=T, **overrides),
                                    args.batch_size, args.precision, 0,
-                                   recompute=args.recompute)
+                                   recompute=args.recompute, deterministic=args.deterministic)
     print(f"{args.config}, B {args.batch_size} x T {T}, {args.precision}"
-          f"{', recomputed' if args.recompute else ''}\n")
+          f"{', recomputed' if args.recompute else ''}"
+          f"{', deterministic' if args.deterministic else ''}\n")
     print("| buffer | shape | dtype | copies | MiB |\n|---|---|---|--:|--:|")
     for item, shape, dtype, copies, nbytes in rows:
         mib = copies * nbytes / MIB if copies else nbytes / MIB

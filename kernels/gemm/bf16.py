@@ -32,7 +32,7 @@ from .mma_sync import mma_sync_kernel
 from .tiles import GROUP, MmaTile, PersistentTile, WgmmaTile, check_tile
 from . import tuning
 from .tuning import MAX_CHAIN, default_split_k, default_tile, splits_written, wgmma_takes
-from .turns import add_parts, split_turns
+from .turns import add_parts, beside, join, split_turns
 from .wgmma import wgmma_kernel
 
 
@@ -99,6 +99,8 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
         raise ValueError("pre: only the GELU epilogues take it (give gelu='forward' or "
                          "'backward')")
     gelu_pre, pre = pre, out if pre is None else pre     # (the wgmma kernel's unread stand-in)
+    if deterministic and accumulate:    # an add_parts beside may still add into out, or
+        join(stream)                    # read the workspace this product writes
     if tile is None:
         # the persistent tiles do not fold a bf16 out, nor have the GELU backward's
         # epilogue (docs/gemm-bf16.md, row 24); they read a bias from global memory in the
@@ -194,14 +196,15 @@ def matmul_bf16(out, a, b, transpose_a=False, transpose_b=False, accumulate=Fals
 def _add_by_parts(out, a, b, transpose_a, transpose_b, tile, splits, steps_per_split, stream):
     """The ordered split-K without its waits: each split's part into rows of its own of a
     float32 workspace kept with out (the "parts" epilogue), then turns.add_parts adds them
-    into out in the splits' order, the ordered epilogue's sums bit for bit."""
+    into out in the splits' order, the ordered epilogue's sums bit for bit, beside the
+    stream (turns.beside: the launches after this product need not wait for it)."""
     M, N = out.shape
     rows = ceil_div(ceil_div(M, tile.rows), tile.cluster) * tile.cluster * tile.rows
     parts = kept_with(out, ("split parts", splits, rows, N),
                       lambda: cuda.device_array((splits * rows, N), np.float32))
     _launch_persistent(parts, None, a, b, None, transpose_a, transpose_b, "parts", tile,
                        splits, steps_per_split, stream, M)
-    add_parts(out, parts, splits, stream)
+    beside(lambda side: add_parts(out, parts, splits, side), stream)
 
 
 def _launch_persistent(out, pre, a, b, bias, transpose_a, transpose_b, epilogue, tile, splits,

@@ -19,15 +19,27 @@ together and add one after another.
 The persistent kernel can instead write each split's part into rows of its own of a
 float32 workspace (its "parts" epilogue: no waits), and add_parts then adds them into out
 in the same order, out + part 0 + part 1 + ... left to right: the same bits as the turns',
-for twice the traffic of out's size a split through the L2 and one more launch.
+for twice the traffic of out's size a split through the L2 and one more launch (a thread
+per 4 columns of a row, every part's load in flight at once).
+
+That launch runs beside the stream of the product (``beside``: on a second stream forked
+from it after the product, by events, which a CUDA graph's capture keeps as edges), so
+that it overlaps the launches after the product instead of holding them up: nothing on
+the stream reads a weight gradient until the update, and ``join`` makes the stream wait
+for it where something may, before the next ordered product (which writes the
+workspace, or adds into the same out) and before any of the backend's ops that read or
+write a gradient (``microgpt.cuda_backend.BESIDE_ADD_PARTS`` names the ops that need not
+wait). The same launches in the same order into the same memory: the same bits.
 """
 import functools
 
 import numpy as np
-from numba import cuda, int32, types
+from numba import cuda, float32, int32
 
 from ..cache import jit
 from ..common import ceil_div, kept_with
+from ..device import GROUP, SIMULATOR
+from ..precision import group_loader, group_storer, group_width
 
 
 def split_turns(out, units):
@@ -82,20 +94,40 @@ def block_turns(ordered):
     return take, give
 
 
-ADD_BLOCK = 128     # threads of add_parts' blocks: one a column, a block a row of out
-MAX_GRID_Y = 65535  # blocks down a grid's y (rows past it: the next lap of the loop)
+ADD_BLOCK = 256     # threads of add_parts' blocks
 
 
-@jit
-def _add_parts_kernel(out, parts, splits, rows):
-    M, N = out.shape
-    c = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-    if c < N:
-        for r in range(cuda.blockIdx.y, M, cuda.gridDim.y):
-            total = out[r, c]
-            for z in range(splits):         # in the splits' order: the turns' sums
-                total += parts[z * rows + r, c]
-            out[r, c] = total
+@functools.cache
+def _add_parts_kernel(width, splits):
+    """out += the parts, a thread per width columns of a row of out (GROUP of them in one
+    16-byte access of each array, or 1), its splits' parts all loaded before it adds them:
+    splits fixed at compile time, the loads unrolled and in flight together. (Session 22's
+    kernel, a thread a column and the splits a loop, waited out one load's latency a
+    split: ~0.009 ms of a by-parts dW at andrea-12m over the atomics', 26 of them a
+    step.)"""
+    load, store = group_loader(width), group_storer(width)
+    held = (splits + 1) * width         # out's elements and the parts' (a constant size)
+
+    @jit
+    def add_parts_kernel(out, parts, rows):
+        # out (M, N) float32 +=, parts (splits * rows, N) float32: part z rows z * rows on
+        M, N = out.shape
+        groups = N // width
+        i = cuda.grid(1)
+        if i < M * groups:
+            r, g = divmod(i, groups)
+            c = g * width
+            x = cuda.local.array(held, float32)
+            load(x, 0, out, (r, c))
+            for z in range(splits):
+                load(x, (z + 1) * width, parts, (z * rows + r, c))
+            for e in range(width):
+                total = x[e]
+                for z in range(splits):     # in the splits' order: the turns' sums
+                    total += x[(z + 1) * width + e]
+                x[e] = total
+            store(out, (r, c), x, 0)
+    return add_parts_kernel
 
 
 def add_parts(out, parts, splits, stream=0):
@@ -108,9 +140,61 @@ def add_parts(out, parts, splits, stream=0):
         raise ValueError(f"parts: expected {splits} parts of at least {M} rows x {N}, "
                          f"got shape {tuple(parts.shape)}")
     if M and N:
-        _add_parts_kernel[(ceil_div(N, ADD_BLOCK), min(M, MAX_GRID_Y)), ADD_BLOCK, stream](
-            out, parts, np.int32(splits), np.int32(rows))
+        width = group_width(N, out, parts)
+        _add_parts_kernel(width, splits)[ceil_div(M * (N // width), ADD_BLOCK), ADD_BLOCK,
+                                         stream](out, parts, np.int32(rows))
 
 
-PTX_SIGNATURES = [(_add_parts_kernel, (types.float32[:, ::1], types.float32[:, ::1],
-                                       types.int32, types.int32))]
+BESIDE = not SIMULATOR     # add_parts beside the product's stream (False: on it, in turn)
+
+
+class _Side:
+    """A launch stream's second stream, the events that fork work onto it and join it
+    back, and whether work enqueued there since the last join is still to be joined."""
+
+    def __init__(self, stream):
+        self.of = stream            # (held: its handle stays this stream's)
+        self.stream = cuda.stream()
+        self.forked = cuda.event(timing=False)
+        self.done = cuda.event(timing=False)
+        self.pending = False
+
+
+_sides = {}         # a launch stream's handle -> its _Side
+
+
+def beside(enqueue, stream):
+    """enqueue(side) enqueues work on side, a second stream that starts after what stream
+    holds so far; stream itself goes on at once (join makes it wait for the work). On the
+    legacy default stream (0), or with BESIDE off, enqueue(stream) instead."""
+    if not BESIDE or not stream:
+        enqueue(stream)
+        return
+    key = int(stream.handle)
+    side = _sides.get(key)
+    if side is None or side.of is not stream:
+        side = _sides[key] = _Side(stream)
+    side.forked.record(stream)
+    side.forked.wait(side.stream)
+    enqueue(side.stream)
+    side.done.record(side.stream)
+    side.pending = True
+
+
+def join(stream):
+    """stream waits for the work enqueued beside it (beside) since the last join; nothing
+    where there is none. A captured sequence ends joined, so that its graph holds every
+    branch (the update joins: it reads the gradients)."""
+    if not _sides or not stream:        # (nothing was ever put beside a stream)
+        return
+    side = _sides.get(int(stream.handle))
+    if side is not None and side.of is stream and side.pending:
+        side.done.wait(stream)
+        side.pending = False
+
+
+# the splits of the ordered products by parts (tuning.ordered_tile) at andrea-12m (16, 7,
+# 5, 2) and an odd one, in groups and element by element
+PTX_SIGNATURES = [(_add_parts_kernel(width, splits),
+                   (float32[:, ::1], float32[:, ::1], int32))
+                  for width in (GROUP, 1) for splits in (2, 5, 7, 16)]

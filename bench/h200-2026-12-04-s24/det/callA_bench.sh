@@ -1,6 +1,6 @@
 #!/bin/bash
 # session 24, call A (helper det, alone on the GPU; limit 90 s): --deterministic's cost
-# before the embedding's host sort, with every andrea-12m dW by parts (session 22's
+# with the embedding's sort made on the host (4e25f3f) and every andrea-12m dW by parts (session 22's
 # routing, never measured whole): andrea-12m's ops and captured step (det_profile.py),
 # then andrea-120m's captured step (det_cost.py), the shard's tokens, vocab 4,096.
 S=bench/h200-2026-12-04-s24/det

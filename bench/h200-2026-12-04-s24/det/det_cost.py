@@ -1,7 +1,8 @@
 """--deterministic's cost (issue 31's target: a step at most 3% slower): the captured bf16
 step on the default backend, on a deterministic one as routed (the ordered split-K by
 parts on the atomics' tile where its splits fill one wave: tuning.ordered_tile), and on
-one with session 21's routing (in turns everywhere: routings.py), on batches of a token
+one with session 21's routing (in turns everywhere: routings.py), session 22's
+add_parts or the by-parts products in fewer splits (routings.py), on batches of a token
 shard (or uniform / zipf tokens), the steps cycling through 4 of them; the rounds
 alternate, each figure the best round's (tools/benchmarks/captured_steps.py).
 
@@ -19,14 +20,18 @@ from benchmarks.token_batches import batches, describe  # noqa: E402
 from microgpt import get_config  # noqa: E402
 from microgpt.data import default_cache_dir  # noqa: E402
 from microgpt.kernels import cache as kernel_cache  # noqa: E402
-from routings import SESSION21  # noqa: E402
+from routings import (FEWEST_SPLITS, HALFWAY_SPLITS, SESSION21,  # noqa: E402
+                      SESSION22_ADD_PARTS)
 
 CONFIG, B, T, REPS, ROUNDS, VOCAB = (sys.argv[1], *map(int, sys.argv[2:7]))
 TOKENS = sys.argv[7]
 # name -> (deterministic, the routing's patches while the step is built)
 VARIANTS = {"default": (False, ()),
             "deterministic": (True, ()),
-            "deterministic, session 21's routing (in turns)": (True, SESSION21)}
+            "deterministic, session 21's routing (in turns)": (True, SESSION21),
+            "deterministic with session 22's add_parts": (True, SESSION22_ADD_PARTS),
+            "deterministic by parts in the fewest splits": (True, FEWEST_SPLITS),
+            "deterministic by parts in half-way splits": (True, HALFWAY_SPLITS)}
 if os.environ.get("VARIANTS"):          # (names: the keys above, default first)
     VARIANTS = {name: VARIANTS[name] for name in os.environ["VARIANTS"].split(",")}
 kernel_cache.use(default_cache_dir() / "kernels")

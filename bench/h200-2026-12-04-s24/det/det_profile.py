@@ -1,7 +1,8 @@
 """Where --deterministic's cost lies: every op of one bf16 step timed on the device
 (tools/profile_step.py's events between ops, run behind a spin kernel), on the default
 backend and on deterministic ones, on batches of a token shard: session 21's routing (the
-ordered split-K in turns: routings.py) and main's (by parts where one wave);
+ordered split-K in turns: routings.py), main's (by parts where one wave) and main's with
+session 22's add_parts (routings.py);
 each op and operands' best of ROUNDS steps, side by side, the largest differences from
 the default first; and each variant's captured step (the best of ROUNDS alternating
 rounds of 10: tools/benchmarks/captured_steps.py).
@@ -27,12 +28,16 @@ from profile_step import behind_spin, group, instrumented, op_times  # noqa: E40
 from microgpt import get_config  # noqa: E402
 from microgpt.data import default_cache_dir  # noqa: E402
 from microgpt.kernels import cache as kernel_cache  # noqa: E402
-from routings import SESSION21  # noqa: E402
+from routings import (FEWEST_SPLITS, HALFWAY_SPLITS, SESSION21,  # noqa: E402
+                      SESSION22_ADD_PARTS)
 
 CONFIG, B, T, VOCAB, ROUNDS = sys.argv[1], *map(int, sys.argv[2:6])
 TOKENS = sys.argv[6]
 # name -> (deterministic, the routing's patches while the step is built and profiled)
-VARIANTS = {"default": (False, ()), "session 21": (True, SESSION21), "routed": (True, ())}
+VARIANTS = {"default": (False, ()), "session 21": (True, SESSION21), "routed": (True, ()),
+            "routed with session 22's add_parts": (True, SESSION22_ADD_PARTS),
+            "routed by parts in the fewest splits": (True, FEWEST_SPLITS),
+            "routed by parts in half-way splits": (True, HALFWAY_SPLITS)}
 if os.environ.get("VARIANTS"):          # (names: the keys above, default first)
     VARIANTS = {name: VARIANTS[name] for name in os.environ["VARIANTS"].split(",")}
 kernel_cache.use(default_cache_dir() / "kernels")
