@@ -14,7 +14,7 @@ timeout -k 2 24 python3 tools/profile_step.py --config andrea-12m --batch-size 6
 stamp profile_12m
 timeout -k 2 22 python3 $D/gemm_head.py --configs andrea-120m andrea-12m --reps 5 2>&1 | clean \
   > $OUT/gemm_head.md; stamp gemm_head
-timeout -k 2 8 python3 $D/bw.py --geometries andrea-120m --only crossentropy 2>&1 | clean \
+timeout -k 2 8 python3 bench/h200-2026-12-03-s23/mem/bw.py --geometries andrea-120m --only crossentropy 2>&1 | clean \
   > $OUT/bw_120m.md; stamp bw_120m
 left=$((87 - SECONDS)); [ $left -gt 8 ] && timeout -k 2 $left python3 tools/profile_step.py \
   --config andrea-120m --batch-size 16 --seq-len 1024 --precision bf16 --torch-compile \
