@@ -23,7 +23,7 @@ export MICROGPT_TEST_KERNEL_CACHE=$HOME/.cache/microgpt/kernels
 ( timeout -k 3 80 python3 $D/head_sweep.py --configs andrea-120m andrea-12m --rows 8192 --reps 1 \
     --json $OUT/warm_winners.json 2>&1 | clean > $OUT/warm_sweep.log; rc ${PIPESTATUS[0]} >> $OUT/warm_sweep.log
   timeout -k 3 60 python3 $D/step_ab.py --config andrea-120m --winners $OUT/warm_winners.json \
-    --whole --rounds 1 --steps 2 2>&1 | clean > $OUT/warm_step_ab.log; rc ${PIPESTATUS[0]} >> $OUT/warm_step_ab.log ) &
+    --rounds 1 --steps 2 2>&1 | clean > $OUT/warm_step_ab.log; rc ${PIPESTATUS[0]} >> $OUT/warm_step_ab.log ) &
 wait
 for f in test_gemm tile_check memcheck racecheck warm_sweep warm_step_ab; do
   echo "== $f"; grep -E "PASSED|FAILED|ERROR|passed|failed|FAIL|WRONG|SUMMARY|refused|Error|== rc" $OUT/$f.log | tail -n 30
