@@ -1,7 +1,7 @@
 #!/bin/bash
 # session 26 call B (gemm, issue 28), alone on the GPU: the LM head's three products at
 # 8,192 and 16,384 rows on the copier tiles (128 x 256, 128 x 192, 192 x 192) and a few splits beside torch.mm captured
-# (head_sweep.py; andrea-120m, then andrea-12m's chunk), then the captured step with the
+# (head_sweep.py; andrea-120m, with its W_O and MLP down forwards, then andrea-12m's chunk), then the captured step with the
 # head routed to the sweep's winners beside the default, and the head over all 16,384 rows
 # (step_ab.py --whole: time and memory), in one process each; ncu of the head's dX and
 # dW on the copier and the 192 x 192 tiles if time is left.
@@ -10,7 +10,7 @@ clean() { grep --line-buffered -v "Warning\|warn(\|^$" ; }
 { echo "tree: $(cat commit.txt)"; date -u; nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader; } | tee $OUT/bench.log
 stamp() { echo "=== $SECONDS s: $*" | tee -a $OUT/bench.log; }
 timeout -k 2 40 python3 $D/head_sweep.py --configs andrea-120m --reps 5 --json $OUT/winners.json \
-  --tiles copier narrow tall_copier 2>&1 | clean > $OUT/head_sweep_120m.md
+  --tiles copier narrow tall_copier --blocks 2>&1 | clean > $OUT/head_sweep_120m.md
 stamp head_sweep 120m
 timeout -k 2 35 python3 $D/step_ab.py --config andrea-120m --winners $OUT/winners.json --whole \
   --rounds 5 --steps 10 2>&1 | clean > $OUT/step_ab_120m.md; stamp step_ab 120m

@@ -21,7 +21,7 @@ export MICROGPT_TEST_KERNEL_CACHE=$HOME/.cache/microgpt/kernels
     python3 $D/tile_check.py --small --cases 3 2>&1 | clean > $OUT/racecheck.log
   rc ${PIPESTATUS[0]} >> $OUT/racecheck.log ) &
 ( timeout -k 3 80 python3 $D/head_sweep.py --configs andrea-120m andrea-12m --rows 8192 --reps 1 \
-    --json $OUT/warm_winners.json 2>&1 | clean > $OUT/warm_sweep.log; rc ${PIPESTATUS[0]} >> $OUT/warm_sweep.log
+    --blocks --json $OUT/warm_winners.json 2>&1 | clean > $OUT/warm_sweep.log; rc ${PIPESTATUS[0]} >> $OUT/warm_sweep.log
   timeout -k 3 60 python3 $D/step_ab.py --config andrea-120m --winners $OUT/warm_winners.json \
     --rounds 1 --steps 2 2>&1 | clean > $OUT/warm_step_ab.log; rc ${PIPESTATUS[0]} >> $OUT/warm_step_ab.log ) &
 wait

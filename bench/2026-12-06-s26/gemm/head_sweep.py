@@ -58,7 +58,8 @@ def candidates(M, N, K, out):
     least that keeps a chain within MAX_CHAIN (the persistent tiles do not fold) and one
     more; for a weight gradient twice the least too."""
     least = ceil_div(K, tuning.MAX_CHAIN)
-    splits = ([None] if out == "bf16" else [least, least + 1] if out == "float32"
+    splits = ([None] if out == "bf16" or (out == "float32" and least == 1)
+              else [least, least + 1] if out == "float32"
               else sorted({least, least + 1, 2 * least}))
     found = [("default", None, None)]
     for label, tile in TILES.items():
@@ -86,6 +87,8 @@ def main():
     parser.add_argument("--products", nargs="+", default=["forward", "dX", "dW"])
     parser.add_argument("--tiles", nargs="+", default=list(TILES))
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--blocks", action="store_true",
+                        help="the W_O and MLP down forwards (float32 outs) too")
     parser.add_argument("--json", help="write the winners here")
     args = parser.parse_args()
     for label in list(TILES):
@@ -98,48 +101,52 @@ def main():
     print("| config | product | M x N x K | tile | split | ms | TFLOP/s | default / this "
           "| torch.mm captured ms | torch / this | error |\n"
           "|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|", flush=True)
+    products = []
     for config in args.configs:
         N_rows, C, V = HEADS[config]
         for rows in args.rows:
-            for name, M, N, K, ta, tb, out_kind in head_products(min(rows, N_rows), C, V):
-                if name not in args.products:
-                    continue
-                da, db, out, lhs, rhs = operands(M, N, K, ta, tb, out_kind, gen)
-                expected = torch.mm(lhs, rhs).float()
-                torch_ms = torch_captured_time(lambda: torch.mm(lhs, rhs), args.reps)
-                flops = 2 * M * N * K
-                accumulate = out_kind == "accumulate"
-                timings = []
-                for label, tile, split in candidates(M, N, K, out_kind):
-                    # a split of a written float32 out: zeroed, then accumulated into
-                    zeroed = out_kind == "float32" and split is not None
+            products += [(config, *p) for p in head_products(min(rows, N_rows), C, V)
+                         if p[0] in args.products]
+        if args.blocks:                   # (their float32 outs, written: no split)
+            products += [(config, name, N_rows, C, n_in, False, False, "float32")
+                         for name, n_in in (("W_O forward", C), ("MLP down forward", 4 * C))]
+    for config, name, M, N, K, ta, tb, out_kind in products:
+        da, db, out, lhs, rhs = operands(M, N, K, ta, tb, out_kind, gen)
+        expected = torch.mm(lhs, rhs).float()
+        torch_ms = torch_captured_time(lambda: torch.mm(lhs, rhs), args.reps)
+        flops = 2 * M * N * K
+        accumulate = out_kind == "accumulate"
+        timings = []
+        for label, tile, split in candidates(M, N, K, out_kind):
+            # a split of a written float32 out: zeroed, then accumulated into
+            zeroed = out_kind == "float32" and split is not None
 
-                    def fn(stream, tile=tile, split=split, zeroed=zeroed):
-                        if zeroed:
-                            fill_zero(out, stream)
-                        gemm_bf16.matmul_bf16(out, da, db, ta, tb, accumulate or zeroed,
-                                              tile=tile, split_k=split, stream=stream)
-                    cell = f"| {config} | {name} | {M} x {N} x {K} | {label} | {split or '-'} |"
-                    try:
-                        error = check(out, fn, ops, expected, accumulate)
-                    except Exception as e:     # a tile the launcher refuses for this shape
-                        print(f"{cell} refused: {type(e).__name__}: {e} |"[:300], flush=True)
-                        continue
-                    if not error < 1e-2:
-                        print(f"{cell} WRONG | | | | | {error:.1e} |", flush=True)
-                        continue
-                    ms = captured_time(fn, args.reps, ops)
-                    timings.append((ms, label, tile, split))
-                    default_ms = timings[0][0]
-                    print(f"{cell} {ms:.4f} | {flops / ms / 1e9:.0f} | {default_ms / ms:.3f} "
-                          f"| {torch_ms:.4f} | {torch_ms / ms:.3f} | {error:.1e} |", flush=True)
-                best = min(timings, key=lambda t: t[0])
-                if best[0] * 1.01 <= timings[0][0]:
-                    winners[f"{M}x{N}x{K}"] = dict(config=config, product=name, ms=best[0],
-                                                   default_ms=timings[0][0], label=best[1],
-                                                   tile=list(best[2]), split=best[3])
-                del da, db, out, lhs, rhs, expected
-                torch.cuda.empty_cache()
+            def fn(stream, tile=tile, split=split, zeroed=zeroed):
+                if zeroed:
+                    fill_zero(out, stream)
+                gemm_bf16.matmul_bf16(out, da, db, ta, tb, accumulate or zeroed,
+                                      tile=tile, split_k=split, stream=stream)
+            cell = f"| {config} | {name} | {M} x {N} x {K} | {label} | {split or '-'} |"
+            try:
+                error = check(out, fn, ops, expected, accumulate)
+            except Exception as e:     # a tile the launcher refuses for this shape
+                print(f"{cell} refused: {type(e).__name__}: {e} |"[:300], flush=True)
+                continue
+            if not error < 1e-2:
+                print(f"{cell} WRONG | | | | | {error:.1e} |", flush=True)
+                continue
+            ms = captured_time(fn, args.reps, ops)
+            timings.append((ms, label, tile, split))
+            default_ms = timings[0][0]
+            print(f"{cell} {ms:.4f} | {flops / ms / 1e9:.0f} | {default_ms / ms:.3f} "
+                  f"| {torch_ms:.4f} | {torch_ms / ms:.3f} | {error:.1e} |", flush=True)
+        best = min(timings, key=lambda t: t[0])
+        if best[0] * 1.01 <= timings[0][0]:
+            winners[f"{M}x{N}x{K}"] = dict(config=config, product=name, ms=best[0],
+                                           default_ms=timings[0][0], label=best[1],
+                                           tile=list(best[2]), split=best[3])
+        del da, db, out, lhs, rhs, expected
+        torch.cuda.empty_cache()
     print("\nwinners (1% or more under the default):", json.dumps(winners, indent=1), flush=True)
     if args.json:
         with open(args.json, "w") as f:

@@ -9,7 +9,8 @@ routing's products checked in the step).
 
 Variants: "default"; "routed" (the winners of the head's chunk shapes, from --winners);
 "whole" (--whole: model.HEAD_ROWS 16384, the head over all the batch's rows in one chunk,
-routed by the winners of those shapes where there are some): the memory trade-off.
+routed by the winners of those shapes where there are some): the memory trade-off;
+"blocks" (the winners of the W_O and MLP down forwards, head_sweep.py --blocks).
 
     python step_ab.py --config andrea-120m --batch-size 16 --seq-len 1024 \
         --winners winners.json --rounds 5 --steps 10
@@ -109,13 +110,17 @@ def main():
         print(f"{args.winners}: not found; the default routing only", flush=True)
         winners = {}
     rows = model_module.head_rows(B * T)
-    chunk = {key: w for key, w in winners.items() if str(rows) in key.split("x")}
-    whole = {key: w for key, w in winners.items() if str(B * T) in key.split("x")}
+    head = {key: w for key, w in winners.items() if w["product"] in ("forward", "dX", "dW")}
+    chunk = {key: w for key, w in head.items() if str(rows) in key.split("x")}
+    whole = {key: w for key, w in head.items() if str(B * T) in key.split("x")}
+    blocks = {key: w for key, w in winners.items() if key not in head}
     variants = [("default", {}, None)] + ([("routed", chunk, None)] if chunk else []) + (
-        [("whole", whole, B * T)] if args.whole else [])
-    print(f"{args.config} B {B} T {T}: head chunk {rows} rows; routed: "
-          + (", ".join(f"{k} -> {w['label']} split {w['split']}" for k, w in chunk.items())
-             or "nothing (no winner)"), flush=True)
+        [("whole", whole, B * T)] if args.whole else []) + (
+        [("blocks", blocks, None)] if blocks else [])
+    for name, chosen, _ in variants[1:]:
+        print(f"{args.config} B {B} T {T} (head chunk {rows} rows), {name}: "
+              + (", ".join(f"{w['product']} {k} -> {w['label']} split {w['split']}"
+                           for k, w in chosen.items()) or "the default routing"), flush=True)
     steps, gib = {}, {}
     for name, chosen, head_rows in variants:
         try:
