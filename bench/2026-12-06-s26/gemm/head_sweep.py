@@ -54,19 +54,27 @@ def head_products(rows, C, V):
 
 
 def candidates(M, N, K, out):
-    """(label, tile, split) the sweep times, the launcher's default first. Splits: the
+    """(label, tile, split) the sweep times, the launcher's default first (and not again
+    under its tile's label). Splits: the
     least that keeps a chain within MAX_CHAIN (the persistent tiles do not fold) and one
     more; for a weight gradient twice the least too."""
     least = ceil_div(K, tuning.MAX_CHAIN)
     splits = ([None] if out == "bf16" or (out == "float32" and least == 1)
               else [least, least + 1] if out == "float32"
               else sorted({least, least + 1, 2 * least}))
-    found = [("default", None, None)]
+    # the launcher's own choice, which a candidate repeats only as "default"
+    tile = tuning.default_tile(M, N, K, out == "accumulate", tuning.wgmma_available(),
+                               out == "bf16", tuning.PERSISTENT_ROUTING)
+    split = (tuning.default_split_k(M, N, K, tile) if out == "accumulate"
+             or tuning.splits_written(K, False, out == "bf16", tile) else None)
+    found, seen = [("default", None, None)], {(tile, split)}
     for label, tile in TILES.items():
         for split in splits:
             if out == "float32" and split == 1:
                 split = None              # (a K within a chain: written, not split)
-            found.append((label, tile, split))
+            if (tile, split) not in seen:
+                seen.add((tile, split))
+                found.append((label, tile, split))
     return found
 
 
