@@ -38,8 +38,11 @@ export MICROGPT_TEST_KERNEL_CACHE=$HOME/.cache/microgpt/kernels
   timeout -k 3 60 python3 $D/step_ab.py --config andrea-120m --winners $OUT/warm_winners.json \
     --rounds 1 --steps 2 2>&1 | clean > $OUT/warm_step_ab.log
   rc ${PIPESTATUS[0]} >> $OUT/warm_step_ab.log ) &
+( timeout -k 3 110 python3 $D/head_sweep.py --configs andrea-120m --rows 0 --step-products \
+    --tiles tall_copier --reps 1 2>&1 | clean > $OUT/warm_tall_copier.log
+  rc ${PIPESTATUS[0]} >> $OUT/warm_tall_copier.log ) &
 wait
-for f in test_ce memcheck_ce racecheck_ce test_gemm tile_check memcheck racecheck warm_sweep warm_step_ab; do
+for f in test_ce memcheck_ce racecheck_ce test_gemm tile_check memcheck racecheck warm_sweep warm_step_ab warm_tall_copier; do
   echo "== $f"; grep -E "PASSED|FAILED|ERROR|passed|failed|FAIL|WRONG|SUMMARY|refused|Error|ok$|== rc" \
     $OUT/$f.log | tail -n 30
 done 2>&1 | tee -a $OUT/test.log

@@ -33,6 +33,7 @@ from benchmarks.gemm_operands import as_float, operands                   # noqa
 from benchmarks.timing import captured_time, torch_captured_time          # noqa: E402
 from microgpt.cuda_backend import CudaBackend                             # noqa: E402
 from microgpt.data import default_cache_dir                               # noqa: E402
+from microgpt.gemms import step_products                                  # noqa: E402
 from microgpt.kernels import cache as kernel_cache                        # noqa: E402
 from microgpt.kernels.common import ceil_div, fill_zero                   # noqa: E402
 from microgpt.kernels.gemm import bf16 as gemm_bf16                       # noqa: E402
@@ -40,6 +41,7 @@ from microgpt.kernels.gemm import tuning                                  # noqa
 from microgpt.kernels.gemm.tiles import PersistentTile                    # noqa: E402
 
 HEADS = {"andrea-120m": (16 * 1024, 768, 50304), "andrea-12m": (64 * 256, 384, 4096)}
+STEPS = {"andrea-120m": (16, 1024), "andrea-12m": (64, 256)}
 TALL_COPIER = PersistentTile(192, 192, 64, 3, 3, copier=True)
 TILES = {"copier": tuning.COPIER_TILE, "narrow": tuning.NARROW_COPIER_TILE,
          "pingpong": tuning.PINGPONG_TILE, "cluster": tuning.CLUSTER_TILE,
@@ -57,11 +59,11 @@ def candidates(M, N, K, out):
     """(label, tile, split) the sweep times, the launcher's default first (and not again
     under its tile's label). Splits: the
     least that keeps a chain within MAX_CHAIN (the persistent tiles do not fold) and one
-    more; for a weight gradient twice the least too."""
+    more; for a weight gradient twice the least too, and the tile's own default split."""
     least = ceil_div(K, tuning.MAX_CHAIN)
     splits = ([None] if out == "bf16" or (out == "float32" and least == 1)
               else [least, least + 1] if out == "float32"
-              else sorted({least, least + 1, 2 * least}))
+              else [None] + sorted({least, least + 1, 2 * least}))
     # the launcher's own choice, which a candidate repeats only as "default"
     tile = tuning.default_tile(M, N, K, out == "accumulate", tuning.wgmma_available(),
                                out == "bf16", tuning.PERSISTENT_ROUTING)
@@ -97,6 +99,8 @@ def main():
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--blocks", action="store_true",
                         help="the W_O and MLP down forwards (float32 outs) too")
+    parser.add_argument("--step-products", action="store_true",
+                        help="every other product of the step too (with --rows 0: those alone)")
     parser.add_argument("--json", help="write the winners here")
     args = parser.parse_args()
     for label in list(TILES):
@@ -112,12 +116,18 @@ def main():
     products = []
     for config in args.configs:
         N_rows, C, V = HEADS[config]
-        for rows in args.rows:
+        for rows in filter(None, args.rows):
             products += [(config, *p) for p in head_products(min(rows, N_rows), C, V)
                          if p[0] in args.products]
         if args.blocks:                   # (their float32 outs, written: no split)
             products += [(config, name, N_rows, C, n_in, False, False, "float32")
                          for name, n_in in (("W_O forward", C), ("MLP down forward", 4 * C))]
+        if args.step_products:            # the blocks' twelve (GELU's as plain bf16 outs)
+            B, T = STEPS[config]
+            products += [(config, name, M, N, K, ta, tb,
+                          "bf16" if "gelu" in epilogue else epilogue)
+                         for name, M, N, K, ta, tb, epilogue in step_products(B, T, C, V)
+                         if "LM head" not in name]
     for config, name, M, N, K, ta, tb, out_kind in products:
         da, db, out, lhs, rhs = operands(M, N, K, ta, tb, out_kind, gen)
         expected = torch.mm(lhs, rhs).float()
