@@ -46,6 +46,7 @@ TALL_COPIER = PersistentTile(192, 192, 64, 3, 3, copier=True)
 TILES = {"copier": tuning.COPIER_TILE, "narrow": tuning.NARROW_COPIER_TILE,
          "pingpong": tuning.PINGPONG_TILE, "cluster": tuning.CLUSTER_TILE,
          "tall_copier": TALL_COPIER}
+NAMES = dict(TILES)                       # (TILES: those --tiles keeps)
 
 
 def head_products(rows, C, V):
@@ -64,18 +65,24 @@ def candidates(M, N, K, out):
     splits = ([None] if out == "bf16" or (out == "float32" and least == 1)
               else [least, least + 1] if out == "float32"
               else [None] + sorted({least, least + 1, 2 * least}))
+    def resolved(tile, split):        # the split the launcher takes for None
+        if split is None and (out == "accumulate" or tuning.splits_written(
+                K, False, out == "bf16", tile)):
+            return tuning.default_split_k(M, N, K, tile)
+        return split
+
     # the launcher's own choice, which a candidate repeats only as "default"
     tile = tuning.default_tile(M, N, K, out == "accumulate", tuning.wgmma_available(),
                                out == "bf16", tuning.PERSISTENT_ROUTING)
-    split = (tuning.default_split_k(M, N, K, tile) if out == "accumulate"
-             or tuning.splits_written(K, False, out == "bf16", tile) else None)
-    found, seen = [("default", None, None)], {(tile, split)}
+    name = next((n for n, t in NAMES.items() if t == tile), str(tuple(tile)))
+    found, seen = [(f"default ({name}, split {resolved(tile, None)})", None, None)], {
+        (tile, resolved(tile, None))}
     for label, tile in TILES.items():
         for split in splits:
             if out == "float32" and split == 1:
                 split = None              # (a K within a chain: written, not split)
-            if (tile, split) not in seen:
-                seen.add((tile, split))
+            if (tile, resolved(tile, split)) not in seen:
+                seen.add((tile, resolved(tile, split)))
                 found.append((label, tile, split))
     return found
 
