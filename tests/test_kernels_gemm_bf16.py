@@ -701,8 +701,7 @@ def test_the_matmul_op_sends_bf16_operands_here(monkeypatch):
 # copying warpgroup or without (clusters on a GPU only: the simulator's blocks run one
 # after another)
 PERSISTENT_TILES = st.sampled_from([tuning.PERSISTENT_TILE, tuning.CLUSTER_TILE,
-                                    tuning.COPIER_TILE, tuning.PINGPONG_TILE,
-                                    tuning.TALL_COPIER_TILE] if REAL_SHAPES
+                                    tuning.COPIER_TILE, tuning.PINGPONG_TILE] if REAL_SHAPES
                                    else [PersistentTile(64, 16, 16, 3, 1),
                                          PersistentTile(64, 16, 16, 3, 1, copier=True),
                                          PersistentTile(128, 16, 16, 3, 2, copier=True,
@@ -745,19 +744,13 @@ def test_persistent_gelu_epilogue_matches_reference(sizes, tile, blocks, seed):
         check_matmul_gelu(*sizes, False, tile, seed)
 
 
-@pytest.mark.parametrize("warpgroups, copier, pingpong", [
-    (2, False, False), (2, True, False), (2, True, True), (3, True, False)])
-def test_warpgroups_walk_their_tiles(warpgroups, copier, pingpong):
-    """A persistent tile of two or three computing warpgroups (as the GPU's), with a
-    copying one or without, cooperative or in ping-pong, in the simulator too: one block
-    walking two tiles (in ping-pong, one each), K of more slabs than stages."""
-    if warpgroups == 3:
-        tile = tuning.TALL_COPIER_TILE if ON_GPU else PersistentTile(192, 16, 16, 3, 3,
-                                                                     copier=True)
-    else:
-        tile = ((tuning.PINGPONG_TILE if pingpong else tuning.PERSISTENT_TILE) if ON_GPU
-                else PersistentTile(128, 16, 16, 3, 2))._replace(copier=copier,
-                                                                 pingpong=pingpong)
+@pytest.mark.parametrize("copier, pingpong", [(False, False), (True, False), (True, True)])
+def test_two_warpgroups_walk_their_tiles(copier, pingpong):
+    """A persistent tile of two computing warpgroups (as the GPU's), with a copying one or
+    without, cooperative or in ping-pong, in the simulator too: one block walking two
+    tiles (in ping-pong, one each), K of more slabs than stages."""
+    tile = ((tuning.PINGPONG_TILE if pingpong else tuning.PERSISTENT_TILE) if ON_GPU
+            else PersistentTile(128, 16, 16, 3, 2))._replace(copier=copier, pingpong=pingpong)
     with mock.patch.object(persistent, "blocks", lambda tiles: 1):
         check_matmul_bf16(2 * tile.rows - 8, tile.cols, 4 * tile.depth, False, True,
                           "bf16", tile, seed=3, split_k=None)
@@ -785,10 +778,9 @@ PERSISTENT_PRODUCTS = [p for p in STEP_PRODUCTS
 
 @pytest.mark.skipif(not REAL_SHAPES, reason="the model's products need a GPU and real shapes")
 @pytest.mark.parametrize("tile", [tuning.PERSISTENT_TILE, tuning.CLUSTER_TILE,
-                                  tuning.COPIER_TILE, tuning.PINGPONG_TILE,
-                                  tuning.TALL_COPIER_TILE],
-                         ids=lambda tile: f"{tile.rows}x{tile.cols}-cluster{tile.cluster}"
-                         + "-copier" * tile.copier + "-pingpong" * tile.pingpong)
+                                  tuning.COPIER_TILE, tuning.PINGPONG_TILE],
+                         ids=lambda tile: f"cluster{tile.cluster}" + "-copier" * tile.copier
+                         + "-pingpong" * tile.pingpong)
 @pytest.mark.parametrize("product", PERSISTENT_PRODUCTS,
                          ids=lambda p: f"{p[0]} {p[1]}x{p[2]}x{p[3]}")
 def test_step_products_persistent(product, tile):

@@ -53,7 +53,7 @@ from ..pipelines.tma import tma_pipeline
 from ..precision import unpack_bf16x2
 from .tiles import BF16_OUT, GROUP
 from .tuning import (CLUSTER_TILE, COPIER_TILE, NARROW_COPIER_TILE, PERSISTENT_TILE,
-                     PINGPONG_TILE, TALL_COPIER_TILE)
+                     PINGPONG_TILE)
 from .turns import pass_turn, wait_turn
 from .wgmma import slabs
 
@@ -475,8 +475,5 @@ PTX_SIGNATURES = [
         (False, True, "bf16", False, NARROW_COPIER_TILE),      # W_O's dX
         (False, False, "float32", False, NARROW_COPIER_TILE),  # MLP down, the LM head's dX
         (True, False, "atomic", False, NARROW_COPIER_TILE),    # dW: split_slabs
-        (False, True, "bf16", False, TALL_COPIER_TILE),        # the LM head: logits
-        (False, False, "atomic", False, TALL_COPIER_TILE),     # its dX, split K
-        (True, False, "atomic", False, TALL_COPIER_TILE),      # its dW
     ]
 ]

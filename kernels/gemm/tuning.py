@@ -77,10 +77,6 @@ PINGPONG_TILE = PersistentTile(128, 128, 64, 6, 2, copier=True, pingpong=True)
 # the copier's block on 128 x 192 tiles (96 accumulators a thread): for outs of N 384,
 # which the 256-wide tile covers a quarter empty (persistent_tile)
 NARROW_COPIER_TILE = PersistentTile(128, 192, 64, 4, 2, copier=True)
-# the copier's block with three computing warpgroups on 192 x 192 tiles (96 accumulators a
-# thread, 152 registers after setmaxnreg), 3 stages of 48 KiB: cuBLAS's tile for the LM
-# head (nvjet_sm90_tst_192x192_64x3), an eighth more FLOPs a byte of slab than 128 x 256
-TALL_COPIER_TILE = PersistentTile(192, 192, 64, 3, 3, copier=True)
 
 
 def wgmma_available():
