@@ -1,4 +1,5 @@
-"""tuning.TALL_COPIER_TILE (three computing warpgroups and a copier, 192 x 192) held to
+"""head_sweep.TALL_COPIER (three computing warpgroups and a copier, 192 x 192; session 26's
+call B: slower than the default tiles on every product, so no longer a tuning tile) held to
 float64 on the GPU as tests/test_kernels_gemm_bf16.py's persistent tests hold their tiles
 (check_matmul_bf16: the same tolerances, outs poisoned), but with this tile in every case:
 drawn sizes with ragged edges (multiples of 8, as the bulk copies need), every transpose,
@@ -20,8 +21,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))
 import test_kernels_gemm_bf16 as t                                   # noqa: E402
 from microgpt.kernels.gemm import tuning                             # noqa: E402
+from microgpt.kernels.gemm.tiles import PersistentTile               # noqa: E402
 
-TILE = tuning.TALL_COPIER_TILE
+TILE = PersistentTile(192, 192, 64, 3, 3, copier=True)     # (head_sweep.TALL_COPIER)
 EPILOGUES = ("float32", "bf16", "accumulate", "split_k", "long")
 
 
