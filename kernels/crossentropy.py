@@ -64,10 +64,10 @@ ZERO = np.float32(0.0)
 BLOCK = 512      # V = 50304 gives each thread ~100 columns
 # The staged kernel's threads a row: enough to give each at least this many 16-byte chunks
 # (at most BLOCK). A block's fixed cost, its three reductions and the load's latency, is
-# paid per row: at V = 4096 (bf16: 512 chunks) 512 threads of one chunk each ran at
-# ~1.0 TB/s in andrea-12m's step (bench/h200-2026-12-03-s23/gemm/callA/profile_12m.md),
-# where 128 threads of 4 put four rows where one was on each SM.
-STAGED_CHUNKS = 4
+# paid per row, so a short row wants few threads: at V = 4096 (bf16: 512 chunks; H200,
+# bench/h200-2026-12-04-s24/gemm/callA/bw_12m.md, 8192 rows) 512 threads of one chunk took
+# 0.132 ms, 128 of 4 0.061, 32 of 16 (a warp a row) 0.043 (3.1 TB/s)
+STAGED_CHUNKS = 16
 UNROLL = 4       # groups of a row a thread reads together
 
 

@@ -155,9 +155,14 @@ def kernel_kind(name):
                 "other")
 
 
+# the aten ops whose kernels are the GEMMs (inductor calls cuBLAS through them)
+TORCH_GEMMS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul")
+
+
 def torch_compile_kernels(cfg, idx, targets, steps=5):
     """torch.compile's training step of cfg on these tokens -> (ms of a step by the wall
-    clock, unprofiled; {kernel name: (ms a step, launches a step)} from torch.profiler)."""
+    clock, unprofiled; {kernel name: (ms a step, launches a step)} from torch.profiler;
+    {(aten op, its operands' shapes): (ms a step, calls a step)} of the GEMMs)."""
     import torch
     from torch_gpt import torch_gpt, training_step
 
@@ -172,20 +177,27 @@ def torch_compile_kernels(cfg, idx, targets, steps=5):
         step()
     torch.cuda.synchronize()
     wall_ms = 1e3 * (time.perf_counter() - t0) / steps
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities, record_shapes=True) as prof:
         for _ in range(steps):
             step()
         torch.cuda.synchronize()
     kernels = collections.defaultdict(lambda: [0.0, 0])
+    gemms = collections.defaultdict(lambda: [0.0, 0])
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
             kernels[e.name][0] += e.time_range.elapsed_us() / 1e3 / steps
             kernels[e.name][1] += 1 / steps
-    return wall_ms, dict(kernels)
+        elif e.name in TORCH_GEMMS and getattr(e, "kernels", None):
+            key = (e.name, " x ".join(str(tuple(shape)) for shape in e.input_shapes if shape))
+            gemms[key][0] += sum(k.duration for k in e.kernels) / 1e3 / steps
+            gemms[key][1] += 1 / steps
+    return wall_ms, dict(kernels), dict(gemms)
 
 
-def comparison_lines(by_op, calls, graph_ms, torch_wall_ms, kernels, top=20):
-    """The two steps by kind of work, and torch.compile's largest kernels -> lines."""
+def comparison_lines(by_op, calls, graph_ms, torch_wall_ms, kernels, gemms, top=20):
+    """The two steps by kind of work, torch.compile's largest kernels and its GEMMs by
+    operand shapes -> lines."""
     ours, ours_calls = collections.defaultdict(float), collections.Counter()
     for name, ms in by_op.items():
         ours[OP_KINDS.get(name, "other")] += ms
@@ -209,6 +221,10 @@ def comparison_lines(by_op, calls, graph_ms, torch_wall_ms, kernels, top=20):
     lines += ["", "| torch.compile kernel | kind | launches | ms |", "|---|---|--:|--:|"]
     for name, (ms, n) in sorted(kernels.items(), key=lambda kv: -kv[1][0])[:top]:
         lines.append(f"| `{name[:100]}` | {kernel_kind(name)} | {n:.0f} | {ms:.3f} |")
+    lines += ["", "torch.compile's GEMMs by the shapes of their operands (their kernels' time):",
+              "", "| aten op | operands | calls | ms |", "|---|---|--:|--:|"]
+    for (name, shapes), (ms, n) in sorted(gemms.items(), key=lambda kv: -kv[1][0]):
+        lines.append(f"| {name} | {shapes} | {n:.0f} | {ms:.3f} |")
     return lines
 
 

@@ -13,7 +13,7 @@ timeout -k 2 16 python3 tools/profile_step.py --config andrea-12m --batch-size 6
   --precision bf16 --out $OUT/profile_12m.md 2>&1 | clean > $OUT/profile_12m.log; stamp profile_12m
 timeout -k 2 28 python3 $D/torch_profile.py --geometries andrea-12m andrea-120m --steps 5 \
   --out $OUT/torch_profile.md 2>&1 | clean > $OUT/torch_profile.log; stamp torch_profile
-timeout -k 2 12 python3 $D/bw.py --geometries andrea-12m --only crossentropy layernorm_backward \
+timeout -k 2 12 python3 bench/h200-2026-12-03-s23/mem/bw.py --geometries andrea-12m --only crossentropy layernorm_backward \
   residual_layernorm 2>&1 | clean > $OUT/bw_12m.md; stamp bw_12m
 left=$((86 - SECONDS)); [ $left -gt 8 ] && timeout -k 2 $left python3 tools/profile_step.py \
   --config andrea-120m --batch-size 16 --seq-len 1024 --precision bf16 --out $OUT/profile_120m.md \

@@ -15,7 +15,7 @@ clean() { grep -v "Warning\|warn(" ; }
     2>&1 | clean > $OUT/memcheck.log
   timeout -k 3 60 compute-sanitizer --tool racecheck --error-exitcode 1 python3 $D/sanitize.py \
     2>&1 | clean > $OUT/racecheck.log
-  timeout -k 3 15 python3 $D/bw.py --geometries andrea-12m --reps 1 --only crossentropy \
+  timeout -k 3 15 python3 bench/h200-2026-12-03-s23/mem/bw.py --geometries andrea-12m --reps 1 --only crossentropy \
     layernorm_backward residual_layernorm 2>&1 | clean > $OUT/warm_bw.log ) &
 ( timeout -k 3 130 python3 $D/torch_profile.py --geometries andrea-12m andrea-120m --steps 1 \
     2>&1 | clean > $OUT/warm_torch.log ) &

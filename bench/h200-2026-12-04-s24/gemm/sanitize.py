@@ -37,7 +37,7 @@ def check_crossentropy(N, V, block, seed):
 
 
 def main():
-    # andrea-12m's rows (the default now 128 threads), the explicit extremes, a row that
+    # andrea-12m's rows (the default a warp a row), the explicit extremes, a row that
     # is not a whole number of a thread's chunks, andrea-120m's rows, a row of one chunk
     cases = [(64, 4096, None), (64, 4096, 32), (64, 4096, 512), (7, 4104, None),
              (5, 50304, None), (3, 8, None)]
