@@ -1,5 +1,5 @@
 """The GEMMs of the model's training step, as the tests and the benchmarks run them."""
-from microgpt.model import head_rows
+from microgpt.activations import head_rows
 
 
 def step_products(B, T, C, V):
@@ -11,7 +11,7 @@ def step_products(B, T, C, V):
     the residual stream (W_O's and MLP down's forward) or its gradient (the dX products
     that feed a LayerNorm's backward); the MLP up forward with the "gelu" epilogue and the
     MLP down dX with "gelu_backward", as the model runs them when GELU is in the
-    epilogues. The LM head's run a chunk of rows at a time (model.head_rows): the shapes
+    epilogues. The LM head's run a chunk of rows at a time (activations.head_rows): the shapes
     are a chunk's."""
     N = B * T
     products = []

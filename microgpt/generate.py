@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from microgpt.activations import HEAD_ROWS, Buffers, activation_specs
 from microgpt.errors import UserError
-from microgpt.model import HEAD_ROWS, Buffers, activation_specs
 from microgpt.reference import DRAWN, LEFT, NOT_FINITE, POSITION, SEQ_COLUMNS, TOKEN
 
 AHEAD = 2       # decoding steps enqueued before the host reads a step's tokens
@@ -164,7 +164,7 @@ class Decoder:
             ops, p, a = self.ops, self.model.params, self.acts
             ops.decode_embedding(a.resid[0], self.seq, p["wte"], p["wpe"])
             self.model.enqueue_blocks(a, attention=self._attend)
-            # the head on the B rows at once: one chunk up to model.HEAD_ROWS sequences
+            # the head on the B rows at once: one chunk up to activations.HEAD_ROWS sequences
             logits = self.model.enqueue_logits(a, 0, self.batch)
             ops.sample_tokens(self.seq, logits, self.capacity,
                               vocab=sampling.vocab_limit, temperature=sampling.temperature,

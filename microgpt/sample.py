@@ -9,12 +9,13 @@ in order, under a header naming its prompt and sample.
 """
 import sys
 
+from microgpt.activations import PRECISIONS
 from microgpt.checkpoint import load_checkpoint
 from microgpt.cli import (DEVICES, ArgumentParser, choose_precision, make_backend,
                           non_negative, positive_int, run_cli)
 from microgpt.errors import UserError
 from microgpt.generate import Sampling, generate
-from microgpt.model import GPT, PRECISIONS
+from microgpt.model import GPT
 
 PROG = "microgpt.sample"
 

@@ -21,8 +21,8 @@ the ranks). The simulator and the NumPy backend always run eagerly, as does
 """
 import numpy as np
 
+from microgpt.activations import BufferSpec, Buffers, activation_specs
 from microgpt.distributed import LOCAL
-from microgpt.model import BufferSpec, Buffers, activation_specs
 from microgpt.ops import LOG_COLUMNS
 
 LOG_ROWS = 1024      # steps between two metrics() calls, at most

@@ -12,13 +12,13 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+from microgpt.activations import PRECISIONS
 from microgpt.cli import (DEVICES, ArgumentParser, non_negative, number_in, positive_float,
                           positive_int)
 from microgpt.config import CONFIGS, DEFAULT_CONFIG
 from microgpt.data import default_cache_dir
 from microgpt.errors import UserError
 from microgpt.memory import RECOMPUTE_CHOICES
-from microgpt.model import PRECISIONS
 from microgpt.optim import AdamWConfig
 
 PROG = "microgpt.train"

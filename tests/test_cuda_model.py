@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from helpers import ON_GPU, REAL_SHAPES, TOL_F32_MODEL, assert_close, rel_error
 
-from microgpt import GPT, get_config, model as model_module
+from microgpt import GPT, activations, get_config
+from microgpt.activations import Buffers, activation_specs
 from microgpt.cuda_backend import CudaBackend
 from microgpt.errors import BackendError
 from microgpt.kernels.gemm import turns
-from microgpt.model import Buffers, activation_specs
 from microgpt.ops import LOG_COLUMNS
 from microgpt.optim import AdamW, AdamWConfig, lr_at
 from microgpt.step import Step
@@ -370,8 +370,8 @@ def test_the_head_in_chunks_matches_the_reference(precision, case, chunk, monkey
     default)."""
     name, overrides, B, T = case
     cfg = get_config(name, **overrides)
-    monkeypatch.setattr(model_module, "HEAD_ROWS", chunk)
-    chunks = -(-B * T // model_module.head_rows(B * T))
+    monkeypatch.setattr(activations, "HEAD_ROWS", chunk)
+    chunks = -(-B * T // activations.head_rows(B * T))
     assert chunks == 3 if ON_GPU else chunks == 2
     rng = np.random.default_rng(abs(hash((name, B, T, "chunks"))) % 2**32)
     dev = GPT(cfg, backend="cuda", seed=3, precision=precision, recompute=True)

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from microgpt import GPT, get_config
 from microgpt import reference as ref
+from microgpt.activations import HEAD_ROWS
 from microgpt.errors import UserError
 from microgpt.generate import PREFILL_STEP, Decoder, Sampling, generate, prefill_length
-from microgpt.model import HEAD_ROWS
 
 if ON_GPU:
     CONFIGS = [get_config("andrea-12m", n_layer=2), get_config("microgpt", vocab_size=40)]

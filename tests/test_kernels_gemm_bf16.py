@@ -196,7 +196,7 @@ def test_step_products_write_what_the_model_writes():
     activation table: each forward and dX product's out has the shape and dtype of the
     buffer the model writes with it (bf16 for a bf16 epilogue, float32 otherwise)."""
     from microgpt import get_config
-    from microgpt.model import activation_specs
+    from microgpt.activations import activation_specs
 
     cfg = get_config("andrea-12m")
     B, T = 4, 32

@@ -7,11 +7,10 @@ from helpers import assert_close
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from microgpt import GPT, reference as ref
+from microgpt import GPT, activations, reference as ref
+from microgpt.activations import Buffers, activation_specs, arena_layout, head_rows
 from microgpt.backend import get_backend
 from microgpt.config import GPTConfig, get_config
-from microgpt import model as model_module
-from microgpt.model import Buffers, activation_specs, arena_layout, head_rows
 from microgpt.optim import AdamW, AdamWConfig, lr_at
 from microgpt.step import step_specs
 
@@ -218,11 +217,11 @@ def test_head_rows_chunk_the_rows(N):
     chunk then starts 16-byte aligned in a bf16 matrix) within HEAD_ROWS, in as few
     chunks as that allows."""
     rows = head_rows(N)
-    if N <= model_module.HEAD_ROWS:
+    if N <= activations.HEAD_ROWS:
         assert rows == N
     else:
-        assert rows % 8 == 0 and rows <= model_module.HEAD_ROWS
-        assert -(-N // rows) == -(-N // model_module.HEAD_ROWS)
+        assert rows % 8 == 0 and rows <= activations.HEAD_ROWS
+        assert -(-N // rows) == -(-N // activations.HEAD_ROWS)
 
 
 @given(B=st.integers(1, 3), T=st.integers(1, 6), gpt2=st.booleans(), data=st.data())
@@ -237,9 +236,9 @@ def test_the_head_in_chunks_gives_the_whole_batchs_losses_and_gradients(B, T, gp
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
     idx, targets = random_tokens(rng, cfg, B, T)
     runs = []
-    for head_rows_at_most in (model_module.HEAD_ROWS, chunk):
+    for head_rows_at_most in (activations.HEAD_ROWS, chunk):
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(model_module, "HEAD_ROWS", head_rows_at_most)
+            patch.setattr(activations, "HEAD_ROWS", head_rows_at_most)
             model = GPT(cfg, seed=2, dtype=np.float64)
             runs.append((model.forward(idx), model.evaluate(idx, targets),
                          *model.loss_and_grads(idx, targets)))

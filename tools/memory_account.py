@@ -20,9 +20,9 @@ and after) holds besides.
 """
 import argparse
 
+from microgpt.activations import arena_layout
 from microgpt.config import ConfigError, get_config
 from microgpt.memory import required_bytes
-from microgpt.model import arena_layout
 from microgpt.params import ParamLayout
 from microgpt.step import step_specs
 

@@ -8,7 +8,7 @@ losses and gradient norms of its first two steps (the same model and batch in ea
 routing's products checked in the step).
 
 Variants: "default"; "routed" (the winners of the head's chunk shapes, from --winners);
-"whole" (--whole: model.HEAD_ROWS 16384, the head over all the batch's rows in one chunk,
+"whole" (--whole: activations.HEAD_ROWS 16384, the head over all the batch's rows in one chunk,
 routed by the winners of those shapes where there are some): the memory trade-off;
 "blocks" (the winners of the W_O and MLP down forwards, head_sweep.py --blocks).
 
@@ -25,7 +25,7 @@ import numpy as np
 from numba import cuda
 
 from microgpt import GPT, get_config
-from microgpt import model as model_module
+from microgpt import activations
 from microgpt.cuda_backend import CudaBackend
 from microgpt.data import default_cache_dir
 from microgpt.kernels import cache as kernel_cache
@@ -38,9 +38,9 @@ from microgpt.step import Step
 @contextmanager
 def routed(winners, head_rows=None):
     """The launcher's tile and split for the winners' shapes ("MxNxK") as they say;
-    head_rows: model.HEAD_ROWS meanwhile."""
+    head_rows: activations.HEAD_ROWS meanwhile."""
     base_tile, base_split, base_rows = (gemm_bf16.default_tile, gemm_bf16.default_split_k,
-                                        model_module.HEAD_ROWS)
+                                        activations.HEAD_ROWS)
     chosen = {key: (PersistentTile(*w["tile"]), w["split"]) for key, w in winners.items()}
 
     def tile(M, N, K, accumulate=False, wgmma=False, bf16_out=False, persistent=False):
@@ -56,12 +56,12 @@ def routed(winners, head_rows=None):
 
     gemm_bf16.default_tile, gemm_bf16.default_split_k = tile, split
     if head_rows:
-        model_module.HEAD_ROWS = head_rows
+        activations.HEAD_ROWS = head_rows
     try:
         yield
     finally:
         gemm_bf16.default_tile, gemm_bf16.default_split_k = base_tile, base_split
-        model_module.HEAD_ROWS = base_rows
+        activations.HEAD_ROWS = base_rows
 
 
 def build(cfg, B, T, idx, targets):
@@ -109,7 +109,7 @@ def main():
     except FileNotFoundError:         # (the sweep cut before it wrote them)
         print(f"{args.winners}: not found; the default routing only", flush=True)
         winners = {}
-    rows = model_module.head_rows(B * T)
+    rows = activations.head_rows(B * T)
     head = {key: w for key, w in winners.items() if w["product"] in ("forward", "dX", "dW")}
     chunk = {key: w for key, w in head.items() if str(rows) in key.split("x")}
     whole = {key: w for key, w in head.items() if str(B * T) in key.split("x")}
