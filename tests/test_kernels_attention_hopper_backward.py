@@ -34,7 +34,9 @@ if REAL_SHAPES:
                        st.sampled_from([64, 128]))
     TILE = st.sampled_from([None, BackwardTile(1, 64, 4), BackwardTile(2, 64, 8),
                             BackwardTile(1, 32, 4, 2), BackwardTile(1, 32, 4, 3),
-                            BackwardTile(2, 32, 4, 2), BackwardTile(2, 64, 8, 1, True)])
+                            BackwardTile(2, 32, 4, 2), BackwardTile(2, 64, 8, 1, True),
+                            BackwardTile(2, 64, 8, 1, True, True),
+                            BackwardTile(2, 32, 4, 1, True, True)])
     TILES = st.tuples(st.one_of(TILE, st.just(FlashTile(64, 32))), TILE)
 else:
     SHAPES = st.tuples(st.just(1), st.sampled_from([1, 2]), st.integers(1, 70),
@@ -91,6 +93,10 @@ def check_backward(shape, tiles, seed, fused):
 @example(shape=(4, 4, 265, 64) if REAL_SHAPES else (1, 2, 5, 64),
          tiles=(FlashTile(64, 32), BackwardTile(1, 64, 4)) if REAL_SHAPES else (SIM, SIM),
          seed=191, fused=True)
+# on the GPU both passes with a producer warpgroup donating its registers (setmaxnreg, the
+# driver's whole-program JIT), ragged over several heads (the simulator runs no producer)
+@(example(shape=(2, 3, 265, 64), tiles=(BackwardTile(2, 64, 8, 1, True, True),) * 2, seed=4,
+          fused=True) if REAL_SHAPES else lambda test: test)
 def test_hopper_attention_backward(shape, tiles, seed, fused):
     assume(fits(tiles, shape[3]))
     check_backward(shape, tiles, seed, fused)
@@ -117,9 +123,12 @@ def test_hopper_attention_backward_rejects_bad_arguments():
     with pytest.raises(ValueError, match="16-byte aligned"):
         off = to_device_off_group(np.ones((1, 2, 3), np.float32))
         hb.hopper_attention_backward(x, x, x, off, x, x, x, x, x, rows)
+    with pytest.raises(ValueError, match="donate hands a producer warpgroup's registers"):
+        hb.hopper_attention_backward(*args, tiles=(None, BackwardTile(2, 64, 8, 1, False, True)))
     if not ON_GPU:
         with pytest.raises(ValueError, match="producer warp runs on the GPU only"):
             hb.hopper_attention_backward(*args, tiles=(BackwardTile(1, 64, 4, 1, True), None))
+    # (a producer warp that does not donate; two blocks of two warpgroups)
     for tile in (BackwardTile(2, 64, 8, 1, True), BackwardTile(2, 32, 4, 2)):
         with pytest.raises(ValueError, match="would spill|GPU only"):
             hb.hopper_attention_backward(*args, tiles=(None, tile))

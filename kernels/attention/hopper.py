@@ -24,11 +24,9 @@ past T) element by element. q, k and v are views of 2-D matrices the bulk copies
 out is written from the registers, a row's pairs of columns at a time, rows past T not.
 """
 import functools
-import importlib
 import math
 from typing import NamedTuple
 
-import numba
 import numpy as np
 from numba import cuda, float32, int32, types, uint16, uint32, uint64
 
@@ -40,14 +38,14 @@ from ..atoms import (exp2_ftz, fence_barrier_init, fence_tensor_map, mbarrier_ar
 from ..cache import jit
 from ..common import ceil_div
 from ..device import (DYNAMIC_SHARED_LIMIT, SIMULATOR, SMS, SWIZZLE_BYTES, WARPGROUP,
-                      allow_dynamic_shared, check_block)
+                      check_block)
 from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
 from ..layouts.tensor_maps import tensor_map
 from ..layouts.tiles import PANEL
 from ..pipelines.tma import tma_pipeline
 from .flash import quad_max, quad_sum   # a row's 4 lanes, the same accumulator layout
 from .hopper_operands import (NEG_INF, causal_mask, described_heads, head_matrix,
-                              pair_copier, products)
+                              launch_pass, pair_copier, products)
 
 LOG2E = 1.4426950408889634
 ZERO = np.float32(0.0)
@@ -564,26 +562,8 @@ def hopper_attention_forward(out, lse, q, k, v, *, tile=None, stream=0):
         raise ValueError("k and v must lie alike")
     q_map = tensor_map(qm, tile.rows, PANEL)
     k_map, v_map = (tensor_map(x, tile.step, PANEL) for x in (km, vm))
-    kernel = forward_kernel(D, tile)
-    size = shared_bytes(tile, D)
-    args = (out, lse, qm, km, vm, q_map, k_map, v_map, *q_layout, *kv_layout)
     grid = ((min(ceil_div(T, tile.rows) * H * B, SMS * tile.min_blocks),) if tile.persistent
             else (ceil_div(T, tile.rows), H, B))
-    # the overload this launch runs (its arrays' layouts, "C" or "A") is the one opted in
-    layouts = (kernel, *(x.is_c_contiguous() for x in (out, qm, km, vm)))
-    if tile.donate:        # (the driver's JIT opts in by itself, once a signature)
-        # imported by name: kernels.cache keys a kernel on every module its module imports,
-        # and this launch (not the kernel's code) would tie the forward's to the GEMMs'
-        launch = importlib.import_module("..gemm.launch", __package__)
-        launch.launch_by_driver(kernel, _signatures.setdefault(
-            layouts, tuple(map(numba.typeof, args))), grid, 1, tile.threads, size, stream,
-            args, whole=True)
-        return
-    if layouts not in _opted_in and allow_dynamic_shared(kernel, tuple(map(numba.typeof, args)),
-                                                         size):
-        _opted_in.add(layouts)
-    kernel[grid, tile.threads, stream, size](*args)
-
-
-_opted_in = set()      # (kernel, whether each array is C-contiguous) launched before
-_signatures = {}       # the same keys: a driver launch's signature
+    launch_pass(forward_kernel(D, tile), grid, tile.threads, shared_bytes(tile, D), stream,
+                (out, lse, qm, km, vm, q_map, k_map, v_map, *q_layout, *kv_layout),
+                (out, qm, km, vm), tile.donate)

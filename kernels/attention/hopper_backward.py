@@ -38,27 +38,26 @@ import functools
 import math
 from typing import NamedTuple
 
-import numba
 import numpy as np
 from numba import cuda, float32, int32, types, uint16, uint32, uint64
 
 from ..atoms import (exp2_ftz, fence_barrier_init, fence_tensor_map, load_group4,
                      mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_try_wait, pack_bf16x2,
-                     shared_address,
-                     store_pair, tma_load_2d, warp_uniform, warpgroup_wait)
+                     set_max_registers, shared_address, store_pair, tma_load_2d, warp_uniform,
+                     warpgroup_wait)
 from ..cache import jit
 from ..common import ceil_div, device_address
 from ..device import (DYNAMIC_SHARED_LIMIT, GROUP, SIMULATOR, SWIZZLE_BYTES, WARPGROUP,
-                      allow_dynamic_shared, check_block)
+                      check_block)
 from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
 from ..layouts.tensor_maps import tensor_map
 from ..layouts.tiles import PANEL
 from ..pipelines.tma import tma_pipeline
 from . import flash, flash_backward
 from .flash import INF, quad_sum
-from .hopper import LOG2E, WIDTHS, ZERO
-from .hopper_operands import (causal_mask, described_heads, head_matrix, pair_copier,
-                              products)
+from .hopper import LOG2E, PRODUCER_REGISTERS, WIDTHS, ZERO, consumer_registers
+from .hopper_operands import (causal_mask, described_heads, head_matrix, launch_pass,
+                              pair_copier, products)
 
 STATS = 2                   # float32 statistics a query row brings: lse, delta
 # A bulk copy's first element must lie on a 16-byte boundary in global memory (the H200
@@ -85,12 +84,17 @@ class BackwardTile(NamedTuple):
     min_blocks: blocks per SM the register allocation must leave room for;
     producer: a warp of its own issues the copies, each as soon as its stage is released
     (else the first warpgroup's thread 0, between its products, as far as the others'
-    releases let it without waiting)."""
+    releases let it without waiting);
+    donate (with producer): that warp is the first of a warpgroup of its own, which hands
+    its registers to the computing ones by setmaxnreg (hopper.consumer_registers: 240 a
+    thread for two), FlashAttention-3's layout, launched by the driver's whole-program JIT
+    (the only compile that honours setmaxnreg), as the forward's donating tiles."""
     warpgroups: int = 2
     step: int = 64
     stages: int = 4
     min_blocks: int = 1
     producer: bool = False
+    donate: bool = False
 
     @property
     def rows(self):
@@ -98,7 +102,8 @@ class BackwardTile(NamedTuple):
 
     @property
     def threads(self):
-        return WARPGROUP * self.warpgroups + (32 if self.producer else 0)
+        return (WARPGROUP * self.warpgroups
+                + (WARPGROUP if self.donate else 32 if self.producer else 0))
 
 
 def default_tile(D, kind):
@@ -126,7 +131,7 @@ def shared_bytes(tile, D, kind):
 
 
 def check_tile(tile, D, kind):
-    warpgroups, step, stages, min_blocks, producer = tile
+    warpgroups, step, stages, min_blocks, producer, donate = tile
     if D not in WIDTHS:
         raise ValueError(f"head_dim {D}: the wgmma backward takes {WIDTHS}")
     if not 1 <= warpgroups <= 2:
@@ -138,24 +143,36 @@ def check_tile(tile, D, kind):
                          "stage is a mask of its count)")
     if not 1 <= min_blocks <= 3:
         raise ValueError(f"tile {tile}: min_blocks must be 1 to 3")
+    if donate and not producer:
+        raise ValueError(f"tile {tile}: donate hands a producer warpgroup's registers on")
     if producer and SIMULATOR:
         # its thread spins on the barriers while the simulator's twins of the consumers'
         # warp-collective atoms wait for every live thread of the block
         raise ValueError(f"tile {tile}: a producer warp runs on the GPU only")
     # the dk/dv pass holds two gradients' accumulators: where ptxas leaves a thread fewer
-    # than ~170 registers (a producer's 9 warps count as 12; two blocks of two
+    # than ~170 registers (a producer warp's 9 warps count as 12; two blocks of two
     # warpgroups) it spills and serializes the wgmma (sm_90a), and on the H200 the GPU
-    # tests that drew such tiles died of an illegal instruction in this pass (session 20)
-    if kind == "dkdv" and (producer or tile.threads * min_blocks > 3 * WARPGROUP):
-        raise ValueError(f"tile {tile}: the dk/dv pass takes neither a producer warp nor more "
-                         "than 384 threads an SM (its registers would spill)")
+    # tests that drew such tiles died of an illegal instruction in this pass (session 20);
+    # a donating producer warpgroup leaves its two warpgroups 240
+    if kind == "dkdv" and (producer and not donate
+                           or tile.threads * min_blocks > 3 * WARPGROUP):
+        raise ValueError(f"tile {tile}: the dk/dv pass takes neither a producer warp that "
+                         "does not donate nor more than 384 threads an SM (its registers "
+                         "would spill)")
     check_block(f"tile {tile} of the {kind} pass with head_dim {D}", tile.threads,
                 shared_bytes(tile, D, kind), DYNAMIC_SHARED_LIMIT // min_blocks)
 
 
+def donation(tile):
+    """(lower, raise): the producer warpgroup's setmaxnreg to PRODUCER_REGISTERS, the
+    computing ones' to what it leaves them (tile.donate; else setmaxnreg's 256, unused)."""
+    return (set_max_registers(PRODUCER_REGISTERS, False),
+            set_max_registers(consumer_registers(tile) if tile.donate else 256, True))
+
+
 @functools.cache
 def dkdv_kernel(D, tile):
-    G, N, stages, min_blocks, producer = tile
+    G, N, stages, min_blocks, producer, donate = tile
     M = tile.rows
     s_regs, o_regs = N // 2, D // 2        # accumulators per thread: S^T, dP^T; dk, dv
     p_regs = N // 4                         # P^T, dS^T: bf16 pairs; a thread's columns
@@ -192,6 +209,7 @@ def dkdv_kernel(D, tile):
     pipe = tma_pipeline(stages, G, copy_queries)
     KV_LANDED = pipe.barriers
     BARRIERS = KV_LANDED + 1
+    lower_registers, raise_registers = donation(tile)
 
     @jit(**({} if SIMULATOR else {"launch_bounds": (tile.threads, min_blocks)}))
     def hopper_attention_backward_dkdv_kernel(dk, dv, q, dout, k, v, lse, delta, q_map,
@@ -237,10 +255,17 @@ def dkdv_kernel(D, tile):
                 issued = pipe.refill_ready(bars, stages - 1, stages - 1, issued, steps,
                                            operands)
         cuda.syncthreads()
-        if group == G:                  # the producer warp: every step's copies in turn
+        # the producer: every step's copies in turn. It returns from its own branch, so that
+        # ptxas sees the computing code reached only after the registers are raised
+        # (setmaxnreg ignored otherwise, as in the forward)
+        if group == G:
+            if donate:
+                lower_registers()
             if thread == 0:
                 pipe.refill_ready(bars, steps, steps, 0, steps, operands)
             return
+        if donate:
+            raise_registers()
 
         row = k0 + 64 * group + wgmma_accumulator_row(thread)     # and row + 8
         col = accumulator_col(thread)
@@ -320,12 +345,13 @@ def dkdv_kernel(D, tile):
                     store_pair(dkh, (i, c), pack_bf16x2(dk_acc[r] * scale, dk_acc[r + 1] * scale))
                     store_pair(dvh, (i, c), pack_bf16x2(dv_acc[r], dv_acc[r + 1]))
 
+    hopper_attention_backward_dkdv_kernel.whole_program = donate
     return hopper_attention_backward_dkdv_kernel
 
 
 @functools.cache
 def dq_kernel(D, tile):
-    G, N, stages, min_blocks, producer = tile
+    G, N, stages, min_blocks, producer, donate = tile
     M = tile.rows
     s_regs, o_regs = N // 2, D // 2        # accumulators per thread: S, dP; dq
     p_regs = N // 4                         # dS: bf16 pairs
@@ -355,6 +381,7 @@ def dq_kernel(D, tile):
     pipe = tma_pipeline(stages, G, copy_keys)
     OWN_LANDED = pipe.barriers
     BARRIERS = OWN_LANDED + 1
+    lower_registers, raise_registers = donation(tile)
 
     @jit(**({} if SIMULATOR else {"launch_bounds": (tile.threads, min_blocks)}))
     def hopper_attention_backward_dq_kernel(dq, delta, dout, out, lse, qm, dom, km, vm, q_map,
@@ -389,10 +416,17 @@ def dq_kernel(D, tile):
                 issued = pipe.refill_ready(bars, stages - 1, stages - 1, issued, steps,
                                            operands)
         cuda.syncthreads()
-        if group == G:                  # the producer warp: every step's copies in turn
+        # the producer: every step's copies in turn. It returns from its own branch, so that
+        # ptxas sees the computing code reached only after the registers are raised
+        # (setmaxnreg ignored otherwise, as in the forward)
+        if group == G:
+            if donate:
+                lower_registers()
             if thread == 0:
                 pipe.refill_ready(bars, steps, steps, 0, steps, operands)
             return
+        if donate:
+            raise_registers()
 
         first = q0 + 64 * group
         row = first + wgmma_accumulator_row(thread)             # and row + 8
@@ -481,6 +515,7 @@ def dq_kernel(D, tile):
                     store_pair(dqh, (i, uint32(8 * j + col)),
                                pack_bf16x2(dq_acc[r] * scale, dq_acc[r + 1] * scale))
 
+    hopper_attention_backward_dq_kernel.whole_program = donate
     return hopper_attention_backward_dq_kernel
 
 
@@ -535,16 +570,8 @@ def _statistics_ready(x):
 
 
 def _launch(kernel, tile, D, kind, grid, stream, args, matrices):
-    size = shared_bytes(tile, D, kind)
-    # the overload this launch runs (its arrays' layouts, "C" or "A") is the one opted in
-    layouts = (kernel, *(x.is_c_contiguous() for x in matrices))
-    if layouts not in _opted_in and allow_dynamic_shared(kernel, tuple(map(numba.typeof, args)),
-                                                         size):
-        _opted_in.add(layouts)
-    kernel[grid, tile.threads, stream, size](*args)
-
-
-_opted_in = set()      # (kernel, whether each array is C-contiguous) launched before
+    launch_pass(kernel, grid, tile.threads, shared_bytes(tile, D, kind), stream, args,
+                matrices, tile.donate)
 
 
 def hopper_attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, *,

@@ -1,8 +1,8 @@
 """The operands of the Hopper attention passes (``hopper``'s forward, ``hopper_backward``'s
 dq and dk/dv passes) as the bulk copies and wgmma take them: head arrays as views of 2-D
 matrices (head_matrix), the copies of a pair of tiles (pair_copier), the issuers of the
-passes' two kinds of product with their descriptors (products), and the causal mask of
-a tile of scores in the accumulators (causal_mask).
+passes' two kinds of product with their descriptors (products), the causal mask of a
+tile of scores in the accumulators (causal_mask), and the passes' launch (launch_pass).
 
 q, k, v (and dout) as the bulk copies see them: a head array (B, H, T, D) is a view of a
 2-D matrix, either (B H T, D) (the heads one after another: arrays of their own) or (B T,
@@ -12,14 +12,16 @@ column h ch (`layout`). A box that runs past row T of its head reads the next he
 rows, or zeros past the matrix: those keys are masked, those queries never written.
 """
 import functools
+import importlib
 
+import numba
 import numpy as np
 from numba import cuda, int32, uint32
 
 from ..atoms import (shared_address, tma_load_2d, warpgroup_commit, warpgroup_fence,
                      wgmma_bf16_acc, wgmma_bf16_rs, words_to_b64)
 from ..common import device_address
-from ..device import MMA_K, SIMULATOR
+from ..device import MMA_K, SIMULATOR, allow_dynamic_shared
 from ..layouts.tensor_maps import tma_ready
 from ..layouts.tiles import PANEL, wgmma_operand
 
@@ -159,3 +161,29 @@ def described_heads(name, x):
                          f"{tuple(x.strides)} are no view of a matrix the bulk copies read "
                          "(head_matrix); flash.flash_attention_forward takes them")
     return described
+
+
+def launch_pass(kernel, grid, threads, size, stream, args, matrices, whole):
+    """kernel[grid, threads, stream, size](*args), its dynamic shared memory opted in once
+    for the overload the arrays' layouts pick (matrices: the arrays whose "C" or "A"
+    layout names it); whole (a producer warpgroup donating its registers by setmaxnreg,
+    which only a whole-program compile honours): launched by the driver's JIT instead,
+    which opts in by itself, once a signature."""
+    layouts = (kernel, *(x.is_c_contiguous() for x in matrices))
+    if whole:
+        # imported by name: kernels.cache keys a kernel on every module its module imports,
+        # and this launch (not the kernels' code) would tie the attention passes' to the
+        # GEMMs'
+        launch = importlib.import_module("..gemm.launch", __package__)
+        launch.launch_by_driver(kernel, _signatures.setdefault(
+            layouts, tuple(map(numba.typeof, args))), grid, 1, threads, size, stream, args,
+            whole=True)
+        return
+    if layouts not in _opted_in and allow_dynamic_shared(kernel, tuple(map(numba.typeof, args)),
+                                                         size):
+        _opted_in.add(layouts)
+    kernel[grid, threads, stream, size](*args)
+
+
+_opted_in = set()      # (kernel, whether each array is C-contiguous) launched before
+_signatures = {}       # the same keys: a driver launch's signature

@@ -1,4 +1,5 @@
-"""Session 24 (attn; from session 23's): tools/bench.py --only attention through the kernel cache that the
+"""Session 24 (attn; from session 23's):
+tools/bench.py --only attention through the kernel cache that the
 device calls carry ($MICROGPT_TEST_KERNEL_CACHE), so that a call's bench finds the kernels
 its test job compiled; --warm runs the section at small shapes of the same routes (T 1027
 and, at D 64, 4099 for the long-walk tile) to compile them, writing no report.

@@ -1,4 +1,5 @@
-"""Session 24 (attn; from session 23's): the routed wgmma forward (hopper.default_tile(D, T)) against float64
+"""Session 24 (attn; from session 23's):
+the routed wgmma forward (hopper.default_tile(D, T)) against float64
 with the property test's check (tests/test_kernels_attention_hopper's check_forward, both
 head layouts) at ragged shapes on each side of LONG_T, and past it (T 6001, where only
 T 4099 had run), at D 64 and 128; the wgmma backward likewise with its property test's

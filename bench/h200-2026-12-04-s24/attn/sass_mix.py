@@ -1,4 +1,5 @@
-"""Session 24 (attn; from session 23's): the opcode mix of an `ncu --page source --print-source sass --csv`
+"""Session 24 (attn; from session 23's):
+the opcode mix of an `ncu --page source --print-source sass --csv`
 export: warp instructions executed per opcode (the whole kernel) with the stall samples,
 the hot body (instructions executed at least half the top count: a walk's step), and the
 top stall sites.

@@ -1,4 +1,5 @@
-"""Session 24 (attn; from session 23's): the wgmma forward's tiles (tools/benchmarks/attention.py's
+"""Session 24 (attn; from session 23's):
+the wgmma forward's tiles (tools/benchmarks/attention.py's
 hopper_variants with sweep: the default by T first) at the issue's shapes, each checked
 against mma.sync's forward and timed eager and in a CUDA graph (time_hopper_attention),
 beside SDPA cuDNN's forward and forward + backward captured (ab.py's cudnn),
