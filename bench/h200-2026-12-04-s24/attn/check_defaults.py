@@ -3,12 +3,13 @@ the routed wgmma forward (hopper.default_tile(D, T)) against float64
 with the property test's check (tests/test_kernels_attention_hopper's check_forward, both
 head layouts) at ragged shapes on each side of LONG_T, and past it (T 6001, where only
 T 4099 had run), at D 64 and 128; the wgmma backward likewise with its property test's
-check at a long and a short T.
+check at a long and a short T (D 64: first ragged over several heads).
 
 python3 check_defaults.py [backward] [quick] [long] [64|128] [tile=FIELDS] [dq=F] [dkdv=F]
 (backward: the backward's shapes; quick: the first shape a width, unfused; long: T >= 4096;
 tile: a forward HopperTile's fields, e.g. tile=2,64,4,0,0,2,0,0, instead of the default;
-dq, dkdv: a backward pass's BackwardTile fields, e.g. dkdv=1,64,4,2,0)"""
+dq, dkdv: a backward pass's BackwardTile fields, e.g. dkdv=1,64,4,2,0 or, a producer
+warpgroup donating its registers, dkdv=2,64,8,1,1,1)"""
 import os
 import sys
 import traceback
@@ -23,7 +24,7 @@ from microgpt.kernels.attention.hopper_backward import BackwardTile  # noqa: E40
 
 SHAPES = [(2, 3, 1000, 64), (1, 2, 4096, 64), (1, 1, 6001, 64), (1, 2, 1, 64), (3, 2, 265, 64),
           (2, 3, 777, 128), (1, 1, 4100, 128)]
-BACKWARD_SHAPES = [(1, 1, 4100, 64), (1, 2, 2053, 128)]
+BACKWARD_SHAPES = [(2, 3, 265, 64), (1, 1, 4100, 64), (1, 2, 2053, 128)]
 if os.environ.get("MICROGPT_TEST_KERNEL_CACHE"):
     cache.use(os.environ["MICROGPT_TEST_KERNEL_CACHE"])
 quick = "quick" in sys.argv[1:]
@@ -33,7 +34,7 @@ tile = (HopperTile(*fields[0][:3], *map(bool, fields[0][3:5]), fields[0][5],
                    *map(bool, fields[0][6:])) if fields else None)
 passes = {a.split("=")[0]: [int(x) for x in a.split("=")[1].split(",")]
           for a in sys.argv[1:] if a.startswith(("dq=", "dkdv="))}
-tiles = tuple(BackwardTile(*f[:4], bool(f[4])) if (f := passes.get(kind)) else None
+tiles = tuple(BackwardTile(*f[:4], *map(bool, f[4:])) if (f := passes.get(kind)) else None
               for kind in ("dq", "dkdv"))
 widths = [int(a) for a in sys.argv[1:] if a.isdigit()] or [64, 128]
 shapes = [x for D in widths for x in [x for x in (BACKWARD_SHAPES if backward else SHAPES)

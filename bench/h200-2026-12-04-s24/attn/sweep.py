@@ -25,17 +25,21 @@ from microgpt.kernels.attention import hopper_backward  # noqa: E402
 from microgpt.kernels.attention.hopper_backward import BackwardTile as BT  # noqa: E402
 
 SHAPES = {"120m": (16, 12, 1024, 64), "4096": (4, 12, 4096, 64), "d128": (8, 16, 2048, 128)}
-# (dq tile, dk/dv tile) by head_dim, the defaults first, each pass varied alone. At D 64
-# the dk/dv pass as blocks of one warpgroup, two or three an SM (a block's start and end
-# under another's walk: session 19 timed (1, 64, 3, 2) before the 8 stages), and four
-# stages; the dq pass likewise. At D 128 (sm_90a: none spills; the dk/dv pass's (1, 64, 4)
-# took 254 registers and is left out) the dq pass's steps of 64 keys, the dk/dv pass's
-# blocks of one warpgroup two an SM, its 8 stages.
+# (dq tile, dk/dv tile) by head_dim, the defaults first, each pass varied alone, then
+# both passes with a producer warpgroup donating its registers (DONATE). At D 64 the dk/dv
+# pass as blocks of one warpgroup, two or three an SM (a block's start and end under
+# another's walk: session 19 timed (1, 64, 3, 2) before the 8 stages), and four stages;
+# the dq pass likewise. At D 128 (sm_90a: none spills; the dk/dv pass's (1, 64, 4) took 254
+# registers and is left out) the dq pass's steps of 64 keys (two warpgroups with a
+# donating producer), the dk/dv pass's blocks of one warpgroup two an SM, its 8 stages.
+DONATE = {64: BT(2, 64, 8, 1, True, True), 128: BT(2, 32, 4, 1, True, True)}
 BACKWARD = {64: [(None, None), (None, BT(1, 64, 4, 2)), (None, BT(1, 32, 4, 3)),
                  (None, BT(2, 64, 4)), (BT(1, 64, 4, 2, True), None),
-                 (BT(2, 64, 4, 1, True), None)],
+                 (BT(2, 64, 4, 1, True), None), (None, DONATE[64]), (DONATE[64], None),
+                 (DONATE[64], DONATE[64])],
             128: [(None, None), (BT(2, 32, 4, 1), None), (BT(1, 64, 4, 1), None),
-                  (None, BT(1, 32, 4, 2)), (None, BT(2, 32, 8))]}
+                  (BT(2, 64, 4, 1, True, True), None), (None, BT(1, 32, 4, 2)),
+                  (None, BT(2, 32, 8)), (None, DONATE[128])]}
 
 
 def sweep_backward(arrays, reps):

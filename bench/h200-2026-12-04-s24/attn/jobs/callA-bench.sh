@@ -7,6 +7,8 @@
 S=bench/h200-2026-12-04-s24/attn
 date -u | tee $OUT/bench_date.txt
 cat $S/jobs/commit.txt 2>/dev/null
+# the tree it ran, to match with the branch's commits (no git history here)
+sha1sum kernels/attention/*.py tests/test_kernels_attention*.py $S/*.py | tee $OUT/tree.sha1
 echo "+ python3 $S/ab.py --reps 5" | tee $OUT/ab.log
 timeout 32 python3 $S/ab.py --reps 5 2>&1 | grep -v "Warning\|warn(" | tee -a $OUT/ab.log
 echo "ab done at $SECONDS s" | tee -a $OUT/ab.log

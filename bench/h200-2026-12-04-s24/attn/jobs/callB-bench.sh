@@ -1,13 +1,16 @@
 #!/bin/bash
 # call B (attn, alone on the GPU, <= 90 s): 1) sweep.py --backward: the backward's tile
-# pairs at andrea-120m and D 128, each against the defaults' gradients, graph-replayed;
+# pairs at andrea-120m and D 128 (the donating producer warpgroup's among them), each
+# against the defaults' gradients, graph-replayed, beside cuDNN's in the same process;
 # 2) sweep.py: the forward's tiles at the three wgmma shapes (the default by T first; no
-# ping-pong and persistent blocks at D 64), with mma.sync's and SDPA's in the same process.
+# ping-pong and persistent blocks at D 64), with cuDNN's.
 S=bench/h200-2026-12-04-s24/attn
 date -u | tee $OUT/bench_date.txt
 cat $S/jobs/commit.txt 2>/dev/null
+# the tree it ran, to match with the branch's commits (no git history here)
+sha1sum kernels/attention/*.py tests/test_kernels_attention*.py $S/*.py | tee $OUT/tree.sha1
 echo "+ python3 $S/sweep.py --backward --reps 5" | tee $OUT/sweep_bwd.log
-timeout 40 python3 $S/sweep.py --backward --reps 5 2>&1 | grep -v "Warning\|warn(" | tee -a $OUT/sweep_bwd.log
+timeout 45 python3 $S/sweep.py --backward --reps 5 2>&1 | grep -v "Warning\|warn(" | tee -a $OUT/sweep_bwd.log
 echo "sweep --backward done at $SECONDS s" | tee -a $OUT/sweep_bwd.log
 echo "+ python3 $S/sweep.py --reps 5" | tee $OUT/sweep.log
 timeout $((86 - SECONDS)) python3 $S/sweep.py --reps 5 2>&1 | grep -v "Warning\|warn(" | tee -a $OUT/sweep.log

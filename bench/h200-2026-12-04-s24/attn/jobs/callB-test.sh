@@ -1,24 +1,42 @@
 #!/bin/bash
 # call B (attn, <= 140 s beside the other helpers' tests). The tiles bench.sh sweeps,
-# against float64 before their figures count: 1) the backward's candidate pairs
-# (check_defaults.py backward dq= / dkdv=: each pass's candidate beside the other's
-# default, at (1, 1, 4100, 64) or (1, 2, 2053, 128), both layouts); 2) the forward's D 64
-# candidates below LONG_T (no ping-pong; persistent blocks, with and without) at ragged
-# shapes, both layouts; 3) the sweeps' kernels into the kernel cache for bench.sh.
+# against float64 before their figures count (check_defaults.py: each pass's candidate
+# beside the other's default, at (2, 3, 265, 64) and (1, 1, 4100, 64), or (1, 2, 2053, 128),
+# both layouts), two checks a process: 1) the passes with a producer warpgroup donating
+# its registers (new: BackwardTile.donate), with memcheck and racecheck of both passes so;
+# 2) the other candidate pairs; 3) the forward's D 64 candidates below LONG_T (no
+# ping-pong; persistent blocks, with and without) and its routed long and D 128 tiles
+# (their launch is hopper_operands.launch_pass now); 4) the backward's property test
+# (its explicit examples, a donating one new); 5) the sweeps' kernels into the kernel cache.
 S=bench/h200-2026-12-04-s24/attn
 date -u | tee $OUT/date.txt
 cp $S/jobs/commit.txt $OUT/ 2>/dev/null
 export MICROGPT_TEST_DEVICE=gpu
 CD="python3 $S/check_defaults.py"
-for c in "64 dkdv=1,64,4,2,0" "64 dkdv=1,32,4,3,0" "64 dkdv=2,64,4,1,0" "64 dq=1,64,4,2,1" "64 dq=2,64,4,1,1" \
-         "128 dq=2,32,4,1,0" "128 dq=1,64,4,1,0" "128 dkdv=1,32,4,2,0" "128 dkdv=2,32,8,1,0"; do
-  (timeout 125 $CD backward $c > "$OUT/check_bwd_${c// /_}.log" 2>&1; echo "rc $?" >> "$OUT/check_bwd_${c// /_}.log") &
+check() {  # check LIMIT_S ARGS...: one check_defaults.py run, its log named by its arguments
+  local limit=$1; shift; local args="$*"; local log="$OUT/check_${args//[ ,=]/_}.log"
+  timeout $limit $CD "$@" > "$log" 2>&1; echo "rc $?" >> "$log"
+}
+(check 62 backward 64 dkdv=2,64,8,1,1,1; check 62 backward 64 dq=2,64,8,1,1,1) &
+(check 62 backward 128 dkdv=2,32,4,1,1,1; check 62 backward 128 dq=2,64,4,1,1,1) &
+(check 62 backward 64 dkdv=1,64,4,2,0; check 62 backward 64 dkdv=1,32,4,3,0) &
+(check 62 backward 64 dkdv=2,64,4,1,0; check 62 backward 64 dq=1,64,4,2,1) &
+(check 62 backward 64 dq=2,64,4,1,1; check 62 backward 128 dq=2,32,4,1,0) &
+(check 62 backward 128 dq=1,64,4,1,0; check 62 backward 128 dkdv=1,32,4,2,0) &
+(check 50 backward 128 dkdv=2,32,8,1,0; check 40 quick long 64; check 35 quick 128) &
+(check 62 64 tile=2,64,4,0,0,2,0,0; check 62 64 tile=2,64,4,0,1,2,1,0) &
+(check 125 64 tile=2,64,4,0,0,2,1,0) &
+D="dq=2,64,8,1,1,1 dkdv=2,64,8,1,1,1"
+(CUDA_LAUNCH_BLOCKING=1 timeout 125 compute-sanitizer --tool memcheck --error-exitcode 99 $CD backward quick 64 $D 2>&1 \
+   | grep -v "Warning\|warn(" | tail -8 > $OUT/memcheck_bwd_donate.log; echo "memcheck rc ${PIPESTATUS[0]}" >> $OUT/memcheck_bwd_donate.log) &
+(timeout 125 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 99 $CD backward quick 64 $D 2>&1 \
+   | grep -v "Warning\|warn(" | tail -8 > $OUT/racecheck_bwd_donate.log; echo "racecheck rc ${PIPESTATUS[0]}" >> $OUT/racecheck_bwd_donate.log) &
+(MICROGPT_GPU_EXAMPLES=1 timeout 125 python3 -m pytest -q -rA -p no:warnings -p no:cacheprovider \
+   tests/test_kernels_attention_hopper_backward.py --hypothesis-seed=4 --hypothesis-verbosity=verbose > $OUT/pytest_bwd_4.log 2>&1; echo "rc $?" >> $OUT/pytest_bwd_4.log) &
+for w in "--shapes 120m 4096" "--shapes d128" "--backward --shapes 120m" "--backward --shapes d128"; do
+  n=${w//--/}; n=$OUT/warm_sweep_${n// /_}.log
+  (timeout 128 python3 $S/sweep.py --warm $w > "$n" 2>&1; echo "rc $?" >> "$n") &
 done
-for t in 2,64,4,0,0,2,0,0 2,64,4,0,1,2,1,0 2,64,4,0,0,2,1,0; do
-  (timeout 125 $CD 64 tile=$t > $OUT/check_fwd_$t.log 2>&1; echo "rc $?" >> $OUT/check_fwd_$t.log) &
-done
-(timeout 128 python3 $S/sweep.py --warm > $OUT/warm_sweep.log 2>&1; echo "rc $?" >> $OUT/warm_sweep.log) &
-(timeout 128 python3 $S/sweep.py --warm --backward > $OUT/warm_sweep_bwd.log 2>&1; echo "rc $?" >> $OUT/warm_sweep_bwd.log) &
 wait
-grep -H "passed\|failed\|rc \|ERROR SUMMARY\|RACECHECK SUMMARY\|FAIL\|check_defaults:" $OUT/*.log | grep -v ":E " | tail -50
+grep -H "passed\|failed\|rc \|ERROR SUMMARY\|RACECHECK SUMMARY\|FAIL\|check_defaults:" $OUT/*.log | grep -v ":E " | tail -60
 echo "test.sh done at $SECONDS s"
