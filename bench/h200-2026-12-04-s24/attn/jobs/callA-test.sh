@@ -15,6 +15,8 @@
 S=bench/h200-2026-12-04-s24/attn
 date -u | tee $OUT/date.txt
 cp $S/jobs/commit.txt $OUT/ 2>/dev/null
+# the tree it ran, to match with the branch's commits (no git history here)
+sha1sum kernels/attention/*.py tests/test_kernels_attention*.py $S/*.py > $OUT/tree.sha1
 export MICROGPT_TEST_DEVICE=gpu
 PT="python3 -m pytest -q -rA -p no:warnings -p no:cacheprovider"
 CD="python3 $S/check_defaults.py"

@@ -11,6 +11,8 @@
 S=bench/h200-2026-12-04-s24/attn
 date -u | tee $OUT/date.txt
 cp $S/jobs/commit.txt $OUT/ 2>/dev/null
+# the tree it ran, to match with the branch's commits (no git history here)
+sha1sum kernels/attention/*.py tests/test_kernels_attention*.py $S/*.py > $OUT/tree.sha1
 export MICROGPT_TEST_DEVICE=gpu
 CD="python3 $S/check_defaults.py"
 check() {  # check LIMIT_S ARGS...: one check_defaults.py run, its log named by its arguments
