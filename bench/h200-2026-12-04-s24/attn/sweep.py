@@ -38,7 +38,7 @@ BACKWARD = {64: [(None, None), (None, BT(1, 64, 4, 2)), (None, BT(1, 32, 4, 3)),
                  (BT(2, 64, 4, 1, True), None), (None, DONATE[64]), (DONATE[64], None),
                  (DONATE[64], DONATE[64])],
             128: [(None, None), (BT(2, 32, 4, 1), None), (BT(1, 64, 4, 1), None),
-                  (BT(2, 64, 4, 1, True, True), None), (None, BT(1, 32, 4, 2)),
+                  (BT(2, 64, 4, 1), None), (BT(2, 64, 4, 1, True, True), None), (None, BT(1, 32, 4, 2)),
                   (None, BT(2, 32, 8)), (None, DONATE[128])]}
 
 

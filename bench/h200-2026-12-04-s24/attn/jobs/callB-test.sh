@@ -27,7 +27,7 @@ check() {  # check LIMIT_S ARGS...: one check_defaults.py run, its log named by 
 (check 62 backward 128 dq=1,64,4,1,0; check 62 backward 128 dkdv=1,32,4,2,0) &
 (check 50 backward 128 dkdv=2,32,8,1,0; check 40 quick long 64; check 35 quick 128) &
 (check 62 64 tile=2,64,4,0,0,2,0,0; check 62 64 tile=2,64,4,0,1,2,1,0) &
-(check 125 64 tile=2,64,4,0,0,2,1,0) &
+(check 62 64 tile=2,64,4,0,0,2,1,0; check 62 backward 128 dq=2,64,4,1,0) &
 D="dq=2,64,8,1,1,1 dkdv=2,64,8,1,1,1"
 (CUDA_LAUNCH_BLOCKING=1 timeout 125 compute-sanitizer --tool memcheck --error-exitcode 99 $CD backward quick 64 $D 2>&1 \
    | grep -v "Warning\|warn(" | tail -8 > $OUT/memcheck_bwd_donate.log; echo "memcheck rc ${PIPESTATUS[0]}" >> $OUT/memcheck_bwd_donate.log) &
