@@ -275,7 +275,8 @@ def dkdv_kernel(D, tile):
         ds = cuda.local.array(p_regs, uint32)
         dk_acc = cuda.local.array(o_regs, float32)
         dv_acc = cuda.local.array(o_regs, float32)
-        column = cuda.local.array(p_regs, float32)   # a column's lse, then its delta
+        column = cuda.local.array(p_regs, float32)   # the thread's columns' lse (log2)
+        column_delta = cuda.local.array(p_regs, float32)     # and their delta
         for r in range(o_regs):
             dk_acc[r] = ZERO
             dv_acc[r] = ZERO
@@ -296,6 +297,16 @@ def dkdv_kernel(D, tile):
             u = uint32(it)
             at = int32(kv_size + u % stages * stage_size)
             pipe.wait(bars, u)
+            # The columns' lse and delta loaded before the products are issued, so that
+            # the loads' latency runs under them instead of between S^T and its exps (a
+            # wgmma wait rises to the top of its basic block in ptxas, but not above the
+            # products it waits for). By unsigned indices: numba wraps a signed one that is
+            # negative around the array's end (two compares and a select a load)
+            stat = int32(stats_at + u % stages * STATS * slot + stat_shift + col)
+            for j in range(N // 8):
+                for e in range(2):
+                    column[2 * j + e] = stats[uint32(stat + 8 * j + e)] * log2e
+                    column_delta[2 * j + e] = stats[uint32(stat + slot + 8 * j + e)]
             transposed_scores(s, smem, k_at, at)
             transposed_scores(dp, smem, v_at, at + N * D)
             s_wait_one(s)               # S^T, and the previous step's products: dP^T runs on
@@ -304,12 +315,6 @@ def dkdv_kernel(D, tile):
             if copies:
                 issued = pipe.refill_ready(bars, it + 2, it + stages - 1, issued, steps,
                                            operands)
-            # the stats by unsigned indices: numba wraps a signed one that is negative
-            # around the array's end (two compares and a select a load)
-            stat = int32(stats_at + u % stages * STATS * slot + stat_shift + col)
-            for j in range(N // 8):
-                for e in range(2):
-                    column[2 * j + e] = stats[uint32(stat + 8 * j + e)] * log2e
             if query0 < k0 + 64 * group + 64 or query0 + N > T:
                 mask(s, row, query0, col, T)
             for j in range(N // 8):
@@ -319,13 +324,10 @@ def dkdv_kernel(D, tile):
             for r in range(p_regs):
                 p[r] = pack_bf16x2(s[2 * r], s[2 * r + 1])
             accumulate(dv_acc, p, smem, at + N * D)
-            for j in range(N // 8):
-                for e in range(2):
-                    column[2 * j + e] = stats[uint32(stat + slot + 8 * j + e)]
             s_wait_one(dp)              # dP^T; dv's product runs on
             for j in range(N // 8):
                 for r in range(4):
-                    dp[4 * j + r] = s[4 * j + r] * (dp[4 * j + r] - column[2 * j + r % 2])
+                    dp[4 * j + r] = s[4 * j + r] * (dp[4 * j + r] - column_delta[2 * j + r % 2])
             for r in range(p_regs):
                 ds[r] = pack_bf16x2(dp[2 * r], dp[2 * r + 1])
             accumulate(dk_acc, ds, smem, at)
