@@ -251,9 +251,8 @@ def dkdv_kernel(D, tile):
             kv_row = b * kv_rb + h * kv_rh + k0
             copy_resident(smem, int32(0), bars, KV_LANDED, k, k_map, kv_row, h * kv_ch, v,
                           v_map, kv_row, h * kv_ch)
-            if not producer:
-                issued = pipe.refill_ready(bars, stages - 1, stages - 1, issued, steps,
-                                           operands)
+            if not producer:        # the first step's copies: the others' after the barrier
+                issued = pipe.refill_ready(bars, 1, 1, issued, steps, operands)
         cuda.syncthreads()
         # the producer: every step's copies in turn. It returns from its own branch, so that
         # ptxas sees the computing code reached only after the registers are raised
@@ -281,6 +280,12 @@ def dkdv_kernel(D, tile):
             dk_acc[r] = ZERO
             dv_acc[r] = ZERO
         copies = not producer and cuda.threadIdx.x == 0
+        if copies:
+            # The block waits at its barrier for this thread's copies, and ncu (session 24,
+            # call A) had 11% of the dk/dv pass's samples there while it issued stages - 1
+            # steps' copies before it: now the steps after the first are issued past the
+            # barrier, under the flight of the resident tiles (as in the dq pass)
+            issued = pipe.refill_ready(bars, 1, stages - 1, issued, steps, operands)
         k_at, v_at = int32(64 * group * PANEL), int32(M * D + 64 * group * PANEL)
         # the steps wholly above the warpgroup's keys (queries all before its first)
         skip = (k0 + 64 * group) // N - first
@@ -414,9 +419,8 @@ def dq_kernel(D, tile):
             mbarrier_arrive_expect_tx(bars, OWN_LANDED, 4 * M * D)
             copy_resident(smem, int32(0), bars, OWN_LANDED, qm, q_map, b * q_rb + h * q_rh + q0,
                           h * q_ch, dom, do_map, b * do_rb + h * do_rh + q0, h * do_ch)
-            if not producer:
-                issued = pipe.refill_ready(bars, stages - 1, stages - 1, issued, steps,
-                                           operands)
+            if not producer:        # the first step's copies: the others' after the barrier
+                issued = pipe.refill_ready(bars, 1, 1, issued, steps, operands)
         cuda.syncthreads()
         # the producer: every step's copies in turn. It returns from its own branch, so that
         # ptxas sees the computing code reached only after the registers are raised
@@ -462,6 +466,8 @@ def dq_kernel(D, tile):
         for r in range(o_regs):
             dq_acc[r] = ZERO
         copies = not producer and cuda.threadIdx.x == 0
+        if copies:          # the steps after the first (as in the dk/dv pass)
+            issued = pipe.refill_ready(bars, 1, stages - 1, issued, steps, operands)
         q_at, do_at = int32(64 * group * PANEL), int32(M * D + 64 * group * PANEL)
         # the warpgroup's key steps: to the one holding its last row (none past T)
         own = (min(T, first + 64) + N - 1) // N if first < T else 0
