@@ -1,9 +1,9 @@
 #!/bin/bash
-# main_kernels/ for ab.py: the wgmma forward and backward at COMMIT (default 319bf2d,
-# session 22's, the baseline of session 23's ab.py figures), their relative imports made
+# main_kernels/ for ab.py: the wgmma forward and backward at COMMIT (default 133880f, main
+# at session 24's start; call A's was 319bf2d, session 22's), their relative imports made
 # absolute. Run here, in the worktree; its output is committed, because the device jobs
 # run from `git archive` of the branch (no git history there).
-C=${1:-319bf2d}
+C=${1:-133880f}
 D=bench/h200-2026-12-04-s24/attn/main_kernels
 mkdir -p $D
 for f in hopper hopper_backward; do
