@@ -305,13 +305,15 @@ def dkdv_kernel(D, tile):
             # The columns' lse and delta loaded before the products are issued, so that
             # the loads' latency runs under them instead of between S^T and its exps (a
             # wgmma wait rises to the top of its basic block in ptxas, but not above the
-            # products it waits for). By unsigned indices: numba wraps a signed one that is
-            # negative around the array's end (two compares and a select a load)
-            stat = int32(stats_at + u % stages * STATS * slot + stat_shift + col)
+            # products it waits for). From a view at the thread's first column, each at a
+            # constant offset (an address and an immediate: at unsigned indices of stats,
+            # whose sums may wrap, each load took an add and a multiply-add, 64 integer
+            # instructions a step in call A's SASS)
+            columns = stats[uint32(stats_at + u % stages * STATS * slot + stat_shift + col):]
             for j in range(N // 8):
                 for e in range(2):
-                    column[2 * j + e] = stats[uint32(stat + 8 * j + e)] * log2e
-                    column_delta[2 * j + e] = stats[uint32(stat + slot + 8 * j + e)]
+                    column[2 * j + e] = columns[8 * j + e] * log2e
+                    column_delta[2 * j + e] = columns[slot + 8 * j + e]
             transposed_scores(s, smem, k_at, at)
             transposed_scores(dp, smem, v_at, at + N * D)
             s_wait_one(s)               # S^T, and the previous step's products: dP^T runs on

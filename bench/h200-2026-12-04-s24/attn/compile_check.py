@@ -4,9 +4,10 @@ nvJitLink with -verbose): its registers, stack bytes and whether ptxas serialize
 wgmma. For tiles check_tile refuses too (the question is whether they would spill).
 
 python3 compile_check.py dq|dkdv D FIELDS   (FIELDS: a BackwardTile's, e.g. 1,64,4,2,1 or
-2,64,8,1,1,1 for a donating producer warpgroup, compiled whole by ptxas)"""
+2,64,8,1,1,1 for a donating producer warpgroup, compiled whole by ptxas) [SASS_FILE]"""
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -15,6 +16,7 @@ import types
 from numba import cuda
 from numba.cuda import dispatcher
 
+import nvidia
 from cuda.bindings import nvjitlink
 from microgpt.kernels.attention import hopper_backward as hb
 
@@ -39,6 +41,7 @@ if getattr(kernel, "whole_program", False):
         done = subprocess.run(["ptxas", "-arch=sm_90a", "-v", os.path.join(folder, "k.ptx"),
                                "-o", os.path.join(folder, "k.cubin")],
                               capture_output=True, text=True)
+        cubin = open(os.path.join(folder, "k.cubin"), "rb").read()
     log = done.stdout + done.stderr
 else:
     handle = nvjitlink.create(2, ["-arch=sm_90a", "-verbose"])
@@ -47,9 +50,27 @@ else:
     nvjitlink.complete(handle)
     log = bytearray(nvjitlink.get_info_log_size(handle))
     nvjitlink.get_info_log(handle, log)
+    cubin = bytearray(nvjitlink.get_linked_cubin_size(handle))
+    nvjitlink.get_linked_cubin(handle, cubin)
     nvjitlink.destroy(handle)
     log = log.decode(errors="replace")
 print(kind, D, tuple(tile), "registers", re.findall(r"Used (\d+) registers", log),
       "setmaxnreg ignored" if "setmaxnreg ignored" in log else "",
       "stack", re.findall(r"(\d+) bytes stack", log),
       "serialized", "serialized" in log)
+
+# the static SASS (nvdisasm, from the nvidia-cuda-nvdisasm wheel where installed): the
+# kernel's instructions, and those of its opcodes that the step's integer work shows in
+nvdisasm = shutil.which("nvdisasm") or os.path.join(os.path.dirname(nvidia.__path__[0]),
+                                                   "nvidia", "cu13", "bin", "nvdisasm")
+if os.path.exists(nvdisasm):
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(bytes(cubin))
+        f.flush()
+        sass = subprocess.run([nvdisasm, f.name], capture_output=True, text=True).stdout
+    ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass)
+    counts = {o: ops.count(o) for o in ("HGMMA", "LDS", "IMAD", "IADD3", "R2UR", "MUFU")}
+    print("static SASS", len(ops), counts)
+    if sys.argv[4:]:
+        with open(sys.argv[4], "w") as f:
+            f.write(sass)
