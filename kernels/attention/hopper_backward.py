@@ -113,13 +113,18 @@ def default_tile(D, kind):
     pass: 0.312 against 0.327 ms with one warpgroup of 64 queries, steps of 32 keys and
     three blocks an SM at andrea-120m, 0.950 against 1.079 at T 4096); the dk/dv pass
     (2, 64, 8) (session 20: 0.190 ms of the backward); at D 128 the dq pass (1, 32, 4, 2)
-    (0.684 against 0.740), where a producer's tiles do not fit. (The simulator's: one
-    warpgroup, whose 128 Python threads are a block's cost.)"""
+    (0.684 against 0.740), where a producer's tiles do not fit. A producer warpgroup that
+    donates its registers (session 24 call B, sweep.py --backward, H200): the dk/dv pass
+    (2, 64, 8) at D 64 (0.2759 against 0.3123 ms at andrea-120m), at D 128 the dk/dv pass
+    (2, 32, 4) (1.1329 against 1.4428) and the dq pass (2, 64, 4) (1.2540). (The
+    simulator's: one warpgroup, whose 128 Python threads are a block's cost.)"""
     if SIMULATOR:
         return BackwardTile(1, 64, 4)
     if kind == "dq":
-        return BackwardTile(2, 64, 8, 1, True) if D == 64 else BackwardTile(1, 32, 4, 2)
-    return BackwardTile(2, 64, 8) if D == 64 else BackwardTile(2, 32, 4)
+        return (BackwardTile(2, 64, 8, 1, True) if D == 64
+                else BackwardTile(2, 64, 4, 1, True, True))
+    return (BackwardTile(2, 64, 8, 1, True, True) if D == 64
+            else BackwardTile(2, 32, 4, 1, True, True))
 
 
 def shared_bytes(tile, D, kind):
@@ -251,8 +256,9 @@ def dkdv_kernel(D, tile):
             kv_row = b * kv_rb + h * kv_rh + k0
             copy_resident(smem, int32(0), bars, KV_LANDED, k, k_map, kv_row, h * kv_ch, v,
                           v_map, kv_row, h * kv_ch)
-            if not producer:        # the first step's copies: the others' after the barrier
-                issued = pipe.refill_ready(bars, 1, 1, issued, steps, operands)
+            if not producer:
+                issued = pipe.refill_ready(bars, stages - 1, stages - 1, issued, steps,
+                                           operands)
         cuda.syncthreads()
         # the producer: every step's copies in turn. It returns from its own branch, so that
         # ptxas sees the computing code reached only after the registers are raised
@@ -274,18 +280,11 @@ def dkdv_kernel(D, tile):
         ds = cuda.local.array(p_regs, uint32)
         dk_acc = cuda.local.array(o_regs, float32)
         dv_acc = cuda.local.array(o_regs, float32)
-        column = cuda.local.array(p_regs, float32)   # the thread's columns' lse (log2)
-        column_delta = cuda.local.array(p_regs, float32)     # and their delta
+        column = cuda.local.array(p_regs, float32)   # a column's lse, then its delta
         for r in range(o_regs):
             dk_acc[r] = ZERO
             dv_acc[r] = ZERO
         copies = not producer and cuda.threadIdx.x == 0
-        if copies:
-            # The block waits at its barrier for this thread's copies, and ncu (session 24,
-            # call A) had 11% of the dk/dv pass's samples there while it issued stages - 1
-            # steps' copies before it: now the steps after the first are issued past the
-            # barrier, under the flight of the resident tiles (as in the dq pass)
-            issued = pipe.refill_ready(bars, 1, stages - 1, issued, steps, operands)
         k_at, v_at = int32(64 * group * PANEL), int32(M * D + 64 * group * PANEL)
         # the steps wholly above the warpgroup's keys (queries all before its first)
         skip = (k0 + 64 * group) // N - first
@@ -302,18 +301,6 @@ def dkdv_kernel(D, tile):
             u = uint32(it)
             at = int32(kv_size + u % stages * stage_size)
             pipe.wait(bars, u)
-            # The columns' lse and delta loaded before the products are issued, so that
-            # the loads' latency runs under them instead of between S^T and its exps (a
-            # wgmma wait rises to the top of its basic block in ptxas, but not above the
-            # products it waits for). From a view at the thread's first column, each at a
-            # constant offset (an address and an immediate: at unsigned indices of stats,
-            # whose sums may wrap, each load took an add and a multiply-add, 64 integer
-            # instructions a step in call A's SASS)
-            columns = stats[uint32(stats_at + u % stages * STATS * slot + stat_shift + col):]
-            for j in range(N // 8):
-                for e in range(2):
-                    column[2 * j + e] = columns[8 * j + e] * log2e
-                    column_delta[2 * j + e] = columns[slot + 8 * j + e]
             transposed_scores(s, smem, k_at, at)
             transposed_scores(dp, smem, v_at, at + N * D)
             s_wait_one(s)               # S^T, and the previous step's products: dP^T runs on
@@ -322,6 +309,12 @@ def dkdv_kernel(D, tile):
             if copies:
                 issued = pipe.refill_ready(bars, it + 2, it + stages - 1, issued, steps,
                                            operands)
+            # the stats by unsigned indices: numba wraps a signed one that is negative
+            # around the array's end (two compares and a select a load)
+            stat = int32(stats_at + u % stages * STATS * slot + stat_shift + col)
+            for j in range(N // 8):
+                for e in range(2):
+                    column[2 * j + e] = stats[uint32(stat + 8 * j + e)] * log2e
             if query0 < k0 + 64 * group + 64 or query0 + N > T:
                 mask(s, row, query0, col, T)
             for j in range(N // 8):
@@ -331,10 +324,13 @@ def dkdv_kernel(D, tile):
             for r in range(p_regs):
                 p[r] = pack_bf16x2(s[2 * r], s[2 * r + 1])
             accumulate(dv_acc, p, smem, at + N * D)
+            for j in range(N // 8):
+                for e in range(2):
+                    column[2 * j + e] = stats[uint32(stat + slot + 8 * j + e)]
             s_wait_one(dp)              # dP^T; dv's product runs on
             for j in range(N // 8):
                 for r in range(4):
-                    dp[4 * j + r] = s[4 * j + r] * (dp[4 * j + r] - column_delta[2 * j + r % 2])
+                    dp[4 * j + r] = s[4 * j + r] * (dp[4 * j + r] - column[2 * j + r % 2])
             for r in range(p_regs):
                 ds[r] = pack_bf16x2(dp[2 * r], dp[2 * r + 1])
             accumulate(dk_acc, ds, smem, at)
@@ -421,8 +417,9 @@ def dq_kernel(D, tile):
             mbarrier_arrive_expect_tx(bars, OWN_LANDED, 4 * M * D)
             copy_resident(smem, int32(0), bars, OWN_LANDED, qm, q_map, b * q_rb + h * q_rh + q0,
                           h * q_ch, dom, do_map, b * do_rb + h * do_rh + q0, h * do_ch)
-            if not producer:        # the first step's copies: the others' after the barrier
-                issued = pipe.refill_ready(bars, 1, 1, issued, steps, operands)
+            if not producer:
+                issued = pipe.refill_ready(bars, stages - 1, stages - 1, issued, steps,
+                                           operands)
         cuda.syncthreads()
         # the producer: every step's copies in turn. It returns from its own branch, so that
         # ptxas sees the computing code reached only after the registers are raised
@@ -468,8 +465,6 @@ def dq_kernel(D, tile):
         for r in range(o_regs):
             dq_acc[r] = ZERO
         copies = not producer and cuda.threadIdx.x == 0
-        if copies:          # the steps after the first (as in the dk/dv pass)
-            issued = pipe.refill_ready(bars, 1, stages - 1, issued, steps, operands)
         q_at, do_at = int32(64 * group * PANEL), int32(M * D + 64 * group * PANEL)
         # the warpgroup's key steps: to the one holding its last row (none past T)
         own = (min(T, first + 64) + N - 1) // N if first < T else 0
