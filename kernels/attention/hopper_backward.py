@@ -60,6 +60,7 @@ from .hopper_operands import (causal_mask, described_heads, head_matrix, launch_
                               pair_copier, products)
 
 STATS = 2                   # float32 statistics a query row brings: lse, delta
+DKDV_REGISTERS = 170        # a dk/dv pass's thread needs about this many not to spill
 # A bulk copy's first element must lie on a 16-byte boundary in global memory (the H200
 # raises an illegal instruction otherwise: session 21, heads whose statistics start at
 # (b H + h) T, not a multiple of 4), and its box 128-byte aligned in shared memory (a
@@ -158,12 +159,15 @@ def check_tile(tile, D, kind):
     # than ~170 registers (a producer warp's 9 warps count as 12; two blocks of two
     # warpgroups) it spills and serializes the wgmma (sm_90a), and on the H200 the GPU
     # tests that drew such tiles died of an illegal instruction in this pass (session 20);
-    # a donating producer warpgroup leaves its two warpgroups 240
-    if kind == "dkdv" and (producer and not donate
-                           or tile.threads * min_blocks > 3 * WARPGROUP):
+    # a donating producer warpgroup leaves the computing ones hopper.consumer_registers
+    # (240 for two, 232 for one in each of two blocks an SM)
+    if kind == "dkdv" and (producer and not donate or (
+            consumer_registers(tile) < DKDV_REGISTERS if donate
+            else tile.threads * min_blocks > 3 * WARPGROUP)):
         raise ValueError(f"tile {tile}: the dk/dv pass takes neither a producer warp that "
-                         "does not donate nor more than 384 threads an SM (its registers "
-                         "would spill)")
+                         "does not donate nor more than 384 threads an SM, nor a donating "
+                         f"one that leaves fewer than {DKDV_REGISTERS} registers a thread "
+                         "(its registers would spill)")
     check_block(f"tile {tile} of the {kind} pass with head_dim {D}", tile.threads,
                 shared_bytes(tile, D, kind), DYNAMIC_SHARED_LIMIT // min_blocks)
 

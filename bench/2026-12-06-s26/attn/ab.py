@@ -32,15 +32,21 @@ MAIN = os.path.join(HERE, "..", "..", "h200-2026-12-04-s24", "attn", "main_kerne
 FOLDER = os.path.join(tempfile.gettempdir(), "s26attn")
 sys.path[:0] = ["tools", MAIN, FOLDER]
 SHAPES = {"120m": (16, 12, 1024, 64), "4096": (4, 12, 4096, 64), "d128": (8, 16, 2048, 128)}
-# (dq, dk/dv) tiles by head_dim (None: the module's default): main's defaults
-# (hopper_backward.default_tile at 133880f), this tree's, and candidates
+# (dq, dk/dv) tiles by head_dim (None: the module's default; a width missing: the variant
+# not run there): main's defaults (hopper_backward.default_tile at 133880f), this tree's,
+# and candidates
+TWO = (1, 64, 4, 2, True, True)             # one computing warpgroup and a donating
+TWO_128 = (1, 32, 4, 2, True, True)         # producer, two blocks an SM (232 registers)
 TILES = {"main": {64: ((2, 64, 8, 1, True), (2, 64, 8)), 128: ((1, 32, 4, 2), (2, 32, 4))},
          "this": {64: (None, None), 128: (None, None)},
          # the dq pass at D 64 as one warpgroup and a producer warp, two blocks an SM (s24
          # call B: 0.3028 against 0.3123 ms beside the then default dk/dv pass)
-         "dq2": {64: ((1, 64, 4, 2, True), None), 128: (None, None)}}
+         "dq2": {64: ((1, 64, 4, 2, True), None)},
+         "dq2d": {64: (TWO, None), 128: (TWO_128, None)},
+         "kv2d": {64: (None, TWO), 128: (None, TWO_128)}}
 SOURCE = os.path.join(HERE, "..", "..", "..", "kernels", "attention", "hopper_backward.py")
-VARIANTS = ["main", "this", "b1:main", "b2:main", "b2:this", "this:dq2"]
+VARIANTS = ["main", "this", "b1:main", "b2:main", "b2:this", "this:dq2", "this:dq2d",
+            "this:kv2d"]
 
 
 def patched(text, diff):
@@ -87,7 +93,7 @@ def variant(spec, D):
     name, tiles = spec.split(":") if ":" in spec else (spec, "this")
     module = importlib.import_module("microgpt.kernels.attention.hopper_backward"
                                      if name == "this" else f"s26_{name}_hopper_backward")
-    return module, TILES[tiles][D]
+    return module, TILES[tiles].get(D)
 
 
 def cudnn(host, reps):
@@ -155,6 +161,8 @@ def main():
         launches = {}
         for spec in args.variants:
             module, tiles = variant(spec, D)
+            if tiles is None:
+                continue
 
             def backward(s, module=module, tiles=tiles):
                 module.hopper_attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse,
@@ -173,20 +181,20 @@ def main():
             launches[spec] = backward
         if args.warm:
             continue
-        best = {}
-        for order in (args.variants, args.variants[::-1]):
+        best, run = {}, list(launches)
+        for order in (run, run[::-1]):
             for spec in order:
                 best[spec] = min(best.get(spec, float("inf")),
                                  graph_time(launches[spec], args.reps))
-        for spec in args.variants:
+        for spec in run:
             b = best[spec]
             print(f"  {spec} bwd {b:.4f} ms ({2.5 * flops / b / 1e9:.0f} TFLOP/s) "
-                  f"{b / best[args.variants[0]]:.3f}x {args.variants[0]}'s", flush=True)
+                  f"{b / best[run[0]]:.3f}x {run[0]}'s", flush=True)
 
         def forward(s):
             hopper.hopper_attention_forward(out, lse, q, k, v, stream=s)
 
-        this = launches.get("this", launches[args.variants[0]])
+        this = launches.get("this", launches[run[0]])
         f = graph_time(forward, args.reps)
         both = graph_time(lambda s: (forward(s), this(s)), args.reps)
         cf, cboth = cudnn(host, args.reps)

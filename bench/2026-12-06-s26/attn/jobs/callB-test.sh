@@ -3,8 +3,9 @@
 # with the donating producer warpgroup routed as its default (both passes at D 128, the
 # dk/dv pass at D 64), session 24's b1 and b2 reverted (A/B'd from patches by bench.sh).
 # 1) the defaults against float64 (check_defaults.py backward: (2, 3, 265, 64),
-#    (1, 1, 4100, 64), (1, 2, 2053, 128), both layouts) and the candidate dq tile at D 64,
-#    (1, 64, 4, 2, producer); 2) memcheck of the defaults at D 64 and 128, racecheck at each;
+#    (1, 1, 4100, 64), (1, 2, 2053, 128), both layouts) and the candidate tiles of one
+#    computing warpgroup with a donating producer, two blocks an SM, for both passes
+#    (check_tile takes them now for the dk/dv pass: 232 registers a thread); 2) memcheck of the defaults at D 64 and 128, racecheck at each;
 # 3) the backward's GPU property test (Hypothesis, one drawn example); 4) ncu of the new
 # default passes at andrea-120m (counts: the other jobs run beside); 5) ab.py's variants
 # (the patches' modules, the candidate tiles) compiled into the kernel cache for bench.sh.
@@ -24,7 +25,8 @@ warm() {  # warm NAME VARIANTS...: ab.py --warm (small shapes of both widths) fo
 }
 (warm b1 b1:main) &
 (warm b2 b2:main b2:this) &
-(warm this main this this:dq2) &
+(warm this main this) &
+(warm tiles this:dq2 this:dq2d this:kv2d) &
 CD="python3 $S24/check_defaults.py"
 check() {  # check LIMIT_S ARGS...: one check_defaults.py run, its log named by its arguments
   local limit=$1; shift; local args="$*"; local log="$OUT/check_${args//[ ,=]/_}.log"
@@ -32,7 +34,8 @@ check() {  # check LIMIT_S ARGS...: one check_defaults.py run, its log named by 
 }
 (check 140 backward 64) &
 (check 140 backward 128) &
-(check 140 backward 64 dq=1,64,4,2,1) &
+(check 140 backward 64 dq=1,64,4,2,1,1 dkdv=1,64,4,2,1,1) &
+(check 140 backward 128 dq=1,32,4,2,1,1 dkdv=1,32,4,2,1,1) &
 sanitize() {  # sanitize TOOL LIMIT_S NAME ARGS...: check_defaults.py under compute-sanitizer
   local tool=$1 limit=$2 name=$3; shift 3; local log=$OUT/${tool}_$name.log
   local extra=; [ $tool = racecheck ] && extra="--racecheck-report hazard"
