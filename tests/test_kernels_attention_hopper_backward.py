@@ -36,7 +36,9 @@ if REAL_SHAPES:
                             BackwardTile(1, 32, 4, 2), BackwardTile(1, 32, 4, 3),
                             BackwardTile(2, 32, 4, 2), BackwardTile(2, 64, 8, 1, True),
                             BackwardTile(2, 64, 8, 1, True, True),
-                            BackwardTile(2, 32, 4, 1, True, True)])
+                            BackwardTile(2, 32, 4, 1, True, True),
+                            BackwardTile(1, 64, 4, 2, True, True),
+                            BackwardTile(1, 32, 4, 2, True, True)])
     TILES = st.tuples(st.one_of(TILE, st.just(FlashTile(64, 32))), TILE)
 else:
     SHAPES = st.tuples(st.just(1), st.sampled_from([1, 2]), st.integers(1, 70),
