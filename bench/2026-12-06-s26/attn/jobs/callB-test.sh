@@ -20,7 +20,7 @@ export MICROGPT_TEST_DEVICE=gpu
 timeout 20 python3 $S/ab.py --prepare > $OUT/prepare.log 2>&1; echo "prepare rc $?" >> $OUT/prepare.log
 warm() {  # warm NAME VARIANTS...: ab.py --warm (small shapes of both widths) for the cache
   local log=$OUT/warm_$1.log; shift
-  timeout 140 python3 $S/ab.py --warm --shapes 120m d128 --variants "$@" 2>&1 \
+  timeout 130 python3 $S/ab.py --warm --shapes 120m d128 --variants "$@" 2>&1 \
     | grep -v "Warning\|warn(" > $log; echo "warm rc ${PIPESTATUS[0]}" >> $log
 }
 (warm b1 b1:main) &
@@ -32,24 +32,24 @@ check() {  # check LIMIT_S ARGS...: one check_defaults.py run, its log named by 
   local limit=$1; shift; local args="$*"; local log="$OUT/check_${args//[ ,=]/_}.log"
   timeout $limit $CD "$@" 2>&1 | grep -v "Warning\|warn(" > "$log"; echo "rc ${PIPESTATUS[0]}" >> "$log"
 }
-(check 140 backward 64) &
-(check 140 backward 128) &
-(check 140 backward 64 dq=1,64,4,2,1,1 dkdv=1,64,4,2,1,1) &
-(check 140 backward 128 dq=1,32,4,2,1,1 dkdv=1,32,4,2,1,1) &
+(check 130 backward 64) &
+(check 130 backward 128) &
+(check 130 backward 64 dq=1,64,4,2,1,1 dkdv=1,64,4,2,1,1) &
+(check 130 backward 128 dq=1,32,4,2,1,1 dkdv=1,32,4,2,1,1) &
 sanitize() {  # sanitize TOOL LIMIT_S NAME ARGS...: check_defaults.py under compute-sanitizer
   local tool=$1 limit=$2 name=$3; shift 3; local log=$OUT/${tool}_$name.log
   local extra=; [ $tool = racecheck ] && extra="--racecheck-report hazard"
   CUDA_LAUNCH_BLOCKING=1 timeout $limit compute-sanitizer --tool $tool $extra --error-exitcode 99 $CD "$@" 2>&1 \
     | grep -v "Warning\|warn(" | tail -8 > $log; echo "$tool rc ${PIPESTATUS[0]}" >> $log
 }
-(sanitize memcheck 140 bwd_64_128 backward quick 64 128) &
-(sanitize racecheck 140 bwd_64 backward quick 64) &
-(sanitize racecheck 140 bwd_128 backward quick 128) &
-(MICROGPT_GPU_EXAMPLES=1 timeout 140 python3 -m pytest -q -rA -p no:warnings -p no:cacheprovider \
+(sanitize memcheck 130 bwd_64_128 backward quick 64 128) &
+(sanitize racecheck 130 bwd_64 backward quick 64) &
+(sanitize racecheck 130 bwd_128 backward quick 128) &
+(MICROGPT_GPU_EXAMPLES=1 timeout 130 python3 -m pytest -q -rA -p no:warnings -p no:cacheprovider \
    tests/test_kernels_attention_hopper_backward.py --hypothesis-seed=5 > $OUT/pytest_bwd_5.log 2>&1
  echo "rc $?" >> $OUT/pytest_bwd_5.log) &
 for p in dkdv dq; do
-  (timeout 125 ncu --clock-control none --kernel-name regex:backward_$p --launch-skip 2 --launch-count 1 \
+  (timeout 120 ncu --clock-control none --kernel-name regex:backward_$p --launch-skip 2 --launch-count 1 \
      --set full --import-source no -f -o $OUT/bwd_${p}_120m python3 $S24/attn_ncu.py 120m backward > $OUT/ncu_$p.log 2>&1
    echo "ncu rc $?" >> $OUT/ncu_$p.log
    timeout 8 ncu --import $OUT/bwd_${p}_120m.ncu-rep --page details --print-details all > $OUT/bwd_${p}_120m_details.txt 2>&1
