@@ -125,6 +125,8 @@ def main():
     args = parser.parse_args()
     for name in sorted({spec.split(":")[0] for spec in args.variants} - {"main", "this"}):
         write_patched(name)
+    sys.path_importer_cache.pop(FOLDER, None)      # (made now, it was not there at start)
+    importlib.invalidate_caches()
     if args.prepare:
         return
     global np, cuda, bf16_host, graph_time, torch_captured_time
