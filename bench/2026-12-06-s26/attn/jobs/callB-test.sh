@@ -18,15 +18,16 @@ sha1sum kernels/attention/*.py tests/test_kernels_attention*.py $S/*.py $S/*.txt
   $S24/main_kernels/*.py > $OUT/tree.sha1
 export MICROGPT_TEST_DEVICE=gpu
 timeout 20 python3 $S/ab.py --prepare > $OUT/prepare.log 2>&1; echo "prepare rc $?" >> $OUT/prepare.log
-warm() {  # warm NAME VARIANTS...: ab.py --warm (small shapes of both widths) for the cache
-  local log=$OUT/warm_$1.log; shift
-  timeout 130 python3 $S/ab.py --warm --shapes 120m d128 --variants "$@" 2>&1 \
+warm() {  # warm NAME "SHAPES" VARIANTS...: ab.py --warm (small shapes of the same widths
+  # and forward tiles) for the kernel cache
+  local log=$OUT/warm_$1.log shapes=$2; shift 2
+  timeout 130 python3 $S/ab.py --warm --shapes $shapes --variants "$@" 2>&1 \
     | grep -v "Warning\|warn(" > $log; echo "warm rc ${PIPESTATUS[0]}" >> $log
 }
-(warm b1 b1:main) &
-(warm b2 b2:main b2:this) &
-(warm this main this) &
-(warm tiles this:dq2 this:dq2d this:kv2d) &
+(warm b1 "120m d128" b1:main) &
+(warm b2 "120m d128" b2:main b2:this) &
+(warm this "120m 4096 d128" main this) &
+(warm tiles "120m d128" this:dq2 this:dq2d this:kv2d) &
 CD="python3 $S24/check_defaults.py"
 check() {  # check LIMIT_S ARGS...: one check_defaults.py run, its log named by its arguments
   local limit=$1; shift; local args="$*"; local log="$OUT/check_${args//[ ,=]/_}.log"
