@@ -4,7 +4,8 @@
 # .devtree/jobs/NAME/ with test.sh (GPU correctness) and bench.sh (timings), run from the
 # tree .devtree/slim/NAME (a `git archive` of the job's branch without docs/ and the bench
 # folders' results, their scripts kept so that a job runs an earlier session's script where
-# it lies rather than a copy: the carry holds 64 MiB), else .devtree/wt/NAME, else the
+# it lies rather than a copy: the carry holds 64 MiB; `tools/device_tree.sh slim NAME REF`
+# makes it), else .devtree/wt/NAME, else the
 # repository root: every
 # test.sh at the same time (correctness does not mind company), then each bench.sh alone on
 # the GPU (timings do), then the lead's scripts.
@@ -15,7 +16,8 @@
 #   .devtree/jobs/NAME/bench_seconds  that job's bench limit (60)
 # Carried in: .devtree/data.txz (token shards, unpacked to $DATA=/tmp/data) and
 # .devtree/cache/cache.txz.* (kernel caches from the last call, xz: the carry holds 64 MiB). Comes back under $OUT:
-# all.tgz (every job's logs and tables) and cache.txz.* (15 MB pieces: a returned file's limit).
+# all.tgz (every job's logs and tables) and cache.txz.* (15 MB pieces: a returned file's limit);
+# `tools/device_tree.sh unpack CALL FILES_AT` opens them here.
 JOBS=$1; LEADP=$2; LEADS=$3; LIMIT=${LIMIT:-530}
 ROOT=$PWD; W=$OUT/w; mkdir -p "$W/lead"
 export PYTHONUNBUFFERED=1 MICROGPT_CACHE_DIR=/tmp/mgcache MICROGPT_TEST_KERNEL_CACHE=/tmp/tk
