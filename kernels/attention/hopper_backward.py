@@ -109,16 +109,15 @@ class BackwardTile(NamedTuple):
 
 def default_tile(D, kind):
     """The tile of the dq or the dk/dv pass (kind "dq", "dkdv"): the fastest measured on the
-    H200 (docs/flash-attention.md): at D 64 the dq pass with a producer warp, two
-    warpgroups and 8 stages (session 21 call B, the backward beside the (2, 64, 8) dk/dv
-    pass: 0.312 against 0.327 ms with one warpgroup of 64 queries, steps of 32 keys and
-    three blocks an SM at andrea-120m, 0.950 against 1.079 at T 4096); the dk/dv pass
-    (2, 64, 8) (session 20: 0.190 ms of the backward); at D 128 the dq pass (1, 32, 4, 2)
-    (0.684 against 0.740), where a producer's tiles do not fit. A producer warpgroup that
-    donates its registers (session 24 call B, sweep.py --backward, H200): the dk/dv pass
-    (2, 64, 8) at D 64 (0.2759 against 0.3123 ms at andrea-120m), at D 128 the dk/dv pass
-    (2, 32, 4) (1.1329 against 1.4428) and the dq pass (2, 64, 4) (1.2540). (The
-    simulator's: one warpgroup, whose 128 Python threads are a block's cost.)"""
+    H200 (docs/flash-attention.md). At D 64 the dq pass with a producer warp, two
+    warpgroups and 8 stages (session 21 call B: 0.312 against 0.327 ms at andrea-120m with
+    one warpgroup of 64 queries, steps of 32 keys, three blocks an SM); every other pass
+    with a producer warpgroup that donates its registers: the dk/dv pass (2, 64, 8) at
+    D 64 and (2, 32, 4) at D 128, the dq pass (2, 64, 4) at D 128 (session 24's sweep:
+    the dk/dv pass 0.3123 -> 0.2759 ms at andrea-120m; as routed, session 27's call 1: the
+    backward 0.3056 -> 0.2812 ms at andrea-120m, 1.3834 -> 1.0285 at D 128, 0.9259 -> 0.7833
+    at T 4096). (The simulator's: one warpgroup, whose 128 Python threads are a block's
+    cost.)"""
     if SIMULATOR:
         return BackwardTile(1, 64, 4)
     if kind == "dq":
@@ -425,10 +424,7 @@ def dq_kernel(D, tile):
                 issued = pipe.refill_ready(bars, stages - 1, stages - 1, issued, steps,
                                            operands)
         cuda.syncthreads()
-        # the producer: every step's copies in turn. It returns from its own branch, so that
-        # ptxas sees the computing code reached only after the registers are raised
-        # (setmaxnreg ignored otherwise, as in the forward)
-        if group == G:
+        if group == G:                  # the producer, as the dk/dv pass's
             if donate:
                 lower_registers()
             if thread == 0:
