@@ -5,10 +5,9 @@
 # tree .devtree/slim/NAME (a `git archive` of the job's branch without docs/ and the bench
 # folders' results, their scripts kept so that a job runs an earlier session's script where
 # it lies rather than a copy: the carry holds 64 MiB; `tools/device_tree.sh slim NAME REF`
-# makes it), else .devtree/wt/NAME, else the
-# repository root: every
-# test.sh at the same time (correctness does not mind company), then each bench.sh alone on
-# the GPU (timings do), then the lead's scripts.
+# makes it), else .devtree/wt/NAME, else the repository root: every test.sh at the same
+# time (correctness does not mind company), then each bench.sh alone on the GPU (timings
+# do), then the lead's scripts.
 #
 # usage: bash tools/device_call.sh "job1 job2 ..." [lead-script-parallel] [lead-script-serial]
 #   LIMIT    seconds before packing starts, whatever is left (default 530)
