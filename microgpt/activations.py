@@ -14,6 +14,24 @@ import numpy as np
 
 PRECISIONS = ("fp32", "bf16")
 
+# what the backward writes again rather than the forward keeping it per layer (GPT's
+# recompute), each an operand of a dW GEMM: nothing; GELU's output alone (fc_gelu, N x 4C,
+# the largest, 8·C bytes a token a layer in bf16); or the LayerNorms' outputs too (2·C
+# each). The first is the fastest, the last the smallest (docs/kernels-step.md, "Memory")
+RECOMPUTED = {"off": (), "gelu": ("fc_gelu",), "all": ("ln_1", "ln_2", "fc_gelu")}
+RECOMPUTE_MODES = tuple(RECOMPUTED)
+
+
+def recompute_mode(value):
+    """A recompute mode of RECOMPUTE_MODES, from one or a bool (True: "all", as the
+    switch once was; False or None: "off")."""
+    if value is None or isinstance(value, bool):
+        return "all" if value else "off"
+    if value not in RECOMPUTED:
+        raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, got "
+                         f"{value!r}")
+    return value
+
 
 @dataclass(frozen=True)
 class BufferSpec:
@@ -71,7 +89,7 @@ def arena_layout(specs):
     return offsets, max(end.values())
 
 
-def activation_specs(cfg, B, T, precision="fp32", recompute=False, token_runs=False):
+def activation_specs(cfg, B, T, precision="fp32", recompute="off", token_runs=False):
     """Every buffer a forward + backward pass of shape (B, T) writes; the logits of a chunk
     of the N token rows at a time (head_rows), which the head and the loss walk. In bf16 the arrays a
     matmul or attention reads are bf16 (fc too, which the GELU backward reads, and dfc,
@@ -85,9 +103,10 @@ def activation_specs(cfg, B, T, precision="fp32", recompute=False, token_runs=Fa
     reads and writes rows a pitch apart, and the copies vanish; so qkv, scratch in fp32,
     is kept per layer in bf16, in the place q, k, v held.
 
-    recompute: the LayerNorms' and GELU's outputs (ln_1, ln_2, fc_gelu, each the operand
-    of a GEMM) are not kept per layer for the backward's dW GEMMs but written again there,
-    by the kernels that already read their inputs (GPT's recompute).
+    recompute: a mode of RECOMPUTE_MODES: which of the LayerNorms' and GELU's outputs
+    (ln_1, ln_2, fc_gelu, each the operand of a GEMM) are not kept per layer for the
+    backward's dW GEMMs but written again there, by the kernels that already read their
+    inputs (GPT's recompute): none ("off"), fc_gelu ("gelu"), or all three ("all").
 
     token_runs: the batch carries, after the token ids and targets, the ids' sort that the
     deterministic embedding backward walks (kernels.embedding.token_runs), made on the host
@@ -100,9 +119,12 @@ def activation_specs(cfg, B, T, precision="fp32", recompute=False, token_runs=Fa
     forward, backward = blocks + ("forward",), blocks + ("backward",)
     mlp, attention = backward + ("mlp",), backward + ("attention",)
     # the LayerNorms' and GELU's outputs, each the operand of a GEMM: kept per layer, or
-    # (recompute) scratch of the arena in every layer's place, which the backward writes
-    # again for its dW GEMMs
-    kept = dict(per_layer=L, phase=blocks if recompute else None)
+    # (those the mode recomputes) scratch of the arena in every layer's place, which the
+    # backward writes again for its dW GEMMs
+    recomputed = RECOMPUTED[recompute_mode(recompute)]
+
+    def kept(name):
+        return dict(per_layer=L, phase=blocks if name in recomputed else None)
 
     def copy_of(name, shape, of, phase):
         return (BufferSpec(name, shape, low, phase=phase) if low
@@ -116,7 +138,7 @@ def activation_specs(cfg, B, T, precision="fp32", recompute=False, token_runs=Fa
         # token ids and targets (and token_runs' two rows): one copy in
         BufferSpec("batch", (4 if token_runs else 2, B, T), "int32"),
         BufferSpec("resid", (B, T, C), per_layer=L + 1),   # each block's input, the output
-        BufferSpec("ln_1", (B, T, C), low, **kept),
+        BufferSpec("ln_1", (B, T, C), low, **kept("ln_1")),
         BufferSpec("ln_1_mean", (N,), per_layer=L),
         BufferSpec("ln_1_rstd", (N,), per_layer=L),
         BufferSpec("qkv", (B, T, 3 * C), low, per_layer=L, reused=not low),
@@ -127,11 +149,11 @@ def activation_specs(cfg, B, T, precision="fp32", recompute=False, token_runs=Fa
         heads("att", "att_merged", 0, per_layer=L),
         BufferSpec("att_lse", (B, H, T), per_layer=L),
         BufferSpec("mid", (B, T, C), per_layer=L),          # resid + attention
-        BufferSpec("ln_2", (B, T, C), low, **kept),
+        BufferSpec("ln_2", (B, T, C), low, **kept("ln_2")),
         BufferSpec("ln_2_mean", (N,), per_layer=L),
         BufferSpec("ln_2_rstd", (N,), per_layer=L),
         BufferSpec("fc", (B, T, 4 * C), low, per_layer=L),
-        BufferSpec("fc_gelu", (B, T, 4 * C), low, **kept),
+        BufferSpec("fc_gelu", (B, T, 4 * C), low, **kept("fc_gelu")),
         BufferSpec("ln_f", (B, T, C), low),
         BufferSpec("ln_f_mean", (N,)),
         BufferSpec("ln_f_rstd", (N,)),

@@ -1,20 +1,22 @@
 """The memory check: a run that cannot fit is refused, in one line, before the slow part."""
 import math
 
+from microgpt.activations import RECOMPUTE_MODES, recompute_mode
 from microgpt.errors import UserError
 from microgpt.params import ParamLayout
 from microgpt.step import step_specs
 
-# --recompute: GPT's recompute on, off, or on only where the run would not fit otherwise
-RECOMPUTE_CHOICES = ("auto", "on", "off")
+# --recompute: a mode of activations.RECOMPUTE_MODES ("off", "gelu", "all"), "on" the same
+# as "all" (its name before "gelu"), or "auto": the least of them the run fits with
+RECOMPUTE_CHOICES = ("auto",) + RECOMPUTE_MODES + ("on",)
 
 
 def required_bytes(config, rows, precision, eval_batches, moment_shards=1, accum=1,
-                   recompute=False, deterministic=False):
+                   recompute="off", deterministic=False):
     """What a rank's run of `rows` sequences a micro-batch (accum of them a step) needs at
     least: the parameters, their gradients and AdamW moments (float32; under ZeRO-1 the
     moments of one of moment_shards shards), in bf16 the matrices' copy, the buffers of a
-    step as allocated (views and shared scratch once; recompute: the model's;
+    step as allocated (views and shared scratch once; recompute: the model's mode;
     deterministic: a deterministic backend's, whose batch carries the ids' token_runs
     too), and the validation batches."""
     layout = ParamLayout(config)
@@ -29,24 +31,34 @@ def required_bytes(config, rows, precision, eval_batches, moment_shards=1, accum
 
 def check_memory(config, args, world, backend, precision, zero=False, recompute="auto"):
     """Refuse a run whose required_bytes exceed the memory available to this rank (zero:
-    the moments sharded over the ranks) -> whether its step recomputes the LayerNorms' and
-    GELU's outputs (GPT's recompute): "on" and "off" as they say, "auto" only where the
-    run would not fit otherwise (it costs ~1.5% of the step's time)."""
+    the moments sharded over the ranks) -> the recompute mode of its step (which of the
+    LayerNorms' and GELU's outputs the backward writes again: GPT's recompute): a mode of
+    RECOMPUTE_MODES as it says ("on": "all"), "auto" the first of them, the fastest, that
+    the run fits with ("off", then "gelu" at ~0.8% of the step's time, then "all" at
+    ~1.5%). A run refused names the mode it would fit with, where there is one."""
     rows = args.batch_size // world.world_size
 
-    def need(again):
+    def need(mode):
         return required_bytes(config, rows, precision, args.eval_batches,
-                              world.world_size if zero else 1, args.grad_accum, again,
+                              world.world_size if zero else 1, args.grad_accum, mode,
                               getattr(backend, "deterministic", False))
     where, available = available_memory(backend)
-    if available is None:
-        return recompute == "on"
-    chosen = recompute == "on" or recompute == "auto" and need(False) > available
-    if need(chosen) > available:
+    if recompute != "auto":
+        chosen = recompute_mode("all" if recompute == "on" else recompute)
+    elif available is None:
+        chosen = "off"
+    else:
+        chosen = next((m for m in RECOMPUTE_MODES if need(m) <= available),
+                      RECOMPUTE_MODES[-1])
+    if available is not None and need(chosen) > available:
         gib = 2 ** 30
         fix = "a smaller --batch-size, --eval-batches, --context or model"
-        if not chosen and need(True) <= available:      # --recompute off
-            fix = f"--recompute auto (it needs {need(True) / gib:,.1f} GiB), or {fix}"
+        # the least mode that saves more than this one and fits (none after auto's,
+        # which tried them all)
+        fits = [m for m in RECOMPUTE_MODES[RECOMPUTE_MODES.index(chosen) + 1:]
+                if need(m) <= available]
+        if fits:
+            fix = f"--recompute {fits[0]} (it needs {need(fits[0]) / gib:,.1f} GiB), or {fix}"
         raise UserError(f"the run needs at least {need(chosen) / gib:,.1f} GiB "
                         f"({ParamLayout(config).size:,} parameters, batches of {rows:,} x "
                         f"{config.context} tokens) but {where} has {available / gib:,.1f} GiB "

@@ -15,7 +15,7 @@ copies run in fp32 alone (microgpt.activations.activation_specs).
 import ml_dtypes
 import numpy as np
 
-from microgpt.activations import PRECISIONS, Buffers, activation_specs
+from microgpt.activations import PRECISIONS, Buffers, activation_specs, recompute_mode
 from microgpt.backend import get_backend
 from microgpt.distributed import LOCAL
 from microgpt.errors import BackendError
@@ -31,18 +31,22 @@ def rows(x):
 # the model
 
 class GPT:
-    """recompute: the backward writes the LayerNorms' and GELU's outputs again for its dW
-    GEMMs rather than the forward keeping them per layer, as torch.compile's partitioner
-    does: 12·C bytes a token a layer less in bf16 (GPT-2 XL at B 8 x 1024: 48.2 -> 41.1
-    GiB) for ~1.5% of the step's time (docs/kernels-step.md, "Memory"). The same
-    arithmetic either way, up to a float32 rounding of the norm's output."""
+    """recompute: which of the LayerNorms' and GELU's outputs the backward writes again for
+    its dW GEMMs rather than the forward keeping them per layer, as torch.compile's
+    partitioner does (activations.RECOMPUTE_MODES): "off", none; "gelu", GELU's output
+    alone, 8·C bytes a token a layer less in bf16 (GPT-2 medium at B 16 x 1024: 20.5 ->
+    17.5 GiB) for ~0.8% of the step's time by the per-op figures; "all", the norms' too,
+    12·C bytes less (GPT-2 XL at B 8 x 1024: 48.2 -> 41.1 GiB) for ~1.5%
+    (docs/kernels-step.md, "Memory"); True and False are "all" and "off". The same
+    arithmetic either way, up to a float32 rounding of the norm's output and GELU's."""
 
     def __init__(self, config, backend="numpy", seed=0, dtype=np.float32, precision="fp32",
-                 recompute=False):
+                 recompute="off"):
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got "
                              f"{precision!r}")
-        self.config, self.precision, self.recompute = config, precision, recompute
+        self.config, self.precision = config, precision
+        self.recompute = recompute_mode(recompute)
         self.backend = get_backend(backend, dtype) if isinstance(backend, str) else backend
         if precision == "bf16" and self.backend.name != "cuda":
             raise BackendError("precision bf16 runs on the cuda backend (the tensor cores); "

@@ -29,6 +29,10 @@ from microgpt.tokenizer import BPETokenizer, ByteTokenizer, TokenIds
 from microgpt.train_args import DEFAULT_BPE_VOCAB, TrainArgs, resolve_args
 from microgpt.zero import ShardedAdamW
 
+# the model line's words for a recompute mode
+RECOMPUTED_WORDS = {"off": "", "gelu": ", GELU's output recomputed in the backward",
+                    "all": ", the LayerNorms' and GELU's outputs recomputed in the backward"}
+
 
 def planned_tokenizer(args, shards):
     """--tokenizer -> a tokenizer object, or None for "train BPE on the corpus"."""
@@ -117,8 +121,8 @@ def setup(ns, world, backend, resources, compilers=None):
         kernels = KernelProgress(Path(cache_dir) / "kernels", silent=world.rank != 0)
         kernel_cache.use(kernels.directory, report=kernels)
 
-    early = {}      # (config, precision, recompute) -> (model, optimizer, step) built before
-                    # the tokens
+    early = {}      # (config, precision, recompute mode) -> (model, optimizer, step) built
+                    # before the tokens
 
     def before_tokens(config, precision, recompute):
         """A shape's first run (no manifest) with compilers: its step built now and its
@@ -185,8 +189,7 @@ def setup(ns, world, backend, resources, compilers=None):
               + (", AdamW's moments sharded (ZeRO-1)" if sharded(ns, world) else ""))
     print(f"model: {describe(config)}, {model.layout.size:,} parameters, on "
           f"{model.backend.name} in {model.precision}"
-          + (", the LayerNorms' and GELU's outputs recomputed in the backward" if recompute
-             else ""))
+          + RECOMPUTED_WORDS[recompute])
     print(f"data: {data.source}, {sum(map(len, data.train)):,} train and "
           f"{sum(map(len, data.val)):,} val tokens ({tokenizer.kind} tokenizer, "
           f"{tokenizer.vocab_size} tokens); unigram entropy {entropy:.3f} nats/token")
@@ -215,9 +218,11 @@ def build(ns, args, world, backend, config, precision, recompute):
 
 
 def step_shape(config, precision, recompute, args, world):
-    """What a step's kernels depend on, in words: the model, precision (and recompute,
-    whose kernels write the outputs again) and micro-batch."""
-    return (f"{config} {precision}{' recompute' if recompute else ''} "
+    """What a step's kernels depend on, in words: the model, precision (and the recompute
+    mode, whose kernels write the outputs again: "all" named as before "gelu" was one)
+    and micro-batch."""
+    mode = {"off": "", "all": " recompute"}.get(recompute, f" recompute {recompute}")
+    return (f"{config} {precision}{mode} "
             f"{args.batch_size // world.world_size} x {config.context}")
 
 
@@ -300,7 +305,7 @@ def claim_output(ns, ckpt, args, world, resources):
 def load_data(args, ckpt, cache_dir, world, backend, requested_precision, zero,
               requested_recompute="auto", before_tokens=lambda config, precision, again: None):
     """-> (TokenData whose tokenizer is set, GPTConfig, the initial parameters of
-    --init-from or None, whether the step recomputes: check_memory's). The config, and the
+    --init-from or None, the step's recompute mode: check_memory's). The config, and the
     memory it needs (zero: the moments sharded), are checked before the slow part
     (training a tokenizer, tokenizing), and handed to before_tokens with the precision and
     recompute; its vocabulary can come from the tokenizer."""

@@ -28,7 +28,7 @@ from microgpt.ops import LOG_COLUMNS
 LOG_ROWS = 1024      # steps between two metrics() calls, at most
 
 
-def step_specs(cfg, B, T, precision="fp32", accum=1, recompute=False, token_runs=False):
+def step_specs(cfg, B, T, precision="fp32", accum=1, recompute="off", token_runs=False):
     """Every buffer a training step of accum micro-batches of shape (B, T) owns: the
     activations of one, the token ids, targets and losses of every one (in place of the
     activation table's own "batch" and "losses"), and the log that record_step fills. (The

@@ -110,10 +110,11 @@ def build_parser():
                    "float32 master weights, moments and statistics (cuda only); fp32: float32 "
                    "throughout (default: bf16 on a GPU with bf16 tensor cores, else fp32)")
     g.add_argument("--recompute", choices=RECOMPUTE_CHOICES, default="auto",
-                   help="on: the backward writes the LayerNorms' and GELU's outputs again "
-                   "rather than keeping them per layer (12 x d_model bytes a token a layer "
-                   "less in bf16, ~1.5%% more step time); auto: on only where the run would "
-                   "not fit in memory otherwise (default: auto)")
+                   help="what the backward writes again rather than keeping per layer: "
+                   "off, nothing; gelu, GELU's output (8 x d_model bytes a token a layer "
+                   "less in bf16, ~0.8%% more step time); all (or on), the LayerNorms' "
+                   "outputs too (12 x d_model bytes, ~1.5%%); auto: the first of off, gelu, "
+                   "all that the run fits in memory with (default: auto)")
     g.add_argument("--zero", type=int, choices=(0, 1), default=0,
                    help="under mpirun, 1 shards AdamW's moments over the ranks (ZeRO-1), "
                    "each rank keeping and updating its shard; the same steps as 0 (default: 0)")

@@ -374,7 +374,7 @@ def test_the_head_in_chunks_matches_the_reference(precision, case, chunk, monkey
     chunks = -(-B * T // activations.head_rows(B * T))
     assert chunks == 3 if ON_GPU else chunks == 2
     rng = np.random.default_rng(abs(hash((name, B, T, "chunks"))) % 2**32)
-    dev = GPT(cfg, backend="cuda", seed=3, precision=precision, recompute=True)
+    dev = GPT(cfg, backend="cuda", seed=3, precision=precision, recompute="all")
     ref = GPT(cfg, backend="numpy", seed=3, dtype=np.float64)
     bf16 = precision == "bf16"
     tol_loss, tol_grad = (TOL_BF16_LOSS, TOL_BF16_GRAD) if bf16 else (TOL_F32_MODEL,) * 2
@@ -406,15 +406,21 @@ RECOMPUTE_CASES = ([("fp32", BF16_CASES[0]), ("bf16", BF16_CASES[0]), ("bf16", B
                    if REAL_SHAPES else [("fp32", CASES[0])])
 
 
+# the dW GEMMs that read an output a mode recomputes: w_proj's GELU's output, w_fc's ln_2,
+# w_qkv's ln_1
+RECOMPUTED_READERS = {"gelu": ("mlp.w_proj",), "all": ("attn.w_qkv", "mlp.w_fc", "mlp.w_proj")}
+
+
+@pytest.mark.parametrize("mode", ["gelu", "all"])
 @pytest.mark.parametrize("precision,case", RECOMPUTE_CASES)
-def test_recomputing_the_outputs_moves_the_step_by_a_rounding_at_most(precision, case):
-    """A Step whose backward writes the LayerNorms' and GELU's outputs again gives the
-    loss and the gradients of one that keeps them: the same bits, but for the three dW
-    GEMMs that read a recomputed operand (w_qkv's, w_fc's, w_proj's), within the step's
-    tolerance: the norm's output is rounded as (x - mean) * rstd * w + b where the
-    residual forward rounds (x - mean) * (rstd * w) + b, and GELU's from the backward's
-    gate (float32 ulps; in bf16 a value now and then on the other side of a rounding
-    boundary). Deterministic backends (no float atomics), the same weights and batch, no
+def test_recomputing_the_outputs_moves_the_step_by_a_rounding_at_most(precision, case, mode):
+    """A Step whose backward writes GELU's output again (mode gelu), or the LayerNorms'
+    outputs too (all), gives the loss and the gradients of one that keeps them: the same
+    bits, but for the dW GEMMs that read a recomputed operand (w_proj's; all: w_qkv's and
+    w_fc's too), within the step's tolerance: the norm's output is rounded as
+    (x - mean) * rstd * w + b where the residual forward rounds (x - mean) * (rstd * w) + b,
+    and GELU's from the backward's gate (float32 ulps; in bf16 a value now and then on the
+    other side of a rounding boundary). Deterministic backends (no float atomics), the same weights and batch, no
     float64 reference (seconds at real shapes); every buffer poisoned, so an output the
     backward fails to write again shows."""
     name, overrides, B, T = case
@@ -422,7 +428,7 @@ def test_recomputing_the_outputs_moves_the_step_by_a_rounding_at_most(precision,
     rng = np.random.default_rng()
     tokens, targets = (rng.integers(0, cfg.tokens, (B, T)) for _ in range(2))
     runs = []
-    for recompute in (False, True):
+    for recompute in ("off", mode):
         model = GPT(cfg, backend=CudaBackend(deterministic=True), seed=7, precision=precision,
                     recompute=recompute)
         step = Step(model, AdamW(model, AdamWConfig(lr=1e-3)), B, T)
@@ -432,7 +438,9 @@ def test_recomputing_the_outputs_moves_the_step_by_a_rounding_at_most(precision,
                      model.layout.views(model.backend.to_host(model.grads_flat))))
     (kept_loss, kept), (loss, grads) = runs
     assert loss == kept_loss and all(np.isfinite(g).all() for g in kept.values())
-    again = {n for n in kept if n.endswith(("attn.w_qkv", "mlp.w_fc", "mlp.w_proj"))}
+    assert (model.recompute, step.buffers.rewritten) == (
+        mode, set(activations.RECOMPUTED[mode]))
+    again = {n for n in kept if n.endswith(RECOMPUTED_READERS[mode])}
     for n in kept.keys() - again:
         np.testing.assert_array_equal(grads[n].view(np.uint32), kept[n].view(np.uint32),
                                       err_msg=n)

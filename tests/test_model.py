@@ -8,7 +8,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from microgpt import GPT, activations, reference as ref
-from microgpt.activations import Buffers, activation_specs, arena_layout, head_rows
+from microgpt.activations import (RECOMPUTE_MODES, RECOMPUTED, Buffers, activation_specs,
+                                  arena_layout, head_rows)
 from microgpt.backend import get_backend
 from microgpt.config import GPTConfig, get_config
 from microgpt.optim import AdamW, AdamWConfig, lr_at
@@ -28,13 +29,13 @@ def random_tokens(rng, cfg, B, T):
     return rng.integers(0, cfg.tokens, (B, T)), rng.integers(0, cfg.tokens, (B, T))
 
 
-@pytest.mark.parametrize("recompute", [True, False], ids=["recomputed", "kept"])
+@pytest.mark.parametrize("recompute", ["all", "gelu", "off"])
 @pytest.mark.parametrize("cfg", [TINY, TINY_GPT2], ids=["bias-free", "gpt2-like"])
 def test_gradients_match_finite_differences_for_every_parameter(cfg, recompute):
     """Every parameter's gradient, the biases' too, against central differences; of a
     padded vocabulary, the padding's rows of wte get none (their logits take no part).
-    recompute: the LayerNorms' and GELU's outputs written again in the backward (arena
-    scratch), or kept per layer by the forward."""
+    recompute: the LayerNorms' and GELU's outputs (all) or GELU's alone (gelu) written
+    again in the backward (arena scratch), or kept per layer by the forward (off)."""
     model = GPT(cfg, seed=0, dtype=np.float64, recompute=recompute)
     rng = np.random.default_rng(1)
     # GPT-2 init makes the gradient of most tensors tiny; larger weights make every one count
@@ -58,25 +59,37 @@ def test_gradients_match_finite_differences_for_every_parameter(cfg, recompute):
     assert not analytic["wte"][cfg.tokens:].any()
 
 
+@pytest.mark.parametrize("mode", ["gelu", "all"])
 @pytest.mark.parametrize("cfg", [TINY, TINY_GPT2], ids=["bias-free", "gpt2-like"])
-def test_recomputing_the_outputs_gives_the_same_bits(cfg):
-    """The backward that writes the LayerNorms' and GELU's outputs again gives the loss and
-    the gradients of the one that reads them kept, bit for bit in float32: the NumPy
-    backend recomputes them by the forward's own expressions (the CUDA kernels round the
-    norm's output once differently: tests/test_cuda_model.py holds them to the step's
-    tolerance)."""
-    rng = np.random.default_rng(4)
+def test_recomputing_the_outputs_gives_the_same_bits(cfg, mode):
+    """The backward that writes GELU's output again (gelu), or the LayerNorms' outputs too
+    (all), gives the loss and the gradients of the one that reads them kept, bit for bit
+    in float32: the NumPy backend recomputes them by the forward's own expressions (the
+    CUDA kernels round the norm's output once differently: tests/test_cuda_model.py
+    holds them to the step's tolerance). Random weights and tokens."""
+    rng = np.random.default_rng()
     idx, targets = random_tokens(rng, cfg, 3, cfg.context)
+    seed = int(rng.integers(2**31))
     runs = []
-    for recompute in (False, True):
-        model = GPT(cfg, seed=2, recompute=recompute)
+    for recompute in ("off", mode):
+        model = GPT(cfg, seed=seed, recompute=recompute)
         loss, grads = model.loss_and_grads(idx, targets)
-        assert model._acts.rewritten == ({"ln_1", "ln_2", "fc_gelu"} if recompute else set())
+        assert model._acts.rewritten == set(RECOMPUTED[recompute])
         runs.append((loss, grads))
     (kept_loss, kept), (loss, grads) = runs
     assert loss == kept_loss
     for name in kept:
         np.testing.assert_array_equal(grads[name], kept[name], err_msg=name)
+
+
+def test_a_recompute_mode_is_one_of_three():
+    """GPT's recompute: a mode, True and False the "all" and "off" of the switch it once
+    was; anything else refused."""
+    assert RECOMPUTED == {"off": (), "gelu": ("fc_gelu",), "all": ("ln_1", "ln_2", "fc_gelu")}
+    assert [GPT(TINY, recompute=m).recompute for m in ("off", "gelu", "all", True, False)] \
+        == ["off", "gelu", "all", "all", "off"]
+    with pytest.raises(ValueError, match="recompute must be one of off, gelu, all"):
+        GPT(TINY, recompute="on")
 
 
 @pytest.mark.parametrize("vocab_size", [11, 256, 4096])
@@ -251,7 +264,7 @@ def test_the_head_in_chunks_gives_the_whole_batchs_losses_and_gradients(B, T, gp
         assert_close(grads_c[name], grads[name], 1e-13, name)
 
 
-@pytest.mark.parametrize("recompute", [True, False], ids=["recomputed", "kept"])
+@pytest.mark.parametrize("recompute", ["all", "gelu", "off"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("name,B,T", [("andrea-120m", 16, 1024), ("andrea-12m", 64, 256),
                                       ("microgpt", 2, 7)])
@@ -291,7 +304,7 @@ def owned_arrays(buffers):
     return list(found.values())
 
 
-@pytest.mark.parametrize("recompute", [True, False], ids=["recomputed", "kept"])
+@pytest.mark.parametrize("recompute", ["all", "gelu", "off"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_the_specs_bytes_are_what_the_buffers_allocate(precision, recompute):
     """BufferSpec.nbytes, which the trainer's memory check sums, counts what Buffers
@@ -303,3 +316,26 @@ def test_the_specs_bytes_are_what_the_buffers_allocate(precision, recompute):
     allocated = owned_arrays(Buffers(get_backend("numpy"), specs))
     assert sum(a.nbytes for a in allocated) == sum(s.nbytes for s in specs)
     assert len(allocated) == sum(s.allocations for s in specs)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("name", ["andrea-12m", "andrea-120m"])
+def test_recomputing_gelu_alone_saves_less_than_all_and_more_than_none(name, precision):
+    """A step's bytes, at a random batch shape: recompute gelu takes the L per-layer
+    buffers of fc_gelu out of what is allocated beside the arena, all the norms' L too;
+    the arena grows by the scratch they take there instead (one part each, where the
+    head's chunk of logits does not hold it already); so gelu's total lies strictly
+    between off's and all's."""
+    rng = np.random.default_rng()
+    cfg = get_config(name)
+    B, T = int(rng.integers(1, 9)), int(rng.integers(64, cfg.context + 1))
+    specs = {m: step_specs(cfg, B, T, precision, recompute=m) for m in RECOMPUTE_MODES}
+    total = {m: sum(s.nbytes for s in specs[m]) for m in specs}
+    arena = {m: next(s.nbytes for s in specs[m] if s.name == "arena") for m in specs}
+    size = {s.name: s.bytes_each for s in specs["off"]}
+    beside = {m: total[m] - arena[m] for m in specs}
+    assert beside["off"] - beside["gelu"] == cfg.n_layer * size["fc_gelu"]
+    assert beside["gelu"] - beside["all"] == cfg.n_layer * (size["ln_1"] + size["ln_2"])
+    assert arena["off"] <= arena["gelu"] <= arena["all"]
+    assert arena["gelu"] - arena["off"] <= size["fc_gelu"] + 4 * activations.ARENA_ALIGN
+    assert total["off"] > total["gelu"] > total["all"], (B, T, total)

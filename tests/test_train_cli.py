@@ -304,33 +304,49 @@ def test_default_precision_is_bf16_where_there_are_tensor_cores():
 
 
 def test_recompute_is_chosen_by_the_memory_it_saves(monkeypatch):
-    """--recompute auto (the default) keeps the LayerNorms' and GELU's outputs where the
-    run fits so, and recomputes them only where it fits that way alone; on and off are
-    kept, and off is refused in one line that names auto where only recomputing fits."""
+    """--recompute auto (the default) takes the first of off, gelu and all that the run
+    fits with (each a float at random within the span where it is the first); a mode
+    named is kept (on: all), and refused in one line that names the least mode that saves
+    more and fits, where there is one."""
     from types import SimpleNamespace
 
     from microgpt import memory
     from microgpt.errors import UserError
 
+    rng = np.random.default_rng()
     cfg = get_config("andrea-12m")
     args = SimpleNamespace(batch_size=8, eval_batches=2, grad_accum=1)
-    kept, recomputed = (memory.required_bytes(cfg, 8, "fp32", 2, recompute=again)
-                        for again in (False, True))
-    assert recomputed < kept
+    kept, gelu, again = (memory.required_bytes(cfg, 8, "fp32", 2, recompute=mode)
+                         for mode in ("off", "gelu", "all"))
+    assert kept > gelu > again
 
     def chosen(available, recompute):
         monkeypatch.setattr(memory, "available_memory", lambda backend: ("the GPU", available))
         return memory.check_memory(cfg, args, SimpleNamespace(world_size=1), NumpyBackend(),
                                    "fp32", recompute=recompute)
+
+    def within(lo, hi):     # a float in [lo, hi)
+        return float(rng.uniform(lo, hi))
     assert parse_args([]).recompute == "auto"
-    assert (chosen(kept, "auto"), chosen(kept - 1, "auto"), chosen(kept, "on"),
-            chosen(recomputed, "on"), chosen(kept, "off")) == (False, True, True, True, False)
-    assert (chosen(None, "auto"), chosen(None, "on")) == (False, True)  # memory unknown
-    with pytest.raises(UserError, match=r"available; pass --recompute auto \(it needs"):
-        chosen(kept - 1, "off")
-    for recompute in ("auto", "on"):
+    assert [parse_args(["--recompute", m]).recompute for m in ("off", "gelu", "all", "on")] \
+        == ["off", "gelu", "all", "on"]
+    assert (chosen(kept, "auto"), chosen(within(kept, 2 * kept), "auto"),
+            chosen(within(gelu, kept), "auto"), chosen(within(again, gelu), "auto")) \
+        == ("off", "off", "gelu", "all")
+    assert (chosen(kept, "off"), chosen(gelu, "gelu"), chosen(again, "all"),
+            chosen(again, "on"), chosen(kept, "gelu")) == ("off", "gelu", "all", "all", "gelu")
+    assert [chosen(None, m) for m in ("auto", "off", "gelu", "all", "on")] == [
+        "off", "off", "gelu", "all", "all"]  # memory unknown
+    gib = 2 ** 30
+    with pytest.raises(UserError, match=rf"available; pass --recompute gelu \(it needs "
+                                        rf"{gelu / gib:,.1f} GiB\)"):
+        chosen(within(gelu, kept), "off")
+    for mode in ("off", "gelu"):
+        with pytest.raises(UserError, match=r"available; pass --recompute all \(it needs"):
+            chosen(within(again, gelu), mode)
+    for mode in ("auto", "off", "gelu", "all", "on"):
         with pytest.raises(UserError, match="available; pass a smaller --batch-size"):
-            chosen(recomputed - 1, recompute)
+            chosen(within(0, again), mode)
 
 
 def test_a_deterministic_run_counts_its_batch_sort(monkeypatch):
@@ -359,11 +375,14 @@ def test_a_deterministic_run_counts_its_batch_sort(monkeypatch):
                             "fp32", recompute="off")
 
 
-def test_a_run_with_recompute_on_says_so(tiny, tmp_path, capsys):
-    status, log, _ = run_main([*tiny, "--steps", 2, "--recompute", "on",
+@pytest.mark.parametrize("mode, words", [
+    ("on", "the LayerNorms' and GELU's outputs recomputed in the backward"),
+    ("gelu", ", GELU's output recomputed in the backward")])
+def test_a_run_with_recompute_on_says_so(tiny, tmp_path, capsys, mode, words):
+    status, log, _ = run_main([*tiny, "--steps", 2, "--recompute", mode,
                                "--out", tmp_path / "run"], capsys)
     assert status == 0
-    assert "the LayerNorms' and GELU's outputs recomputed in the backward" in log
+    assert words in log
 
 
 def write(path, content):
