@@ -26,16 +26,23 @@ GPT2_XL = ["--config", "andrea-120m", "--n-layer", "48", "--d-model", "1600", "-
 
 
 # docs/kernels-step.md's figures: the LayerNorms' and GELU's outputs kept (the default,
-# session 21's figures; 9.118 and 1.815 before its chunked head), and recomputed
-@pytest.mark.parametrize("argv, gib, recomputed_gib", [
-    (["--config", "andrea-120m", "--batch-size", "16", "--seq-len", "1024"], 8.091, 6.404),
-    (["--config", "andrea-12m", "--batch-size", "64", "--seq-len", "256"], 1.623, 1.268),
-    (GPT2_MEDIUM, 20.461, 15.961),
-    (GPT2_XL, 48.175, 41.144),
+# session 21's figures; 9.118 and 1.815 before its chunked head), GELU's recomputed
+# (--recompute gelu), and all three recomputed (--recompute, all)
+@pytest.mark.parametrize("argv, gib, gelu_gib, recomputed_gib", [
+    (["--config", "andrea-120m", "--batch-size", "16", "--seq-len", "1024"], 8.091, 6.966,
+     6.404),
+    (["--config", "andrea-12m", "--batch-size", "64", "--seq-len", "256"], 1.623, 1.385, 1.268),
+    (GPT2_MEDIUM, 20.461, 17.461, 15.961),
+    (GPT2_XL, 48.175, 43.488, 41.144),
 ])
-def test_the_account_of_the_bench_steps(argv, gib, recomputed_gib, capsys):
+def test_the_account_of_the_bench_steps(argv, gib, gelu_gib, recomputed_gib, capsys):
     assert total_gib(argv, capsys) == gib
+    assert total_gib(argv + ["--recompute", "gelu"], capsys) == gelu_gib
     assert total_gib(argv + ["--recompute"], capsys) == recomputed_gib
+    assert total_gib(argv + ["--recompute", "on"], capsys) == recomputed_gib
+    memory_account.main(argv + ["--modes"])
+    assert capsys.readouterr().out.splitlines()[-3:] == [
+        f"| off | {gib:.3f} |", f"| gelu | {gelu_gib:.3f} |", f"| all | {recomputed_gib:.3f} |"]
 
 
 def test_a_config_without_a_vocabulary_asks_for_one(capsys):

@@ -5,7 +5,9 @@
     python tools/memory_account.py --config andrea-12m --batch-size 64 --seq-len 256
     python tools/memory_account.py --config andrea-120m --n-layer 48 --d-model 1600 \
         --n-head 25 --batch-size 8 --seq-len 1024        # the bench's gpt2-xl geometry
-    python tools/memory_account.py --config andrea-120m --recompute   # GPT's recompute
+    python tools/memory_account.py --config andrea-120m --recompute   # GPT's recompute, all
+    python tools/memory_account.py --config andrea-120m --recompute gelu   # GELU's alone
+    python tools/memory_account.py --config andrea-120m --modes   # each mode's total
     python tools/memory_account.py --config andrea-12m --batch-size 64 --seq-len 256 \
         --deterministic                   # the batch with its token_runs (--deterministic)
 
@@ -20,7 +22,7 @@ and after) holds besides.
 """
 import argparse
 
-from microgpt.activations import arena_layout
+from microgpt.activations import RECOMPUTE_MODES, arena_layout
 from microgpt.config import ConfigError, get_config
 from microgpt.memory import required_bytes
 from microgpt.params import ParamLayout
@@ -29,7 +31,7 @@ from microgpt.step import step_specs
 MIB = 2 ** 20
 
 
-def account(cfg, B, T, precision, recompute=False, deterministic=False):
+def account(cfg, B, T, precision, recompute="off", deterministic=False):
     """-> [(item, shape, dtype, copies, bytes of one)]: the model's and the optimizer's arrays,
     then the step's buffers in the table's order (an arena's part with copies 0: its
     bytes are the arena's), the arena last."""
@@ -60,9 +62,13 @@ def main(argv=None):
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
     parser.add_argument("--vocab-size", type=int, default=None,
                         help="for a config whose vocabulary is the tokenizer's (microgpt)")
-    parser.add_argument("--recompute", action="store_true",
-                        help="the LayerNorms' and GELU's outputs written again by the "
-                        "backward, not kept per layer (the trainer's --recompute on)")
+    parser.add_argument("--recompute", nargs="?", choices=RECOMPUTE_MODES + ("on",),
+                        const="all", default="off",
+                        help="what the backward writes again, not kept per layer (the "
+                        "trainer's --recompute): off, nothing; gelu, GELU's output; all "
+                        "(or on; the default without a mode), the LayerNorms' outputs too")
+    parser.add_argument("--modes", action="store_true",
+                        help="each recompute mode's total, in place of the table")
     parser.add_argument("--deterministic", action="store_true",
                         help="a deterministic backend's step, whose batch carries the ids' "
                         "sort too (the trainer's --deterministic)")
@@ -79,15 +85,25 @@ def main(argv=None):
         parser.error(f"{err}{' (here: --vocab-size N)' if 'vocab_size' in str(err) else ''}")
     T = args.seq_len or base.context
     cfg = get_config(args.config, context=max(T, base.context), **overrides)
-    rows = account(cfg, args.batch_size, T, args.precision, args.recompute,
-                   args.deterministic)
-    total = sum(copies * nbytes for *_, copies, nbytes in rows)
-    assert total == required_bytes(get_config(args.config, context=T, **overrides),
-                                   args.batch_size, args.precision, 0,
-                                   recompute=args.recompute, deterministic=args.deterministic)
-    print(f"{args.config}, B {args.batch_size} x T {T}, {args.precision}"
-          f"{', recomputed' if args.recompute else ''}"
-          f"{', deterministic' if args.deterministic else ''}\n")
+    mode = "all" if args.recompute == "on" else args.recompute
+
+    def total_of(mode):
+        rows = account(cfg, args.batch_size, T, args.precision, mode, args.deterministic)
+        total = sum(copies * nbytes for *_, copies, nbytes in rows)
+        assert total == required_bytes(get_config(args.config, context=T, **overrides),
+                                       args.batch_size, args.precision, 0, recompute=mode,
+                                       deterministic=args.deterministic)
+        return rows, total
+    title = (f"{args.config}, B {args.batch_size} x T {T}, {args.precision}"
+             f"{'' if args.modes or mode == 'off' else ', recompute ' + mode}"
+             f"{', deterministic' if args.deterministic else ''}\n")
+    print(title)
+    if args.modes:
+        print("| recompute | GiB |\n|---|--:|")
+        for m in RECOMPUTE_MODES:
+            print(f"| {m} | {total_of(m)[1] / 2 ** 30:.3f} |")
+        return
+    rows, total = total_of(mode)
     print("| buffer | shape | dtype | copies | MiB |\n|---|---|---|--:|--:|")
     for item, shape, dtype, copies, nbytes in rows:
         mib = copies * nbytes / MIB if copies else nbytes / MIB
