@@ -105,22 +105,61 @@ def test_the_steps_report_gives_each_step_its_mfu():
 
 
 def test_the_steps_report_sets_the_recomputed_step_beside_the_kept_one():
-    """The memory table: the kept and the recomputed step's GiB beside torch.compile's
-    (n/a where it did not run), their tokens/s and the recomputed step's time over the
-    kept one's; a row with neither a recomputed run nor torch.compile's has no line there,
-    and one of torch.compile's alone (--steps-runs torch_compile) n/a for microgpt's."""
+    """The memory table: the kept step's GiB, GELU's recomputed (gelu) and all three
+    outputs recomputed (all) beside torch.compile's (n/a where one did not run), their
+    tokens/s and each recomputed step's time over the kept one's; a row with neither a
+    recomputed run nor torch.compile's has no line there, and one of torch.compile's
+    alone (--steps-runs torch_compile) n/a for microgpt's."""
     rng = np.random.default_rng()
-    kept, again, kept_gib, again_gib, theirs_gib = rng.uniform(1, 5e5, 5)
+    kept, gelu, again, kept_gib, gelu_gib, again_gib, theirs_gib = rng.uniform(1, 5e5, 7)
     rows = [dict(config="gpt2-xl", B=8, T=1024, flops_per_token=1.0, ours_bf16_graph_tok_s=kept,
                  ours_bf16_gib=kept_gib, ours_bf16_graph_recomputed_tok_s=again,
-                 ours_bf16_recomputed_gib=again_gib, torch_compile_gib=theirs_gib),
+                 ours_bf16_recomputed_gib=again_gib, ours_bf16_graph_recomputed_gelu_tok_s=gelu,
+                 ours_bf16_recomputed_gelu_gib=gelu_gib, torch_compile_gib=theirs_gib),
             dict(config="andrea-12m", B=2, T=8, flops_per_token=1.0, ours_bf16_graph_tok_s=kept,
                  ours_bf16_gib=kept_gib),
             dict(config="gpt2-medium", B=16, T=1024, flops_per_token=1.0,
+                 ours_bf16_graph_recomputed_gelu_tok_s=gelu,
+                 ours_bf16_recomputed_gelu_gib=gelu_gib, torch_compile_gib=theirs_gib),
+            dict(config="andrea-120m", B=16, T=1024, flops_per_token=1.0,
                  torch_compile_gib=theirs_gib)]
     lines = steps.steps_report(rows)
     header = lines.index(next(line for line in lines if line.startswith("| config | kept GiB")))
-    assert lines[header + 2] == (f"| gpt2-xl | {kept_gib:.2f} | {again_gib:.2f} | "
-                                 f"{theirs_gib:.2f} | {kept:,.0f} | {again:,.0f} | "
+    assert lines[header] == (
+        "| config | kept GiB | gelu GiB | all GiB | torch.compile GiB | kept tok/s | gelu "
+        "tok/s | all tok/s | gelu step time / kept | all step time / kept |")
+    assert lines[header + 2] == (f"| gpt2-xl | {kept_gib:.2f} | {gelu_gib:.2f} | "
+                                 f"{again_gib:.2f} | {theirs_gib:.2f} | {kept:,.0f} | "
+                                 f"{gelu:,.0f} | {again:,.0f} | {kept / gelu:.3f} | "
                                  f"{kept / again:.3f} |")
-    assert lines[header + 3] == f"| gpt2-medium | n/a | n/a | {theirs_gib:.2f} | n/a | n/a | n/a |"
+    assert lines[header + 3] == (f"| gpt2-medium | n/a | {gelu_gib:.2f} | n/a | "
+                                 f"{theirs_gib:.2f} | n/a | {gelu:,.0f} | n/a | n/a | n/a |")
+    assert lines[header + 4] == (f"| andrea-120m | n/a | n/a | n/a | {theirs_gib:.2f} | n/a | "
+                                 "n/a | n/a | n/a | n/a |")
+    assert lines[header + 5] == ""
+
+
+def test_the_steps_runs_take_the_recompute_modes_asked_for():
+    """--steps-recompute's modes: microgpt's bf16 graph with each beside the kept one,
+    whatever --steps-runs names (so one call sets gpt2-medium's gelu step beside
+    torch.compile); a recomputed run not asked for only where --steps-runs names it; a
+    geometry of SMALL adds the float32 and the deterministic steps."""
+    def names(small=False, only_runs=None, recompute=()):
+        runs = steps.step_runs(small, True, only_runs, recompute)
+        for name, precision, graph, deterministic, mode in runs:
+            assert name.startswith(f"ours_{precision}_{'graph' if graph else 'eager'}")
+            assert ("_recomputed" in name, "_deterministic" in name) == (mode != "off",
+                                                                          deterministic)
+            assert name.endswith(steps.RECOMPUTED_NAMES[mode])
+        return [name for name, *_ in runs]
+    assert names() == ["ours_bf16_eager", "ours_bf16_graph"]
+    assert names(small=True) == ["ours_fp32_graph", "ours_bf16_eager", "ours_bf16_graph",
+                                 "ours_bf16_graph_deterministic"]
+    assert names(recompute=("gelu",)) == ["ours_bf16_eager", "ours_bf16_graph",
+                                          "ours_bf16_graph_recomputed_gelu"]
+    assert names(only_runs=["ours_bf16_graph", "torch_compile"], recompute=("gelu",)) == [
+        "ours_bf16_graph", "ours_bf16_graph_recomputed_gelu"]
+    assert names(only_runs=["ours_bf16_graph_recomputed"]) == ["ours_bf16_graph_recomputed"]
+    assert names(only_runs=["torch_compile"], recompute=("gelu", "all")) == [
+        "ours_bf16_graph_recomputed_gelu", "ours_bf16_graph_recomputed"]
+    assert names(only_runs=["torch_compile"]) == []

@@ -21,7 +21,9 @@ Seven sections:
            AdamW) for andrea-12m (B 64, T 256), andrea-120m (B 16, T 1024; and B 4, T 4096)
            and the GPT-2 medium and XL geometries (B 16 and 8, T 1024) in bf16 (fp32 too at
            the andrea sizes), beside a PyTorch model of the same architecture in float32 (TF32 off), bf16
-           autocast, and bf16 autocast under torch.compile;
+           autocast, and bf16 autocast under torch.compile; --steps-recompute gelu all
+           also times microgpt's step with GELU's output (all: the LayerNorms' too)
+           recomputed in the backward, as the trainer's --recompute;
   fused    the fused kernels of mixed precision (residual + LayerNorm, cross-entropy
            forward + backward, bf16 outputs) at andrea-120m shapes, beside the unfused
            launches they replace;
@@ -135,9 +137,16 @@ def main(argv=None):
                         help="steps: only these rows (default: all of them)")
     parser.add_argument("--steps-runs", nargs="+", metavar="NAME",
                         help="steps: only these runs, by the names of their figures "
-                        "(ours_bf16_graph, ours_bf16_graph_recomputed, ours_bf16_eager, "
-                        "torch_bf16, torch_compile, ...; default: all that apply but "
-                        "ours_bf16_graph_recomputed, timed only when named)")
+                        "(ours_bf16_graph, ours_bf16_graph_recomputed_gelu, "
+                        "ours_bf16_graph_recomputed, ours_bf16_eager, torch_bf16, "
+                        "torch_compile, ...; default: all that apply but the recomputed "
+                        "ones, timed only when named here or by --steps-recompute)")
+    parser.add_argument("--steps-recompute", nargs="+", metavar="MODE",
+                        choices=["off", "gelu", "all", "on"], default=["off"],
+                        help="steps: also time microgpt's bf16 graph with these recompute "
+                        "modes (the trainer's --recompute: gelu, GELU's output written again "
+                        "in the backward; all or on, the LayerNorms' too), whatever "
+                        "--steps-runs names, beside the kept step (off; default: off alone)")
     parser.add_argument("--reps", type=int, default=10, help="timed repetitions per measurement")
     parser.add_argument("--out", default="bench/RESULTS.md", help="markdown file to write")
     args = parser.parse_args(argv)
@@ -165,8 +174,9 @@ def main(argv=None):
     attention = (bench_flash_attention(args.reps, args.attention_sweep)
                  if args.only in (None, "attention") else [])
     kernels = bench_kernels(args.reps) if args.only in (None, "kernels") else []
+    recompute = tuple({"on": "all"}.get(m, m) for m in args.steps_recompute if m != "off")
     steps = (bench_steps(max(2, args.reps // 2), not args.no_torch_compile, not args.bf16_only,
-                         args.steps_geometries, args.steps_runs)
+                         args.steps_geometries, args.steps_runs, recompute)
              if args.only in (None, "steps") else [])
     fused = bench_fused(args.reps) if args.only in (None, "fused") else []
     generation = (bench_generate("cuda", args.gen_tokens)

@@ -25,17 +25,46 @@ SMALL = ("andrea-12m", "andrea-120m")
 MFU_PEAK_FLOPS = 790e12
 
 
+# a recompute mode's part of its run's and figures' names (microgpt.activations'
+# RECOMPUTE_MODES; "all" as the recomputed run was named before "gelu" was a mode)
+RECOMPUTED_NAMES = {"off": "", "gelu": "_recomputed_gelu", "all": "_recomputed"}
+
+
+def step_runs(small, fp32=True, only_runs=None, recompute=()):
+    """-> [(name, precision, graph, deterministic, recompute mode)]: the runs of microgpt's
+    step a geometry times (small: one of SMALL, where float32 and the deterministic step
+    take seconds). only_runs: the names of those to time (None: all that apply but the
+    recomputed ones); recompute: the modes ("gelu", "all") whose bf16 graph is timed
+    whatever only_runs names. A recomputed run not in recompute is timed only where
+    only_runs names it."""
+    runs = ([("fp32", True, False, "off")] if fp32 and small else []) + [
+        ("bf16", False, False, "off"), ("bf16", True, False, "off")] + [
+        ("bf16", True, False, mode) for mode in ("gelu", "all")
+        if mode in recompute or only_runs] + (
+        [("bf16", True, True, "off")] if small else [])
+    named = []
+    for precision, graph, deterministic, mode in runs:
+        name = (f"ours_{precision}_{'graph' if graph else 'eager'}"
+                + ("_deterministic" if deterministic else "") + RECOMPUTED_NAMES[mode])
+        if not only_runs or name in only_runs or mode in recompute:
+            named.append((name, precision, graph, deterministic, mode))
+    return named
+
+
 def mfu(tok_s, flops_per_token):
     """The share of MFU_PEAK_FLOPS that tok_s tokens a second of flops_per_token make."""
     return tok_s * flops_per_token / MFU_PEAK_FLOPS
 
 
-def bench_steps(reps, compile_torch=True, fp32=True, geometries=None, only_runs=None):
+def bench_steps(reps, compile_torch=True, fp32=True, geometries=None, only_runs=None,
+                recompute=()):
     """-> a row of figures a geometry (geometries: those labels only). only_runs: the
-    runs to time, by the names of their figures (ours_bf16_graph, ours_bf16_graph_recomputed,
-    torch_compile, ...; None: all that apply but the recomputed one, which only a call
-    that names it pays for): a call with a few minutes to spare measures what it asks
-    about (torch.compile's peak memory alone, say)."""
+    runs to time, by the names of their figures (ours_bf16_graph,
+    ours_bf16_graph_recomputed_gelu, ours_bf16_graph_recomputed, torch_compile, ...; None:
+    all that apply but the recomputed ones, which only a call that names them pays for):
+    a call with a few minutes to spare measures what it asks about (torch.compile's peak
+    memory alone, say). recompute: the modes ("gelu", "all") of microgpt's bf16 graph
+    timed beside the kept one, whatever only_runs names (step_runs)."""
     import torch
     from numba import cuda
     from microgpt import GPT, get_config
@@ -57,27 +86,18 @@ def bench_steps(reps, compile_torch=True, fp32=True, geometries=None, only_runs=
         targets = rng.integers(0, cfg.vocab_size, (B, T)).astype(np.int32)
 
         row = {}
-        # (precision, graph, deterministic, recompute): the same bits every run (split-K
-        # in order), as --deterministic trains; the LayerNorms' and GELU's outputs
-        # recomputed, as --recompute on (the memory it saves, the time it costs; where
-        # only_runs names it)
-        runs = ([("fp32", True, False, False)] if fp32 and small else []) + [
-            ("bf16", False, False, False), ("bf16", True, False, False)] + (
-            [("bf16", True, False, True)] if only_runs else []) + (
-            [("bf16", True, True, False)] if small else [])
-        for precision, graph, deterministic, recompute in runs:
-            run = (f"ours_{precision}_{'graph' if graph else 'eager'}"
-                   + ("_deterministic" if deterministic else "")
-                   + ("_recomputed" if recompute else ""))
-            if only_runs and run not in only_runs:
-                continue
+        # deterministic: the same bits every run (split-K in order), as --deterministic
+        # trains; a recompute mode: GELU's output (and the LayerNorms') recomputed, as
+        # --recompute gelu (all) trains: the memory it saves, the time it costs
+        for run, precision, graph, deterministic, mode in step_runs(small, fp32, only_runs,
+                                                                    recompute):
             # the runs before freed now, not while this one is measured (numba defers the
             # frees of the arrays let go; gc takes any cycle that still holds some)
             gc.collect()
             cuda.current_context().deallocations.clear()
             free_before, total = cuda.current_context().get_memory_info()
             model = GPT(cfg, backend=CudaBackend(deterministic=deterministic),
-                        precision=precision, recompute=recompute)
+                        precision=precision, recompute=mode)
             step = Step(model, AdamW(model, AdamWConfig(total_steps=10**6)), B, T, graph=graph)
             for _ in range(2):          # compile; then capture
                 step.run(idx, targets)
@@ -100,7 +120,7 @@ def bench_steps(reps, compile_torch=True, fp32=True, geometries=None, only_runs=
             row[run + "_host_ms"] = 1e3 * float(np.median(host))
             gib = (free_before - free_after) / 2**30
             if not deterministic:
-                row[f"ours_{precision}{'_recomputed' if recompute else ''}_gib"] = gib
+                row[f"ours_{precision}{RECOMPUTED_NAMES[mode]}_gib"] = gib
             # as it is measured: a run cut short by a time limit keeps what came before
             print(f"   {label} {run}: {B * T / ours_s:,.0f} tok/s, {gib:.2f} GiB", flush=True)
             model = step = None         # free the device memory before the next runs
@@ -199,23 +219,26 @@ def steps_report(rows):
                      f"{r['ours_bf16_graph_tok_s'] / same_bits:.3f} |")
     lines += [
         "",
-        "microgpt's bf16 graph with the LayerNorms' and GELU's outputs recomputed in the "
-        "backward (--recompute on) beside the one that keeps them (the default where the "
-        "run fits), and torch.compile's peak: GiB (the device's free memory before and "
-        "after building and capturing the step; torch.compile's max_memory_allocated) and "
-        "tokens/s.",
+        "microgpt's bf16 graph with GELU's output recomputed in the backward (--recompute "
+        "gelu) and with the LayerNorms' outputs too (--recompute all), beside the one that "
+        "keeps them (the default where the run fits), and torch.compile's peak: GiB (the "
+        "device's free memory before and after building and capturing the step; "
+        "torch.compile's max_memory_allocated) and tokens/s (tools/bench.py "
+        "--steps-recompute gelu all).",
         "",
-        "| config | kept GiB | recomputed GiB | torch.compile GiB | kept tok/s | recomputed "
-        "tok/s | recomputed step time / kept |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| config | kept GiB | gelu GiB | all GiB | torch.compile GiB | kept tok/s | gelu "
+        "tok/s | all tok/s | gelu step time / kept | all step time / kept |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    modes = [RECOMPUTED_NAMES[mode] for mode in ("gelu", "all")]
     for r in rows:
-        kept, again = r.get("ours_bf16_graph_tok_s"), r.get("ours_bf16_graph_recomputed_tok_s")
-        if again is None and r.get("torch_compile_gib") is None:
+        kept = r.get("ours_bf16_graph_tok_s")
+        again = [r.get(f"ours_bf16_graph{m}_tok_s") for m in modes]
+        if again == [None, None] and r.get("torch_compile_gib") is None:
             continue
-        lines.append(f"| {r['config']} | {cell(r.get('ours_bf16_gib'), '.2f')} | "
-                     f"{cell(r.get('ours_bf16_recomputed_gib'), '.2f')} | "
-                     f"{cell(r.get('torch_compile_gib'), '.2f')} | "
-                     f"{cell(kept, ',.0f')} | {cell(again, ',.0f')} | "
-                     f"{cell(kept and again and kept / again, '.3f')} |")
+        gib = [r.get(f"ours_bf16{m}_gib") for m in [""] + modes] + [r.get("torch_compile_gib")]
+        cells = ([r["config"]] + [cell(g, ".2f") for g in gib]
+                 + [cell(t, ",.0f") for t in [kept] + again]
+                 + [cell(kept and t and kept / t, ".3f") for t in again])
+        lines.append("| " + " | ".join(cells) + " |")
     return lines + [""]
