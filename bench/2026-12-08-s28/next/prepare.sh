@@ -5,7 +5,7 @@
 # `run` with carry [".whl", ".devtree/jobs", ".devtree/data.txz", ".devtree/slim"] (and
 # ".devtree/cache" once a call has returned one) and the command
 #   <the wheels' install prefix> LIMIT=545 TEST_S=200 bash tools/device_call.sh "b2 steps mem"
-# and, on the warm machine, the same with LIMIT=330 ... "xl".
+# and, on the warm machine, the same with LIMIT=360 ... "xl".
 set -e
 HERE=bench/2026-12-08-s28; B2=bench/2026-12-07-s27/b2/b2.mbox
 git rev-parse --verify -q s28-b2 > /dev/null || {
