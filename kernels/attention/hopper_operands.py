@@ -1,7 +1,8 @@
 """The operands of the Hopper attention passes (``hopper``'s forward, ``hopper_backward``'s
 dq and dk/dv passes) as the bulk copies and wgmma take them: head arrays as views of 2-D
 matrices (head_matrix), the copies of a pair of tiles (pair_copier), the issuers of the
-passes' two kinds of product with their descriptors (products), the causal mask of a
+passes' two kinds of product with their descriptors (products; fold_product, the dk/dv
+pass's dq where it folds it), the causal mask of a
 tile of scores in the accumulators (causal_mask), and the passes' launch (launch_pass).
 
 q, k, v (and dout) as the bulk copies see them: a head array (B, H, T, D) is a view of a
@@ -124,6 +125,31 @@ def products(D, M, N):
         warpgroup_commit()
 
     return scores, accumulate
+
+
+@functools.cache
+def fold_product(D, M):
+    """product(o, smem, a, r): o = a r, the dq of a step in the dk/dv pass that folds it
+    (hopper_backward.BackwardTile.fold), one commit group: a a 64 x 64 tile (rows the k of
+    the product: the warpgroup's keys; columns its m: the step's queries; MN-major, as the
+    accumulators of dS^T are stored), r the warpgroup's 64 rows of the resident tile of M
+    rows (k: MN-major, its D columns in panels). The first wgmma overwrites o."""
+    (a_fields, a_step), (r_fields, r_step) = (wgmma_operand(64, 64, k_is_row=True),
+                                              wgmma_operand(M, D, k_is_row=True))
+    a_high, r_high = np.uint32(a_fields >> 32), np.uint32(r_fields >> 32)
+    over_keys = wgmma_bf16_acc(D, True, True)
+    fence = warpgroup_fence(D // 2)
+
+    @cuda.jit(device=True, inline=True)
+    def product(o, smem, a, r):
+        a_low, r_low = low_word(smem, a, a_fields), low_word(smem, r, r_fields)
+        fence(o)
+        for kk in range(64 // MMA_K):
+            over_keys(smem, words_to_b64(uint32(a_low + kk * a_step), a_high),
+                      words_to_b64(uint32(r_low + kk * r_step), r_high), o, uint32(kk > 0))
+        warpgroup_commit()
+
+    return product
 
 
 def head_matrix(x):
