@@ -26,6 +26,8 @@ from microgpt.kernels.attention.hopper_backward import BackwardTile
 
 SEEDS = st.integers(0, 2**32 - 1)
 SIM, SIM_32 = BackwardTile(1, 64, 4), BackwardTile(1, 32, 4)
+# the dk/dv pass that folds dq in (bulk adds into a float32 sum), no dq pass
+SIM_FOLD = BackwardTile(1, 64, 4, fold=True)
 
 if REAL_SHAPES:
     # up to 16 heads of 1024 rows: the float64 reference of a whole andrea-120m backward
@@ -39,7 +41,13 @@ if REAL_SHAPES:
                             BackwardTile(2, 32, 4, 1, True, True),
                             BackwardTile(1, 64, 4, 2, True, True),
                             BackwardTile(1, 32, 4, 2, True, True)])
-    TILES = st.tuples(st.one_of(TILE, st.just(FlashTile(64, 32))), TILE)
+    # the fold (no dq pass: tiles[0] None) as it fits: at D 64 the measured one (hb.FOLD_TILE)
+    FOLD = st.sampled_from([BackwardTile(1, 64, 4, fold=True), hb.FOLD_TILE,
+                            BackwardTile(2, 64, 4, 1, True, True, True),
+                            BackwardTile(1, 64, 4, 2, True, True, True),
+                            BackwardTile(1, 64, 8, 1, True, True, True)])
+    TILES = st.one_of(st.tuples(st.one_of(TILE, st.just(FlashTile(64, 32))), TILE),
+                      st.tuples(st.none(), FOLD))
 else:
     SHAPES = st.tuples(st.just(1), st.sampled_from([1, 2]), st.integers(1, 70),
                        st.just(64))
@@ -104,6 +112,36 @@ def test_hopper_attention_backward(shape, tiles, seed, fused):
     check_backward(shape, tiles, seed, fused)
 
 
+@pytest.mark.parametrize("shape, seed, fused", [
+    # ragged T over two key tiles (the second's keys past T, a query box past T into the
+    # head's padded rows of the sum), two heads and two batches; one short head
+    ((2, 2, 70, 64), 5, True), ((1, 1, 9, 64), 6, False)] if not REAL_SHAPES else [
+    ((2, 3, 1000, 64), 5, True), ((1, 2, 265, 64), 6, False)])
+def test_hopper_attention_backward_folds_dq(shape, seed, fused):
+    """dq by the dk/dv pass's bulk adds (BackwardTile.fold): dq, dk, dv and delta against
+    float64, the outputs poisoned; on the GPU the tile measured (hb.FOLD_TILE) where it
+    fits."""
+    tile = SIM_FOLD
+    if ON_GPU and fits((None, hb.FOLD_TILE), shape[3]):
+        tile = hb.FOLD_TILE
+    check_backward(shape, (None, tile), seed, fused)
+
+
+def test_fold_rows_pass_writes_delta_and_zeroes_the_sum():
+    """The fold's first pass against NumPy: delta = rowsum(dout * out), the sum's rows of
+    every head (padded ones too) zeroed from poison."""
+    rng = np.random.default_rng(7)
+    B, H, T, D, Tp = 1, 2, 37, 64, 64
+    (dout, dout64), (out, out64) = bf16(randn(rng, B, H, T, D)), bf16(randn(rng, B, H, T, D))
+    delta = cuda.to_device(poisoned((B, H, T)))
+    dq_sum = cuda.to_device(poisoned((B * H * Tp, D)))
+    hb.fold_rows_kernel(D)[(Tp // 32, H, B), hb.ROW_THREADS](delta, dq_sum,
+                                                             *map(cuda.to_device, (dout, out)))
+    np.testing.assert_allclose(delta.copy_to_host(), (dout64 * out64).sum(-1), rtol=1e-5,
+                               atol=1e-5)
+    np.testing.assert_array_equal(dq_sum.copy_to_host(), 0)
+
+
 def test_statistics_row_is_the_heads_one_after_another():
     x = cuda.to_device(np.arange(2 * 3 * 5, dtype=np.float32).reshape(2, 3, 5))
     row = hb.statistics_row(x)
@@ -125,6 +163,14 @@ def test_hopper_attention_backward_rejects_bad_arguments():
     with pytest.raises(ValueError, match="16-byte aligned"):
         off = to_device_off_group(np.ones((1, 2, 3), np.float32))
         hb.hopper_attention_backward(x, x, x, off, x, x, x, x, x, rows)
+    with pytest.raises(ValueError, match="a fold is the dk/dv pass's"):
+        hb.hopper_attention_backward(*args, tiles=(None, BackwardTile(1, 32, 4, fold=True)))
+    with pytest.raises(ValueError, match="a fold is the dk/dv pass's at head_dim 64"):
+        y = cuda.to_device(np.ones((1, 2, 3, 128), np.uint16))
+        hb.hopper_attention_backward(y, y, y, rows, y, y, y, y, y, rows,
+                                     tiles=(None, BackwardTile(1, 64, 4, fold=True)))
+    with pytest.raises(ValueError, match="computes dq itself"):
+        hb.hopper_attention_backward(*args, tiles=(SIM, BackwardTile(1, 64, 4, fold=True)))
     with pytest.raises(ValueError, match="donate hands a producer warpgroup's registers"):
         hb.hopper_attention_backward(*args, tiles=(None, BackwardTile(2, 64, 8, 1, False, True)))
     if not ON_GPU:

@@ -1,7 +1,9 @@
 """Flash attention's backward on Hopper's warpgroup MMA (sm_90a), head_dim 64 and 128: a dq
 pass by query tiles (which also writes delta = rowsum(dout * out)), then a dk/dv pass by
 key tiles, in the manner of FlashAttention-3's backward. Every gradient element has one
-owner (no atomics): the backward is deterministic.
+owner (no atomics): the backward is deterministic. (Not so a dk/dv tile's fold, a variant
+no default takes: that pass computes dq too, by bulk tensor adds into a float32 sum, whose
+order the blocks' timing picks; BackwardTile's docstring.)
 
 NumPy twin: ``microgpt.reference.attention_backward`` on the same bf16 inputs, as for
 ``flash`` (whose arguments, lse convention and tolerances this backward keeps).
@@ -41,23 +43,24 @@ from typing import NamedTuple
 import numpy as np
 from numba import cuda, float32, int32, types, uint16, uint32, uint64
 
-from ..atoms import (exp2_ftz, fence_barrier_init, fence_tensor_map, load_group4,
-                     mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_try_wait, pack_bf16x2,
-                     set_max_registers, shared_address, store_pair, tma_load_2d, warp_uniform,
+from ..atoms import (bulk_commit, bulk_wait, exp2_ftz, fence_barrier_init, fence_proxy_async,
+                     fence_tensor_map, load_group4, mbarrier_arrive_expect_tx, mbarrier_init,
+                     mbarrier_try_wait, named_barrier, pack_bf16x2, set_max_registers,
+                     shared_address, store_pair, tma_add_2d, tma_load_2d, warp_uniform,
                      warpgroup_wait)
 from ..cache import jit
 from ..common import ceil_div, device_address
 from ..device import (DYNAMIC_SHARED_LIMIT, GROUP, SIMULATOR, SWIZZLE_BYTES, WARPGROUP,
-                      check_block)
+                      check_block, swizzle)
 from ..layouts.fragments import accumulator_col, wgmma_accumulator_row
 from ..layouts.tensor_maps import tensor_map
-from ..layouts.tiles import PANEL
+from ..layouts.tiles import PANEL, swizzled
 from ..pipelines.tma import tma_pipeline
 from . import flash, flash_backward
 from .flash import INF, quad_sum
 from .hopper import LOG2E, PRODUCER_REGISTERS, WIDTHS, ZERO, consumer_registers
-from .hopper_operands import (causal_mask, described_heads, head_matrix, launch_pass,
-                              pair_copier, products)
+from .hopper_operands import (causal_mask, described_heads, fold_product, head_matrix,
+                              launch_pass, pair_copier, products)
 
 STATS = 2                   # float32 statistics a query row brings: lse, delta
 DKDV_REGISTERS = 170        # a dk/dv pass's thread needs about this many not to spill
@@ -89,13 +92,21 @@ class BackwardTile(NamedTuple):
     donate (with producer): that warp is the first of a warpgroup of its own, which hands
     its registers to the computing ones by setmaxnreg (hopper.consumer_registers: 240 a
     thread for two), FlashAttention-3's layout, launched by the driver's whole-program JIT
-    (the only compile that honours setmaxnreg), as the forward's donating tiles."""
+    (the only compile that honours setmaxnreg), as the forward's donating tiles;
+    fold (a dk/dv tile's, D 64 and step 64; no default has it): that pass computes dq too, as
+    FlashAttention-3 does, and no dq pass runs. Per step each warpgroup stores dS (its 64
+    keys x the step's queries, bf16) in shared memory, forms dq's part, dS k (64 x D
+    float32 by wgmma, both operands from shared memory), stores it in shared memory and
+    adds it into a float32 sum in global memory by bulk tensor adds; a row pass writes
+    delta and zeroes the sum before, another rounds the sum into dq after. Five products
+    a step where the two passes take seven."""
     warpgroups: int = 2
     step: int = 64
     stages: int = 4
     min_blocks: int = 1
     producer: bool = False
     donate: bool = False
+    fold: bool = False
 
     @property
     def rows(self):
@@ -129,14 +140,32 @@ def default_tile(D, kind):
 
 def shared_bytes(tile, D, kind):
     """The resident tiles (q and dout, or k and v), the stages of the streamed ones (with
-    the queries' statistics in the dk/dv pass), and room to align the start to a swizzle
-    pattern."""
+    the queries' statistics in the dk/dv pass; a fold's buffers after them), and room to
+    align the start to a swizzle pattern."""
     stats = 4 * STATS * tile.stages * stat_slot(tile.step) if kind == "dkdv" else 0
-    return 2 * D * (2 * tile.rows + 2 * tile.stages * tile.step) + stats + SWIZZLE_BYTES
+    end = 2 * D * (2 * tile.rows + 2 * tile.stages * tile.step) + stats
+    if kind == "dkdv" and tile.fold:
+        end = fold_bytes(end) + tile.warpgroups * fold_group_bytes(D)
+    return end + SWIZZLE_BYTES
+
+
+# a fold's buffers, each warpgroup's: dS (64 keys x 64 queries, bf16, the A operand of dq's
+# part: 128-byte rows, swizzled), then that part (64 queries x D float32) as the boxes the
+# bulk adds read, FOLD_BOX columns wide (128-byte rows, swizzled: a box 1024-byte aligned)
+FOLD_BOX = 32
+
+
+def fold_bytes(end):
+    """The first byte of a fold's buffers: the end of the others, at a swizzle pattern."""
+    return ceil_div(end, SWIZZLE_BYTES) * SWIZZLE_BYTES
+
+
+def fold_group_bytes(D):
+    return 2 * 64 * 64 + 4 * 64 * D
 
 
 def check_tile(tile, D, kind):
-    warpgroups, step, stages, min_blocks, producer, donate = tile
+    warpgroups, step, stages, min_blocks, producer, donate, fold = tile
     if D not in WIDTHS:
         raise ValueError(f"head_dim {D}: the wgmma backward takes {WIDTHS}")
     if not 1 <= warpgroups <= 2:
@@ -150,6 +179,11 @@ def check_tile(tile, D, kind):
         raise ValueError(f"tile {tile}: min_blocks must be 1 to 3")
     if donate and not producer:
         raise ValueError(f"tile {tile}: donate hands a producer warpgroup's registers on")
+    if fold and (kind != "dkdv" or step != 64 or D != 64):
+        # at D 128 dq's part (64 accumulators a thread) beside dk's and dv's spills (sm_90a:
+        # 255 registers and 184 bytes of stack with one warpgroup, session 28)
+        raise ValueError(f"tile {tile}: a fold is the dk/dv pass's at head_dim 64, with "
+                         "steps of 64 queries (the M of dq's wgmma)")
     if producer and SIMULATOR:
         # its thread spins on the barriers while the simulator's twins of the consumers'
         # warp-collective atoms wait for every live thread of the block
@@ -180,7 +214,7 @@ def donation(tile):
 
 @functools.cache
 def dkdv_kernel(D, tile):
-    G, N, stages, min_blocks, producer, donate = tile
+    G, N, stages, min_blocks, producer, donate, fold = tile
     M = tile.rows
     s_regs, o_regs = N // 2, D // 2        # accumulators per thread: S^T, dP^T; dk, dv
     p_regs = N // 4                         # P^T, dS^T: bf16 pairs; a thread's columns
@@ -193,6 +227,15 @@ def dkdv_kernel(D, tile):
     scale = np.float32(1.0 / math.sqrt(D))
     scale_log2 = np.float32(LOG2E / math.sqrt(D))
     log2e = np.float32(LOG2E)
+    # a fold's buffers (shared_bytes), in bytes from the aligned start; a warpgroup's dS
+    # as the 128-byte rows of `ds_index`, its part of dq as D / FOLD_BOX boxes of 64 rows
+    fold_at = fold_bytes(2 * (kv_size + stages * stage_size) + 4 * STATS * stages * slot)
+    group_bytes, box_floats = fold_group_bytes(D), 64 * FOLD_BOX
+    ds_index = swizzled(64)
+    lines, phases = swizzle(FOLD_BOX // GROUP)
+    fold_dq = fold_product(D, M)
+    dq_wait = warpgroup_wait(0, D // 2)
+    dq_regs = D // 2 if fold else 1         # dq's part of a step, a fold's accumulators
 
     # S^T = k q^T, dP^T = v dout^T: A the warpgroup's 64 keys, B the step's queries; dv +=
     # P^T dout, dk += dS^T q: B the step's rows (k = the queries)
@@ -220,14 +263,16 @@ def dkdv_kernel(D, tile):
     lower_registers, raise_registers = donation(tile)
 
     @jit(**({} if SIMULATOR else {"launch_bounds": (tile.threads, min_blocks)}))
-    def hopper_attention_backward_dkdv_kernel(dk, dv, q, dout, k, v, lse, delta, q_map,
-                                              do_map, k_map, v_map, lse_map, delta_map, q_rb,
-                                              q_rh, q_ch, do_rb, do_rh, do_ch, kv_rb, kv_rh,
-                                              kv_ch):
+    def hopper_attention_backward_dkdv_kernel(dk, dv, dq_sum, q, dout, k, v, lse, delta,
+                                              q_map, do_map, k_map, v_map, lse_map,
+                                              delta_map, dq_map, q_rb, q_rh, q_ch, do_rb,
+                                              do_rh, do_ch, kv_rb, kv_rh, kv_ch):
         # dk, dv (B, H, T, D) bf16 bits; q, dout, k, v the 2-D matrices the heads are
         # views of, (rb, rh, ch) where their heads' rows lie (hopper's docstring); lse,
-        # delta (1, B H T) float32. Block (x, h, b) owns key rows k0 .. k0 + M, the first
-        # first (they walk the most queries), and the query steps from the one holding k0.
+        # delta (1, B H T) float32; a fold's dq_sum (B H Tp, D) float32 (fold_sum: Tp = T
+        # rounded up to a step) and its map of boxes (64, FOLD_BOX), unread otherwise.
+        # Block (x, h, b) owns key rows k0 .. k0 + M, the first first (they walk the most
+        # queries), and the query steps from the one holding k0.
         B, H, T = dk.shape[0], dk.shape[1], dk.shape[2]
         h, b = cuda.blockIdx.y, cuda.blockIdx.z
         group = warp_uniform(cuda.threadIdx.x // WARPGROUP)       # (as the forward's)
@@ -238,10 +283,12 @@ def dkdv_kernel(D, tile):
         bars = cuda.shared.array(BARRIERS, uint64)
         raw = cuda.shared.array(0, uint16)
         raw32 = cuda.shared.array(0, float32)
+        raw_words = cuda.shared.array(0, uint32)
         start = int32((SWIZZLE_BYTES - shared_address(raw, 0) % SWIZZLE_BYTES)
                       % SWIZZLE_BYTES // 2)
         smem = raw[start:]
         stats = raw32[start // 2:]
+        words = raw_words[start // 2:]
         # the head's statistics begin at (b H + h) T; its boxes at the 16-byte boundary before
         head_stats = (b * H + h) * T
         stat_shift = int32(head_stats % STAT_PAD)
@@ -289,6 +336,16 @@ def dkdv_kernel(D, tile):
             dv_acc[r] = ZERO
         copies = not producer and cuda.threadIdx.x == 0
         k_at, v_at = int32(64 * group * PANEL), int32(M * D + 64 * group * PANEL)
+        # a fold's: the warpgroup's dS (element index), its boxes of dq (float index), the
+        # head's first row of dq_sum; the thread's rows of either, their swizzle phase
+        dq_part = cuda.local.array(dq_regs, float32)
+        ds_at = int32((fold_at + group * group_bytes) // 2)
+        box_at = int32((fold_at + group * group_bytes + 2 * 64 * 64) // 4)
+        sum_row = (b * H + h) * ((T + N - 1) // N * N)
+        local = wgmma_accumulator_row(thread)                     # and local + 8
+        phase = local // lines % phases
+        if fold and thread == 0:
+            fence_tensor_map(dq_map)
         # the steps wholly above the warpgroup's keys (queries all before its first)
         skip = (k0 + 64 * group) // N - first
         for it in range(min(skip, steps)):
@@ -337,10 +394,44 @@ def dkdv_kernel(D, tile):
             for r in range(p_regs):
                 ds[r] = pack_bf16x2(dp[2 * r], dp[2 * r + 1])
             accumulate(dk_acc, ds, smem, at)
+            if fold:
+                # dS^T's pairs (rows the keys, columns the queries: the MN-major A of dS k)
+                # stored while dk's product reads them too (read, not written: no wgmma
+                # serialized); the last step's product read the buffer before its boxes
+                # were laid, and its adds read those before thread 0 passes the barrier
+                for j in range(N // 8):
+                    for half in range(2):
+                        words[uint32(ds_index(local + 8 * half, 8 * j + col) // 2
+                                     + ds_at // 2)] = ds[2 * j + half]
+                fence_proxy_async()
+                if thread == 0:
+                    bulk_wait()
+                named_barrier(1 + group, WARPGROUP)
+                fold_dq(dq_part, smem, ds_at, k_at)
+                dq_wait(dq_part)        # (and dk's product)
+                # the part (rows the step's queries) as boxes of FOLD_BOX columns, each
+                # added by one bulk add of thread 0's, the step's one bulk group
+                for j in range(D // 8):
+                    for half in range(2):
+                        chunk = (8 * (j % (FOLD_BOX // 8)) + col) // GROUP ^ phase
+                        at_f = uint32(box_at + j // (FOLD_BOX // 8) * box_floats
+                                      + (local + 8 * half) * FOLD_BOX + chunk * GROUP
+                                      + col % GROUP)
+                        stats[at_f] = dq_part[4 * j + 2 * half]
+                        stats[at_f + 1] = dq_part[4 * j + 2 * half + 1]
+                fence_proxy_async()
+                named_barrier(1 + group, WARPGROUP)
+                if thread == 0:
+                    for part in range(D // FOLD_BOX):
+                        tma_add_2d(dq_sum, dq_map, part * FOLD_BOX, sum_row + query0, stats,
+                                   box_at + part * box_floats)
+                    bulk_commit()
         o_wait(dk_acc)
         o_wait(dv_acc)
         if thread == 0 and steps > skip:
             pipe.release(bars, uint32(steps - 1))
+        if fold and thread == 0:
+            bulk_wait()                 # the block's shared memory read before it leaves
 
         # a thread's pairs of columns by 4-byte stores (_check_heads: the rows 16-byte
         # aligned), at unsigned indices here and in the dq pass (as the statistics')
@@ -359,7 +450,7 @@ def dkdv_kernel(D, tile):
 
 @functools.cache
 def dq_kernel(D, tile):
-    G, N, stages, min_blocks, producer, donate = tile
+    G, N, stages, min_blocks, producer, donate, _ = tile
     M = tile.rows
     s_regs, o_regs = N // 2, D // 2        # accumulators per thread: S, dP; dq
     p_regs = N // 4                         # dS: bf16 pairs
@@ -524,6 +615,65 @@ def dq_kernel(D, tile):
     return hopper_attention_backward_dq_kernel
 
 
+ROW_THREADS = 128           # the fold's row passes: 32 rows a block, 4 lanes a row
+
+
+@functools.cache
+def fold_rows_kernel(D):
+    """A fold's first pass (BackwardTile.fold): delta = rowsum(dout * out) of each query
+    row, as the dq pass computes it, and the head's rows of the float32 sum of dq zeroed
+    (its padded rows too, which the dk/dv pass's boxes add into)."""
+    @jit
+    def hopper_attention_backward_fold_rows_kernel(delta, dq_sum, dout, out):
+        # delta (B, H, T) float32, written; dq_sum (B H Tp, D) float32, zeroed; dout, out
+        # (B, H, T, D) bf16 bits. Block (x, h, b): the head's rows 32 x ..
+        B, H, T = delta.shape[0], delta.shape[1], delta.shape[2]
+        h, b = cuda.blockIdx.y, cuda.blockIdx.z
+        rows = dq_sum.shape[0] // (B * H)
+        i = cuda.blockIdx.x * (ROW_THREADS // 4) + cuda.threadIdx.x // 4
+        c0 = cuda.threadIdx.x % 4 * (D // 4)
+        doh, oh = dout[b, h], out[b, h]
+        do4 = cuda.local.array(GROUP, float32)
+        o4 = cuda.local.array(GROUP, float32)
+        part = ZERO
+        if i < T:
+            for g in range(D // 4 // GROUP):
+                load_group4(do4, 0, doh, (i, c0 + GROUP * g))
+                load_group4(o4, 0, oh, (i, c0 + GROUP * g))
+                for e in range(GROUP):
+                    part += do4[e] * o4[e]
+        total = quad_sum(part)          # (every lane of the warp: a shuffle)
+        if i < T and cuda.threadIdx.x % 4 == 0:
+            delta[b, h, i] = total
+        if i < rows:
+            r = (b * H + h) * rows + i
+            for c in range(D // 4):
+                dq_sum[r, c0 + c] = ZERO
+    return hopper_attention_backward_fold_rows_kernel
+
+
+@functools.cache
+def fold_dq_kernel(D):
+    """A fold's last pass: dq = the float32 sum times 1 / sqrt(D), rounded to bf16."""
+    scale = np.float32(1.0 / math.sqrt(D))
+
+    @jit
+    def hopper_attention_backward_fold_dq_kernel(dq, dq_sum):
+        # dq (B, H, T, D) bf16 bits, written; dq_sum (B H Tp, D) float32
+        B, H, T = dq.shape[0], dq.shape[1], dq.shape[2]
+        h, b = cuda.blockIdx.y, cuda.blockIdx.z
+        rows = dq_sum.shape[0] // (B * H)
+        i = cuda.blockIdx.x * (ROW_THREADS // 4) + cuda.threadIdx.x // 4
+        c0 = cuda.threadIdx.x % 4 * (D // 4)
+        if i < T:
+            r = (b * H + h) * rows + i
+            dqh = dq[b, h]
+            for c in range(0, D // 4, 2):
+                store_pair(dqh, (i, c0 + c), pack_bf16x2(dq_sum[r, c0 + c] * scale,
+                                                         dq_sum[r, c0 + c + 1] * scale))
+    return hopper_attention_backward_fold_dq_kernel
+
+
 _HEADS = types.Array(types.uint16, 4, "A")
 _MATRIX = types.Array(types.uint16, 2, "A")
 _ROWS3 = types.float32[:, :, ::1]
@@ -531,11 +681,19 @@ _STATS = types.Array(types.float32, 2, "A")
 _MAP = types.uint64[::1]
 DQ_SIGNATURE = ((_HEADS, _ROWS3, _HEADS, _HEADS, _ROWS3) + (_MATRIX,) * 4 + (_MAP,) * 4
                 + (types.int32,) * 9)
-DKDV_SIGNATURE = ((_HEADS,) * 2 + (_MATRIX,) * 4 + (_STATS,) * 2 + (_MAP,) * 6
+_SUM = types.float32[:, ::1]
+# (the unfolded pass takes lse's row and map in dq_sum's and dq_map's places, unread)
+DKDV_SIGNATURE = ((_HEADS,) * 2 + (_STATS,) + (_MATRIX,) * 4 + (_STATS,) * 2 + (_MAP,) * 7
                   + (types.int32,) * 9)
+FOLD_SIGNATURE = ((_HEADS,) * 2 + (_SUM,) + (_MATRIX,) * 4 + (_STATS,) * 2 + (_MAP,) * 7
+                  + (types.int32,) * 9)
+# the fold at D 64 as the next session measures it (bench ab.py's "this:fold")
+FOLD_TILE = BackwardTile(2, 64, 8, 1, True, True, True)
 PTX_SIGNATURES = [entry for D in WIDTHS for entry in (
     (dq_kernel(D, default_tile(D, "dq")), DQ_SIGNATURE),
-    (dkdv_kernel(D, default_tile(D, "dkdv")), DKDV_SIGNATURE))]
+    (dkdv_kernel(D, default_tile(D, "dkdv")), DKDV_SIGNATURE),
+    (fold_rows_kernel(D), (_ROWS3, _SUM, _HEADS, _HEADS)),
+    (fold_dq_kernel(D), (_HEADS, _SUM)))] + [(dkdv_kernel(64, FOLD_TILE), FOLD_SIGNATURE)]
 
 
 # ----------------------------------------------------------------------------------
@@ -585,7 +743,10 @@ def hopper_attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, *,
     overwritten, from dout and the forward's q, k, v, out and lse, as
     flash_backward.flash_attention_backward. Two launches: dq by query tiles (writing
     delta), then dk and dv by key tiles (reading it); tiles: their BackwardTiles (default
-    by D), or a FlashTile for flash_backward's mma.sync dq pass."""
+    by D), or a FlashTile for flash_backward's mma.sync dq pass. A dk/dv tile with fold
+    (tiles[0] then None): three launches, delta and a zeroed float32 sum of dq
+    (fold_rows_kernel), dk, dv and dq's sum by key tiles, dq from the sum
+    (fold_dq_kernel)."""
     B, H, T, D = flash._check_heads(dict(lse=lse, delta=delta), q=q, k=k, v=v, out=out,
                                     dout=dout, dq=dq, dk=dk, dv=dv)
     if q.size == 0:
@@ -595,11 +756,15 @@ def hopper_attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, *,
             raise ValueError(f"{name}: the wgmma backward's bulk copies read it from a "
                              "16-byte aligned address")
     mma_sync_dq = isinstance(tiles[0], flash.FlashTile)
+    fold = tiles[1] is not None and BackwardTile(*tiles[1]).fold
+    if fold and tiles[0] is not None:
+        raise ValueError(f"tiles {tiles}: a folded dk/dv pass computes dq itself (no dq "
+                         "pass's tile)")
     dq_tile, dkdv_tile = (
         tiles[0] if mma_sync_dq else
         default_tile(D, "dq") if tiles[0] is None else BackwardTile(*tiles[0]),
         default_tile(D, "dkdv") if tiles[1] is None else BackwardTile(*tiles[1]))
-    if not mma_sync_dq:
+    if not mma_sync_dq and not fold:
         check_tile(dq_tile, D, "dq")
     check_tile(dkdv_tile, D, "dkdv")
     (qm, q_layout), (dom, do_layout), (km, kv_layout), (vm, v_layout) = (
@@ -608,7 +773,11 @@ def hopper_attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, *,
     if kv_layout != v_layout:
         raise ValueError("k and v must lie alike")
     layouts = (*q_layout, *do_layout, *kv_layout)
-    if mma_sync_dq:
+    if fold:
+        dq_sum = fold_sum(B * H * ceil_div(T, dkdv_tile.step) * dkdv_tile.step, D)
+        row_grid = (ceil_div(dq_sum.shape[0] // (B * H), ROW_THREADS // 4), H, B)
+        fold_rows_kernel(D)[row_grid, ROW_THREADS, stream](delta, dq_sum, dout, out)
+    elif mma_sync_dq:
         dq_tile = flash._tile(dq_tile, D, "dq")
         flash_backward._dq_kernel(D, dq_tile)[(ceil_div(T, dq_tile.rows), H, B),
                                               dq_tile.threads, stream](
@@ -624,7 +793,25 @@ def hopper_attention_backward(dq, dk, dv, delta, dout, q, k, v, out, lse, *,
             tensor_map(km, dkdv_tile.rows, PANEL), tensor_map(vm, dkdv_tile.rows, PANEL),
             tensor_map(lse_row, 1, dkdv_tile.step + STAT_PAD),
             tensor_map(delta_row, 1, dkdv_tile.step + STAT_PAD))
+    # (unfolded, lse's row and map stand in for dq's sum and its map: the pass reads
+    # neither)
+    sum_args = (dq_sum, tensor_map(dq_sum, 64, FOLD_BOX)) if fold else (lse_row, maps[4])
     _launch(dkdv_kernel(D, dkdv_tile), dkdv_tile, D, "dkdv",
             (ceil_div(T, dkdv_tile.rows), H, B), stream,
-            (dk, dv, qm, dom, km, vm, lse_row, delta_row, *maps, *layouts),
-            (dk, dv, qm, dom, km, vm))
+            (dk, dv, sum_args[0], qm, dom, km, vm, lse_row, delta_row, *maps, sum_args[1],
+             *layouts), (dk, dv, qm, dom, km, vm))
+    if fold:
+        fold_dq_kernel(D)[(ceil_div(T, ROW_THREADS // 4), H, B), ROW_THREADS, stream](
+            dq, dq_sum)
+
+
+def fold_sum(rows, D):
+    """The float32 (rows, D) sum of dq a fold adds into: one a shape, kept (its tensor
+    map is encoded once, as the other matrices'), zeroed by each backward's row pass."""
+    key = (rows, D)
+    if key not in _sums:
+        _sums[key] = cuda.device_array(key, np.float32)
+    return _sums[key]
+
+
+_sums = {}
