@@ -43,10 +43,13 @@ TILES = {"main": {64: ((2, 64, 8, 1, True), (2, 64, 8)), 128: ((1, 32, 4, 2), (2
          # call B: 0.3028 against 0.3123 ms beside the then default dk/dv pass)
          "dq2": {64: ((1, 64, 4, 2, True), None)},
          "dq2d": {64: (TWO, None), 128: (TWO_128, None)},
-         "kv2d": {64: (None, TWO), 128: (None, TWO_128)}}
+         "kv2d": {64: (None, TWO), 128: (None, TWO_128)},
+         # session 28: dq folded into the dk/dv pass by bulk tensor adds (no dq pass; D 64
+         # only), the default dk/dv tile's layout (hopper_backward.FOLD_TILE)
+         "fold": {64: (None, (2, 64, 8, 1, True, True, True))}}
 SOURCE = os.path.join(HERE, "..", "..", "..", "kernels", "attention", "hopper_backward.py")
 VARIANTS = ["main", "this", "b1:main", "b2:main", "b2:this", "this:dq2", "this:dq2d",
-            "this:kv2d"]
+            "this:kv2d", "this:fold"]
 
 
 def patched(text, diff):
