@@ -8,10 +8,10 @@
 # and, on the warm machine, the same with LIMIT=360 ... "xl".
 set -e
 HERE=bench/2026-12-08-s28; B2=bench/2026-12-07-s27/b2/b2.mbox
-git rev-parse --verify -q s28-b2 > /dev/null || {
-  git branch s28-b2 HEAD
-  wt=$(mktemp -d); git worktree add -q "$wt" s28-b2
-  (cd "$wt" && git am -q "$OLDPWD/$B2"); git worktree remove --force "$wt"; }
+# the b2 branch made again from this HEAD each time (one made earlier would miss what landed since)
+git branch -f s28-b2 HEAD
+wt=$(mktemp -d); git worktree add -q "$wt" s28-b2
+(cd "$wt" && git am -q "$OLDPWD/$B2"); git worktree remove --force "$wt"
 bash tools/device_tree.sh slim b2 s28-b2
 for job in steps mem xl; do bash tools/device_tree.sh slim $job HEAD; done
 mkdir -p .devtree/jobs; cp -r $HERE/next/jobs/* .devtree/jobs/
