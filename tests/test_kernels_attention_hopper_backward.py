@@ -112,11 +112,16 @@ def test_hopper_attention_backward(shape, tiles, seed, fused):
     check_backward(shape, tiles, seed, fused)
 
 
-@pytest.mark.parametrize("shape, seed, fused", [
-    # ragged T over two key tiles (the second's keys past T, a query box past T into the
-    # head's padded rows of the sum), two heads and two batches; one short head
-    ((2, 2, 70, 64), 5, True), ((1, 1, 9, 64), 6, False)] if not REAL_SHAPES else [
-    ((2, 3, 1000, 64), 5, True), ((1, 2, 265, 64), 6, False)])
+# the fold takes head_dim 64 alone
+FOLD_SHAPES = SHAPES.map(lambda shape: (*shape[:3], 64))
+
+
+@settings(max_examples=settings.default.max_examples if ON_GPU else 1)
+@given(shape=FOLD_SHAPES, seed=SEEDS, fused=st.booleans())
+# ragged T over two key tiles (the second's keys past T, a query box past T into the head's
+# padded rows of the sum), two heads and two batches; one short head
+@example(shape=(2, 3, 1000, 64) if REAL_SHAPES else (2, 2, 70, 64), seed=5, fused=True)
+@example(shape=(1, 2, 265, 64) if REAL_SHAPES else (1, 1, 9, 64), seed=6, fused=False)
 def test_hopper_attention_backward_folds_dq(shape, seed, fused):
     """dq by the dk/dv pass's bulk adds (BackwardTile.fold): dq, dk, dv and delta against
     float64, the outputs poisoned; on the GPU the tile measured (hb.FOLD_TILE) where it
@@ -127,18 +132,21 @@ def test_hopper_attention_backward_folds_dq(shape, seed, fused):
     check_backward(shape, (None, tile), seed, fused)
 
 
-def test_fold_rows_pass_writes_delta_and_zeroes_the_sum():
+@settings(max_examples=settings.default.max_examples if ON_GPU else 2)
+@given(seed=SEEDS, heads=st.integers(1, 2), T=st.integers(1, 70))
+def test_fold_rows_pass_writes_delta_and_zeroes_the_sum(seed, heads, T):
     """The fold's first pass against NumPy: delta = rowsum(dout * out), the sum's rows of
     every head (padded ones too) zeroed from poison."""
-    rng = np.random.default_rng(7)
-    B, H, T, D, Tp = 1, 2, 37, 64, 64
-    (dout, dout64), (out, out64) = bf16(randn(rng, B, H, T, D)), bf16(randn(rng, B, H, T, D))
-    delta = cuda.to_device(poisoned((B, H, T)))
-    dq_sum = cuda.to_device(poisoned((B * H * Tp, D)))
-    hb.fold_rows_kernel(D)[(Tp // 32, H, B), hb.ROW_THREADS](delta, dq_sum,
-                                                             *map(cuda.to_device, (dout, out)))
-    np.testing.assert_allclose(delta.copy_to_host(), (dout64 * out64).sum(-1), rtol=1e-5,
-                               atol=1e-5)
+    rng = np.random.default_rng(seed)
+    B, D = 1, 64
+    Tp = -(-T // 64) * 64
+    (dout, dout64), (out, out64) = (bf16(randn(rng, B, heads, T, D)) for _ in range(2))
+    delta = cuda.to_device(poisoned((B, heads, T)))
+    dq_sum = cuda.to_device(poisoned((B * heads * Tp, D)))
+    hb.fold_rows_kernel(D)[(Tp // (hb.ROW_THREADS // 4), heads, B), hb.ROW_THREADS](
+        delta, dq_sum, *map(cuda.to_device, (dout, out)))
+    np.testing.assert_allclose(delta.copy_to_host(), ref.attention_delta(dout64, out64),
+                               rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(dq_sum.copy_to_host(), 0)
 
 
